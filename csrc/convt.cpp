@@ -1,0 +1,161 @@
+#include "convt.h"
+
+#include <ATen/ATen.h>
+
+namespace convt {
+namespace {
+
+int64_t single_value(at::IntArrayRef values, const char* name) {
+  TORCH_CHECK(values.size() == 1, "conv_transpose1d: expected ", name,
+              " to be a single integer value or a list of 1 value, but got ", name, "=", values);
+  return values[0];
+}
+
+bool is_supported_dtype(at::ScalarType t) {
+  return t == at::kFloat || t == at::kDouble || t == at::kHalf || t == at::kBFloat16;
+}
+
+void check_same_dtype_and_device(const at::Tensor& input, const at::Tensor& other, const char* name) {
+  TORCH_CHECK(other.scalar_type() == input.scalar_type(), "conv_transpose1d: expected ", name,
+              " to have the same dtype as input (", input.scalar_type(), "), but got ", name, " of dtype ",
+              other.scalar_type());
+  TORCH_CHECK(other.device() == input.device(), "conv_transpose1d: expected ", name,
+              " to be on the same device as input (", input.device(), "), but got ", name, " on ", other.device());
+}
+
+}  // namespace
+
+ConvTArgs make_args(at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef output_padding,
+                    int64_t groups, at::IntArrayRef dilation) {
+  ConvTArgs a{single_value(stride, "stride"), single_value(padding, "padding"),
+              single_value(output_padding, "output_padding"), single_value(dilation, "dilation"), groups};
+  TORCH_CHECK(a.stride >= 1, "conv_transpose1d: expected stride >= 1, but got stride=", a.stride);
+  TORCH_CHECK(a.dilation >= 1, "conv_transpose1d: expected dilation >= 1, but got dilation=", a.dilation);
+  TORCH_CHECK(a.padding >= 0, "conv_transpose1d: expected padding >= 0, but got padding=", a.padding);
+  TORCH_CHECK(a.groups >= 1, "conv_transpose1d: expected groups >= 1, but got groups=", a.groups);
+  TORCH_CHECK(a.output_padding >= 0, "conv_transpose1d: expected output_padding >= 0, but got output_padding=",
+              a.output_padding);
+  TORCH_CHECK(a.output_padding < a.stride || a.output_padding < a.dilation,
+              "conv_transpose1d: expected output_padding to be smaller than stride or dilation, but got output_padding=",
+              a.output_padding, ", stride=", a.stride, ", dilation=", a.dilation);
+  return a;
+}
+
+std::vector<c10::SymInt> conv_transpose1d_output_size(const at::Tensor& input, const at::Tensor& weight,
+                                                      const std::optional<at::Tensor>& bias, const ConvTArgs& a) {
+  TORCH_CHECK(input.dim() == 2 || input.dim() == 3,
+              "conv_transpose1d: expected input to be 2-D (C_in, L_in) or 3-D (N, C_in, L_in), but got input of size ",
+              input.sym_sizes());
+  TORCH_CHECK(weight.dim() == 3, "conv_transpose1d: expected weight to be 3-D (C_in, C_out/groups, K), but got weight of size ",
+              weight.sym_sizes());
+  TORCH_CHECK(is_supported_dtype(input.scalar_type()),
+              "conv_transpose1d: expected input to be float16, bfloat16, float32 or float64, but got ", input.scalar_type());
+  check_same_dtype_and_device(input, weight, "weight");
+
+  const c10::SymInt in_channels = input.sym_size(-2);
+  const c10::SymInt length_in = input.sym_size(-1);
+  const c10::SymInt kernel_size = weight.sym_size(2);
+  TORCH_SYM_CHECK(in_channels.sym_ge(1), "conv_transpose1d: expected input to have at least 1 channel, but got input of size ",
+                  input.sym_sizes());
+  TORCH_SYM_CHECK(length_in.sym_ge(1), "conv_transpose1d: expected input to have length (last dim) of at least 1, but got input of size ",
+                  input.sym_sizes());
+  TORCH_SYM_CHECK(weight.sym_size(0).sym_eq(in_channels), "conv_transpose1d: expected weight.size(0) to equal input channels (",
+                  in_channels, "), but got weight of size ", weight.sym_sizes());
+  TORCH_SYM_CHECK((in_channels % a.groups).sym_eq(0), "conv_transpose1d: expected groups (", a.groups,
+                  ") to divide the input channels (", in_channels, ")");
+  TORCH_SYM_CHECK(weight.sym_size(1).sym_ge(1), "conv_transpose1d: expected weight.size(1) (C_out/groups) >= 1, but got weight of size ",
+                  weight.sym_sizes());
+  TORCH_SYM_CHECK(kernel_size.sym_ge(1), "conv_transpose1d: expected weight.size(2) (kernel size) >= 1, but got weight of size ",
+                  weight.sym_sizes());
+
+  const c10::SymInt out_channels = weight.sym_size(1) * a.groups;
+  if (bias.has_value() && bias->defined()) {
+    check_same_dtype_and_device(input, *bias, "bias");
+    TORCH_CHECK(bias->dim() == 1, "conv_transpose1d: expected bias to be 1-D of size (C_out,) = (", out_channels,
+                "), but got bias of size ", bias->sym_sizes());
+    TORCH_SYM_CHECK(bias->sym_size(0).sym_eq(out_channels), "conv_transpose1d: expected bias to be 1-D of size (C_out,) = (",
+                    out_channels, "), but got bias of size ", bias->sym_sizes());
+  }
+
+  const c10::SymInt length_out = output_length(length_in, kernel_size, a);
+  TORCH_SYM_CHECK(length_out.sym_ge(1), "conv_transpose1d: the output length (L_out) would be ", length_out,
+                  " = (L_in - 1)*stride - 2*padding + dilation*(K - 1) + output_padding + 1 with L_in=", length_in,
+                  ", K=", kernel_size, ", stride=", a.stride, ", padding=", a.padding, ", dilation=", a.dilation,
+                  ", output_padding=", a.output_padding, "; it must be at least 1 (padding too large?)");
+  if (input.dim() == 2) return {out_channels, length_out};
+  return {input.sym_size(0), out_channels, length_out};
+}
+
+void check_backward_args(const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight,
+                         const ConvTArgs& args) {
+  const auto expected = conv_transpose1d_output_size(input, weight, std::nullopt, args);
+  check_same_dtype_and_device(input, grad_output, "grad_output");
+  TORCH_CHECK(grad_output.sym_sizes() == c10::SymIntArrayRef(expected),
+              "conv_transpose1d_backward: expected grad_output of size ", c10::SymIntArrayRef(expected),
+              " (the forward's output), but got grad_output of size ", grad_output.sym_sizes());
+}
+
+ConvTParams make_params(const at::Tensor& x, const at::Tensor& w, const at::Tensor& y, const ConvTArgs& a) {
+  ConvTParams p;
+  p.batch = x.size(0);
+  p.in_channels = x.size(1);
+  p.length_in = x.size(2);
+  p.groups = a.groups;
+  p.in_channels_per_group = p.in_channels / a.groups;
+  p.out_channels_per_group = w.size(1);
+  p.out_channels = p.out_channels_per_group * a.groups;
+  p.kernel_size = w.size(2);
+  p.length_out = y.size(2);
+  p.stride = a.stride;
+  p.padding = a.padding;
+  p.dilation = a.dilation;
+  p.x_batch_stride = x.stride(0);
+  p.x_channel_stride = x.stride(1);
+  p.x_length_stride = x.stride(2);
+  p.w_in_stride = w.stride(0);
+  p.w_out_stride = w.stride(1);
+  p.w_tap_stride = w.stride(2);
+  p.y_batch_stride = y.stride(0);
+  p.y_channel_stride = y.stride(1);
+  p.y_length_stride = y.stride(2);
+  return p;
+}
+
+}  // namespace convt
+
+namespace convt {
+
+at::Tensor conv_transpose1d_forward(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+                                    at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef output_padding,
+                                    int64_t groups, at::IntArrayRef dilation, ForwardKernel kernel) {
+  const ConvTArgs args = make_args(stride, padding, output_padding, groups, dilation);
+  const auto sizes = conv_transpose1d_output_size(input, weight, bias, args);
+  at::Tensor output = at::empty(C10_AS_INTARRAYREF_SLOW(sizes), input.options());
+  if (output.numel() > 0) {
+    kernel(as_batched(input), weight, bias, as_batched(output), args);
+  }
+  return output;
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_transpose1d_backward(
+    const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight, at::IntArrayRef stride,
+    at::IntArrayRef padding, at::IntArrayRef output_padding, int64_t groups, at::IntArrayRef dilation,
+    std::array<bool, 3> output_mask, BackwardKernel kernel) {
+  const ConvTArgs args = make_args(stride, padding, output_padding, groups, dilation);
+  check_backward_args(grad_output, input, weight, args);
+  const int64_t out_channels = weight.size(1) * args.groups;
+  at::Tensor grad_input = output_mask[0] ? at::empty(input.sizes(), input.options()) : at::empty({0}, input.options());
+  at::Tensor grad_weight = output_mask[1] ? at::empty(weight.sizes(), weight.options()) : at::empty({0}, weight.options());
+  at::Tensor grad_bias = output_mask[2] ? at::empty({out_channels}, weight.options()) : at::empty({0}, weight.options());
+  if (input.numel() == 0) {  // an empty batch: nothing flows back
+    grad_weight.zero_();
+    grad_bias.zero_();
+  } else if (output_mask[0] || output_mask[1] || output_mask[2]) {
+    kernel(as_batched(grad_output), as_batched(input), weight, args,
+           output_mask[0] ? as_batched(grad_input) : at::Tensor(), output_mask[1] ? grad_weight : at::Tensor(),
+           output_mask[2] ? grad_bias : at::Tensor());
+  }
+  return {grad_input, grad_weight, grad_bias};
+}
+
+}  // namespace convt

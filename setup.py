@@ -1,0 +1,42 @@
+"""Builds torch_convt_op._C: the C++ CPU library always, the CUDA kernels when a CUDA toolkit
+and a CUDA build of torch are present (or FORCE_CUDA=1). The library holds no Python: the package
+loads it with torch.ops.load_library, and a C++ process can load it the same way."""
+import glob
+import os
+
+import torch
+from setuptools import setup
+from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CppExtension, CUDAExtension
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+
+
+def sources(pattern):
+    return sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, pattern), recursive=True))
+
+
+def want_cuda():
+    if os.environ.get("FORCE_CUDA", "0") == "1":
+        return True
+    return CUDA_HOME is not None and torch.version.cuda is not None
+
+
+def extension():
+    cxx_flags = ["-O3", "-DPy_LIMITED_API=0x03090000"]
+    cpp_sources = sources("csrc/*.cpp") + sources("csrc/cpu/*.cpp")
+    if not want_cuda():
+        return CppExtension("torch_convt_op._C", cpp_sources, include_dirs=[os.path.join(ROOT, "csrc")],
+                            extra_compile_args={"cxx": cxx_flags}, py_limited_api=True)
+    os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "8.0;9.0")
+    nvcc_flags = ["-O3", "-lineinfo", "--expt-relaxed-constexpr", "-DCONVT_WITH_CUDA"]
+    return CUDAExtension("torch_convt_op._C", cpp_sources + sources("csrc/cuda/*.cu") + sources("csrc/cuda/*.cpp"),
+                         include_dirs=[os.path.join(ROOT, "csrc")],
+                         extra_compile_args={"cxx": cxx_flags + ["-DCONVT_WITH_CUDA"], "nvcc": nvcc_flags},
+                         py_limited_api=True)
+
+
+setup(
+    ext_modules=[extension()],
+    cmdclass={"build_ext": BuildExtension},
+    options={"bdist_wheel": {"py_limited_api": "cp39"}},
+)

@@ -1,0 +1,29 @@
+"""torch_convt_op: the fastest correct 1-D transposed convolution for PyTorch.
+
+Importing the package loads the compiled operator library (``torch.ops.convt``) and registers the
+fake implementations and autograd formulas.
+"""
+import glob
+import os
+
+import torch
+
+
+def _library_path() -> str:
+    here = os.path.dirname(os.path.abspath(__file__))
+    candidates = sorted(glob.glob(os.path.join(here, "_C*.so")) + glob.glob(os.path.join(here, "_C*.pyd")))
+    if not candidates:
+        raise ImportError(f"torch_convt_op: the compiled library _C*.so is missing from {here}; "
+                          "install the package with `pip install --no-build-isolation .`")
+    return candidates[0]
+
+
+LIBRARY_PATH = _library_path()
+torch.ops.load_library(LIBRARY_PATH)
+
+from . import ops  # noqa: E402  (registers fake implementations and autograd)
+from .ops import conv_transpose1d, conv_transpose1d_backward  # noqa: E402
+# from .modules import ConvTranspose1d
+
+__all__ = ["conv_transpose1d", "conv_transpose1d_backward", "ConvTranspose1d", "LIBRARY_PATH"]
+__version__ = "0.1.0"
