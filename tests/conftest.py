@@ -1,0 +1,148 @@
+"""Shared test vocabulary: devices, dtypes and their tolerances, the argument grid, random inputs
+and the float64 reference (torch.nn.functional.conv_transpose1d on the CPU)."""
+import dataclasses
+import gc
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torch_convt_op  # noqa: F401  (loads torch.ops.convt)
+
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+
+# max |ours - reference| / max |reference| allowed, per dtype
+_TOLERANCE = {torch.float64: 1e-12, torch.float32: 1e-5, torch.float16: 4e-3, torch.bfloat16: 3e-2}
+_TF32_TOLERANCE = 3e-3
+
+
+def tf32_enabled() -> bool:
+    return torch.backends.cudnn.allow_tf32
+
+
+def tolerance(dtype: torch.dtype, device: str) -> float:
+    if dtype == torch.float32 and device.startswith("cuda") and tf32_enabled():
+        return _TF32_TOLERANCE
+    return _TOLERANCE[dtype]
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    n: int
+    c_in: int
+    c_out: int
+    k: int
+    l_in: int
+    stride: int = 1
+    padding: int = 0
+    output_padding: int = 0
+    dilation: int = 1
+    groups: int = 1
+    bias: bool = True
+    batched: bool = True
+    layout: str = "contiguous"  # or "channels_last": input is a transposed (N, L, C) view
+
+    @property
+    def args(self):
+        """(stride, padding, output_padding, groups, dilation), in the op's argument order."""
+        return self.stride, self.padding, self.output_padding, self.groups, self.dilation
+
+    def __str__(self):
+        fields = [f"{f.name}={getattr(self, f.name)}" for f in dataclasses.fields(self)
+                  if getattr(self, f.name) != f.default or f.default is dataclasses.MISSING]
+        return ",".join(fields)
+
+
+# Every argument and corner the op must get right.
+CASES = [
+    Case(2, 4, 6, 3, 9),                                          # plain
+    Case(2, 8, 4, 5, 17, stride=2, padding=1),                    # strided
+    Case(2, 6, 6, 4, 11, stride=2, padding=1, output_padding=1),  # output_padding
+    Case(2, 4, 5, 3, 10, stride=5),                               # stride > kernel (gaps)
+    Case(2, 4, 4, 3, 8, stride=2, dilation=3, output_padding=2),  # dilation > 1 with stride > 1
+    Case(2, 4, 4, 3, 8, stride=3, dilation=2, padding=4),         # padding > stride
+    Case(1, 6, 9, 4, 13, stride=4, groups=3),                     # groups
+    Case(2, 8, 4, 3, 12, stride=2, padding=2, output_padding=1, groups=4),  # C_out/groups = 1
+    Case(2, 8, 8, 7, 20, padding=3, groups=8),                    # depthwise
+    Case(2, 5, 3, 1, 7),                                          # K = 1
+    Case(2, 5, 3, 1, 7, stride=3, output_padding=2),              # K = 1, strided
+    Case(3, 4, 3, 5, 1, stride=2),                                # L_in = 1
+    Case(3, 4, 3, 5, 1, stride=1, padding=2),                     # L_in = 1, padded
+    Case(0, 4, 6, 3, 9),                                          # N = 0
+    Case(1, 4, 6, 3, 9, batched=False),                           # unbatched
+    Case(2, 4, 6, 3, 9, bias=False),                              # no bias
+    Case(2, 16, 12, 16, 21, stride=8, padding=4),                 # HiFi-GAN style upsampler
+    Case(2, 12, 8, 10, 15, stride=5),                             # EnCodec style upsampler
+    Case(2, 16, 16, 5, 19, stride=2, padding=2, output_padding=1, groups=4, layout="channels_last"),
+    Case(2, 32, 24, 3, 33, stride=2, padding=1, dilation=2, layout="channels_last"),  # GEMM path, strided view
+]
+
+
+def case_id(case: Case) -> str:
+    return str(case)
+
+
+def make_inputs(case: Case, dtype: torch.dtype, device: str, requires_grad: bool = False, generator=None):
+    """Fresh random input, weight and bias (None when case.bias is False)."""
+    def randn(*shape):
+        return torch.randn(*shape, dtype=torch.float64, generator=generator).to(device=device, dtype=dtype)
+
+    if case.layout == "channels_last":
+        x = randn(case.n, case.l_in, case.c_in).transpose(1, 2)
+    else:
+        x = randn(case.n, case.c_in, case.l_in)
+    if not case.batched:
+        x = x[0]
+    w = randn(case.c_in, case.c_out // case.groups, case.k)
+    b = randn(case.c_out) if case.bias else None
+    for t in (x, w, b):
+        if t is not None:
+            t.requires_grad_(requires_grad)
+    return x, w, b
+
+
+def reference(x, w, b, case: Case):
+    """torch.nn.functional.conv_transpose1d in float64 on the CPU, with autograd if the inputs need it."""
+    def up(t):
+        if t is None:
+            return None
+        return t.detach().to("cpu", torch.float64).requires_grad_(t.requires_grad)
+
+    x64, w64, b64 = up(x), up(w), up(b)
+    y = F.conv_transpose1d(x64, w64, b64, case.stride, case.padding, case.output_padding, case.groups, case.dilation)
+    return y, (x64, w64, b64)
+
+
+def ours(x, w, b, case: Case):
+    return torch_convt_op.conv_transpose1d(x, w, b, case.stride, case.padding, case.output_padding, case.groups,
+                                           case.dilation)
+
+
+def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
+    actual = actual.detach().to("cpu", torch.float64)
+    expected = expected.detach().to("cpu", torch.float64)
+    assert actual.shape == expected.shape, (actual.shape, expected.shape)
+    if expected.numel() == 0:
+        return 0.0
+    assert torch.isfinite(actual).all(), "non-finite values (an element never written?)"
+    scale = expected.abs().max().clamp_min(1e-30)
+    return ((actual - expected).abs().max() / scale).item()
+
+
+def assert_close(actual, expected, dtype, device, what="output"):
+    err = relative_error(actual, expected)
+    tol = tolerance(dtype, device)
+    assert err <= tol, f"{what}: relative error {err:.3g} > {tol:.3g}"
+
+
+def poison_allocator(device: str, nbytes: int = 1 << 24):
+    """Leave NaNs in memory the allocator hands out next, so an unwritten output element shows."""
+    junk = torch.full((nbytes // 4,), float("nan"), dtype=torch.float32, device=device)
+    del junk
+    gc.collect()
+
+
+@pytest.fixture(params=DEVICES)
+def device(request):
+    return request.param
