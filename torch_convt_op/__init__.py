@@ -23,7 +23,7 @@ torch.ops.load_library(LIBRARY_PATH)
 
 from . import ops  # noqa: E402  (registers fake implementations and autograd)
 from .ops import conv_transpose1d, conv_transpose1d_backward  # noqa: E402
-# from .modules import ConvTranspose1d
+from .modules import ConvTranspose1d  # noqa: E402
 
 __all__ = ["conv_transpose1d", "conv_transpose1d_backward", "ConvTranspose1d", "LIBRARY_PATH"]
 __version__ = "0.1.0"
