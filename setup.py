@@ -22,7 +22,7 @@ def want_cuda():
 
 
 def extension():
-    cxx_flags = ["-O3", "-DPy_LIMITED_API=0x03090000"]
+    cxx_flags = ["-O3"]
     cpp_sources = sources("csrc/*.cpp") + sources("csrc/cpu/*.cpp")
     if not want_cuda():
         return CppExtension("torch_convt_op._C", cpp_sources, include_dirs=[os.path.join(ROOT, "csrc")],

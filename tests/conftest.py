@@ -76,6 +76,13 @@ CASES = [
     Case(2, 12, 8, 10, 15, stride=5),                             # EnCodec style upsampler
     Case(2, 16, 16, 5, 19, stride=2, padding=2, output_padding=1, groups=4, layout="channels_last"),
     Case(2, 32, 24, 3, 33, stride=2, padding=1, dilation=2, layout="channels_last"),  # GEMM path, strided view
+    # shapes for the CUDA tensor-core path (>= 8 channels per group): several input-channel chunks and
+    # output-channel tiles, lengths that end mid-tile, every phase count
+    Case(2, 80, 72, 3, 300, padding=1),
+    Case(1, 24, 40, 7, 129, stride=3, padding=2, dilation=2, output_padding=1),
+    Case(2, 64, 32, 4, 257, stride=2, padding=1, groups=2),
+    Case(1, 16, 16, 16, 37, stride=8, padding=4, layout="channels_last"),
+    Case(1, 16, 24, 10, 41, stride=5, output_padding=3, bias=False, batched=False),
 ]
 
 

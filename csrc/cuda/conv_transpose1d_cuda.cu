@@ -1,0 +1,172 @@
+// CUDA registrations of convt::conv_transpose1d and its backward, and the one place where a problem
+// picks its kernel (path, math mode, tile shape).
+#include <ATen/ATen.h>
+#include <ATen/Dispatch.h>
+#include <ATen/OpMathType.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <torch/library.h>
+
+#include "convt.h"
+#include "cuda/direct.cuh"
+#include "cuda/forward_mma.cuh"
+
+namespace convt::cuda {
+namespace {
+
+constexpr int kDirectThreads = 256;
+constexpr int kReduceThreads = 256;
+constexpr size_t kMmaSmemBudget = 110 * 1024;  // two blocks per SM
+
+int grid_size(int64_t items, int threads) {
+  const int64_t blocks = (items + threads - 1) / threads;
+  const int64_t cap = int64_t(at::cuda::getCurrentDeviceProperties()->multiProcessorCount) * 64;
+  return int(std::max<int64_t>(1, std::min(blocks, cap)));
+}
+
+template <typename scalar_t>
+const scalar_t* data_or_null(const std::optional<at::Tensor>& t) {
+  return t.has_value() && t->defined() ? t->data_ptr<scalar_t>() : nullptr;
+}
+
+// ---- tensor-core forward: tile shape ------------------------------------------------------------
+
+std::optional<MmaShape> make_mma_shape(const ConvTParams& p, at::ScalarType dtype) {
+  if (dtype == at::kDouble || p.in_channels_per_group < 8 || p.out_channels_per_group < 8) return std::nullopt;
+  const int elements_per_word = dtype == at::kFloat ? 1 : 2;
+  MmaShape t;
+  const int n_tiles = p.stride == 1 ? 4 : p.stride == 2 ? 2 : 1;
+  t.block_n = kMmaWarpsN * n_tiles * 8;
+  t.shift_min = tap_of(0, p.stride, p.padding, p.dilation).shift;
+  t.shift_max = tap_of(p.kernel_size - 1, p.stride, p.padding, p.dilation).shift;
+  t.x_rows = int(t.block_n + t.shift_max - t.shift_min);
+  t.out_cols = int(t.block_n * p.stride + 4);
+  t.co_tiles = (p.out_channels_per_group + kMmaBlockM - 1) / kMmaBlockM;
+  t.m_tiles = (phase_length(0, p.length_out, p.stride) + t.block_n - 1) / t.block_n;
+  const int64_t group_chunk = (p.in_channels_per_group + 15) / 16 * 16;
+  for (int chunk : {64, 48, 32, 16}) {
+    if (chunk > group_chunk && chunk != 16) continue;
+    t.chunk = chunk;
+    t.row_words = chunk / elements_per_word + 4;
+    t.smem_bytes = size_t(p.kernel_size * kMmaBlockM + t.x_rows) * t.row_words * 4 +
+                   size_t(kMmaBlockM) * t.out_cols * 4;
+    if (t.smem_bytes <= kMmaSmemBudget) return t;
+  }
+  return std::nullopt;
+}
+
+template <typename T, Math kMath, int kNTiles>
+void launch_mma(const ConvTParams& p, const MmaShape& t, const T* x, const T* w, const T* bias, T* y) {
+  auto kernel = forward_mma_kernel<T, kMath, kNTiles>;
+  C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(t.smem_bytes)));
+  const int64_t blocks = t.co_tiles * t.m_tiles * p.groups * p.batch;
+  TORCH_CHECK(blocks < (int64_t(1) << 31), "conv_transpose1d: problem too large for one launch (", blocks, " blocks)");
+  kernel<<<unsigned(blocks), kMmaThreads, t.smem_bytes, at::cuda::getCurrentCUDAStream()>>>(x, w, bias, y, p, t);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+template <typename T, Math kMath>
+void launch_mma(const ConvTParams& p, const MmaShape& t, const T* x, const T* w, const T* bias, T* y) {
+  switch (t.block_n / (kMmaWarpsN * 8)) {
+    case 4: return launch_mma<T, kMath, 4>(p, t, x, w, bias, y);
+    case 2: return launch_mma<T, kMath, 2>(p, t, x, w, bias, y);
+    default: return launch_mma<T, kMath, 1>(p, t, x, w, bias, y);
+  }
+}
+
+// float32 follows PyTorch's convolution setting: TF32 when cuDNN may use it, else 3xTF32.
+bool tf32_allowed() { return at::globalContext().allowTF32CuDNN(); }
+
+// ---- the ops -------------------------------------------------------------------------------------
+
+void forward(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& bias, const at::Tensor& y,
+             const ConvTArgs& args) {
+  const c10::cuda::CUDAGuard guard(x.device());
+  const ConvTParams p = make_params(x, w, y, args);
+  const auto stream = at::cuda::getCurrentCUDAStream();
+  if (const auto shape = make_mma_shape(p, x.scalar_type())) {
+    AT_DISPATCH_SWITCH(x.scalar_type(), "conv_transpose1d_cuda",
+        AT_DISPATCH_CASE(at::kFloat, [&] {
+          if (tf32_allowed()) {
+            launch_mma<float, Math::kTF32>(p, *shape, x.data_ptr<float>(), w.data_ptr<float>(),
+                                           data_or_null<float>(bias), y.data_ptr<float>());
+          } else {
+            launch_mma<float, Math::k3xTF32>(p, *shape, x.data_ptr<float>(), w.data_ptr<float>(),
+                                             data_or_null<float>(bias), y.data_ptr<float>());
+          }
+        })
+        AT_DISPATCH_CASE(at::kHalf, [&] {
+          using T = __half;
+          launch_mma<T, Math::k16Bit>(p, *shape, reinterpret_cast<const T*>(x.data_ptr<at::Half>()),
+                                      reinterpret_cast<const T*>(w.data_ptr<at::Half>()),
+                                      reinterpret_cast<const T*>(data_or_null<at::Half>(bias)),
+                                      reinterpret_cast<T*>(y.data_ptr<at::Half>()));
+        })
+        AT_DISPATCH_CASE(at::kBFloat16, [&] {
+          using T = __nv_bfloat16;
+          launch_mma<T, Math::k16Bit>(p, *shape, reinterpret_cast<const T*>(x.data_ptr<at::BFloat16>()),
+                                      reinterpret_cast<const T*>(w.data_ptr<at::BFloat16>()),
+                                      reinterpret_cast<const T*>(data_or_null<at::BFloat16>(bias)),
+                                      reinterpret_cast<T*>(y.data_ptr<at::BFloat16>()));
+        }));
+    return;
+  }
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "conv_transpose1d_cuda_direct", [&] {
+    using acc_t = at::opmath_type<scalar_t>;
+    forward_direct_kernel<scalar_t, acc_t>
+        <<<grid_size(y.numel(), kDirectThreads), kDirectThreads, 0, stream>>>(
+            x.data_ptr<scalar_t>(), w.data_ptr<scalar_t>(), data_or_null<scalar_t>(bias), y.data_ptr<scalar_t>(), p);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  });
+}
+
+void backward(const at::Tensor& grad_y, const at::Tensor& x, const at::Tensor& w, const ConvTArgs& args,
+              const at::Tensor& grad_x, const at::Tensor& grad_w, const at::Tensor& grad_bias) {
+  const c10::cuda::CUDAGuard guard(x.device());
+  const ConvTParams p = make_params(x, w, grad_y, args);
+  const auto stream = at::cuda::getCurrentCUDAStream();
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "conv_transpose1d_backward_cuda", [&] {
+    using acc_t = at::opmath_type<scalar_t>;
+    if (grad_x.defined()) {
+      grad_input_direct_kernel<scalar_t, acc_t><<<grid_size(grad_x.numel(), kDirectThreads), kDirectThreads, 0, stream>>>(
+          grad_y.data_ptr<scalar_t>(), w.data_ptr<scalar_t>(), grad_x.data_ptr<scalar_t>(), p);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    }
+    if (grad_w.defined()) {
+      grad_weight_direct_kernel<scalar_t, acc_t, kReduceThreads>
+          <<<grid_size(grad_w.numel() * kReduceThreads, kReduceThreads), kReduceThreads, 0, stream>>>(
+              grad_y.data_ptr<scalar_t>(), x.data_ptr<scalar_t>(), grad_w.data_ptr<scalar_t>(), p);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    }
+    if (grad_bias.defined()) {
+      grad_bias_kernel<scalar_t, acc_t, kReduceThreads>
+          <<<grid_size(p.out_channels * kReduceThreads, kReduceThreads), kReduceThreads, 0, stream>>>(
+              grad_y.data_ptr<scalar_t>(), grad_bias.data_ptr<scalar_t>(), p);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    }
+  });
+}
+
+at::Tensor forward_cuda(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+                        at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef output_padding, int64_t groups,
+                        at::IntArrayRef dilation) {
+  return conv_transpose1d_forward(input, weight, bias, stride, padding, output_padding, groups, dilation, forward);
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_cuda(const at::Tensor& grad_output, const at::Tensor& input,
+                                                             const at::Tensor& weight, at::IntArrayRef stride,
+                                                             at::IntArrayRef padding, at::IntArrayRef output_padding,
+                                                             int64_t groups, at::IntArrayRef dilation,
+                                                             std::array<bool, 3> output_mask) {
+  return conv_transpose1d_backward(grad_output, input, weight, stride, padding, output_padding, groups, dilation,
+                                   output_mask, backward);
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(convt, CUDA, m) {
+  m.impl("conv_transpose1d", TORCH_FN(forward_cuda));
+  m.impl("conv_transpose1d_backward", TORCH_FN(backward_cuda));
+}
+
+}  // namespace convt::cuda

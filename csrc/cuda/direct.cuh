@@ -1,0 +1,124 @@
+// Direct (CUDA-core) kernels: one thread per output element, loops over the channels of its group
+// and the taps, with the polyphase index formulas of convt.h. They serve every dtype and argument
+// (float64, depthwise and small groups, and as the reference path of the backward). 64-bit indices.
+#pragma once
+
+#include "convt.h"
+
+namespace convt::cuda {
+
+// Threads of a grid-stride loop over `count` items, 64-bit.
+#define CONVT_GRID_STRIDE_LOOP(index, count)                                                          \
+  for (int64_t index = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; index < (count);                \
+       index += int64_t(blockDim.x) * gridDim.x)
+
+// y[n, co, j] = bias[co] + sum over ci of co's group and taps k of w[ci, co mod Cog, k] * x[n, ci, i],
+// where tap k reaches output j iff j mod stride == phase_k, with i = j div stride - shift_k.
+// y is contiguous (N, C_out, L_out); x and w are read through their element strides.
+template <typename scalar_t, typename acc_t>
+__global__ void forward_direct_kernel(const scalar_t* __restrict__ x, const scalar_t* __restrict__ w,
+                                      const scalar_t* __restrict__ bias, scalar_t* __restrict__ y, ConvTParams p) {
+  const int64_t count = p.batch * p.out_channels * p.length_out;
+  CONVT_GRID_STRIDE_LOOP(index, count) {
+    const int64_t j = index % p.length_out;
+    const int64_t row = index / p.length_out;
+    const int64_t co = row % p.out_channels, n = row / p.out_channels;
+    const int64_t g = co / p.out_channels_per_group, co_in_group = co % p.out_channels_per_group;
+    const int64_t phase = j % p.stride, m = j / p.stride;
+    acc_t acc = bias ? acc_t(bias[co]) : acc_t(0);
+    for (int64_t k = 0; k < p.kernel_size; ++k) {
+      const Tap tap = tap_of(k, p.stride, p.padding, p.dilation);
+      const int64_t i = m - tap.shift;
+      if (tap.phase != phase || i < 0 || i >= p.length_in) continue;
+      for (int64_t ci = g * p.in_channels_per_group; ci < (g + 1) * p.in_channels_per_group; ++ci) {
+        acc += acc_t(w[ci * p.w_in_stride + co_in_group * p.w_out_stride + k * p.w_tap_stride]) *
+               acc_t(x[n * p.x_batch_stride + ci * p.x_channel_stride + i * p.x_length_stride]);
+      }
+    }
+    y[index] = scalar_t(acc);
+  }
+}
+
+// grad_x[n, ci, i] = sum over co of ci's group and taps k of w[ci, co mod Cog, k] * grad_y[n, co, j],
+// j = (i + shift_k)*stride + phase_k when it lies in [0, L_out). grad_x is contiguous (N, C_in, L_in);
+// grad_y is read through the params' y strides.
+template <typename scalar_t, typename acc_t>
+__global__ void grad_input_direct_kernel(const scalar_t* __restrict__ grad_y, const scalar_t* __restrict__ w,
+                                         scalar_t* __restrict__ grad_x, ConvTParams p) {
+  const int64_t count = p.batch * p.in_channels * p.length_in;
+  CONVT_GRID_STRIDE_LOOP(index, count) {
+    const int64_t i = index % p.length_in;
+    const int64_t row = index / p.length_in;
+    const int64_t ci = row % p.in_channels, n = row / p.in_channels;
+    const int64_t g = ci / p.in_channels_per_group;
+    acc_t acc = 0;
+    for (int64_t k = 0; k < p.kernel_size; ++k) {
+      const Tap tap = tap_of(k, p.stride, p.padding, p.dilation);
+      const int64_t j = (i + tap.shift) * p.stride + tap.phase;
+      if (j < 0 || j >= p.length_out) continue;
+      for (int64_t co_in_group = 0; co_in_group < p.out_channels_per_group; ++co_in_group) {
+        const int64_t co = g * p.out_channels_per_group + co_in_group;
+        acc += acc_t(w[ci * p.w_in_stride + co_in_group * p.w_out_stride + k * p.w_tap_stride]) *
+               acc_t(grad_y[n * p.y_batch_stride + co * p.y_channel_stride + j * p.y_length_stride]);
+      }
+    }
+    grad_x[index] = scalar_t(acc);
+  }
+}
+
+// Sums of a block's threads in a fixed order (a shared-memory tree): deterministic.
+template <typename acc_t, int kThreads>
+__device__ acc_t block_sum(acc_t value) {
+  __shared__ acc_t partial[kThreads];
+  partial[threadIdx.x] = value;
+  __syncthreads();
+#pragma unroll
+  for (int width = kThreads / 2; width > 0; width /= 2) {
+    if (threadIdx.x < width) partial[threadIdx.x] += partial[threadIdx.x + width];
+    __syncthreads();
+  }
+  const acc_t total = partial[0];
+  __syncthreads();
+  return total;
+}
+
+// One block per weight element (ci, co mod Cog, k): grad_w = sum over n and i of x[n, ci, i] * grad_y[n, co, j(i, k)].
+// Each thread strides over (n, m) in a fixed order, then a fixed-order block sum: no atomics.
+template <typename scalar_t, typename acc_t, int kThreads>
+__global__ void grad_weight_direct_kernel(const scalar_t* __restrict__ grad_y, const scalar_t* __restrict__ x,
+                                          scalar_t* __restrict__ grad_w, ConvTParams p) {
+  for (int64_t index = blockIdx.x; index < p.in_channels * p.out_channels_per_group * p.kernel_size;
+       index += gridDim.x) {
+    const int64_t k = index % p.kernel_size;
+    const int64_t co_in_group = (index / p.kernel_size) % p.out_channels_per_group;
+    const int64_t ci = index / (p.kernel_size * p.out_channels_per_group);
+    const int64_t co = (ci / p.in_channels_per_group) * p.out_channels_per_group + co_in_group;
+    const Tap tap = tap_of(k, p.stride, p.padding, p.dilation);
+    const TapRange r = tap_range(tap, phase_length(tap.phase, p.length_out, p.stride), p.length_in);
+    const int64_t width = r.empty() ? 0 : r.end - r.begin;
+    acc_t acc = 0;
+    for (int64_t item = threadIdx.x; item < p.batch * width; item += kThreads) {
+      const int64_t n = item / width, m = r.begin + item % width;
+      acc += acc_t(x[n * p.x_batch_stride + ci * p.x_channel_stride + (m - tap.shift) * p.x_length_stride]) *
+             acc_t(grad_y[n * p.y_batch_stride + co * p.y_channel_stride + (m * p.stride + tap.phase) * p.y_length_stride]);
+    }
+    acc = block_sum<acc_t, kThreads>(acc);
+    if (threadIdx.x == 0) grad_w[index] = scalar_t(acc);
+  }
+}
+
+// One block per output channel: grad_bias[co] = sum over n and j of grad_y[n, co, j], fixed order.
+template <typename scalar_t, typename acc_t, int kThreads>
+__global__ void grad_bias_kernel(const scalar_t* __restrict__ grad_y, scalar_t* __restrict__ grad_bias, ConvTParams p) {
+  for (int64_t co = blockIdx.x; co < p.out_channels; co += gridDim.x) {
+    acc_t acc = 0;
+    for (int64_t item = threadIdx.x; item < p.batch * p.length_out; item += kThreads) {
+      const int64_t n = item / p.length_out, j = item % p.length_out;
+      acc += acc_t(grad_y[n * p.y_batch_stride + co * p.y_channel_stride + j * p.y_length_stride]);
+    }
+    acc = block_sum<acc_t, kThreads>(acc);
+    if (threadIdx.x == 0) grad_bias[co] = scalar_t(acc);
+  }
+}
+
+}  // namespace convt::cuda

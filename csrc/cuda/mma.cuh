@@ -1,0 +1,65 @@
+// Warp-level tensor-core building blocks (mma.sync, sm_80+): the operand types and one
+// multiply-accumulate step for each math mode.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cstdint>
+#include <type_traits>
+
+namespace convt::cuda {
+
+// How float32 products are formed: TF32 (operands rounded to nearest TF32), or 3xTF32 (each operand
+// split into big + small TF32 parts; big*big + big*small + small*big, float32 accuracy).
+enum class Math { kTF32, k3xTF32, k16Bit };
+
+// Conversions that work with torch's -D__CUDA_NO_HALF_CONVERSIONS__.
+__device__ __forceinline__ float to_float(float value) { return value; }
+__device__ __forceinline__ float to_float(__half value) { return __half2float(value); }
+__device__ __forceinline__ float to_float(__nv_bfloat16 value) { return __bfloat162float(value); }
+
+template <typename T>
+__device__ __forceinline__ T from_float(float value) {
+  if constexpr (std::is_same_v<T, __half>) {
+    return __float2half_rn(value);
+  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return __float2bfloat16_rn(value);
+  } else {
+    return value;
+  }
+}
+
+__device__ __forceinline__ uint32_t to_tf32(float value) {
+  uint32_t result;
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(result) : "f"(value));
+  return result;
+}
+
+// D += A * B for one m16n8k8 tile in TF32 (A: 4 registers, B: 2 registers, D: 4 floats).
+__device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// D += A * B for one m16n8k16 tile of bfloat16 / float16 pairs.
+template <typename T>
+__device__ __forceinline__ void mma_16bit(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  }
+}
+
+}  // namespace convt::cuda

@@ -1,0 +1,97 @@
+"""CUDA-only semantics: TF32 and strict float32 precision, tile edges on the tensor-core path,
+streams, CUDA graphs, devices."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from conftest import Case, assert_close, make_inputs, ours, reference, relative_error
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+
+
+@pytest.fixture
+def tf32(request):
+    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = request.param
+    yield request.param
+    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+
+
+PRECISION_CASES = [
+    Case(4, 128, 128, 3, 1000),                                 # kb64-like
+    Case(2, 32, 64, 5, 3000, dilation=3),                       # kb74-like
+    Case(2, 32, 64, 3, 3000, stride=2, padding=1, dilation=2),  # kb79-like
+    Case(2, 128, 64, 16, 200, stride=8, padding=4),             # HiFi-GAN-like
+    Case(2, 64, 32, 10, 300, stride=5),                         # EnCodec-like
+    Case(2, 128, 128, 5, 700, stride=2, padding=2, output_padding=1, groups=4),
+    Case(2, 32, 32, 7, 500, padding=3, groups=32),              # depthwise (direct path)
+]
+
+
+@pytest.mark.parametrize("tf32", [True], indirect=True)
+@pytest.mark.parametrize("case", PRECISION_CASES, ids=str)
+def test_tf32_agrees_with_torch(case, tf32):
+    """TF32 with round-to-nearest operands: KernelBench's allclose(atol=rtol=1e-4) against torch's own result."""
+    x, w, b = make_inputs(case, torch.float32, "cuda")
+    y = ours(x, w, b, case)
+    expected = F.conv_transpose1d(x, w, b, case.stride, case.padding, case.output_padding, case.groups, case.dilation)
+    torch.testing.assert_close(y, expected, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("tf32", [False], indirect=True)
+@pytest.mark.parametrize("case", PRECISION_CASES, ids=str)
+def test_strict_float32_is_float32_accurate(case, tf32):
+    x, w, b = make_inputs(case, torch.float32, "cuda")
+    y = ours(x, w, b, case)
+    assert relative_error(y, reference(x, w, b, case)[0]) <= 1e-5
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("length", [1, 2, 31, 32, 33, 63, 64, 65, 127, 128, 129, 257, 1021])
+@pytest.mark.parametrize("stride", [1, 2, 3, 8])
+def test_tile_edges(length, stride, dtype):
+    case = Case(2, 24, 72, 4, length, stride=stride, padding=min(stride, 2), output_padding=stride - 1)
+    x, w, b = make_inputs(case, dtype, "cuda")
+    assert_close(ours(x, w, b, case), reference(x, w, b, case)[0], dtype, "cuda")
+
+
+def test_non_default_stream_and_two_streams_at_once():
+    case = Case(2, 64, 64, 3, 4096, stride=2, padding=1)
+    inputs = [make_inputs(case, torch.float32, "cuda") for _ in range(2)]
+    expected = [reference(*i, case)[0] for i in inputs]
+    streams = [torch.cuda.Stream() for _ in range(2)]
+    torch.cuda.synchronize()
+    results = []
+    for stream, i in zip(streams, inputs):
+        with torch.cuda.stream(stream):
+            results.append(ours(*i, case))
+    for stream, y, e in zip(streams, results, expected):
+        stream.synchronize()
+        assert_close(y, e, torch.float32, "cuda")
+
+
+def test_cuda_graph_capture_and_replay():
+    case = Case(2, 64, 32, 4, 512, stride=2, padding=1)
+    x, w, b = make_inputs(case, torch.float32, "cuda")
+    ours(x, w, b, case)  # warm up (kernel attributes) outside the capture
+    graph = torch.cuda.CUDAGraph()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream), torch.cuda.graph(graph):
+        y = ours(x, w, b, case)
+    for _ in range(2):
+        x.copy_(torch.randn_like(x))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert_close(y, reference(x, w, b, case)[0], torch.float32, "cuda")
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_second_device():
+    case = Case(2, 32, 32, 3, 256, stride=2)
+    x, w, b = make_inputs(case, torch.float32, "cuda:1", requires_grad=True)
+    y = ours(x, w, b, case)
+    assert y.device == torch.device("cuda:1")
+    assert_close(y, reference(x, w, b, case)[0], torch.float32, "cuda")
+    y.sum().backward()
+    assert x.grad.device == torch.device("cuda:1")
