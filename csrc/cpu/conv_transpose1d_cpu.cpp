@@ -223,7 +223,7 @@ void backward(const at::Tensor& grad_y, const at::Tensor& x, const at::Tensor& w
               const at::Tensor& grad_x, const at::Tensor& grad_w, const at::Tensor& grad_bias) {
   const ConvTParams p = make_params(x, w, grad_y, args);
   const at::Tensor grad_y_c = to_compute(grad_y);
-  if (grad_bias.defined()) grad_bias.copy_(grad_y_c.sum({0, 2}));
+  if (grad_bias.defined()) grad_bias.copy_(grad_y_c.sum(at::IntArrayRef{0, 2}));
   if (!grad_x.defined() && !grad_w.defined()) return;
   const at::Tensor x_c = to_compute(x), w_c = to_compute(w);
   const at::Tensor grad_x_c = grad_x.defined() ? compute_buffer(grad_x) : at::Tensor();
