@@ -31,8 +31,12 @@ PRECISION_CASES = [
 @pytest.mark.parametrize("tf32", [True], indirect=True)
 @pytest.mark.parametrize("case", PRECISION_CASES, ids=str)
 def test_tf32_agrees_with_torch(case, tf32):
-    """TF32 with round-to-nearest operands: KernelBench's allclose(atol=rtol=1e-4) against torch's own result."""
-    x, w, b = make_inputs(case, torch.float32, "cuda")
+    """TF32 with round-to-nearest operands: KernelBench's allclose(atol=rtol=1e-4) against torch's own result,
+    with KernelBench's data: randn input, nn.ConvTranspose1d's default initialisation."""
+    x, _, _ = make_inputs(case, torch.float32, "cuda")
+    module = torch.nn.ConvTranspose1d(case.c_in, case.c_out, case.k, case.stride, case.padding, case.output_padding,
+                                      case.groups, case.bias, case.dilation, device="cuda")
+    w, b = module.weight.detach(), module.bias.detach() if case.bias else None
     y = ours(x, w, b, case)
     expected = F.conv_transpose1d(x, w, b, case.stride, case.padding, case.output_padding, case.groups, case.dilation)
     torch.testing.assert_close(y, expected, atol=1e-4, rtol=1e-4)

@@ -174,6 +174,24 @@ def forward_backward_fn(op, inputs, shape: Shape) -> Callable[[], tuple]:
 # ---- timing ------------------------------------------------------------------------------------
 
 
+def pin_malloc_thresholds() -> bool:
+    """Stop glibc from returning freed memory to the OS and mapping it fresh later.
+
+    With glibc's default, dynamic mmap threshold, whether a big tensor lands in reused heap memory
+    or in freshly mapped pages (one page fault per 4 KiB, which in this VM can cost more than the
+    convolution itself) depends on the process's allocation history, so the same call measured
+    0.5 ms in one run and 2.3 ms in the next. Pinning the thresholds makes every allocation reuse
+    warm memory, which is what a steady-state training or inference loop sees. Returns whether it
+    applied (glibc only)."""
+    try:
+        import ctypes
+        libc = ctypes.CDLL("libc.so.6")
+        M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+        return bool(libc.mallopt(M_MMAP_THRESHOLD, 1 << 30) and libc.mallopt(M_TRIM_THRESHOLD, 1 << 30))
+    except (OSError, AttributeError):
+        return False
+
+
 class CpuTimer:
     def __init__(self, min_time: float, min_runs: int = 5, max_runs: int = 10000, warmup: int = 2):
         self.min_time, self.min_runs, self.max_runs, self.warmup = min_time, min_runs, max_runs, warmup
@@ -385,6 +403,8 @@ def run_benchmark(shapes: List[Shape], dtype_names: List[str], device: str, back
         log(f"device-to-device copy bandwidth: {bandwidth / 1e12:.2f} TB/s")
     else:
         timer = CpuTimer(min_time)
+        if not pin_malloc_thresholds():
+            log("warning: could not pin glibc's malloc thresholds; page faults may distort the CPU timings")
         if hasattr(os, "getloadavg") and os.getloadavg()[0] > 0.5:
             log(f"warning: load average {os.getloadavg()[0]:.1f}; other processes will distort the CPU timings")
         shapes = [s.scaled(**CPU_SCALE) for s in shapes]

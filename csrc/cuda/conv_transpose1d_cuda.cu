@@ -7,6 +7,8 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
+#include <numeric>
+
 #include "convt.h"
 #include "cuda/direct.cuh"
 #include "cuda/forward_mma.cuh"
@@ -40,37 +42,49 @@ std::optional<MmaShape> make_mma_shape(const ConvTParams& p, at::ScalarType dtyp
   t.shift_min = tap_of(0, p.stride, p.padding, p.dilation).shift;
   t.shift_max = tap_of(p.kernel_size - 1, p.stride, p.padding, p.dilation).shift;
   t.x_rows = int(t.block_n + t.shift_max - t.shift_min);
-  t.out_cols = int(t.block_n * p.stride + 4);
+  const int64_t tap_period = p.stride / std::gcd(p.stride, p.dilation);  // taps k and k + period share a phase
+  t.taps_per_phase = int((p.kernel_size + tap_period - 1) / tap_period);
   t.co_tiles = (p.out_channels_per_group + kMmaBlockM - 1) / kMmaBlockM;
   t.m_tiles = (phase_length(0, p.length_out, p.stride) + t.block_n - 1) / t.block_n;
   const int64_t group_chunk = (p.in_channels_per_group + 15) / 16 * 16;
   for (int chunk : {64, 48, 32, 16}) {
     if (chunk > group_chunk && chunk != 16) continue;
     t.chunk = chunk;
+    t.chunks = (p.in_channels_per_group + chunk - 1) / chunk;
     t.row_words = chunk / elements_per_word + 4;
-    t.smem_bytes = size_t(p.kernel_size * kMmaBlockM + t.x_rows) * t.row_words * 4 +
-                   size_t(kMmaBlockM) * t.out_cols * 4;
+    t.smem_bytes = size_t(t.taps_per_phase * kMmaBlockM + t.x_rows) * t.row_words * 4;
     if (t.smem_bytes <= kMmaSmemBudget) return t;
   }
   return std::nullopt;
 }
 
 template <typename T, Math kMath, int kNTiles>
-void launch_mma(const ConvTParams& p, const MmaShape& t, const T* x, const T* w, const T* bias, T* y) {
+void launch_mma(const ConvTParams& p, const MmaShape& t, const T* x, const uint32_t* packed_w, const T* bias, T* y) {
   auto kernel = forward_mma_kernel<T, kMath, kNTiles>;
   C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(t.smem_bytes)));
   const int64_t blocks = t.co_tiles * t.m_tiles * p.groups * p.batch;
   TORCH_CHECK(blocks < (int64_t(1) << 31), "conv_transpose1d: problem too large for one launch (", blocks, " blocks)");
-  kernel<<<unsigned(blocks), kMmaThreads, t.smem_bytes, at::cuda::getCurrentCUDAStream()>>>(x, w, bias, y, p, t);
+  kernel<<<unsigned(blocks), kMmaThreads, t.smem_bytes, at::cuda::getCurrentCUDAStream()>>>(x, packed_w, bias, y, p, t);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
+// Packs the weight (pack_weight_kernel), then runs the tile kernel with n_tiles n8 tiles per warp.
 template <typename T, Math kMath>
-void launch_mma(const ConvTParams& p, const MmaShape& t, const T* x, const T* w, const T* bias, T* y) {
+void launch_mma(const ConvTParams& p, const MmaShape& t, const at::Tensor& x, const at::Tensor& w,
+                const std::optional<at::Tensor>& bias, const at::Tensor& y) {
+  auto as_t = [](const at::Tensor& tensor) { return reinterpret_cast<T*>(tensor.data_ptr()); };
+  const int64_t words = p.groups * t.co_tiles * t.chunks * p.kernel_size * kMmaBlockM * t.row_words;
+  const at::Tensor packed = at::empty({words}, w.options().dtype(at::kInt));
+  const int64_t elements = words * (kMath == Math::k16Bit ? 2 : 1);
+  pack_weight_kernel<T, kMath><<<grid_size(elements, kDirectThreads), kDirectThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
+      as_t(w), reinterpret_cast<uint32_t*>(packed.data_ptr()), p, t);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  const T* bias_data = bias.has_value() && bias->defined() ? as_t(*bias) : nullptr;
+  const uint32_t* packed_w = reinterpret_cast<const uint32_t*>(packed.data_ptr());
   switch (t.block_n / (kMmaWarpsN * 8)) {
-    case 4: return launch_mma<T, kMath, 4>(p, t, x, w, bias, y);
-    case 2: return launch_mma<T, kMath, 2>(p, t, x, w, bias, y);
-    default: return launch_mma<T, kMath, 1>(p, t, x, w, bias, y);
+    case 4: return launch_mma<T, kMath, 4>(p, t, as_t(x), packed_w, bias_data, as_t(y));
+    case 2: return launch_mma<T, kMath, 2>(p, t, as_t(x), packed_w, bias_data, as_t(y));
+    default: return launch_mma<T, kMath, 1>(p, t, as_t(x), packed_w, bias_data, as_t(y));
   }
 }
 
@@ -85,31 +99,14 @@ void forward(const at::Tensor& x, const at::Tensor& w, const std::optional<at::T
   const ConvTParams p = make_params(x, w, y, args);
   const auto stream = at::cuda::getCurrentCUDAStream();
   if (const auto shape = make_mma_shape(p, x.scalar_type())) {
-    AT_DISPATCH_SWITCH(x.scalar_type(), "conv_transpose1d_cuda",
-        AT_DISPATCH_CASE(at::kFloat, [&] {
-          if (tf32_allowed()) {
-            launch_mma<float, Math::kTF32>(p, *shape, x.data_ptr<float>(), w.data_ptr<float>(),
-                                           data_or_null<float>(bias), y.data_ptr<float>());
-          } else {
-            launch_mma<float, Math::k3xTF32>(p, *shape, x.data_ptr<float>(), w.data_ptr<float>(),
-                                             data_or_null<float>(bias), y.data_ptr<float>());
-          }
-        })
-        AT_DISPATCH_CASE(at::kHalf, [&] {
-          using T = __half;
-          launch_mma<T, Math::k16Bit>(p, *shape, reinterpret_cast<const T*>(x.data_ptr<at::Half>()),
-                                      reinterpret_cast<const T*>(w.data_ptr<at::Half>()),
-                                      reinterpret_cast<const T*>(data_or_null<at::Half>(bias)),
-                                      reinterpret_cast<T*>(y.data_ptr<at::Half>()));
-        })
-        AT_DISPATCH_CASE(at::kBFloat16, [&] {
-          using T = __nv_bfloat16;
-          launch_mma<T, Math::k16Bit>(p, *shape, reinterpret_cast<const T*>(x.data_ptr<at::BFloat16>()),
-                                      reinterpret_cast<const T*>(w.data_ptr<at::BFloat16>()),
-                                      reinterpret_cast<const T*>(data_or_null<at::BFloat16>(bias)),
-                                      reinterpret_cast<T*>(y.data_ptr<at::BFloat16>()));
-        }));
-    return;
+    switch (x.scalar_type()) {
+      case at::kFloat:
+        return tf32_allowed() ? launch_mma<float, Math::kTF32>(p, *shape, x, w, bias, y)
+                              : launch_mma<float, Math::k3xTF32>(p, *shape, x, w, bias, y);
+      case at::kHalf: return launch_mma<__half, Math::k16Bit>(p, *shape, x, w, bias, y);
+      case at::kBFloat16: return launch_mma<__nv_bfloat16, Math::k16Bit>(p, *shape, x, w, bias, y);
+      default: break;
+    }
   }
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "conv_transpose1d_cuda_direct", [&] {
     using acc_t = at::opmath_type<scalar_t>;

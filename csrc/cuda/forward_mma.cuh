@@ -1,15 +1,13 @@
 // Tensor-core forward: the polyphase implicit GEMM of DESIGN.md §3, native NCL.
 //
-// A block owns batch element n, group g, a tile of kBlockM output channels and a tile of kBlockN
-// outputs m of every phase, i.e. the kBlockN*stride consecutive output positions
-// j in [m0*stride, (m0 + kBlockN)*stride). For each chunk of the group's input channels it stages
-//   w_s[k][co][ci]  the weight of every tap (ci contiguous, "K-major"),
-//   x_s[pos][ci]    x[n, ci, i0 + pos] for the positions every tap of the tile reads,
-// then for each phase runs GEMM  Y_phase[co, m] += sum over taps k of that phase, ci:
-//   W[ci, co, k] * X[ci, m - shift_k]   (convt.h: j = (m)*stride + phase, i = m - shift_k)
-// with mma.sync, 8 warps in a 2 x 4 grid. Results of every phase are interleaved in out_s[co][j]
-// (float32; also the accumulator between chunks), and the epilogue adds the bias and writes the
-// block's rows of y with coalesced stores.
+// A block owns batch element n, group g, a tile of kMmaBlockM output channels and a tile of
+// block_n outputs m of every phase (output positions j = m*stride + phase). For each phase it runs
+//   Y_phase[co, m] = sum over the phase's taps k and input channels ci of W[ci, co, k] * X[ci, m - shift_k]
+// (convt.h) as an implicit GEMM on mma.sync, 8 warps in a 2 x 4 grid, accumulators in registers,
+// staging per chunk of input channels
+//   w_s[tap][co][ci]  the phase's weight taps, copied from the pre-packed weight (pack_weight_kernel)
+//   x_s[pos][ci]      x[n, ci, i0 + pos]: every position the tile's taps read (ci contiguous)
+// and writes the phase's outputs, plus bias, straight to y.
 #pragma once
 
 #include "convt.h"
@@ -23,12 +21,12 @@ constexpr int kMmaWarpTilesM = kMmaBlockM / (kMmaWarpsM * 16);
 
 // The launch geometry and shared-memory layout of one problem, computed on the host (make_mma_shape).
 struct MmaShape {
-  int64_t co_tiles, m_tiles;  // tiles of C_out/groups and of the phase length
-  int block_n;                // outputs m per phase in a tile (kMmaWarpsN * n_tiles * 8)
-  int chunk;                  // input channels per shared-memory stage (a multiple of 16)
-  int row_words;              // words per row of w_s and x_s: chunk words + 4 (conflict-free fragments)
-  int x_rows;                 // positions in x_s: block_n + shift_max - shift_min
-  int out_cols;               // columns of out_s: block_n*stride + 4
+  int64_t co_tiles, m_tiles, chunks;  // tiles of C_out/groups, of the phase length, chunks of C_in/groups
+  int block_n;                        // outputs m per phase in a tile (kMmaWarpsN * n_tiles * 8)
+  int chunk;                          // input channels per chunk (a multiple of 16)
+  int row_words;                      // words per row of w_s and x_s: chunk words + 4 (conflict-free fragments)
+  int x_rows;                         // positions in x_s: block_n + shift_max - shift_min
+  int taps_per_phase;                 // most taps feeding one phase: ceil(K / (stride / gcd(stride, dilation)))
   int64_t shift_min, shift_max;
   size_t smem_bytes;
 };
@@ -88,16 +86,44 @@ __device__ __forceinline__ void store_operand(uint32_t* words, int64_t element, 
   }
 }
 
+// The weight packed once per call in the order and form the kernel stages it: words
+// packed[g][co_tile][chunk][k][co][row_words], each word as store_operand writes it, zero padded.
+template <typename T, Math kMath>
+__global__ void pack_weight_kernel(const T* __restrict__ w, uint32_t* __restrict__ packed, ConvTParams p, MmaShape t) {
+  constexpr int kElementsPerWord = kMath == Math::k16Bit ? 2 : 1;
+  const int64_t row_elements = int64_t(t.row_words) * kElementsPerWord;
+  const int64_t count = p.groups * t.co_tiles * t.chunks * p.kernel_size * kMmaBlockM * row_elements;
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < count; e += int64_t(blockDim.x) * gridDim.x) {
+    int64_t rest = e;
+    const int64_t ci = rest % row_elements;
+    rest /= row_elements;
+    const int64_t co = rest % kMmaBlockM;
+    rest /= kMmaBlockM;
+    const int64_t k = rest % p.kernel_size;
+    rest /= p.kernel_size;
+    const int64_t chunk = rest % t.chunks;
+    rest /= t.chunks;
+    const int64_t co_tile = rest % t.co_tiles, g = rest / t.co_tiles;
+    const int64_t ci_in_group = chunk * t.chunk + ci, co_in_group = co_tile * kMmaBlockM + co;
+    const bool inside = ci < t.chunk && ci_in_group < p.in_channels_per_group && co_in_group < p.out_channels_per_group;
+    const T value = inside ? w[(g * p.in_channels_per_group + ci_in_group) * p.w_in_stride +
+                               co_in_group * p.w_out_stride + k * p.w_tap_stride]
+                           : from_float<T>(0.0f);
+    store_operand<T, kMath>(packed, e, value);
+  }
+}
+
 template <typename T, Math kMath, int kNTiles>
-__global__ void __launch_bounds__(kMmaThreads) forward_mma_kernel(const T* __restrict__ x, const T* __restrict__ w,
+__global__ void __launch_bounds__(kMmaThreads) forward_mma_kernel(const T* __restrict__ x,
+                                                                  const uint32_t* __restrict__ packed_w,
                                                                   const T* __restrict__ bias, T* __restrict__ y,
                                                                   ConvTParams p, MmaShape t) {
   constexpr int kElementsPerWord = kMath == Math::k16Bit ? 2 : 1;
   constexpr int kWarpN = kNTiles * 8;  // outputs m per warp
   extern __shared__ __align__(16) uint32_t smem[];
-  uint32_t* w_s = smem;                                          // [K][kMmaBlockM][row_words]
-  uint32_t* x_s = w_s + p.kernel_size * kMmaBlockM * t.row_words;  // [x_rows][row_words]
-  float* out_s = reinterpret_cast<float*>(x_s + t.x_rows * t.row_words);  // [kMmaBlockM][out_cols]
+  const int tile_words = kMmaBlockM * t.row_words;  // one tap of w_s
+  uint32_t* w_s = smem;                             // [taps_per_phase][kMmaBlockM][row_words]
+  uint32_t* x_s = w_s + t.taps_per_phase * tile_words;  // [x_rows][row_words]
 
   // blockIdx.x -> (co tile, m tile, group, n), co tile fastest so that the blocks sharing an x tile run together
   int64_t block = blockIdx.x;
@@ -106,58 +132,52 @@ __global__ void __launch_bounds__(kMmaThreads) forward_mma_kernel(const T* __res
   const int64_t m_tile = block % t.m_tiles;
   block /= t.m_tiles;
   const int64_t g = block % p.groups, n = block / p.groups;
-  const int64_t co0 = co_tile * kMmaBlockM;  // within the group
   const int64_t m0 = m_tile * t.block_n;
   const int64_t i0 = m0 - t.shift_max;  // x position of x_s row 0
-  const int64_t ci_group = g * p.in_channels_per_group, co_group = g * p.out_channels_per_group;
+  const T* x_group = x + n * p.x_batch_stride + g * p.in_channels_per_group * p.x_channel_stride;
+  const uint32_t* w_tile = packed_w + (g * t.co_tiles + co_tile) * t.chunks * p.kernel_size * tile_words;
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int warp_row = (warp % kMmaWarpsM) * kMmaWarpTilesM * 16, warp_col = (warp / kMmaWarpsM) * kWarpN;
-  const int chunk_elements = t.chunk;  // input channels per stage
 
-  for (int64_t c0 = 0; c0 < p.in_channels_per_group; c0 += chunk_elements) {
-    __syncthreads();  // the previous chunk's fragments are consumed
-    // w_s[k][co][ci] = w[ci_group + c0 + ci, co0 + co, k]; zero outside the group / tile
-    for (int64_t e = threadIdx.x; e < int64_t(p.kernel_size) * kMmaBlockM * chunk_elements; e += kMmaThreads) {
-      const int64_t k = e % p.kernel_size, co = (e / p.kernel_size) % kMmaBlockM,
-                    ci = e / (p.kernel_size * kMmaBlockM);
-      const bool inside = c0 + ci < p.in_channels_per_group && co0 + co < p.out_channels_per_group;
-      const T value = inside ? w[(ci_group + c0 + ci) * p.w_in_stride + (co0 + co) * p.w_out_stride + k * p.w_tap_stride]
-                             : from_float<T>(0.0f);
-      store_operand<T, kMath>(w_s, (k * kMmaBlockM + co) * t.row_words * kElementsPerWord + ci, value);
-    }
-    // x_s[pos][ci] = x[n, ci_group + c0 + ci, i0 + pos]; zero outside [0, L_in) and the group
-    for (int64_t e = threadIdx.x; e < int64_t(t.x_rows) * chunk_elements; e += kMmaThreads) {
-      const int64_t pos = e % t.x_rows, ci = e / t.x_rows, i = i0 + pos;
-      const bool inside = c0 + ci < p.in_channels_per_group && i >= 0 && i < p.length_in;
-      const T value =
-          inside ? x[n * p.x_batch_stride + (ci_group + c0 + ci) * p.x_channel_stride + i * p.x_length_stride]
-                 : from_float<T>(0.0f);
-      store_operand<T, kMath>(x_s, pos * t.row_words * kElementsPerWord + ci, value);
-    }
-    __syncthreads();
+  for (int64_t phase = 0; phase < p.stride; ++phase) {
+    float acc[kMmaWarpTilesM][kNTiles][4] = {};
+    bool phase_has_taps = false;  // with stride > the kernel's span some phases get bias only
+    for (int64_t k = 0; k < p.kernel_size; ++k) phase_has_taps |= tap_of(k, p.stride, p.padding, p.dilation).phase == phase;
+    for (int64_t chunk = 0; phase_has_taps && chunk < t.chunks; ++chunk) {
+      __syncthreads();  // the previous chunk's fragments are consumed
+      // w_s[tap] = the packed weight of each tap k of this phase (16-byte copies)
+      int taps = 0;
+      for (int64_t k = 0; k < p.kernel_size; ++k) {
+        if (tap_of(k, p.stride, p.padding, p.dilation).phase != phase) continue;
+        const uint4* from = reinterpret_cast<const uint4*>(w_tile + (chunk * p.kernel_size + k) * tile_words);
+        uint4* to = reinterpret_cast<uint4*>(w_s + taps * tile_words);
+        for (int v = threadIdx.x; v < tile_words / 4; v += kMmaThreads) to[v] = from[v];
+        ++taps;
+      }
+      // x_s[pos][ci] = x[n, g*Cig + chunk*t.chunk + ci, i0 + pos], zero outside [0, L_in) and the group;
+      // a warp per channel row, lanes along positions (coalesced reads)
+      for (int ci = warp; ci < t.chunk; ci += kMmaWarpsM * kMmaWarpsN) {
+        const int64_t ci_in_group = chunk * t.chunk + ci;
+        const bool channel_inside = ci_in_group < p.in_channels_per_group;
+        const T* x_row = x_group + ci_in_group * p.x_channel_stride;
+        for (int pos = lane; pos < t.x_rows; pos += 32) {
+          const int64_t i = i0 + pos;
+          const T value = channel_inside && i >= 0 && i < p.length_in ? x_row[i * p.x_length_stride] : from_float<T>(0.0f);
+          store_operand<T, kMath>(x_s, int64_t(pos) * t.row_words * kElementsPerWord + ci, value);
+        }
+      }
+      __syncthreads();
 
-    for (int64_t phase = 0; phase < p.stride; ++phase) {
-      float acc[kMmaWarpTilesM][kNTiles][4];
-#pragma unroll
-      for (int mt = 0; mt < kMmaWarpTilesM; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < kNTiles; ++nt)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            // accumulator element e of tile (mt, nt): row lane/4 (+8 for e >= 2), column 2*(lane%4) + e%2
-            const int row = warp_row + mt * 16 + lane / 4 + (e / 2) * 8;
-            const int m = warp_col + nt * 8 + 2 * (lane % 4) + e % 2;
-            acc[mt][nt][e] = c0 == 0 ? 0.0f : out_s[row * t.out_cols + m * p.stride + phase];
-          }
+      int tap_index = 0;
       for (int64_t k = 0; k < p.kernel_size; ++k) {
         const Tap tap = tap_of(k, p.stride, p.padding, p.dilation);
         if (tap.phase != phase) continue;
         // output m of the tile reads x_s row (m - m0) + (shift_max - shift_k)
-        const int x_row = warp_col + int(t.shift_max - tap.shift);
-        const uint32_t* w_tap = w_s + (k * kMmaBlockM + warp_row) * t.row_words;
-        const uint32_t* x_tap = x_s + x_row * t.row_words;
-        for (int word = 0; word < chunk_elements / kElementsPerWord; word += 8) {
+        const uint32_t* w_tap = w_s + tap_index * tile_words + warp_row * t.row_words;
+        const uint32_t* x_tap = x_s + (warp_col + int(t.shift_max - tap.shift)) * t.row_words;
+        ++tap_index;
+        for (int word = 0; word < t.chunk / kElementsPerWord; word += 8) {
           uint32_t a[kMmaWarpTilesM][4], b[kNTiles][2];
 #pragma unroll
           for (int mt = 0; mt < kMmaWarpTilesM; ++mt) load_a(a[mt], w_tap + mt * 16 * t.row_words + word, t.row_words, lane);
@@ -169,29 +189,26 @@ __global__ void __launch_bounds__(kMmaThreads) forward_mma_kernel(const T* __res
             for (int nt = 0; nt < kNTiles; ++nt) mma_step<T, kMath>(acc[mt][nt], a[mt], b[nt]);
         }
       }
+    }
+    // y[n, co, m*stride + phase] = acc + bias. Accumulator element e of tile (mt, nt) sits at
+    // row lane/4 (+8 for e >= 2) and column 2*(lane%4) + e%2 of the tile.
 #pragma unroll
-      for (int mt = 0; mt < kMmaWarpTilesM; ++mt)
+    for (int mt = 0; mt < kMmaWarpTilesM; ++mt)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int64_t co = co_tile * kMmaBlockM + warp_row + mt * 16 + lane / 4 + half * 8;
+        if (co >= p.out_channels_per_group) continue;
+        const int64_t channel = g * p.out_channels_per_group + co;
+        const float bias_value = bias ? to_float(bias[channel]) : 0.0f;
+        T* y_row = y + (n * p.out_channels + channel) * p.length_out;
 #pragma unroll
         for (int nt = 0; nt < kNTiles; ++nt)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int row = warp_row + mt * 16 + lane / 4 + (e / 2) * 8;
-            const int m = warp_col + nt * 8 + 2 * (lane % 4) + e % 2;
-            out_s[row * t.out_cols + m * p.stride + phase] = acc[mt][nt][e];
+          for (int e = 0; e < 2; ++e) {
+            const int64_t j = (m0 + warp_col + nt * 8 + 2 * (lane % 4) + e) * p.stride + phase;
+            if (j < p.length_out) y_row[j] = from_float<T>(acc[mt][nt][half * 2 + e] + bias_value);
           }
-    }
-  }
-  __syncthreads();
-
-  // epilogue: y[n, co_group + co0 + row, m0*stride + col] = out_s[row][col] + bias
-  const int64_t tile_cols = int64_t(t.block_n) * p.stride, j0 = m0 * p.stride;
-  for (int64_t e = threadIdx.x; e < kMmaBlockM * tile_cols; e += kMmaThreads) {
-    const int64_t row = e / tile_cols, col = e % tile_cols;
-    const int64_t co = co0 + row, j = j0 + col;
-    if (co >= p.out_channels_per_group || j >= p.length_out) continue;
-    float value = out_s[row * t.out_cols + col];
-    if (bias) value += to_float(bias[co_group + co]);
-    y[(n * p.out_channels + co_group + co) * p.length_out + j] = from_float<T>(value);
+      }
   }
 }
 
