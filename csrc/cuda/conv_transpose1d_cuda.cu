@@ -27,8 +27,8 @@ int grid_size(int64_t items, int threads) {
 }
 
 template <typename scalar_t>
-const scalar_t* data_or_null(const std::optional<at::Tensor>& t) {
-  return t.has_value() && t->defined() ? t->data_ptr<scalar_t>() : nullptr;
+const scalar_t* data_or_null(const at::Tensor& t) {
+  return t.defined() ? t.data_ptr<scalar_t>() : nullptr;
 }
 
 // ---- tensor-core forward: tile shape ------------------------------------------------------------
@@ -43,16 +43,19 @@ std::optional<MmaShape> make_mma_shape(const ConvTParams& p, at::ScalarType dtyp
   t.shift_max = tap_of(p.kernel_size - 1, p.stride, p.padding, p.dilation).shift;
   t.x_rows = int(t.block_n + t.shift_max - t.shift_min);
   const int64_t tap_period = p.stride / std::gcd(p.stride, p.dilation);  // taps k and k + period share a phase
-  t.taps_per_phase = int((p.kernel_size + tap_period - 1) / tap_period);
+  const int taps_per_phase = int((p.kernel_size + tap_period - 1) / tap_period);
   t.co_tiles = (p.out_channels_per_group + kMmaBlockM - 1) / kMmaBlockM;
   t.m_tiles = (phase_length(0, p.length_out, p.stride) + t.block_n - 1) / t.block_n;
   const int64_t group_chunk = (p.in_channels_per_group + 15) / 16 * 16;
+  auto smem_bytes = [&](int64_t slots) { return size_t(slots * kMmaBlockM + t.x_rows) * t.row_words * 4; };
   for (int chunk : {64, 48, 32, 16}) {
     if (chunk > group_chunk && chunk != 16) continue;
     t.chunk = chunk;
     t.chunks = (p.in_channels_per_group + chunk - 1) / chunk;
     t.row_words = chunk / elements_per_word + 4;
-    t.smem_bytes = size_t(t.taps_per_phase * kMmaBlockM + t.x_rows) * t.row_words * 4;
+    // the whole weight tile resident when one chunk holds the group, else the taps of one phase
+    t.weight_slots = t.chunks == 1 && smem_bytes(p.kernel_size) <= kMmaSmemBudget ? int(p.kernel_size) : taps_per_phase;
+    t.smem_bytes = smem_bytes(t.weight_slots);
     if (t.smem_bytes <= kMmaSmemBudget) return t;
   }
   return std::nullopt;
@@ -62,16 +65,20 @@ template <typename T, Math kMath, int kNTiles>
 void launch_mma(const ConvTParams& p, const MmaShape& t, const T* x, const uint32_t* packed_w, const T* bias, T* y) {
   auto kernel = forward_mma_kernel<T, kMath, kNTiles>;
   C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(t.smem_bytes)));
-  const int64_t blocks = t.co_tiles * t.m_tiles * p.groups * p.batch;
-  TORCH_CHECK(blocks < (int64_t(1) << 31), "conv_transpose1d: problem too large for one launch (", blocks, " blocks)");
-  kernel<<<unsigned(blocks), kMmaThreads, t.smem_bytes, at::cuda::getCurrentCUDAStream()>>>(x, packed_w, bias, y, p, t);
+  int blocks_per_sm = 0;
+  C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, kernel, kMmaThreads, t.smem_bytes));
+  const int64_t tiles = t.co_tiles * t.m_tiles * p.groups * p.batch;
+  const int64_t resident_blocks =
+      int64_t(std::max(blocks_per_sm, 1)) * at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+  const unsigned blocks = unsigned(std::min(tiles, resident_blocks));  // persistent: each block walks tiles
+  kernel<<<blocks, kMmaThreads, t.smem_bytes, at::cuda::getCurrentCUDAStream()>>>(x, packed_w, bias, y, p, t);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
 // Packs the weight (pack_weight_kernel), then runs the tile kernel with n_tiles n8 tiles per warp.
 template <typename T, Math kMath>
 void launch_mma(const ConvTParams& p, const MmaShape& t, const at::Tensor& x, const at::Tensor& w,
-                const std::optional<at::Tensor>& bias, const at::Tensor& y) {
+                const at::Tensor& bias, const at::Tensor& y) {
   auto as_t = [](const at::Tensor& tensor) { return reinterpret_cast<T*>(tensor.data_ptr()); };
   const int64_t words = p.groups * t.co_tiles * t.chunks * p.kernel_size * kMmaBlockM * t.row_words;
   const at::Tensor packed = at::empty({words}, w.options().dtype(at::kInt));
@@ -79,7 +86,7 @@ void launch_mma(const ConvTParams& p, const MmaShape& t, const at::Tensor& x, co
   pack_weight_kernel<T, kMath><<<grid_size(elements, kDirectThreads), kDirectThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
       as_t(w), reinterpret_cast<uint32_t*>(packed.data_ptr()), p, t);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  const T* bias_data = bias.has_value() && bias->defined() ? as_t(*bias) : nullptr;
+  const T* bias_data = bias.defined() ? as_t(bias) : nullptr;
   const uint32_t* packed_w = reinterpret_cast<const uint32_t*>(packed.data_ptr());
   switch (t.block_n / (kMmaWarpsN * 8)) {
     case 4: return launch_mma<T, kMath, 4>(p, t, as_t(x), packed_w, bias_data, as_t(y));
@@ -98,13 +105,14 @@ void forward(const at::Tensor& x, const at::Tensor& w, const std::optional<at::T
   const c10::cuda::CUDAGuard guard(x.device());
   const ConvTParams p = make_params(x, w, y, args);
   const auto stream = at::cuda::getCurrentCUDAStream();
+  const at::Tensor bias_c = bias.has_value() && bias->defined() ? bias->contiguous() : at::Tensor();  // read as bias[co]
   if (const auto shape = make_mma_shape(p, x.scalar_type())) {
     switch (x.scalar_type()) {
       case at::kFloat:
-        return tf32_allowed() ? launch_mma<float, Math::kTF32>(p, *shape, x, w, bias, y)
-                              : launch_mma<float, Math::k3xTF32>(p, *shape, x, w, bias, y);
-      case at::kHalf: return launch_mma<__half, Math::k16Bit>(p, *shape, x, w, bias, y);
-      case at::kBFloat16: return launch_mma<__nv_bfloat16, Math::k16Bit>(p, *shape, x, w, bias, y);
+        return tf32_allowed() ? launch_mma<float, Math::kTF32>(p, *shape, x, w, bias_c, y)
+                              : launch_mma<float, Math::k3xTF32>(p, *shape, x, w, bias_c, y);
+      case at::kHalf: return launch_mma<__half, Math::k16Bit>(p, *shape, x, w, bias_c, y);
+      case at::kBFloat16: return launch_mma<__nv_bfloat16, Math::k16Bit>(p, *shape, x, w, bias_c, y);
       default: break;
     }
   }
@@ -112,7 +120,7 @@ void forward(const at::Tensor& x, const at::Tensor& w, const std::optional<at::T
     using acc_t = at::opmath_type<scalar_t>;
     forward_direct_kernel<scalar_t, acc_t>
         <<<grid_size(y.numel(), kDirectThreads), kDirectThreads, 0, stream>>>(
-            x.data_ptr<scalar_t>(), w.data_ptr<scalar_t>(), data_or_null<scalar_t>(bias), y.data_ptr<scalar_t>(), p);
+            x.data_ptr<scalar_t>(), w.data_ptr<scalar_t>(), data_or_null<scalar_t>(bias_c), y.data_ptr<scalar_t>(), p);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
 }

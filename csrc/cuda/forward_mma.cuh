@@ -1,11 +1,11 @@
 // Tensor-core forward: the polyphase implicit GEMM of DESIGN.md §3, native NCL.
 //
-// A block owns batch element n, group g, a tile of kMmaBlockM output channels and a tile of
+// A (persistent) block walks tiles: batch element n, group g, a tile of kMmaBlockM output channels and
 // block_n outputs m of every phase (output positions j = m*stride + phase). For each phase it runs
 //   Y_phase[co, m] = sum over the phase's taps k and input channels ci of W[ci, co, k] * X[ci, m - shift_k]
 // (convt.h) as an implicit GEMM on mma.sync, 8 warps in a 2 x 4 grid, accumulators in registers,
 // staging per chunk of input channels
-//   w_s[tap][co][ci]  the phase's weight taps, copied from the pre-packed weight (pack_weight_kernel)
+//   w_s[tap][co][ci]  weight taps, copied from the pre-packed weight (pack_weight_kernel)
 //   x_s[pos][ci]      x[n, ci, i0 + pos]: every position the tile's taps read (ci contiguous)
 // and writes the phase's outputs, plus bias, straight to y.
 #pragma once
@@ -26,7 +26,7 @@ struct MmaShape {
   int chunk;                          // input channels per chunk (a multiple of 16)
   int row_words;                      // words per row of w_s and x_s: chunk words + 4 (conflict-free fragments)
   int x_rows;                         // positions in x_s: block_n + shift_max - shift_min
-  int taps_per_phase;                 // most taps feeding one phase: ceil(K / (stride / gcd(stride, dilation)))
+  int weight_slots;                   // taps w_s holds: K (resident weight) or the most taps of one phase
   int64_t shift_min, shift_max;
   size_t smem_bytes;
 };
@@ -114,7 +114,7 @@ __global__ void pack_weight_kernel(const T* __restrict__ w, uint32_t* __restrict
 }
 
 template <typename T, Math kMath, int kNTiles>
-__global__ void __launch_bounds__(kMmaThreads) forward_mma_kernel(const T* __restrict__ x,
+__global__ void __launch_bounds__(kMmaThreads, 2) forward_mma_kernel(const T* __restrict__ x,
                                                                   const uint32_t* __restrict__ packed_w,
                                                                   const T* __restrict__ bias, T* __restrict__ y,
                                                                   ConvTParams p, MmaShape t) {
@@ -122,38 +122,39 @@ __global__ void __launch_bounds__(kMmaThreads) forward_mma_kernel(const T* __res
   constexpr int kWarpN = kNTiles * 8;  // outputs m per warp
   extern __shared__ __align__(16) uint32_t smem[];
   const int tile_words = kMmaBlockM * t.row_words;  // one tap of w_s
-  uint32_t* w_s = smem;                             // [taps_per_phase][kMmaBlockM][row_words]
-  uint32_t* x_s = w_s + t.taps_per_phase * tile_words;  // [x_rows][row_words]
-
-  // blockIdx.x -> (co tile, m tile, group, n), co tile fastest so that the blocks sharing an x tile run together
-  int64_t block = blockIdx.x;
-  const int64_t co_tile = block % t.co_tiles;
-  block /= t.co_tiles;
-  const int64_t m_tile = block % t.m_tiles;
-  block /= t.m_tiles;
-  const int64_t g = block % p.groups, n = block / p.groups;
-  const int64_t m0 = m_tile * t.block_n;
-  const int64_t i0 = m0 - t.shift_max;  // x position of x_s row 0
-  const T* x_group = x + n * p.x_batch_stride + g * p.in_channels_per_group * p.x_channel_stride;
-  const uint32_t* w_tile = packed_w + (g * t.co_tiles + co_tile) * t.chunks * p.kernel_size * tile_words;
-
+  uint32_t* w_s = smem;                             // [weight_slots][kMmaBlockM][row_words]
+  uint32_t* x_s = w_s + t.weight_slots * tile_words;  // [x_rows][row_words]
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int warp_row = (warp % kMmaWarpsM) * kMmaWarpTilesM * 16, warp_col = (warp / kMmaWarpsM) * kWarpN;
+  // With one chunk and every tap in shared memory (weight_slots == K) the weight stays resident
+  // while the block walks its tiles; otherwise each (phase, chunk) stages that phase's taps.
+  const bool resident = t.chunks == 1 && t.weight_slots == p.kernel_size;
+  int64_t resident_key = -1;  // (group, co tile) whose weight w_s holds
 
-  for (int64_t phase = 0; phase < p.stride; ++phase) {
-    float acc[kMmaWarpTilesM][kNTiles][4] = {};
-    bool phase_has_taps = false;  // with stride > the kernel's span some phases get bias only
-    for (int64_t k = 0; k < p.kernel_size; ++k) phase_has_taps |= tap_of(k, p.stride, p.padding, p.dilation).phase == phase;
-    for (int64_t chunk = 0; phase_has_taps && chunk < t.chunks; ++chunk) {
-      __syncthreads();  // the previous chunk's fragments are consumed
-      // w_s[tap] = the packed weight of each tap k of this phase (16-byte copies)
-      int taps = 0;
-      for (int64_t k = 0; k < p.kernel_size; ++k) {
-        if (tap_of(k, p.stride, p.padding, p.dilation).phase != phase) continue;
-        const uint4* from = reinterpret_cast<const uint4*>(w_tile + (chunk * p.kernel_size + k) * tile_words);
-        uint4* to = reinterpret_cast<uint4*>(w_s + taps * tile_words);
-        for (int v = threadIdx.x; v < tile_words / 4; v += kMmaThreads) to[v] = from[v];
-        ++taps;
+  // Persistent blocks: tile -> (m tile, n, group, co tile), m tile fastest.
+  const int64_t tiles = t.m_tiles * p.batch * p.groups * t.co_tiles;
+  for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    const int64_t m_tile = tile % t.m_tiles, n = (tile / t.m_tiles) % p.batch;
+    const int64_t weight_key = tile / (t.m_tiles * p.batch);
+    const int64_t g = weight_key % p.groups, co_tile = weight_key / p.groups;
+    const int64_t m0 = m_tile * t.block_n;
+    const int64_t i0 = m0 - t.shift_max;  // x position of x_s row 0
+    const T* x_group = x + n * p.x_batch_stride + g * p.in_channels_per_group * p.x_channel_stride;
+    const uint32_t* w_tile = packed_w + weight_key * t.chunks * p.kernel_size * tile_words;
+
+    // Stages chunk `chunk` of x and the weight: every tap (resident) or the taps of `phase`.
+    auto stage = [&](int64_t chunk, int64_t phase) {
+      __syncthreads();  // the previous fragments are consumed
+      if (!resident || weight_key != resident_key) {
+        int slot = 0;
+        for (int64_t k = 0; k < p.kernel_size; ++k) {
+          if (!resident && tap_of(k, p.stride, p.padding, p.dilation).phase != phase) continue;
+          const uint4* from = reinterpret_cast<const uint4*>(w_tile + (chunk * p.kernel_size + k) * tile_words);
+          uint4* to = reinterpret_cast<uint4*>(w_s + slot * tile_words);
+          for (int v = threadIdx.x; v < tile_words / 4; v += kMmaThreads) to[v] = from[v];
+          ++slot;
+        }
+        resident_key = weight_key;
       }
       // x_s[pos][ci] = x[n, g*Cig + chunk*t.chunk + ci, i0 + pos], zero outside [0, L_in) and the group;
       // a warp per channel row, lanes along positions (coalesced reads)
@@ -161,54 +162,65 @@ __global__ void __launch_bounds__(kMmaThreads) forward_mma_kernel(const T* __res
         const int64_t ci_in_group = chunk * t.chunk + ci;
         const bool channel_inside = ci_in_group < p.in_channels_per_group;
         const T* x_row = x_group + ci_in_group * p.x_channel_stride;
+#pragma unroll 4
         for (int pos = lane; pos < t.x_rows; pos += 32) {
           const int64_t i = i0 + pos;
-          const T value = channel_inside && i >= 0 && i < p.length_in ? x_row[i * p.x_length_stride] : from_float<T>(0.0f);
+          const T value =
+              channel_inside && i >= 0 && i < p.length_in ? x_row[i * p.x_length_stride] : from_float<T>(0.0f);
           store_operand<T, kMath>(x_s, int64_t(pos) * t.row_words * kElementsPerWord + ci, value);
         }
       }
       __syncthreads();
+    };
 
-      int tap_index = 0;
-      for (int64_t k = 0; k < p.kernel_size; ++k) {
-        const Tap tap = tap_of(k, p.stride, p.padding, p.dilation);
-        if (tap.phase != phase) continue;
-        // output m of the tile reads x_s row (m - m0) + (shift_max - shift_k)
-        const uint32_t* w_tap = w_s + tap_index * tile_words + warp_row * t.row_words;
-        const uint32_t* x_tap = x_s + (warp_col + int(t.shift_max - tap.shift)) * t.row_words;
-        ++tap_index;
-        for (int word = 0; word < t.chunk / kElementsPerWord; word += 8) {
-          uint32_t a[kMmaWarpTilesM][4], b[kNTiles][2];
+    if (t.chunks == 1) stage(0, -1);
+    for (int64_t phase = 0; phase < p.stride; ++phase) {
+      float acc[kMmaWarpTilesM][kNTiles][4] = {};
+      bool phase_has_taps = false;  // with stride > the kernel's span some phases get bias only
+      for (int64_t k = 0; k < p.kernel_size; ++k) phase_has_taps |= tap_of(k, p.stride, p.padding, p.dilation).phase == phase;
+      for (int64_t chunk = 0; phase_has_taps && chunk < t.chunks; ++chunk) {
+        if (t.chunks > 1) stage(chunk, phase);
+        int slot = 0;
+        for (int64_t k = 0; k < p.kernel_size; ++k) {
+          const Tap tap = tap_of(k, p.stride, p.padding, p.dilation);
+          if (tap.phase != phase) continue;
+          // output m of the tile reads x_s row (m - m0) + (shift_max - shift_k)
+          const uint32_t* w_tap = w_s + (resident ? k : slot) * tile_words + warp_row * t.row_words;
+          const uint32_t* x_tap = x_s + (warp_col + int(t.shift_max - tap.shift)) * t.row_words;
+          ++slot;
+          for (int word = 0; word < t.chunk / kElementsPerWord; word += 8) {
+            uint32_t a[kMmaWarpTilesM][4], b[kNTiles][2];
 #pragma unroll
-          for (int mt = 0; mt < kMmaWarpTilesM; ++mt) load_a(a[mt], w_tap + mt * 16 * t.row_words + word, t.row_words, lane);
+            for (int mt = 0; mt < kMmaWarpTilesM; ++mt) load_a(a[mt], w_tap + mt * 16 * t.row_words + word, t.row_words, lane);
 #pragma unroll
-          for (int nt = 0; nt < kNTiles; ++nt) load_b(b[nt], x_tap + nt * 8 * t.row_words + word, t.row_words, lane);
+            for (int nt = 0; nt < kNTiles; ++nt) load_b(b[nt], x_tap + nt * 8 * t.row_words + word, t.row_words, lane);
 #pragma unroll
-          for (int mt = 0; mt < kMmaWarpTilesM; ++mt)
+            for (int mt = 0; mt < kMmaWarpTilesM; ++mt)
 #pragma unroll
-            for (int nt = 0; nt < kNTiles; ++nt) mma_step<T, kMath>(acc[mt][nt], a[mt], b[nt]);
+              for (int nt = 0; nt < kNTiles; ++nt) mma_step<T, kMath>(acc[mt][nt], a[mt], b[nt]);
+          }
         }
       }
+      // y[n, co, m*stride + phase] = acc + bias. Accumulator element e of tile (mt, nt) sits at
+      // row lane/4 (+8 for e >= 2) and column 2*(lane%4) + e%2 of the tile.
+#pragma unroll
+      for (int mt = 0; mt < kMmaWarpTilesM; ++mt)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int64_t co = co_tile * kMmaBlockM + warp_row + mt * 16 + lane / 4 + half * 8;
+          if (co >= p.out_channels_per_group) continue;
+          const int64_t channel = g * p.out_channels_per_group + co;
+          const float bias_value = bias ? to_float(bias[channel]) : 0.0f;
+          T* y_row = y + (n * p.out_channels + channel) * p.length_out;
+#pragma unroll
+          for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const int64_t j = (m0 + warp_col + nt * 8 + 2 * (lane % 4) + e) * p.stride + phase;
+              if (j < p.length_out) y_row[j] = from_float<T>(acc[mt][nt][half * 2 + e] + bias_value);
+            }
+        }
     }
-    // y[n, co, m*stride + phase] = acc + bias. Accumulator element e of tile (mt, nt) sits at
-    // row lane/4 (+8 for e >= 2) and column 2*(lane%4) + e%2 of the tile.
-#pragma unroll
-    for (int mt = 0; mt < kMmaWarpTilesM; ++mt)
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int64_t co = co_tile * kMmaBlockM + warp_row + mt * 16 + lane / 4 + half * 8;
-        if (co >= p.out_channels_per_group) continue;
-        const int64_t channel = g * p.out_channels_per_group + co;
-        const float bias_value = bias ? to_float(bias[channel]) : 0.0f;
-        T* y_row = y + (n * p.out_channels + channel) * p.length_out;
-#pragma unroll
-        for (int nt = 0; nt < kNTiles; ++nt)
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int64_t j = (m0 + warp_col + nt * 8 + 2 * (lane % 4) + e) * p.stride + phase;
-            if (j < p.length_out) y_row[j] = from_float<T>(acc[mt][nt][half * 2 + e] + bias_value);
-          }
-      }
   }
 }
 
