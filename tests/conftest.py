@@ -83,6 +83,7 @@ CASES = [
     Case(2, 64, 32, 4, 257, stride=2, padding=1, groups=2),
     Case(1, 16, 16, 16, 37, stride=8, padding=4, layout="channels_last"),
     Case(1, 16, 24, 10, 41, stride=5, output_padding=3, bias=False, batched=False),
+    Case(1, 64, 16, 12, 50, stride=4, padding=2),  # one chunk, weight staged per phase
 ]
 
 

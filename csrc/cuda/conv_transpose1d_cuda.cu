@@ -37,8 +37,7 @@ std::optional<MmaShape> make_mma_shape(const ConvTParams& p, at::ScalarType dtyp
   if (dtype == at::kDouble || p.in_channels_per_group < 8 || p.out_channels_per_group < 8) return std::nullopt;
   const int elements_per_word = dtype == at::kFloat ? 1 : 2;
   MmaShape t;
-  const int n_tiles = p.stride == 1 ? 4 : p.stride == 2 ? 2 : 1;
-  t.block_n = kMmaWarpsN * n_tiles * 8;
+  t.block_n = kMmaWarpsN * kMmaWarpTilesN * 8;
   t.shift_min = tap_of(0, p.stride, p.padding, p.dilation).shift;
   t.shift_max = tap_of(p.kernel_size - 1, p.stride, p.padding, p.dilation).shift;
   t.x_rows = int(t.block_n + t.shift_max - t.shift_min);
@@ -61,9 +60,9 @@ std::optional<MmaShape> make_mma_shape(const ConvTParams& p, at::ScalarType dtyp
   return std::nullopt;
 }
 
-template <typename T, Math kMath, int kNTiles>
-void launch_mma(const ConvTParams& p, const MmaShape& t, const T* x, const uint32_t* packed_w, const T* bias, T* y) {
-  auto kernel = forward_mma_kernel<T, kMath, kNTiles>;
+template <typename T, Math kMath>
+void launch_mma_kernel(const ConvTParams& p, const MmaShape& t, const T* x, const uint32_t* packed_w, const T* bias, T* y) {
+  auto kernel = forward_mma_kernel<T, kMath>;
   C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(t.smem_bytes)));
   int blocks_per_sm = 0;
   C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, kernel, kMmaThreads, t.smem_bytes));
@@ -75,7 +74,7 @@ void launch_mma(const ConvTParams& p, const MmaShape& t, const T* x, const uint3
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-// Packs the weight (pack_weight_kernel), then runs the tile kernel with n_tiles n8 tiles per warp.
+// Packs the weight (pack_weight_kernel), then runs the tile kernel.
 template <typename T, Math kMath>
 void launch_mma(const ConvTParams& p, const MmaShape& t, const at::Tensor& x, const at::Tensor& w,
                 const at::Tensor& bias, const at::Tensor& y) {
@@ -88,11 +87,7 @@ void launch_mma(const ConvTParams& p, const MmaShape& t, const at::Tensor& x, co
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   const T* bias_data = bias.defined() ? as_t(bias) : nullptr;
   const uint32_t* packed_w = reinterpret_cast<const uint32_t*>(packed.data_ptr());
-  switch (t.block_n / (kMmaWarpsN * 8)) {
-    case 4: return launch_mma<T, kMath, 4>(p, t, as_t(x), packed_w, bias_data, as_t(y));
-    case 2: return launch_mma<T, kMath, 2>(p, t, as_t(x), packed_w, bias_data, as_t(y));
-    default: return launch_mma<T, kMath, 1>(p, t, as_t(x), packed_w, bias_data, as_t(y));
-  }
+  launch_mma_kernel<T, kMath>(p, t, as_t(x), packed_w, bias_data, as_t(y));
 }
 
 // float32 follows PyTorch's convolution setting: TF32 when cuDNN may use it, else 3xTF32.

@@ -18,11 +18,12 @@ namespace convt::cuda {
 constexpr int kMmaWarpsM = 2, kMmaWarpsN = 4, kMmaThreads = 32 * kMmaWarpsM * kMmaWarpsN;
 constexpr int kMmaBlockM = 64;  // output channels per block: 2 warps x 2 m16 tiles
 constexpr int kMmaWarpTilesM = kMmaBlockM / (kMmaWarpsM * 16);
+constexpr int kMmaWarpTilesN = 4;  // n8 tiles per warp: a block covers 4 * 4 * 8 = 128 outputs m per phase
 
 // The launch geometry and shared-memory layout of one problem, computed on the host (make_mma_shape).
 struct MmaShape {
   int64_t co_tiles, m_tiles, chunks;  // tiles of C_out/groups, of the phase length, chunks of C_in/groups
-  int block_n;                        // outputs m per phase in a tile (kMmaWarpsN * n_tiles * 8)
+  int block_n;                        // outputs m per phase in a tile (kMmaWarpsN * kMmaWarpTilesN * 8)
   int chunk;                          // input channels per chunk (a multiple of 16)
   int row_words;                      // words per row of w_s and x_s: chunk words + 4 (conflict-free fragments)
   int x_rows;                         // positions in x_s: block_n + shift_max - shift_min
@@ -113,12 +114,13 @@ __global__ void pack_weight_kernel(const T* __restrict__ w, uint32_t* __restrict
   }
 }
 
-template <typename T, Math kMath, int kNTiles>
+template <typename T, Math kMath>
 __global__ void __launch_bounds__(kMmaThreads, 2) forward_mma_kernel(const T* __restrict__ x,
                                                                   const uint32_t* __restrict__ packed_w,
                                                                   const T* __restrict__ bias, T* __restrict__ y,
                                                                   ConvTParams p, MmaShape t) {
   constexpr int kElementsPerWord = kMath == Math::k16Bit ? 2 : 1;
+  constexpr int kNTiles = kMmaWarpTilesN;
   constexpr int kWarpN = kNTiles * 8;  // outputs m per warp
   extern __shared__ __align__(16) uint32_t smem[];
   const int tile_words = kMmaBlockM * t.row_words;  // one tap of w_s
@@ -142,22 +144,20 @@ __global__ void __launch_bounds__(kMmaThreads, 2) forward_mma_kernel(const T* __
     const T* x_group = x + n * p.x_batch_stride + g * p.in_channels_per_group * p.x_channel_stride;
     const uint32_t* w_tile = packed_w + weight_key * t.chunks * p.kernel_size * tile_words;
 
-    // Stages chunk `chunk` of x and the weight: every tap (resident) or the taps of `phase`.
-    auto stage = [&](int64_t chunk, int64_t phase) {
-      __syncthreads();  // the previous fragments are consumed
-      if (!resident || weight_key != resident_key) {
-        int slot = 0;
-        for (int64_t k = 0; k < p.kernel_size; ++k) {
-          if (!resident && tap_of(k, p.stride, p.padding, p.dilation).phase != phase) continue;
-          const uint4* from = reinterpret_cast<const uint4*>(w_tile + (chunk * p.kernel_size + k) * tile_words);
-          uint4* to = reinterpret_cast<uint4*>(w_s + slot * tile_words);
-          for (int v = threadIdx.x; v < tile_words / 4; v += kMmaThreads) to[v] = from[v];
-          ++slot;
-        }
-        resident_key = weight_key;
+    // w_s = the packed weight of every tap (resident) or of the taps of `phase`, 16-byte copies
+    auto stage_weight = [&](int64_t chunk, int64_t phase) {
+      int slot = 0;
+      for (int64_t k = 0; k < p.kernel_size; ++k) {
+        if (!resident && tap_of(k, p.stride, p.padding, p.dilation).phase != phase) continue;
+        const uint4* from = reinterpret_cast<const uint4*>(w_tile + (chunk * p.kernel_size + k) * tile_words);
+        uint4* to = reinterpret_cast<uint4*>(w_s + slot * tile_words);
+        for (int v = threadIdx.x; v < tile_words / 4; v += kMmaThreads) to[v] = from[v];
+        ++slot;
       }
-      // x_s[pos][ci] = x[n, g*Cig + chunk*t.chunk + ci, i0 + pos], zero outside [0, L_in) and the group;
-      // a warp per channel row, lanes along positions (coalesced reads)
+    };
+    // x_s[pos][ci] = x[n, g*Cig + chunk*t.chunk + ci, i0 + pos], zero outside [0, L_in) and the group;
+    // a warp per channel row, lanes along positions (coalesced reads)
+    auto stage_x = [&](int64_t chunk) {
       for (int ci = warp; ci < t.chunk; ci += kMmaWarpsM * kMmaWarpsN) {
         const int64_t ci_in_group = chunk * t.chunk + ci;
         const bool channel_inside = ci_in_group < p.in_channels_per_group;
@@ -170,16 +170,27 @@ __global__ void __launch_bounds__(kMmaThreads, 2) forward_mma_kernel(const T* __
           store_operand<T, kMath>(x_s, int64_t(pos) * t.row_words * kElementsPerWord + ci, value);
         }
       }
-      __syncthreads();
     };
 
-    if (t.chunks == 1) stage(0, -1);
+    // One chunk: x once per tile (and a resident weight when the tile's weight changes).
+    if (t.chunks == 1) {
+      __syncthreads();  // the previous tile's fragments are consumed
+      stage_x(0);
+      if (resident && weight_key != resident_key) stage_weight(0, -1);
+      resident_key = weight_key;
+      __syncthreads();
+    }
     for (int64_t phase = 0; phase < p.stride; ++phase) {
       float acc[kMmaWarpTilesM][kNTiles][4] = {};
       bool phase_has_taps = false;  // with stride > the kernel's span some phases get bias only
       for (int64_t k = 0; k < p.kernel_size; ++k) phase_has_taps |= tap_of(k, p.stride, p.padding, p.dilation).phase == phase;
       for (int64_t chunk = 0; phase_has_taps && chunk < t.chunks; ++chunk) {
-        if (t.chunks > 1) stage(chunk, phase);
+        if (!resident) {  // this phase's taps (and, with several chunks, this chunk of x)
+          __syncthreads();
+          if (t.chunks > 1) stage_x(chunk);
+          stage_weight(chunk, phase);
+          __syncthreads();
+        }
         int slot = 0;
         for (int64_t k = 0; k < p.kernel_size; ++k) {
           const Tap tap = tap_of(k, p.stride, p.padding, p.dilation);
