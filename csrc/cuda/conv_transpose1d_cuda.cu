@@ -20,6 +20,12 @@ constexpr int kDirectThreads = 256;
 constexpr int kReduceThreads = 256;
 constexpr size_t kMmaSmemBudget = 110 * 1024;  // two blocks per SM
 
+// Blocks of the row kernels (direct.cuh): positions along x, rows along y.
+dim3 row_grid(int64_t rows, int64_t length, int threads) {
+  const int64_t position_blocks = std::min<int64_t>((length + threads - 1) / threads, 1 << 20);
+  return dim3(unsigned(position_blocks), unsigned(std::min<int64_t>(rows, 65535)));
+}
+
 int grid_size(int64_t items, int threads) {
   const int64_t blocks = (items + threads - 1) / threads;
   const int64_t cap = int64_t(at::cuda::getCurrentDeviceProperties()->multiProcessorCount) * 64;
@@ -114,7 +120,7 @@ void forward(const at::Tensor& x, const at::Tensor& w, const std::optional<at::T
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "conv_transpose1d_cuda_direct", [&] {
     using acc_t = at::opmath_type<scalar_t>;
     forward_direct_kernel<scalar_t, acc_t>
-        <<<grid_size(y.numel(), kDirectThreads), kDirectThreads, 0, stream>>>(
+        <<<row_grid(p.batch * p.out_channels, p.length_out, kDirectThreads), kDirectThreads, 0, stream>>>(
             x.data_ptr<scalar_t>(), w.data_ptr<scalar_t>(), data_or_null<scalar_t>(bias_c), y.data_ptr<scalar_t>(), p);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
@@ -128,7 +134,8 @@ void backward(const at::Tensor& grad_y, const at::Tensor& x, const at::Tensor& w
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "conv_transpose1d_backward_cuda", [&] {
     using acc_t = at::opmath_type<scalar_t>;
     if (grad_x.defined()) {
-      grad_input_direct_kernel<scalar_t, acc_t><<<grid_size(grad_x.numel(), kDirectThreads), kDirectThreads, 0, stream>>>(
+      grad_input_direct_kernel<scalar_t, acc_t>
+          <<<row_grid(p.batch * p.in_channels, p.length_in, kDirectThreads), kDirectThreads, 0, stream>>>(
           grad_y.data_ptr<scalar_t>(), w.data_ptr<scalar_t>(), grad_x.data_ptr<scalar_t>(), p);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     }

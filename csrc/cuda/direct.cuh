@@ -12,30 +12,58 @@ namespace convt::cuda {
   for (int64_t index = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; index < (count);                \
        index += int64_t(blockDim.x) * gridDim.x)
 
+// The taps' (phase, shift) in shared memory, so the inner loops do no division (kernels longer than
+// kTableTaps compute the rest on the fly).
+struct TapTable {
+  static constexpr int kTableTaps = 64;
+  Tap entries[kTableTaps];
+
+  __device__ void fill(const ConvTParams& p) {
+    for (int64_t k = threadIdx.x; k < p.kernel_size && k < kTableTaps; k += blockDim.x) {
+      entries[k] = tap_of(k, p.stride, p.padding, p.dilation);
+    }
+    __syncthreads();
+  }
+  __device__ Tap operator()(int64_t k, const ConvTParams& p) const {
+    return k < kTableTaps ? entries[k] : tap_of(k, p.stride, p.padding, p.dilation);
+  }
+};
+
+// Grid of the row kernels below: blockIdx.y walks rows (n, channel), blockIdx.x and the threads walk
+// positions along the row.
+#define CONVT_ROW_LOOP(row, rows) for (int64_t row = blockIdx.y; row < (rows); row += gridDim.y)
+#define CONVT_POSITION_LOOP(position, length)                                                            \
+  for (int64_t position = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; position < (length);            \
+       position += int64_t(blockDim.x) * gridDim.x)
+
 // y[n, co, j] = bias[co] + sum over ci of co's group and taps k of w[ci, co mod Cog, k] * x[n, ci, i],
 // where tap k reaches output j iff j mod stride == phase_k, with i = j div stride - shift_k.
 // y is contiguous (N, C_out, L_out); x and w are read through their element strides.
 template <typename scalar_t, typename acc_t>
 __global__ void forward_direct_kernel(const scalar_t* __restrict__ x, const scalar_t* __restrict__ w,
                                       const scalar_t* __restrict__ bias, scalar_t* __restrict__ y, ConvTParams p) {
-  const int64_t count = p.batch * p.out_channels * p.length_out;
-  CONVT_GRID_STRIDE_LOOP(index, count) {
-    const int64_t j = index % p.length_out;
-    const int64_t row = index / p.length_out;
+  __shared__ TapTable taps;
+  taps.fill(p);
+  CONVT_ROW_LOOP(row, p.batch * p.out_channels) {
     const int64_t co = row % p.out_channels, n = row / p.out_channels;
     const int64_t g = co / p.out_channels_per_group, co_in_group = co % p.out_channels_per_group;
-    const int64_t phase = j % p.stride, m = j / p.stride;
-    acc_t acc = bias ? acc_t(bias[co]) : acc_t(0);
-    for (int64_t k = 0; k < p.kernel_size; ++k) {
-      const Tap tap = tap_of(k, p.stride, p.padding, p.dilation);
-      const int64_t i = m - tap.shift;
-      if (tap.phase != phase || i < 0 || i >= p.length_in) continue;
-      for (int64_t ci = g * p.in_channels_per_group; ci < (g + 1) * p.in_channels_per_group; ++ci) {
-        acc += acc_t(w[ci * p.w_in_stride + co_in_group * p.w_out_stride + k * p.w_tap_stride]) *
-               acc_t(x[n * p.x_batch_stride + ci * p.x_channel_stride + i * p.x_length_stride]);
+    const scalar_t* x_group = x + n * p.x_batch_stride + g * p.in_channels_per_group * p.x_channel_stride;
+    const scalar_t* w_column = w + g * p.in_channels_per_group * p.w_in_stride + co_in_group * p.w_out_stride;
+    const acc_t bias_value = bias ? acc_t(bias[co]) : acc_t(0);
+    CONVT_POSITION_LOOP(j, p.length_out) {
+      const int64_t phase = j % p.stride, m = j / p.stride;
+      acc_t acc = bias_value;
+      for (int64_t k = 0; k < p.kernel_size; ++k) {
+        const Tap tap = taps(k, p);
+        const int64_t i = m - tap.shift;
+        if (tap.phase != phase || i < 0 || i >= p.length_in) continue;
+        for (int64_t ci = 0; ci < p.in_channels_per_group; ++ci) {
+          acc += acc_t(w_column[ci * p.w_in_stride + k * p.w_tap_stride]) *
+                 acc_t(x_group[ci * p.x_channel_stride + i * p.x_length_stride]);
+        }
       }
+      y[row * p.length_out + j] = scalar_t(acc);
     }
-    y[index] = scalar_t(acc);
   }
 }
 
@@ -45,24 +73,26 @@ __global__ void forward_direct_kernel(const scalar_t* __restrict__ x, const scal
 template <typename scalar_t, typename acc_t>
 __global__ void grad_input_direct_kernel(const scalar_t* __restrict__ grad_y, const scalar_t* __restrict__ w,
                                          scalar_t* __restrict__ grad_x, ConvTParams p) {
-  const int64_t count = p.batch * p.in_channels * p.length_in;
-  CONVT_GRID_STRIDE_LOOP(index, count) {
-    const int64_t i = index % p.length_in;
-    const int64_t row = index / p.length_in;
+  __shared__ TapTable taps;
+  taps.fill(p);
+  CONVT_ROW_LOOP(row, p.batch * p.in_channels) {
     const int64_t ci = row % p.in_channels, n = row / p.in_channels;
     const int64_t g = ci / p.in_channels_per_group;
-    acc_t acc = 0;
-    for (int64_t k = 0; k < p.kernel_size; ++k) {
-      const Tap tap = tap_of(k, p.stride, p.padding, p.dilation);
-      const int64_t j = (i + tap.shift) * p.stride + tap.phase;
-      if (j < 0 || j >= p.length_out) continue;
-      for (int64_t co_in_group = 0; co_in_group < p.out_channels_per_group; ++co_in_group) {
-        const int64_t co = g * p.out_channels_per_group + co_in_group;
-        acc += acc_t(w[ci * p.w_in_stride + co_in_group * p.w_out_stride + k * p.w_tap_stride]) *
-               acc_t(grad_y[n * p.y_batch_stride + co * p.y_channel_stride + j * p.y_length_stride]);
+    const scalar_t* grad_y_group = grad_y + n * p.y_batch_stride + g * p.out_channels_per_group * p.y_channel_stride;
+    const scalar_t* w_row = w + ci * p.w_in_stride;
+    CONVT_POSITION_LOOP(i, p.length_in) {
+      acc_t acc = 0;
+      for (int64_t k = 0; k < p.kernel_size; ++k) {
+        const Tap tap = taps(k, p);
+        const int64_t j = (i + tap.shift) * p.stride + tap.phase;
+        if (j < 0 || j >= p.length_out) continue;
+        for (int64_t co_in_group = 0; co_in_group < p.out_channels_per_group; ++co_in_group) {
+          acc += acc_t(w_row[co_in_group * p.w_out_stride + k * p.w_tap_stride]) *
+                 acc_t(grad_y_group[co_in_group * p.y_channel_stride + j * p.y_length_stride]);
+        }
       }
+      grad_x[row * p.length_in + i] = scalar_t(acc);
     }
-    grad_x[index] = scalar_t(acc);
   }
 }
 
