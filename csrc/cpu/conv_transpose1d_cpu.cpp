@@ -1,8 +1,6 @@
 // CPU kernels. Two paths, chosen in one place (use_direct_path):
-//  - GEMM: per tap k, a batched GEMM over the groups between the weight tap and a shifted window of
-//    x, accumulated into the phase of y that the tap feeds (convt.h, "Polyphase indexing"). For
-//    stride 1 the single phase is y itself; otherwise phases are accumulated in a phase-major
-//    buffer and interleaved into y once.
+//  - GEMM: output tiles (convt.h, "Polyphase indexing": one phase, a run of positions) accumulate one
+//    GEMM per tap of the phase on windows of x read in place; grad_input likewise on grad_y's phases.
 //  - direct: loops for few channels per group (depthwise), where GEMMs would be 1x1 matrices.
 // float16 / bfloat16 are computed in float32, float64 in float64.
 #include "cpu/conv_transpose1d_cpu.h"
@@ -10,6 +8,11 @@
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
+#include <ATen/native/CPUBlas.h>
+
+#include <algorithm>
+#include <type_traits>
+#include <vector>
 
 namespace convt::cpu {
 namespace {
@@ -32,7 +35,26 @@ void finish(const at::Tensor& out, const at::Tensor& buffer) {
 
 bool use_direct_path(const ConvTParams& p) { return p.in_channels_per_group * p.out_channels_per_group <= 64; }
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+constexpr int64_t kTileColumns = 128;  // output (or input) positions per GEMM tile
+
+// c (M x N, row stride ldc) += a (M x K) @ b (K x N), row-major with unit stride along rows. For float,
+// oneDNN's AVX-512 brgemm micro-kernel that ATen exports (2-3x MKL's sgemm on AMD CPUs); otherwise
+// at::addmm_ on views of the same memory. Called inside parallel regions: single-threaded.
+template <typename scalar_t>
+void gemm_accumulate(int64_t M, int64_t N, int64_t K, const scalar_t* a, int64_t lda, const scalar_t* b, int64_t ldb,
+                     scalar_t* c, int64_t ldc) {
+#if defined(CPUBLAS_BRGEMM_F32F32F32)
+  if constexpr (std::is_same_v<scalar_t, float>) {
+    at::native::cpublas::brgemm(M, N, K, lda, ldb, ldc, /*add_C=*/true, a, b, c, /*is_vnni=*/false);
+    return;
+  }
+#endif
+  const auto options = at::TensorOptions().dtype(c10::CppTypeToScalarType<scalar_t>::value);
+  at::from_blob(c, {M, N}, {ldc, 1}, options)
+      .addmm_(at::from_blob(const_cast<scalar_t*>(a), {M, K}, {lda, 1}, options),
+              at::from_blob(const_cast<scalar_t*>(b), {K, N}, {ldb, 1}, options));
+}
 
 // The weight as one (G, rows, cols) matrix batch per tap: taps[k][g] is w[g*Cig:(g+1)*Cig, :, k],
 // transposed to (Cog, Cig) when `transposed`.
@@ -41,47 +63,66 @@ at::Tensor weight_taps(const at::Tensor& w, const ConvTParams& p, bool transpose
   return (transposed ? grouped.permute({3, 0, 2, 1}) : grouped.permute({3, 0, 1, 2})).contiguous();
 }
 
-// (G, channels_per_group, columns [begin, begin + count)) of one batch element of a (N, C, L) tensor.
-at::Tensor group_window(const at::Tensor& t, int64_t n, int64_t groups, int64_t begin, int64_t count) {
-  return t.select(0, n).view({groups, -1, t.size(-1)}).narrow(2, begin, count);
-}
+// ---- GEMM path ---------------------------------------------------------------------------------
+// Forward: tiles of (n, group, phase, kTileColumns outputs m of the phase). A tile starts at the bias
+// and accumulates, per tap k of its phase, W_k^T (Cog x Cig) @ x[n, group, m - shift_k] (a window of
+// x read in place), then is written to y[n, :, m*stride + phase]. With stride 1 the tile is y itself.
 
-// ---- GEMM path -----------------------------------------------------------------------------
-
+template <typename scalar_t>
 void forward_gemm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias, const at::Tensor& y,
                   const ConvTParams& p) {
-  const int64_t phase_capacity = ceil_div(p.length_out, p.stride);
-  // phases[phase] holds y[:, :, phase::stride]; with stride 1 it is y.
-  const at::Tensor phases =
-      p.stride == 1 ? y.unsqueeze(0) : at::empty({p.stride, p.batch, p.out_channels, phase_capacity}, y.options());
-  if (bias.defined()) {
-    phases.copy_(bias.view({1, 1, p.out_channels, 1}).expand_as(phases));
-  } else {
-    phases.zero_();
-  }
+  const int64_t Cig = p.in_channels_per_group, Cog = p.out_channels_per_group;
   const at::Tensor w_taps = weight_taps(w, p, /*transposed=*/true);  // (K, G, Cog, Cig)
-  for (int64_t k = 0; k < p.kernel_size; ++k) {
-    const Tap tap = tap_of(k, p.stride, p.padding, p.dilation);
-    const TapRange r = tap_range(tap, phase_length(tap.phase, p.length_out, p.stride), p.length_in);
-    if (r.empty()) continue;
-    for (int64_t n = 0; n < p.batch; ++n) {
-      group_window(phases[tap.phase], n, p.groups, r.begin, r.end - r.begin)
-          .baddbmm_(w_taps[k], group_window(x, n, p.groups, r.begin - tap.shift, r.end - r.begin));
+  const scalar_t* w_data = w_taps.data_ptr<scalar_t>();
+  const scalar_t* x_data = x.data_ptr<scalar_t>();
+  const scalar_t* bias_data = bias.defined() ? bias.data_ptr<scalar_t>() : nullptr;
+  scalar_t* y_data = y.data_ptr<scalar_t>();
+  const int64_t phases = std::min(p.stride, p.length_out);
+  const int64_t blocks = (phase_length(0, p.length_out, p.stride) + kTileColumns - 1) / kTileColumns;
+  at::parallel_for(0, p.batch * p.groups * phases * blocks, 1, [&](int64_t begin, int64_t end) {
+    std::vector<scalar_t> buffer(p.stride > 1 ? Cog * kTileColumns : 0);
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t block = task % blocks, phase = (task / blocks) % phases;
+      const int64_t g = (task / (blocks * phases)) % p.groups, n = task / (blocks * phases * p.groups);
+      const int64_t length = phase_length(phase, p.length_out, p.stride);
+      const int64_t m0 = block * kTileColumns, width = std::min(kTileColumns, length - m0);
+      if (width <= 0) continue;
+      scalar_t* y_tile = y_data + (n * p.out_channels + g * Cog) * p.length_out;
+      // the tile: y itself (stride 1) or the buffer
+      scalar_t* tile = p.stride == 1 ? y_tile + m0 : buffer.data();
+      const int64_t ld_tile = p.stride == 1 ? p.length_out : width;
+      for (int64_t co = 0; co < Cog; ++co) {
+        std::fill(tile + co * ld_tile, tile + co * ld_tile + width, bias_data ? bias_data[g * Cog + co] : scalar_t(0));
+      }
+      for (int64_t k = 0; k < p.kernel_size; ++k) {
+        const Tap tap = tap_of(k, p.stride, p.padding, p.dilation);
+        if (tap.phase != phase) continue;
+        const int64_t lo = std::max(m0, tap.shift), hi = std::min(m0 + width, p.length_in + tap.shift);
+        if (lo >= hi) continue;
+        gemm_accumulate<scalar_t>(Cog, hi - lo, Cig, w_data + (k * p.groups + g) * Cog * Cig, Cig,
+                                  x_data + (n * p.in_channels + g * Cig) * p.length_in + (lo - tap.shift), p.length_in,
+                                  tile + (lo - m0), ld_tile);
+      }
+      if (p.stride > 1) {
+        for (int64_t co = 0; co < Cog; ++co) {
+          scalar_t* out = y_tile + co * p.length_out + m0 * p.stride + phase;
+          for (int64_t c = 0; c < width; ++c) out[c * p.stride] = tile[co * width + c];
+        }
+      }
     }
-  }
-  if (p.stride > 1) {
-    for (int64_t phase = 0; phase < std::min(p.stride, p.length_out); ++phase) {
-      y.slice(2, phase, p.length_out, p.stride)
-          .copy_(phases[phase].narrow(2, 0, phase_length(phase, p.length_out, p.stride)));
-    }
-  }
+  });
 }
 
+// Backward. grad_y's phases (grad_y[:, :, phase::stride], a copy only when stride > 1) are read in
+// place: tap k of input i reads output m = i + shift_k of phase phase_k.
+//   grad_x: tiles of (n, group, kTileColumns inputs), accumulating W_k (Cig x Cog) @ phase window.
+//   grad_w: per tap, sum over the batch of X[n, g] @ window^T (ATen GEMMs, deterministic order).
+template <typename scalar_t>
 void backward_gemm(const at::Tensor& grad_y, const at::Tensor& x, const at::Tensor& w, const ConvTParams& p,
                    const at::Tensor& grad_x, const at::Tensor& grad_w) {
-  const int64_t phase_capacity = ceil_div(p.length_out, p.stride);
-  // phases[phase] holds grad_y[:, :, phase::stride], as in the forward.
-  at::Tensor phases = grad_y.unsqueeze(0);
+  const int64_t Cig = p.in_channels_per_group, Cog = p.out_channels_per_group;
+  const int64_t phase_capacity = phase_length(0, p.length_out, p.stride);
+  at::Tensor phases = grad_y.unsqueeze(0);  // (stride, N, C_out, phase_capacity)
   if (p.stride > 1) {
     phases = at::empty({p.stride, p.batch, p.out_channels, phase_capacity}, grad_y.options());
     for (int64_t phase = 0; phase < std::min(p.stride, p.length_out); ++phase) {
@@ -90,32 +131,46 @@ void backward_gemm(const at::Tensor& grad_y, const at::Tensor& x, const at::Tens
           .copy_(grad_y.slice(2, phase, p.length_out, p.stride));
     }
   }
-  at::Tensor w_taps, grad_w_taps;
+  const scalar_t* phases_data = phases.data_ptr<scalar_t>();
+  const int64_t phase_stride = p.batch * p.out_channels * phase_capacity;
   if (grad_x.defined()) {
-    grad_x.zero_();
-    w_taps = weight_taps(w, p, /*transposed=*/false);  // (K, G, Cig, Cog)
+    const at::Tensor w_taps = weight_taps(w, p, /*transposed=*/false);  // (K, G, Cig, Cog)
+    const scalar_t* w_data = w_taps.data_ptr<scalar_t>();
+    scalar_t* grad_x_data = grad_x.data_ptr<scalar_t>();
+    const int64_t blocks = (p.length_in + kTileColumns - 1) / kTileColumns;
+    at::parallel_for(0, p.batch * p.groups * blocks, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t task = begin; task < end; ++task) {
+        const int64_t block = task % blocks, g = (task / blocks) % p.groups, n = task / (blocks * p.groups);
+        const int64_t i0 = block * kTileColumns, width = std::min(kTileColumns, p.length_in - i0);
+        scalar_t* tile = grad_x_data + (n * p.in_channels + g * Cig) * p.length_in + i0;
+        for (int64_t ci = 0; ci < Cig; ++ci) std::fill(tile + ci * p.length_in, tile + ci * p.length_in + width, scalar_t(0));
+        for (int64_t k = 0; k < p.kernel_size; ++k) {
+          const Tap tap = tap_of(k, p.stride, p.padding, p.dilation);
+          const int64_t length = phase_length(tap.phase, p.length_out, p.stride);
+          const int64_t lo = std::max(i0, -tap.shift), hi = std::min(i0 + width, length - tap.shift);
+          if (lo >= hi) continue;
+          const scalar_t* window =
+              phases_data + tap.phase * phase_stride + (n * p.out_channels + g * Cog) * phase_capacity + lo + tap.shift;
+          gemm_accumulate<scalar_t>(Cig, hi - lo, Cog, w_data + (k * p.groups + g) * Cig * Cog, Cog, window,
+                                    phase_capacity, tile + (lo - i0), p.length_in);
+        }
+      }
+    });
   }
   if (grad_w.defined()) {
-    grad_w_taps = at::zeros({p.kernel_size, p.groups, p.in_channels_per_group, p.out_channels_per_group}, w.options());
-  }
-  for (int64_t k = 0; k < p.kernel_size; ++k) {
-    const Tap tap = tap_of(k, p.stride, p.padding, p.dilation);
-    const TapRange r = tap_range(tap, phase_length(tap.phase, p.length_out, p.stride), p.length_in);
-    if (r.empty()) continue;
-    for (int64_t n = 0; n < p.batch; ++n) {
-      const at::Tensor grad_y_window = group_window(phases[tap.phase], n, p.groups, r.begin, r.end - r.begin);
-      if (grad_x.defined()) {
-        group_window(grad_x, n, p.groups, r.begin - tap.shift, r.end - r.begin).baddbmm_(w_taps[k], grad_y_window);
-      }
-      if (grad_w.defined()) {
-        grad_w_taps[k].baddbmm_(group_window(x, n, p.groups, r.begin - tap.shift, r.end - r.begin),
-                                grad_y_window.transpose(1, 2));
+    at::Tensor grad_w_taps = at::zeros({p.kernel_size, p.groups, Cig, Cog}, w.options());
+    for (int64_t k = 0; k < p.kernel_size; ++k) {
+      const Tap tap = tap_of(k, p.stride, p.padding, p.dilation);
+      const TapRange r = tap_range(tap, phase_length(tap.phase, p.length_out, p.stride), p.length_in);
+      if (r.empty()) continue;
+      for (int64_t n = 0; n < p.batch; ++n) {
+        const at::Tensor x_window = x.select(0, n).view({p.groups, Cig, p.length_in}).narrow(2, r.begin - tap.shift, r.end - r.begin);
+        const at::Tensor grad_y_window =
+            phases[tap.phase].select(0, n).view({p.groups, Cog, phase_capacity}).narrow(2, r.begin, r.end - r.begin);
+        for (int64_t g = 0; g < p.groups; ++g) grad_w_taps[k][g].addmm_(x_window[g], grad_y_window[g].t());
       }
     }
-  }
-  if (grad_w.defined()) {
-    // (K, G, Cig, Cog) -> (G*Cig, Cog, K)
-    grad_w.copy_(grad_w_taps.permute({1, 2, 3, 0}).reshape(grad_w.sizes()));
+    grad_w.copy_(grad_w_taps.permute({1, 2, 3, 0}).reshape(grad_w.sizes()));  // (K, G, Cig, Cog) -> (G*Cig, Cog, K)
   }
 }
 
@@ -209,13 +264,13 @@ void forward(const at::Tensor& x, const at::Tensor& w, const std::optional<at::T
   const at::Tensor x_c = to_compute(x), w_c = to_compute(w);
   const at::Tensor bias_c = bias.has_value() && bias->defined() ? to_compute(*bias) : at::Tensor();
   const at::Tensor y_c = compute_buffer(y);
-  if (use_direct_path(p)) {
-    AT_DISPATCH_FLOATING_TYPES(y_c.scalar_type(), "conv_transpose1d_cpu", [&] {
+  AT_DISPATCH_FLOATING_TYPES(y_c.scalar_type(), "conv_transpose1d_cpu", [&] {
+    if (use_direct_path(p)) {
       forward_direct<scalar_t>(x_c, w_c, bias_c, y_c, p);
-    });
-  } else {
-    forward_gemm(x_c, w_c, bias_c, y_c, p);
-  }
+    } else {
+      forward_gemm<scalar_t>(x_c, w_c, bias_c, y_c, p);
+    }
+  });
   finish(y, y_c);
 }
 
@@ -228,13 +283,13 @@ void backward(const at::Tensor& grad_y, const at::Tensor& x, const at::Tensor& w
   const at::Tensor x_c = to_compute(x), w_c = to_compute(w);
   const at::Tensor grad_x_c = grad_x.defined() ? compute_buffer(grad_x) : at::Tensor();
   const at::Tensor grad_w_c = grad_w.defined() ? compute_buffer(grad_w) : at::Tensor();
-  if (use_direct_path(p)) {
-    AT_DISPATCH_FLOATING_TYPES(grad_y_c.scalar_type(), "conv_transpose1d_backward_cpu", [&] {
+  AT_DISPATCH_FLOATING_TYPES(grad_y_c.scalar_type(), "conv_transpose1d_backward_cpu", [&] {
+    if (use_direct_path(p)) {
       backward_direct<scalar_t>(grad_y_c, x_c, w_c, p, grad_x_c, grad_w_c);
-    });
-  } else {
-    backward_gemm(grad_y_c, x_c, w_c, p, grad_x_c, grad_w_c);
-  }
+    } else {
+      backward_gemm<scalar_t>(grad_y_c, x_c, w_c, p, grad_x_c, grad_w_c);
+    }
+  });
   if (grad_x.defined()) finish(grad_x, grad_x_c);
   if (grad_w.defined()) finish(grad_w, grad_w_c);
 }
