@@ -3,6 +3,7 @@ and a CUDA build of torch are present (or FORCE_CUDA=1). The library holds no Py
 loads it with torch.ops.load_library, and a C++ process can load it the same way."""
 import glob
 import os
+import sys
 
 import torch
 from setuptools import setup
@@ -22,17 +23,20 @@ def want_cuda():
 
 
 def extension():
-    cxx_flags = ["-O3"]
+    # at::parallel_for is inline OpenMP in ATen's headers: without -fopenmp it runs serially. The
+    # OpenMP runtime is the libgomp that torch has loaded already.
+    openmp = ["-fopenmp"] if sys.platform.startswith("linux") else []
+    cxx_flags = ["-O3"] + openmp
     cpp_sources = sources("csrc/*.cpp") + sources("csrc/cpu/*.cpp")
     if not want_cuda():
         return CppExtension("torch_convt_op._C", cpp_sources, include_dirs=[os.path.join(ROOT, "csrc")],
-                            extra_compile_args={"cxx": cxx_flags}, py_limited_api=True)
+                            extra_compile_args={"cxx": cxx_flags}, extra_link_args=openmp, py_limited_api=True)
     os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "8.0;9.0")
     nvcc_flags = ["-O3", "-lineinfo", "--expt-relaxed-constexpr", "-DCONVT_WITH_CUDA"]
     return CUDAExtension("torch_convt_op._C", cpp_sources + sources("csrc/cuda/*.cu") + sources("csrc/cuda/*.cpp"),
                          include_dirs=[os.path.join(ROOT, "csrc")],
                          extra_compile_args={"cxx": cxx_flags + ["-DCONVT_WITH_CUDA"], "nvcc": nvcc_flags},
-                         py_limited_api=True)
+                         extra_link_args=openmp, py_limited_api=True)
 
 
 setup(

@@ -36,7 +36,12 @@ void finish(const at::Tensor& out, const at::Tensor& buffer) {
 bool use_direct_path(const ConvTParams& p) { return p.in_channels_per_group * p.out_channels_per_group <= 64; }
 
 
-constexpr int64_t kTileColumns = 128;  // output (or input) positions per GEMM tile
+constexpr int64_t kTileColumns = 128;  // positions per grad_weight GEMM step (x4)
+
+// Positions per GEMM tile: wide for few channels (fewer calls), narrow for many (operands in L2).
+int64_t tile_columns(const ConvTParams& p) {
+  return std::clamp<int64_t>(32768 / std::max(p.in_channels_per_group, p.out_channels_per_group), 128, 1024) / 16 * 16;
+}
 
 // c (M x N, row stride ldc) += a (M x K) @ b (K x N), row-major with unit stride along rows. For float,
 // oneDNN's AVX-512 brgemm micro-kernel that ATen exports (2-3x MKL's sgemm on AMD CPUs); otherwise
@@ -46,7 +51,11 @@ void gemm_accumulate(int64_t M, int64_t N, int64_t K, const scalar_t* a, int64_t
                      scalar_t* c, int64_t ldc) {
 #if defined(CPUBLAS_BRGEMM_F32F32F32)
   if constexpr (std::is_same_v<scalar_t, float>) {
-    at::native::cpublas::brgemm(M, N, K, lda, ldb, ldc, /*add_C=*/true, a, b, c, /*is_vnni=*/false);
+    constexpr int64_t kRows = 64;  // rows per micro-kernel call: the A block stays in L2
+    for (int64_t r0 = 0; r0 < M; r0 += kRows) {
+      at::native::cpublas::brgemm(std::min(kRows, M - r0), N, K, lda, ldb, ldc, /*add_C=*/true, a + r0 * lda, b,
+                                  c + r0 * ldc, /*is_vnni=*/false);
+    }
     return;
   }
 #endif
@@ -64,9 +73,10 @@ at::Tensor weight_taps(const at::Tensor& w, const ConvTParams& p, bool transpose
 }
 
 // ---- GEMM path ---------------------------------------------------------------------------------
-// Forward: tiles of (n, group, phase, kTileColumns outputs m of the phase). A tile starts at the bias
-// and accumulates, per tap k of its phase, W_k^T (Cog x Cig) @ x[n, group, m - shift_k] (a window of
-// x read in place), then is written to y[n, :, m*stride + phase]. With stride 1 the tile is y itself.
+// Forward: tasks of (n, group, tile_columns outputs m of every phase), so one thread writes whole
+// cache lines of y. Per phase a tile starts at the bias and accumulates, per tap k of the phase,
+// W_k^T (Cog x Cig) @ x[n, group, m - shift_k] (a window of x read in place), then goes to
+// y[n, :, m*stride + phase]. With stride 1 the tile is y itself.
 
 template <typename scalar_t>
 void forward_gemm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias, const at::Tensor& y,
@@ -77,36 +87,37 @@ void forward_gemm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bi
   const scalar_t* x_data = x.data_ptr<scalar_t>();
   const scalar_t* bias_data = bias.defined() ? bias.data_ptr<scalar_t>() : nullptr;
   scalar_t* y_data = y.data_ptr<scalar_t>();
-  const int64_t phases = std::min(p.stride, p.length_out);
-  const int64_t blocks = (phase_length(0, p.length_out, p.stride) + kTileColumns - 1) / kTileColumns;
-  at::parallel_for(0, p.batch * p.groups * phases * blocks, 1, [&](int64_t begin, int64_t end) {
-    std::vector<scalar_t> buffer(p.stride > 1 ? Cog * kTileColumns : 0);
+  const int64_t columns = tile_columns(p);
+  const int64_t blocks = (phase_length(0, p.length_out, p.stride) + columns - 1) / columns;
+  at::parallel_for(0, p.batch * p.groups * blocks, 1, [&](int64_t begin, int64_t end) {
+    std::vector<scalar_t> buffer(p.stride > 1 ? Cog * columns : 0);
     for (int64_t task = begin; task < end; ++task) {
-      const int64_t block = task % blocks, phase = (task / blocks) % phases;
-      const int64_t g = (task / (blocks * phases)) % p.groups, n = task / (blocks * phases * p.groups);
-      const int64_t length = phase_length(phase, p.length_out, p.stride);
-      const int64_t m0 = block * kTileColumns, width = std::min(kTileColumns, length - m0);
-      if (width <= 0) continue;
-      scalar_t* y_tile = y_data + (n * p.out_channels + g * Cog) * p.length_out;
-      // the tile: y itself (stride 1) or the buffer
-      scalar_t* tile = p.stride == 1 ? y_tile + m0 : buffer.data();
-      const int64_t ld_tile = p.stride == 1 ? p.length_out : width;
-      for (int64_t co = 0; co < Cog; ++co) {
-        std::fill(tile + co * ld_tile, tile + co * ld_tile + width, bias_data ? bias_data[g * Cog + co] : scalar_t(0));
-      }
-      for (int64_t k = 0; k < p.kernel_size; ++k) {
-        const Tap tap = tap_of(k, p.stride, p.padding, p.dilation);
-        if (tap.phase != phase) continue;
-        const int64_t lo = std::max(m0, tap.shift), hi = std::min(m0 + width, p.length_in + tap.shift);
-        if (lo >= hi) continue;
-        gemm_accumulate<scalar_t>(Cog, hi - lo, Cig, w_data + (k * p.groups + g) * Cog * Cig, Cig,
-                                  x_data + (n * p.in_channels + g * Cig) * p.length_in + (lo - tap.shift), p.length_in,
-                                  tile + (lo - m0), ld_tile);
-      }
-      if (p.stride > 1) {
+      const int64_t block = task % blocks, g = (task / blocks) % p.groups, n = task / (blocks * p.groups);
+      scalar_t* y_rows = y_data + (n * p.out_channels + g * Cog) * p.length_out;
+      for (int64_t phase = 0; phase < std::min(p.stride, p.length_out); ++phase) {
+        const int64_t m0 = block * columns;
+        const int64_t width = std::min(columns, phase_length(phase, p.length_out, p.stride) - m0);
+        if (width <= 0) continue;
+        // the tile: y itself (stride 1) or the buffer
+        scalar_t* tile = p.stride == 1 ? y_rows + m0 : buffer.data();
+        const int64_t ld_tile = p.stride == 1 ? p.length_out : width;
         for (int64_t co = 0; co < Cog; ++co) {
-          scalar_t* out = y_tile + co * p.length_out + m0 * p.stride + phase;
-          for (int64_t c = 0; c < width; ++c) out[c * p.stride] = tile[co * width + c];
+          std::fill(tile + co * ld_tile, tile + co * ld_tile + width, bias_data ? bias_data[g * Cog + co] : scalar_t(0));
+        }
+        for (int64_t k = 0; k < p.kernel_size; ++k) {
+          const Tap tap = tap_of(k, p.stride, p.padding, p.dilation);
+          if (tap.phase != phase) continue;
+          const int64_t lo = std::max(m0, tap.shift), hi = std::min(m0 + width, p.length_in + tap.shift);
+          if (lo >= hi) continue;
+          gemm_accumulate<scalar_t>(Cog, hi - lo, Cig, w_data + (k * p.groups + g) * Cog * Cig, Cig,
+                                    x_data + (n * p.in_channels + g * Cig) * p.length_in + (lo - tap.shift),
+                                    p.length_in, tile + (lo - m0), ld_tile);
+        }
+        if (p.stride > 1) {
+          for (int64_t co = 0; co < Cog; ++co) {
+            scalar_t* out = y_rows + co * p.length_out + m0 * p.stride + phase;
+            for (int64_t c = 0; c < width; ++c) out[c * p.stride] = tile[co * width + c];
+          }
         }
       }
     }
@@ -115,8 +126,8 @@ void forward_gemm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bi
 
 // Backward. grad_y's phases (grad_y[:, :, phase::stride], a copy only when stride > 1) are read in
 // place: tap k of input i reads output m = i + shift_k of phase phase_k.
-//   grad_x: tiles of (n, group, kTileColumns inputs), accumulating W_k (Cig x Cog) @ phase window.
-//   grad_w: per tap, sum over the batch of X[n, g] @ window^T (ATen GEMMs, deterministic order).
+//   grad_x: tiles of (n, group, tile_columns inputs), accumulating W_k (Cig x Cog) @ phase window.
+//   grad_w: per tap and group, the sum over the batch of window @ x^T (x transposed once).
 template <typename scalar_t>
 void backward_gemm(const at::Tensor& grad_y, const at::Tensor& x, const at::Tensor& w, const ConvTParams& p,
                    const at::Tensor& grad_x, const at::Tensor& grad_w) {
@@ -137,11 +148,12 @@ void backward_gemm(const at::Tensor& grad_y, const at::Tensor& x, const at::Tens
     const at::Tensor w_taps = weight_taps(w, p, /*transposed=*/false);  // (K, G, Cig, Cog)
     const scalar_t* w_data = w_taps.data_ptr<scalar_t>();
     scalar_t* grad_x_data = grad_x.data_ptr<scalar_t>();
-    const int64_t blocks = (p.length_in + kTileColumns - 1) / kTileColumns;
+    const int64_t columns = tile_columns(p);
+    const int64_t blocks = (p.length_in + columns - 1) / columns;
     at::parallel_for(0, p.batch * p.groups * blocks, 1, [&](int64_t begin, int64_t end) {
       for (int64_t task = begin; task < end; ++task) {
         const int64_t block = task % blocks, g = (task / blocks) % p.groups, n = task / (blocks * p.groups);
-        const int64_t i0 = block * kTileColumns, width = std::min(kTileColumns, p.length_in - i0);
+        const int64_t i0 = block * columns, width = std::min(columns, p.length_in - i0);
         scalar_t* tile = grad_x_data + (n * p.in_channels + g * Cig) * p.length_in + i0;
         for (int64_t ci = 0; ci < Cig; ++ci) std::fill(tile + ci * p.length_in, tile + ci * p.length_in + width, scalar_t(0));
         for (int64_t k = 0; k < p.kernel_size; ++k) {
@@ -158,19 +170,30 @@ void backward_gemm(const at::Tensor& grad_y, const at::Tensor& x, const at::Tens
     });
   }
   if (grad_w.defined()) {
-    at::Tensor grad_w_taps = at::zeros({p.kernel_size, p.groups, Cig, Cog}, w.options());
-    for (int64_t k = 0; k < p.kernel_size; ++k) {
-      const Tap tap = tap_of(k, p.stride, p.padding, p.dilation);
-      const TapRange r = tap_range(tap, phase_length(tap.phase, p.length_out, p.stride), p.length_in);
-      if (r.empty()) continue;
-      for (int64_t n = 0; n < p.batch; ++n) {
-        const at::Tensor x_window = x.select(0, n).view({p.groups, Cig, p.length_in}).narrow(2, r.begin - tap.shift, r.end - r.begin);
-        const at::Tensor grad_y_window =
-            phases[tap.phase].select(0, n).view({p.groups, Cog, phase_capacity}).narrow(2, r.begin, r.end - r.begin);
-        for (int64_t g = 0; g < p.groups; ++g) grad_w_taps[k][g].addmm_(x_window[g], grad_y_window[g].t());
+    // grad_w_k^T (Cog x Cig) = sum over n of grad_y window (Cog x positions) @ x^T window (positions x Cig):
+    // one task per (tap, group), the batch and positions summed in order (deterministic).
+    const at::Tensor x_t = x.view({p.batch, p.groups, Cig, p.length_in}).transpose(2, 3).contiguous();
+    const scalar_t* x_t_data = x_t.data_ptr<scalar_t>();
+    at::Tensor grad_w_taps = at::zeros({p.kernel_size, p.groups, Cog, Cig}, w.options());
+    scalar_t* grad_w_data = grad_w_taps.data_ptr<scalar_t>();
+    at::parallel_for(0, p.kernel_size * p.groups, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t task = begin; task < end; ++task) {
+        const int64_t k = task / p.groups, g = task % p.groups;
+        const Tap tap = tap_of(k, p.stride, p.padding, p.dilation);
+        const TapRange r = tap_range(tap, phase_length(tap.phase, p.length_out, p.stride), p.length_in);
+        for (int64_t n = 0; n < p.batch; ++n) {
+          for (int64_t m = r.begin; m < r.end; m += 4 * kTileColumns) {
+            const int64_t count = std::min(4 * kTileColumns, r.end - m);
+            gemm_accumulate<scalar_t>(
+                Cog, Cig, count,
+                phases_data + tap.phase * phase_stride + (n * p.out_channels + g * Cog) * phase_capacity + m,
+                phase_capacity, x_t_data + ((n * p.groups + g) * p.length_in + m - tap.shift) * Cig, Cig,
+                grad_w_data + task * Cog * Cig, Cig);
+          }
+        }
       }
-    }
-    grad_w.copy_(grad_w_taps.permute({1, 2, 3, 0}).reshape(grad_w.sizes()));  // (K, G, Cig, Cog) -> (G*Cig, Cog, K)
+    });
+    grad_w.copy_(grad_w_taps.permute({1, 3, 2, 0}).reshape(grad_w.sizes()));  // (K, G, Cog, Cig) -> (G*Cig, Cog, K)
   }
 }
 
