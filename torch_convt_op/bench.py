@@ -9,7 +9,9 @@ Method
   CUDA: CUDA events around each call, warm-up first, median of many runs, L2 flushed (a 256 MB
         buffer written) before every run.
   CPU:  time.perf_counter, warm-up first, median; torch and ours alternate run by run so that both
-        see the same machine state.
+        see the same machine state; glibc's malloc thresholds pinned (pin_malloc_thresholds) so
+        page faults do not swamp the timings. Needs an otherwise idle machine: with few cores, one
+        other busy process makes multi-threaded timings several times slower and erratic.
   CPU shapes are scaled to N=2, L_in=4096; CUDA shapes are full size.
 
 Roofline floor (CUDA) = max(bytes / bandwidth, flops / peak), with
@@ -28,7 +30,6 @@ import dataclasses
 import datetime
 import json
 import math
-import os
 import statistics
 import sys
 import time
@@ -385,9 +386,8 @@ def save_png(rows: List[Row], path: str, title: str) -> None:
 
 def environment(device: str, bandwidth: Optional[float]) -> dict:
     env = {"date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"), "torch": torch.__version__,
-           "device": device, "threads": torch.get_num_threads(), "command": " ".join(sys.argv)}
-    if hasattr(os, "getloadavg"):
-        env["load_average_1min"] = os.getloadavg()[0]  # CPU timings are only fair on an idle machine
+           "device": device, "threads": torch.get_num_threads(),
+           "command": " ".join(["python -m torch_convt_op.bench", *sys.argv[1:]])}
     if device == "cuda":
         env.update(gpu=torch.cuda.get_device_name(), copy_bandwidth_bytes_per_s=bandwidth,
                    assumed_peak_flops=PEAK_FLOPS)
@@ -405,8 +405,6 @@ def run_benchmark(shapes: List[Shape], dtype_names: List[str], device: str, back
         timer = CpuTimer(min_time)
         if not pin_malloc_thresholds():
             log("warning: could not pin glibc's malloc thresholds; page faults may distort the CPU timings")
-        if hasattr(os, "getloadavg") and os.getloadavg()[0] > 0.5:
-            log(f"warning: load average {os.getloadavg()[0]:.1f}; other processes will distort the CPU timings")
         shapes = [s.scaled(**CPU_SCALE) for s in shapes]
     rows = []
     for shape in shapes:
