@@ -35,8 +35,7 @@ void finish(const at::Tensor& out, const at::Tensor& buffer) {
 
 bool use_direct_path(const ConvTParams& p) { return p.in_channels_per_group * p.out_channels_per_group <= 64; }
 
-
-constexpr int64_t kTileColumns = 128;  // positions per grad_weight GEMM step (x4)
+constexpr int64_t kGradWeightColumns = 512;  // positions summed per grad_weight GEMM call
 
 // Positions per GEMM tile: wide for few channels (fewer calls), narrow for many (operands in L2).
 int64_t tile_columns(const ConvTParams& p) {
@@ -182,8 +181,8 @@ void backward_gemm(const at::Tensor& grad_y, const at::Tensor& x, const at::Tens
         const Tap tap = tap_of(k, p.stride, p.padding, p.dilation);
         const TapRange r = tap_range(tap, phase_length(tap.phase, p.length_out, p.stride), p.length_in);
         for (int64_t n = 0; n < p.batch; ++n) {
-          for (int64_t m = r.begin; m < r.end; m += 4 * kTileColumns) {
-            const int64_t count = std::min(4 * kTileColumns, r.end - m);
+          for (int64_t m = r.begin; m < r.end; m += kGradWeightColumns) {
+            const int64_t count = std::min(kGradWeightColumns, r.end - m);
             gemm_accumulate<scalar_t>(
                 Cog, Cig, count,
                 phases_data + tap.phase * phase_stride + (n * p.out_channels + g * Cog) * phase_capacity + m,

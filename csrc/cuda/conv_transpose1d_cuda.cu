@@ -44,9 +44,9 @@ std::optional<MmaShape> make_mma_shape(const ConvTParams& p, at::ScalarType dtyp
   const int elements_per_word = dtype == at::kFloat ? 1 : 2;
   MmaShape t;
   t.block_n = kMmaWarpsN * kMmaWarpTilesN * 8;
-  t.shift_min = tap_of(0, p.stride, p.padding, p.dilation).shift;
+  const int64_t shift_min = tap_of(0, p.stride, p.padding, p.dilation).shift;  // shifts grow with k
   t.shift_max = tap_of(p.kernel_size - 1, p.stride, p.padding, p.dilation).shift;
-  t.x_rows = int(t.block_n + t.shift_max - t.shift_min);
+  t.x_rows = int(t.block_n + t.shift_max - shift_min);
   const int64_t tap_period = p.stride / std::gcd(p.stride, p.dilation);  // taps k and k + period share a phase
   const int taps_per_phase = int((p.kernel_size + tap_period - 1) / tap_period);
   t.co_tiles = (p.out_channels_per_group + kMmaBlockM - 1) / kMmaBlockM;

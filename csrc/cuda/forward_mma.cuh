@@ -28,7 +28,7 @@ struct MmaShape {
   int row_words;                      // words per row of w_s and x_s: chunk words + 4 (conflict-free fragments)
   int x_rows;                         // positions in x_s: block_n + shift_max - shift_min
   int weight_slots;                   // taps w_s holds: K (resident weight) or the most taps of one phase
-  int64_t shift_min, shift_max;
+  int64_t shift_max;                  // shift of the last tap: x_s row 0 is input m0 - shift_max
   size_t smem_bytes;
 };
 
