@@ -52,15 +52,24 @@ std::optional<MmaShape> make_mma_shape(const ConvTParams& p, at::ScalarType dtyp
   t.co_tiles = (p.out_channels_per_group + kMmaBlockM - 1) / kMmaBlockM;
   t.m_tiles = (phase_length(0, p.length_out, p.stride) + t.block_n - 1) / t.block_n;
   const int64_t group_chunk = (p.in_channels_per_group + 15) / 16 * 16;
-  auto smem_bytes = [&](int64_t slots) { return size_t(slots * kMmaBlockM + t.x_rows) * t.row_words * 4; };
+  // float x rows (per channel) padded to ≡ 8 words mod 32: conflict-free B fragments
+  const int x_row_words = (t.x_rows + 23) / 32 * 32 + 8;
   for (int chunk : {64, 48, 32, 16}) {
     if (chunk > group_chunk && chunk != 16) continue;
     t.chunk = chunk;
     t.chunks = (p.in_channels_per_group + chunk - 1) / chunk;
     t.row_words = chunk / elements_per_word + 4;
-    // the whole weight tile resident when one chunk holds the group, else the taps of one phase
-    t.weight_slots = t.chunks == 1 && smem_bytes(p.kernel_size) <= kMmaSmemBudget ? int(p.kernel_size) : taps_per_phase;
-    t.smem_bytes = smem_bytes(t.weight_slots);
+    t.x_words = dtype == at::kFloat ? chunk * x_row_words : t.x_rows * t.row_words;
+    auto smem_bytes = [&](int64_t slots, int buffers) {
+      return size_t(slots * kMmaBlockM * t.row_words + int64_t(buffers) * t.x_words) * 4;
+    };
+    // the whole weight tile resident when one chunk holds the group (then float x is double-buffered),
+    // else the taps of one phase
+    const int resident_buffers = dtype == at::kFloat ? 2 : 1;
+    const bool resident = t.chunks == 1 && smem_bytes(p.kernel_size, resident_buffers) <= kMmaSmemBudget;
+    t.weight_slots = resident ? int(p.kernel_size) : taps_per_phase;
+    t.x_buffers = resident ? resident_buffers : 1;
+    t.smem_bytes = smem_bytes(t.weight_slots, t.x_buffers);
     if (t.smem_bytes <= kMmaSmemBudget) return t;
   }
   return std::nullopt;
