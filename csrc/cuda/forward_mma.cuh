@@ -159,6 +159,8 @@ __global__ void __launch_bounds__(kMmaThreads, 2) forward_mma_kernel(const T* __
   // while the block walks its tiles; otherwise each (phase, chunk) stages that phase's taps.
   const bool resident = t.chunks == 1 && t.weight_slots == p.kernel_size;
   const bool prefetch = t.x_buffers == 2;  // resident float: x of the next tile loads during this one
+  // stride 1 and even rows: a lane's two adjacent outputs go out as one aligned 2-element store
+  const bool paired_stores = p.stride == 1 && p.length_out % 2 == 0;
   int64_t resident_key = -1;               // (group, co tile) whose weight w_s holds
 
   // Persistent blocks: tile -> (m tile, n, group, co tile), m tile fastest.
@@ -293,12 +295,19 @@ __global__ void __launch_bounds__(kMmaThreads, 2) forward_mma_kernel(const T* __
           const float bias_value = bias ? to_float(bias[channel]) : 0.0f;
           T* y_row = y + (c.n * p.out_channels + channel) * p.length_out;
 #pragma unroll
-          for (int nt = 0; nt < kNTiles; ++nt)
+          for (int nt = 0; nt < kNTiles; ++nt) {
+            const int64_t m = c.m0 + warp_col + nt * 8 + 2 * (lane % 4);  // this lane's columns m, m + 1
+            const float v0 = acc[mt][nt][half * 2] + bias_value, v1 = acc[mt][nt][half * 2 + 1] + bias_value;
+            if (paired_stores && m + 1 < p.length_out) {
+              store_pair(y_row + m, v0, v1);  // a quad of lanes fills whole 32-byte sectors
+            } else {
 #pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const int64_t j = (c.m0 + warp_col + nt * 8 + 2 * (lane % 4) + e) * p.stride + phase;
-              if (j < p.length_out) y_row[j] = from_float<T>(acc[mt][nt][half * 2 + e] + bias_value);
+              for (int e = 0; e < 2; ++e) {
+                const int64_t j = (m + e) * p.stride + phase;
+                if (j < p.length_out) y_row[j] = from_float<T>(e == 0 ? v0 : v1);
+              }
             }
+          }
         }
     }
     if (prefetch) __syncthreads();  // this buffer is consumed before the next prefetch overwrites it

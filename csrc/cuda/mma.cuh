@@ -29,6 +29,18 @@ __device__ __forceinline__ T from_float(float value) {
   }
 }
 
+// Two adjacent outputs in one aligned store (address must be aligned to two elements).
+template <typename T>
+__device__ __forceinline__ void store_pair(T* address, float first, float second) {
+  if constexpr (std::is_same_v<T, __half>) {
+    *reinterpret_cast<__half2*>(address) = __floats2half2_rn(first, second);
+  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    *reinterpret_cast<__nv_bfloat162*>(address) = __floats2bfloat162_rn(first, second);
+  } else {
+    *reinterpret_cast<float2*>(address) = make_float2(first, second);
+  }
+}
+
 __device__ __forceinline__ uint32_t to_tf32(float value) {
   uint32_t result;
   asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(result) : "f"(value));
