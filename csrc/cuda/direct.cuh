@@ -7,11 +7,6 @@
 
 namespace convt::cuda {
 
-// Threads of a grid-stride loop over `count` items, 64-bit.
-#define CONVT_GRID_STRIDE_LOOP(index, count)                                                          \
-  for (int64_t index = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; index < (count);                \
-       index += int64_t(blockDim.x) * gridDim.x)
-
 // The taps' (phase, shift) in shared memory, so the inner loops do no division (kernels longer than
 // kTableTaps compute the rest on the fly).
 struct TapTable {
