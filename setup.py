@@ -1,5 +1,5 @@
-"""Builds torch_convt_op._C: the C++ CPU library always, the CUDA kernels when a CUDA toolkit
-and a CUDA build of torch are present (or FORCE_CUDA=1). The library holds no Python: the package
+"""Builds torch_convt_op._C: the C++ CPU library always, the CUDA kernels when a CUDA toolkit,
+a CUDA build of torch and a GPU are present (or FORCE_CUDA=1). The library holds no Python: the package
 loads it with torch.ops.load_library, and a C++ process can load it the same way."""
 import glob
 import os
@@ -17,9 +17,11 @@ def sources(pattern):
 
 
 def want_cuda():
+    """CUDA kernels when asked (FORCE_CUDA=1, e.g. to build wheels on a machine without a GPU), or when
+    a toolkit, a CUDA build of torch and a GPU are all present."""
     if os.environ.get("FORCE_CUDA", "0") == "1":
         return True
-    return CUDA_HOME is not None and torch.version.cuda is not None
+    return CUDA_HOME is not None and torch.version.cuda is not None and torch.cuda.is_available()
 
 
 def extension():
