@@ -81,6 +81,24 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_transpose1d_backward(
     at::IntArrayRef padding, at::IntArrayRef output_padding, int64_t groups, at::IntArrayRef dilation,
     std::array<bool, 3> output_mask, BackwardKernel kernel);
 
+// The schema-shaped entry point of one device's kernels, for TORCH_LIBRARY_IMPL.
+template <ForwardKernel kKernel>
+at::Tensor forward_op(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+                      at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef output_padding, int64_t groups,
+                      at::IntArrayRef dilation) {
+  return conv_transpose1d_forward(input, weight, bias, stride, padding, output_padding, groups, dilation, kKernel);
+}
+
+template <BackwardKernel kKernel>
+std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_op(const at::Tensor& grad_output, const at::Tensor& input,
+                                                           const at::Tensor& weight, at::IntArrayRef stride,
+                                                           at::IntArrayRef padding, at::IntArrayRef output_padding,
+                                                           int64_t groups, at::IntArrayRef dilation,
+                                                           std::array<bool, 3> output_mask) {
+  return conv_transpose1d_backward(grad_output, input, weight, stride, padding, output_padding, groups, dilation,
+                                   output_mask, kKernel);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Polyphase indexing. Input position i feeds output position j through tap k:
 //
@@ -123,6 +141,19 @@ C10_HOST_DEVICE inline TapRange tap_range(const Tap& tap, int64_t phase_len, int
   const int64_t begin = tap.shift > 0 ? tap.shift : 0;
   const int64_t end = length_in + tap.shift < phase_len ? length_in + tap.shift : phase_len;
   return {begin, end};
+}
+
+// Element `index` of a contiguous (C_in, C_out/groups, K) weight (or grad_weight), and the output
+// channel co it connects to.
+struct WeightElement {
+  int64_t ci, co_in_group, k, co;
+};
+
+C10_HOST_DEVICE inline WeightElement weight_element(int64_t index, const ConvTParams& p) {
+  const int64_t k = index % p.kernel_size;
+  const int64_t co_in_group = (index / p.kernel_size) % p.out_channels_per_group;
+  const int64_t ci = index / (p.kernel_size * p.out_channels_per_group);
+  return {ci, co_in_group, k, (ci / p.in_channels_per_group) * p.out_channels_per_group + co_in_group};
 }
 
 }  // namespace convt

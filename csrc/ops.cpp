@@ -22,22 +22,6 @@ void check_backward_op(const at::Tensor& grad_output, const at::Tensor& input, c
   check_backward_args(grad_output, input, weight, make_args(stride, padding, output_padding, groups, dilation));
 }
 
-at::Tensor forward_cpu(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
-                       at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef output_padding, int64_t groups,
-                       at::IntArrayRef dilation) {
-  return conv_transpose1d_forward(input, weight, bias, stride, padding, output_padding, groups, dilation,
-                                  cpu::forward);
-}
-
-std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_cpu(const at::Tensor& grad_output, const at::Tensor& input,
-                                                            const at::Tensor& weight, at::IntArrayRef stride,
-                                                            at::IntArrayRef padding, at::IntArrayRef output_padding,
-                                                            int64_t groups, at::IntArrayRef dilation,
-                                                            std::array<bool, 3> output_mask) {
-  return conv_transpose1d_backward(grad_output, input, weight, stride, padding, output_padding, groups, dilation,
-                                   output_mask, cpu::backward);
-}
-
 }  // namespace
 
 TORCH_LIBRARY(convt, m) {
@@ -58,8 +42,8 @@ TORCH_LIBRARY(convt, m) {
 }
 
 TORCH_LIBRARY_IMPL(convt, CPU, m) {
-  m.impl("conv_transpose1d", TORCH_FN(forward_cpu));
-  m.impl("conv_transpose1d_backward", TORCH_FN(backward_cpu));
+  m.impl("conv_transpose1d", TORCH_FN(forward_op<cpu::forward>));
+  m.impl("conv_transpose1d_backward", TORCH_FN(backward_op<cpu::backward>));
 }
 
 }  // namespace convt

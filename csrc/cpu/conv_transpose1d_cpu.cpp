@@ -260,10 +260,7 @@ void backward_direct(const at::Tensor& grad_y, const at::Tensor& x, const at::Te
     // one task per weight element (ci, co_in_group, k): a dot product over batch and length
     at::parallel_for(0, grad_w.numel(), 1, [&](int64_t begin, int64_t end) {
       for (int64_t index = begin; index < end; ++index) {
-        const int64_t k = index % p.kernel_size;
-        const int64_t co_in_group = (index / p.kernel_size) % p.out_channels_per_group;
-        const int64_t ci = index / (p.kernel_size * p.out_channels_per_group);
-        const int64_t co = (ci / p.in_channels_per_group) * p.out_channels_per_group + co_in_group;
+        const auto [ci, co_in_group, k, co] = weight_element(index, p);
         const Tap tap = tap_of(k, p.stride, p.padding, p.dilation);
         const TapRange r = tap_range(tap, phase_length(tap.phase, p.length_out, p.stride), p.length_in);
         scalar_t sum = 0;

@@ -163,26 +163,11 @@ void backward(const at::Tensor& grad_y, const at::Tensor& x, const at::Tensor& w
   });
 }
 
-at::Tensor forward_cuda(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
-                        at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef output_padding, int64_t groups,
-                        at::IntArrayRef dilation) {
-  return conv_transpose1d_forward(input, weight, bias, stride, padding, output_padding, groups, dilation, forward);
-}
-
-std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_cuda(const at::Tensor& grad_output, const at::Tensor& input,
-                                                             const at::Tensor& weight, at::IntArrayRef stride,
-                                                             at::IntArrayRef padding, at::IntArrayRef output_padding,
-                                                             int64_t groups, at::IntArrayRef dilation,
-                                                             std::array<bool, 3> output_mask) {
-  return conv_transpose1d_backward(grad_output, input, weight, stride, padding, output_padding, groups, dilation,
-                                   output_mask, backward);
-}
-
 }  // namespace
 
 TORCH_LIBRARY_IMPL(convt, CUDA, m) {
-  m.impl("conv_transpose1d", TORCH_FN(forward_cuda));
-  m.impl("conv_transpose1d_backward", TORCH_FN(backward_cuda));
+  m.impl("conv_transpose1d", TORCH_FN(forward_op<forward>));
+  m.impl("conv_transpose1d_backward", TORCH_FN(backward_op<backward>));
 }
 
 }  // namespace convt::cuda

@@ -114,10 +114,7 @@ __global__ void grad_weight_direct_kernel(const scalar_t* __restrict__ grad_y, c
                                           scalar_t* __restrict__ grad_w, ConvTParams p) {
   for (int64_t index = blockIdx.x; index < p.in_channels * p.out_channels_per_group * p.kernel_size;
        index += gridDim.x) {
-    const int64_t k = index % p.kernel_size;
-    const int64_t co_in_group = (index / p.kernel_size) % p.out_channels_per_group;
-    const int64_t ci = index / (p.kernel_size * p.out_channels_per_group);
-    const int64_t co = (ci / p.in_channels_per_group) * p.out_channels_per_group + co_in_group;
+    const auto [ci, co_in_group, k, co] = weight_element(index, p);
     const Tap tap = tap_of(k, p.stride, p.padding, p.dilation);
     const TapRange r = tap_range(tap, phase_length(tap.phase, p.length_out, p.stride), p.length_in);
     const int64_t width = r.empty() ? 0 : r.end - r.begin;
