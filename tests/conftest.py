@@ -84,6 +84,8 @@ CASES = [
     Case(1, 16, 16, 16, 37, stride=8, padding=4, layout="channels_last"),
     Case(1, 16, 24, 10, 41, stride=5, output_padding=3, bias=False, batched=False),
     Case(1, 64, 16, 12, 50, stride=4, padding=2),  # one chunk, weight staged per phase
+    Case(2, 16, 24, 2, 70, stride=6, dilation=2, output_padding=5),  # phases without taps, staged output
+    Case(2, 16, 16, 3, 40, stride=11, padding=1),  # phases without taps, direct stores
 ]
 
 

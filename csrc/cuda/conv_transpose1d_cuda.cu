@@ -7,18 +7,17 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
-#include <numeric>
+#include <algorithm>
 
 #include "convt.h"
 #include "cuda/direct.cuh"
-#include "cuda/forward_mma.cuh"
+#include "cuda/implicit_gemm.cuh"
 
 namespace convt::cuda {
 namespace {
 
 constexpr int kDirectThreads = 256;
 constexpr int kReduceThreads = 256;
-constexpr size_t kMmaSmemBudget = 110 * 1024;  // two blocks per SM
 
 // Blocks of the row kernels (direct.cuh): positions along x, rows along y.
 dim3 row_grid(int64_t rows, int64_t length, int threads) {
@@ -37,76 +36,192 @@ const scalar_t* data_or_null(const at::Tensor& t) {
   return t.defined() ? t.data_ptr<scalar_t>() : nullptr;
 }
 
-// ---- tensor-core forward: tile shape ------------------------------------------------------------
+// ---- tensor-core implicit GEMM (implicit_gemm.cuh): problems, tiling, launch ----------------------
 
-std::optional<MmaShape> make_mma_shape(const ConvTParams& p, at::ScalarType dtype) {
-  if (dtype == at::kDouble || p.in_channels_per_group < 8 || p.out_channels_per_group < 8) return std::nullopt;
-  const int elements_per_word = dtype == at::kFloat ? 1 : 2;
-  MmaShape t;
-  t.block_n = kMmaWarpsN * kMmaWarpTilesN * 8;
-  const int64_t shift_min = tap_of(0, p.stride, p.padding, p.dilation).shift;  // shifts grow with k
-  t.shift_max = tap_of(p.kernel_size - 1, p.stride, p.padding, p.dilation).shift;
-  t.x_rows = int(t.block_n + t.shift_max - shift_min);
-  const int64_t tap_period = p.stride / std::gcd(p.stride, p.dilation);  // taps k and k + period share a phase
-  const int taps_per_phase = int((p.kernel_size + tap_period - 1) / tap_period);
-  t.co_tiles = (p.out_channels_per_group + kMmaBlockM - 1) / kMmaBlockM;
-  t.m_tiles = (phase_length(0, p.length_out, p.stride) + t.block_n - 1) / t.block_n;
-  const int64_t group_chunk = (p.in_channels_per_group + 15) / 16 * 16;
-  // float x rows (per channel) padded to ≡ 8 words mod 32: conflict-free B fragments
-  const int x_row_words = (t.x_rows + 23) / 32 * 32 + 8;
-  for (int chunk : {64, 48, 32, 16}) {
-    if (chunk > group_chunk && chunk != 16) continue;
-    t.chunk = chunk;
-    t.chunks = (p.in_channels_per_group + chunk - 1) / chunk;
-    t.row_words = chunk / elements_per_word + 4;
-    t.x_words = dtype == at::kFloat ? chunk * x_row_words : t.x_rows * t.row_words;
-    auto smem_bytes = [&](int64_t slots, int buffers) {
-      return size_t(slots * kMmaBlockM * t.row_words + int64_t(buffers) * t.x_words) * 4;
+constexpr size_t kGemmSmemBudget = 113 * 1024;  // two blocks per SM (228 KB, 1 KB reserved per block)
+constexpr size_t kGemmSmemBudgetOneBlock = 227 * 1024;  // the most one block may have
+constexpr int64_t kGemmIndexLimit = int64_t(1) << 30;  // positions, offsets and strides in 32-bit ints
+
+// The tensor-core path covers C_in/groups and C_out/groups >= 8 and up to kMaxGemmTaps taps, with
+// every length and tap offset in 32-bit range; the rest goes to the direct kernels.
+bool gemm_applies(const ConvTParams& p, at::ScalarType dtype) {
+  const int64_t span = p.dilation * (p.kernel_size - 1) + p.padding;
+  return dtype != at::kDouble && p.in_channels_per_group >= 8 && p.out_channels_per_group >= 8 &&
+         p.kernel_size <= kMaxGemmTaps && p.length_in < kGemmIndexLimit && p.length_out < kGemmIndexLimit &&
+         p.stride < kGemmIndexLimit && span < kGemmIndexLimit;
+}
+
+// The taps of a problem; `forward` picks the roles of the header comment of implicit_gemm.cuh.
+void set_taps(GemmProblem& g, const ConvTParams& p, bool forward) {
+  // index of `value` in list[0, count), appended when new
+  auto index_in = [](int* list, int& count, int value) {
+    int index = 0;
+    while (index < count && list[index] != value) ++index;
+    if (index == count) list[count++] = value;
+    return index;
+  };
+  g.taps = int(p.kernel_size);
+  g.out_phases = g.in_phases = 0;
+  for (int t = 0; t < g.taps; ++t) {
+    const Tap tap = tap_of(t, p.stride, p.padding, p.dilation);
+    g.tap_offset[t] = int(forward ? -tap.shift : tap.shift);
+    g.tap_out_phase[t] = index_in(g.out_phase_value, g.out_phases, forward ? int(tap.phase) : 0);
+    g.tap_in_phase[t] = index_in(g.in_phase_value, g.in_phases, forward ? 0 : int(tap.phase));
+  }
+  int next = 0;  // taps grouped by phase pair
+  for (int pair = 0; pair < g.out_phases * g.in_phases; ++pair) {
+    g.pair_begin[pair] = next;
+    for (int t = 0; t < g.taps; ++t)
+      if (g.tap_out_phase[t] * g.in_phases + g.tap_in_phase[t] == pair) g.step_tap[next++] = t;
+  }
+  g.pair_begin[g.out_phases * g.in_phases] = next;
+  g.first_offset = *std::min_element(g.tap_offset, g.tap_offset + g.taps);
+  g.last_offset = *std::max_element(g.tap_offset, g.tap_offset + g.taps);
+}
+
+// forward: out = y, in = x, rows = C_out/groups, channels = C_in/groups
+GemmProblem forward_problem(const ConvTParams& p) {
+  GemmProblem g{};
+  g.batch = p.batch, g.groups = p.groups;
+  g.rows_per_group = p.out_channels_per_group, g.channels_per_group = p.in_channels_per_group;
+  g.in_batch_stride = p.x_batch_stride, g.in_channel_stride = p.x_channel_stride, g.in_length_stride = p.x_length_stride;
+  g.in_length = int(p.length_in), g.out_length = int(p.length_out);
+  g.out_step = int(p.stride), g.in_step = 1;
+  set_taps(g, p, /*forward=*/true);
+  return g;
+}
+GemmWeight forward_weight(const ConvTParams& p) {
+  return {p.in_channels_per_group * p.w_in_stride, p.w_out_stride, p.w_in_stride, p.w_tap_stride};
+}
+
+// grad_input: out = grad_x, in = grad_y, rows = C_in/groups, channels = C_out/groups
+GemmProblem grad_input_problem(const ConvTParams& p) {
+  GemmProblem g{};
+  g.batch = p.batch, g.groups = p.groups;
+  g.rows_per_group = p.in_channels_per_group, g.channels_per_group = p.out_channels_per_group;
+  g.in_batch_stride = p.y_batch_stride, g.in_channel_stride = p.y_channel_stride, g.in_length_stride = p.y_length_stride;
+  g.in_length = int(p.length_out), g.out_length = int(p.length_in);
+  g.out_step = 1, g.in_step = int(p.stride);
+  set_taps(g, p, /*forward=*/false);
+  return g;
+}
+GemmWeight grad_input_weight(const ConvTParams& p) {
+  return {p.in_channels_per_group * p.w_in_stride, p.w_in_stride, p.w_out_stride, p.w_tap_stride};
+}
+
+// Chunk size, shared-memory layout and tile counts: the first (chunk, staged output) that fits.
+std::optional<GemmProblem> plan_gemm(GemmProblem g, const at::Tensor& in) {
+  const int element_size = int(in.element_size());
+  const int channels_per_word = 4 / element_size;
+  const int64_t channel_words = (g.channels_per_group + channels_per_word - 1) / channels_per_word;
+  const int64_t max_columns = (int64_t(g.out_length) + g.out_step - 1) / g.out_step;
+  int taps_per_step = 0;  // the most taps one reduction step (out_phase, in_phase) uses
+  for (int pair = 0; pair < g.out_phases * g.in_phases; ++pair)
+    taps_per_step = std::max(taps_per_step, g.pair_begin[pair + 1] - g.pair_begin[pair]);
+  // x copies: 16 bytes when every row of `in` is contiguous and 16-byte aligned, else 4 bytes (pairs of
+  // 16-bit values, 4-byte aligned rows) or one element
+  auto rows_aligned = [&](int elements) {
+    return g.in_step == 1 && g.in_length_stride == 1 && g.in_channel_stride % elements == 0 &&
+           g.in_batch_stride % elements == 0 && reinterpret_cast<uintptr_t>(in.data_ptr()) % (elements * element_size) == 0;
+  };
+  const int vector_elements = 16 / element_size;
+  g.copy_elements = rows_aligned(vector_elements) ? vector_elements : element_size == 2 && rows_aligned(2) ? 2 : 1;
+  g.lead = ((g.first_offset % g.copy_elements) + g.copy_elements) % g.copy_elements;
+  g.x_rows = kBlockN + g.last_offset - g.first_offset + g.lead;
+  const int copied = (g.x_rows + g.copy_elements - 1) / g.copy_elements * g.copy_elements;
+  g.x_row_elements = std::max(0, (copied - 8 + 15) / 16) * 16 + 8;  // ≡ 8 (mod 16): conflict-free B fragments
+  g.row_tiles = int((g.rows_per_group + kBlockM - 1) / kBlockM);
+  g.col_tiles = int((max_columns + kBlockN - 1) / kBlockN);
+  g.tiles = g.batch * g.groups * g.row_tiles * g.col_tiles;
+  const int64_t last_position = (int64_t(g.col_tiles) * kBlockN + g.x_rows) * g.in_step + g.in_step;
+  if (g.tiles >= kGemmIndexLimit || last_position >= kGemmIndexLimit || g.batch >= kGemmIndexLimit ||
+      g.groups >= kGemmIndexLimit) {
+    return std::nullopt;
+  }
+  g.y_row_elements = kBlockN * g.out_step + vector_elements;
+  for (const int chunk_words : {32, 16}) {
+    if (chunk_words == 32 && channel_words <= 16) continue;
+    g.ksteps = chunk_words / 8;
+    g.chunk_channels = chunk_words * channels_per_word;
+    g.chunks = int((g.channels_per_group + g.chunk_channels - 1) / g.chunk_channels);
+    g.x_words = g.chunk_channels * g.x_row_elements * element_size / 4;
+    g.slot_words = (kBlockM / 16) * g.ksteps * kFragmentWords;
+    // Staging the output pays when phases interleave (out_step > 1) at two blocks per SM, and at one
+    // block per SM when some phases get no tap (kb79 1.12 vs 2.07 ms unstaged; grouped and hifigan_up2
+    // with every phase reached were faster unstaged at two blocks). With out_step 1 the direct paired
+    // stores were faster (kb74 1.17 vs 1.48 ms).
+    struct Tier {
+      bool stage_output;
+      size_t budget;
     };
-    // the whole weight tile resident when one chunk holds the group (then float x is double-buffered),
-    // else the taps of one phase
-    const int resident_buffers = dtype == at::kFloat ? 2 : 1;
-    const bool resident = t.chunks == 1 && smem_bytes(p.kernel_size, resident_buffers) <= kMmaSmemBudget;
-    t.weight_slots = resident ? int(p.kernel_size) : taps_per_phase;
-    t.x_buffers = resident ? resident_buffers : 1;
-    t.smem_bytes = smem_bytes(t.weight_slots, t.x_buffers);
-    if (t.smem_bytes <= kMmaSmemBudget) return t;
+    for (const Tier tier : {Tier{true, kGemmSmemBudget}, Tier{true, kGemmSmemBudgetOneBlock},
+                            Tier{false, kGemmSmemBudget}, Tier{false, kGemmSmemBudgetOneBlock}}) {
+      const bool stage_output = tier.stage_output;
+      const size_t budget = tier.budget;
+      if (stage_output && (g.out_step == 1 || g.out_step > kMaxStagedStep)) continue;
+      if (stage_output && budget > kGemmSmemBudget && g.out_phases == g.out_step) continue;
+      g.stage_output = stage_output;
+      auto smem_bytes = [&](int slots, int weight_buffers) {
+        const int64_t y_words = stage_output ? int64_t(kBlockM) * g.y_row_elements : 0;
+        return size_t(int64_t(weight_buffers) * slots * g.slot_words + 2 * int64_t(g.x_words) + y_words) * 4;
+      };
+      g.resident = g.chunks == 1 && smem_bytes(g.taps, 1) <= budget;
+      g.weight_slots = g.resident ? g.taps : taps_per_step;
+      g.smem_bytes = smem_bytes(g.weight_slots, g.resident ? 1 : 2);
+      if (g.smem_bytes > budget) continue;
+      g.div_col_tiles = Divider(unsigned(g.col_tiles));
+      g.div_row_tiles = Divider(unsigned(g.row_tiles));
+      g.div_batch = Divider(unsigned(g.batch));
+      g.div_groups = Divider(unsigned(g.groups));
+      g.div_chunks = Divider(unsigned(g.chunks));
+      g.div_in_phases = Divider(unsigned(g.in_phases));
+      return g;
+    }
   }
   return std::nullopt;
 }
 
+// Packs A (pack_gemm_weight_kernel), then runs persistent tile blocks.
 template <typename T, Math kMath>
-void launch_mma_kernel(const ConvTParams& p, const MmaShape& t, const T* x, const uint32_t* packed_w, const T* bias, T* y) {
-  auto kernel = forward_mma_kernel<T, kMath>;
-  C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(t.smem_bytes)));
+void launch_gemm(const GemmProblem& g, const at::Tensor& in, const at::Tensor& w, const GemmWeight& a,
+                 const at::Tensor& bias, const at::Tensor& out) {
+  auto as_t = [](const at::Tensor& tensor) { return reinterpret_cast<T*>(tensor.data_ptr()); };
+  const auto stream = at::cuda::getCurrentCUDAStream();
+  const int64_t words = g.groups * g.row_tiles * g.chunks * int64_t(g.taps) * g.slot_words;
+  const at::Tensor packed = at::empty({words}, w.options().dtype(at::kInt));
+  uint32_t* packed_w = reinterpret_cast<uint32_t*>(packed.data_ptr());
+  pack_gemm_weight_kernel<T, kMath><<<grid_size(words, kDirectThreads), kDirectThreads, 0, stream>>>(as_t(w), packed_w, g, a, words);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  auto kernel = implicit_gemm_kernel<T, kMath>;
+  C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(g.smem_bytes)));
   int blocks_per_sm = 0;
-  C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, kernel, kMmaThreads, t.smem_bytes));
-  const int64_t tiles = t.co_tiles * t.m_tiles * p.groups * p.batch;
+  C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, kernel, kGemmThreads, g.smem_bytes));
   const int64_t resident_blocks =
       int64_t(std::max(blocks_per_sm, 1)) * at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
-  const unsigned blocks = unsigned(std::min(tiles, resident_blocks));  // persistent: each block walks tiles
-  kernel<<<blocks, kMmaThreads, t.smem_bytes, at::cuda::getCurrentCUDAStream()>>>(x, packed_w, bias, y, p, t);
+  const unsigned blocks = unsigned(std::min(g.tiles, resident_blocks));  // persistent: each block walks tiles
+  kernel<<<blocks, kGemmThreads, g.smem_bytes, stream>>>(as_t(in), packed_w, bias.defined() ? as_t(bias) : nullptr,
+                                                       as_t(out), g);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-}
-
-// Packs the weight (pack_weight_kernel), then runs the tile kernel.
-template <typename T, Math kMath>
-void launch_mma(const ConvTParams& p, const MmaShape& t, const at::Tensor& x, const at::Tensor& w,
-                const at::Tensor& bias, const at::Tensor& y) {
-  auto as_t = [](const at::Tensor& tensor) { return reinterpret_cast<T*>(tensor.data_ptr()); };
-  const int64_t words = p.groups * t.co_tiles * t.chunks * p.kernel_size * kMmaBlockM * t.row_words;
-  const at::Tensor packed = at::empty({words}, w.options().dtype(at::kInt));
-  const int64_t elements = words * (kMath == Math::k16Bit ? 2 : 1);
-  pack_weight_kernel<T, kMath><<<grid_size(elements, kDirectThreads), kDirectThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
-      as_t(w), reinterpret_cast<uint32_t*>(packed.data_ptr()), p, t);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
-  const T* bias_data = bias.defined() ? as_t(bias) : nullptr;
-  const uint32_t* packed_w = reinterpret_cast<const uint32_t*>(packed.data_ptr());
-  launch_mma_kernel<T, kMath>(p, t, as_t(x), packed_w, bias_data, as_t(y));
 }
 
 // float32 follows PyTorch's convolution setting: TF32 when cuDNN may use it, else 3xTF32.
 bool tf32_allowed() { return at::globalContext().allowTF32CuDNN(); }
+
+// Runs `problem` on tensor cores when a plan fits; false sends the caller to the direct kernels.
+bool run_gemm(const GemmProblem& problem, const at::Tensor& in, const at::Tensor& w, const GemmWeight& a,
+              const at::Tensor& bias, const at::Tensor& out) {
+  const auto plan = plan_gemm(problem, in);
+  if (!plan) return false;
+  switch (in.scalar_type()) {
+    case at::kFloat:
+      tf32_allowed() ? launch_gemm<float, Math::kTF32>(*plan, in, w, a, bias, out)
+                     : launch_gemm<float, Math::k3xTF32>(*plan, in, w, a, bias, out);
+      return true;
+    case at::kHalf: launch_gemm<__half, Math::k16Bit>(*plan, in, w, a, bias, out); return true;
+    case at::kBFloat16: launch_gemm<__nv_bfloat16, Math::k16Bit>(*plan, in, w, a, bias, out); return true;
+    default: return false;
+  }
+}
 
 // ---- the ops -------------------------------------------------------------------------------------
 
@@ -116,16 +231,7 @@ void forward(const at::Tensor& x, const at::Tensor& w, const std::optional<at::T
   const ConvTParams p = make_params(x, w, y, args);
   const auto stream = at::cuda::getCurrentCUDAStream();
   const at::Tensor bias_c = bias.has_value() && bias->defined() ? bias->contiguous() : at::Tensor();  // read as bias[co]
-  if (const auto shape = make_mma_shape(p, x.scalar_type())) {
-    switch (x.scalar_type()) {
-      case at::kFloat:
-        return tf32_allowed() ? launch_mma<float, Math::kTF32>(p, *shape, x, w, bias_c, y)
-                              : launch_mma<float, Math::k3xTF32>(p, *shape, x, w, bias_c, y);
-      case at::kHalf: return launch_mma<__half, Math::k16Bit>(p, *shape, x, w, bias_c, y);
-      case at::kBFloat16: return launch_mma<__nv_bfloat16, Math::k16Bit>(p, *shape, x, w, bias_c, y);
-      default: break;
-    }
-  }
+  if (gemm_applies(p, x.scalar_type()) && run_gemm(forward_problem(p), x, w, forward_weight(p), bias_c, y)) return;
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "conv_transpose1d_cuda_direct", [&] {
     using acc_t = at::opmath_type<scalar_t>;
     forward_direct_kernel<scalar_t, acc_t>
@@ -140,9 +246,11 @@ void backward(const at::Tensor& grad_y, const at::Tensor& x, const at::Tensor& w
   const c10::cuda::CUDAGuard guard(x.device());
   const ConvTParams p = make_params(x, w, grad_y, args);
   const auto stream = at::cuda::getCurrentCUDAStream();
+  const bool grad_x_on_tensor_cores = grad_x.defined() && gemm_applies(p, x.scalar_type()) &&
+                                     run_gemm(grad_input_problem(p), grad_y, w, grad_input_weight(p), at::Tensor(), grad_x);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "conv_transpose1d_backward_cuda", [&] {
     using acc_t = at::opmath_type<scalar_t>;
-    if (grad_x.defined()) {
+    if (grad_x.defined() && !grad_x_on_tensor_cores) {
       grad_input_direct_kernel<scalar_t, acc_t>
           <<<row_grid(p.batch * p.in_channels, p.length_in, kDirectThreads), kDirectThreads, 0, stream>>>(
           grad_y.data_ptr<scalar_t>(), w.data_ptr<scalar_t>(), grad_x.data_ptr<scalar_t>(), p);

@@ -41,6 +41,23 @@ __device__ __forceinline__ void store_pair(T* address, float first, float second
   }
 }
 
+// 16 bytes of outputs (4 floats or 8 16-bit values) in one store; the address must be 16-byte aligned.
+template <typename T>
+__device__ __forceinline__ void store_vector(T* address, const float (&values)[16 / sizeof(T)]) {
+  if constexpr (sizeof(T) == 4) {
+    *reinterpret_cast<float4*>(address) = make_float4(values[0], values[1], values[2], values[3]);
+  } else {
+    uint32_t words[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const T low = from_float<T>(values[2 * e]), high = from_float<T>(values[2 * e + 1]);
+      words[e] = uint32_t(*reinterpret_cast<const unsigned short*>(&low)) |
+                 (uint32_t(*reinterpret_cast<const unsigned short*>(&high)) << 16);
+    }
+    *reinterpret_cast<uint4*>(address) = make_uint4(words[0], words[1], words[2], words[3]);
+  }
+}
+
 __device__ __forceinline__ uint32_t to_tf32(float value) {
   uint32_t result;
   asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(result) : "f"(value));

@@ -1,0 +1,506 @@
+// Tensor-core implicit GEMM for the forward and for grad_input (DESIGN.md §3), native NCL.
+//
+// Both are the same problem with roles swapped. Writing tap k's offset k*dilation - padding as
+// shift_k*stride + phase_k (convt.h):
+//   forward     y[n, co, m*stride + r]  = bias[co] + sum_{k: phase_k = r} sum_ci W[ci, co, k] x[n, ci, m - shift_k]
+//   grad_input  gx[n, ci, i]            =            sum_k sum_co W[ci, co, k] gy[n, co, (i + shift_k)*stride + phase_k]
+// so one kernel computes
+//   out[n, row, col*out_step + out_phase] = bias[row]
+//       + sum_{taps t of out_phase} sum_ch A_t[row, ch] * in[n, ch, (col + offset_t)*in_step + in_phase_t]
+// with (rows, channels, out_step, in_step, offset_t, out_phase_t, in_phase_t) =
+//   forward     (C_out, C_in,  stride, 1,      -shift_k, phase_k, 0)
+//   grad_input  (C_in,  C_out, 1,      stride, +shift_k, 0,       phase_k)
+// per group, A_t being W[:, :, k] seen as (rows x channels). GemmProblem carries this.
+//
+// A tile is (n, group, kBlockM rows, kBlockN columns col0 + [0, kBlockN) of every out_phase), i.e.
+// kBlockN*out_step consecutive out positions. It runs in steps (out_phase, in_phase, chunk of
+// channels), visiting only phases that have taps; each step stages in shared memory
+//   x_s[ch][pos]   in[n, ch, (col0 + first_offset - lead + pos)*in_step + in_phase], zero outside
+//   w_s[slot]      A of the step's taps, in mma fragment order (pack_gemm_weight_kernel)
+// and runs mma.sync on 8 warps (2 x 4, a 32 x 32 warp tile). Steps are double-buffered with
+// cp.async: the next step's loads fly while this one computes. When one chunk holds the group's
+// channels and every tap fits, the weight stays resident and only x moves. After each out_phase the
+// accumulators go to y_s[row][position], interleaved; at the end of the tile every out position of
+// the tile, phases without taps included (bias only), is written from y_s in 16-byte vectors by
+// whole warps along the row. When y_s does not fit (large out_step) the accumulators are stored
+// directly.
+#pragma once
+
+#include <ATen/cuda/detail/IntegerDivider.cuh>
+
+#include "convt.h"
+#include "cuda/mma.cuh"
+
+namespace convt::cuda {
+
+constexpr int kGemmWarpsM = 2, kGemmWarpsN = 4, kGemmThreads = 32 * kGemmWarpsM * kGemmWarpsN;
+constexpr int kWarpTilesM = 2, kWarpTilesN = 4;               // m16 and n8 tiles of one warp
+constexpr int kBlockM = kGemmWarpsM * kWarpTilesM * 16;       // 64 rows per tile
+constexpr int kBlockN = kGemmWarpsN * kWarpTilesN * 8;        // 128 columns per tile
+constexpr int kFragmentWords = 32 * 4;                        // one m16 x k-step A fragment: 4 words per lane
+constexpr int kMaxGemmTaps = 32;
+constexpr int kMaxStagedStep = 8;
+
+using Divider = at::cuda::detail::IntDivider<unsigned int>;
+
+struct GemmProblem {
+  // ---- the problem ----
+  int64_t batch, groups, rows_per_group, channels_per_group;
+  int64_t in_batch_stride, in_channel_stride, in_length_stride;
+  int in_length;              // positions of `in`
+  int out_length;             // positions of `out` (contiguous (N, groups*rows_per_group, out_length))
+  int out_step, in_step;      // see the header comment
+  // The phases some tap reaches: out_phase_value[0, out_phases) and in_phase_value[0, in_phases).
+  // Each tap's tap_out_phase / tap_in_phase is an index into these lists.
+  int out_phases, in_phases;
+  int out_phase_value[kMaxGemmTaps], in_phase_value[kMaxGemmTaps];
+  int taps;
+  int tap_offset[kMaxGemmTaps], tap_out_phase[kMaxGemmTaps], tap_in_phase[kMaxGemmTaps];
+  // The taps grouped by phase pair (out_phase, in_phase): pair q = out_phase * in_phases + in_phase
+  // owns step_tap[pair_begin[q], pair_begin[q + 1]) (out_phases * in_phases <= taps: one of them is 1).
+  int step_tap[kMaxGemmTaps], pair_begin[kMaxGemmTaps + 1];
+  int first_offset, last_offset;  // min and max of tap_offset
+  // ---- the tiling (plan_gemm) ----
+  int chunk_channels;  // channels per step
+  int ksteps;          // mma k-steps per chunk (8 words each)
+  int chunks;
+  int copy_elements;   // elements per x copy: 16 bytes' worth, 2 (16-bit pairs) or 1 (see plan_gemm)
+  int lead;            // x_s starts `lead` positions early so that copies stay aligned
+  int x_rows;          // positions of x_s
+  int x_row_elements;  // elements per channel row of x_s (≡ 8 mod 32: conflict-free B fragments)
+  int x_words;         // words of one x_s buffer
+  int slot_words;      // words of one tap of w_s: (kBlockM / 16) * ksteps fragments
+  int weight_slots;    // taps w_s holds: all (resident) or the most of one step
+  bool resident;
+  bool stage_output;         // y_s holds the tile's outputs (out_step <= kMaxStagedStep)
+  int y_row_elements;        // floats per row of y_s: kBlockN * out_step + one vector of slack
+  int row_tiles, col_tiles;  // col_tiles covers the longest out_phase
+  int64_t tiles;
+  Divider div_col_tiles, div_row_tiles, div_batch, div_groups, div_chunks, div_in_phases;
+  size_t smem_bytes;
+};
+
+// Where a tile sits. Resident weights: (group, row tile) outermost, so a block keeps its weight;
+// otherwise row tiles innermost, so concurrent tiles share their x in L2.
+struct GemmTile {
+  int64_t n;
+  int g, row_tile, col_tile;
+  __device__ GemmTile(unsigned tile, const GemmProblem& p) {
+    if (p.resident) {
+      auto q = p.div_col_tiles.divmod(tile);
+      col_tile = int(q.mod);
+      q = p.div_batch.divmod(q.div);
+      n = q.mod;
+      q = p.div_row_tiles.divmod(q.div);
+      row_tile = int(q.mod);
+      g = int(q.div);
+    } else {
+      auto q = p.div_row_tiles.divmod(tile);
+      row_tile = int(q.mod);
+      q = p.div_col_tiles.divmod(q.div);
+      col_tile = int(q.mod);
+      q = p.div_groups.divmod(q.div);
+      g = int(q.mod);
+      n = q.div;
+    }
+  }
+  __device__ int64_t weight_key() const { return (int64_t(g) << 32) + row_tile; }
+};
+
+// A reduction step of a tile: step = (out_phase * in_phases + in_phase) * chunks + chunk (list
+// indices); its taps are step_tap[first_tap, end_tap).
+struct GemmStep {
+  int out_phase, in_phase, chunk, first_tap, end_tap;
+  __device__ GemmStep(int step, const GemmProblem& p) {
+    const auto q = p.div_chunks.divmod(unsigned(step));
+    const auto phases = p.div_in_phases.divmod(q.div);
+    chunk = int(q.mod), in_phase = int(phases.mod), out_phase = int(phases.div);
+    first_tap = p.pair_begin[q.div];
+    end_tap = p.pair_begin[q.div + 1];
+  }
+};
+
+// ---- asynchronous copies -------------------------------------------------------------------------
+
+// 4 or 16 bytes global -> shared; the first `bytes` come from global, the rest is zero.
+__device__ __forceinline__ void cp_async_4(void* shared, const void* global, int bytes) {
+  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(shared));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(address), "l"(global), "r"(bytes));
+}
+__device__ __forceinline__ void cp_async_16(void* shared, const void* global, int bytes = 16) {
+  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(shared));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(address), "l"(global), "r"(bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending)); }
+
+// ---- operands ------------------------------------------------------------------------------------
+
+// big + small TF32 parts of float32 values (3xTF32)
+template <int N>
+__device__ __forceinline__ void split_tf32(const uint32_t (&v)[N], uint32_t (&big)[N], uint32_t (&small)[N]) {
+#pragma unroll
+  for (int e = 0; e < N; ++e) {
+    const float value = __uint_as_float(v[e]);
+    big[e] = to_tf32(value);
+    small[e] = to_tf32(value - __uint_as_float(big[e]));
+  }
+}
+
+template <typename T, Math kMath>
+__device__ __forceinline__ void mma_step(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  if constexpr (kMath == Math::kTF32) {
+    mma_tf32(d, a, b);
+  } else if constexpr (kMath == Math::k3xTF32) {
+    uint32_t a_big[4], a_small[4], b_big[2], b_small[2];
+    split_tf32(a, a_big, a_small);
+    split_tf32(b, b_big, b_small);
+    mma_tf32(d, a_small, b_big);
+    mma_tf32(d, a_big, b_small);
+    mma_tf32(d, a_big, b_big);
+  } else {
+    mma_16bit<T>(d, a, b);
+  }
+}
+
+// B fragment of one n8 tile and k-step from x_s[ch][pos]. `column` points at channel 0 of this lane's
+// column (lane / 4); c = lane % 4. TF32 (k8): b0 = X[c][col], b1 = X[c + 4][col] (x_s is already rounded).
+// 16-bit (k16): b0 = X[2c, 2c + 1][col], b1 = X[2c + 8, 2c + 9][col], the lower channel in the low half.
+template <typename T, Math kMath>
+__device__ __forceinline__ void load_b(uint32_t (&b)[2], const T* column, int row_elements, int c) {
+  if constexpr (kMath == Math::k16Bit) {
+    const unsigned short* x16 = reinterpret_cast<const unsigned short*>(column);
+    auto pair = [&](int ch) {
+      return uint32_t(x16[ch * row_elements]) | (uint32_t(x16[(ch + 1) * row_elements]) << 16);
+    };
+    b[0] = pair(2 * c);
+    b[1] = pair(2 * c + 8);
+  } else {
+    b[0] = __float_as_uint(column[c * row_elements]);
+    b[1] = __float_as_uint(column[(c + 4) * row_elements]);
+  }
+}
+
+// A in fragment order, packed once per call: words
+//   packed[g][row_tile][chunk][tap][m16 tile][k-step][lane][4]
+// where lane's 4 words are rows (lane/4, lane/4 + 8) x word columns (lane%4, lane%4 + 4) of the
+// m16 x 8-word fragment (a0 a1 a2 a3 of mma.sync), each word one TF32 value (rounded to nearest for
+// kTF32, raw float32 bits for 3xTF32, split at use) or two 16-bit channels. Zero outside the problem.
+// A_t[row, ch] = w[a_group_stride*g + a_row_stride*row + a_channel_stride*ch + a_tap_stride*t].
+struct GemmWeight {
+  int64_t group_stride, row_stride, channel_stride, tap_stride;
+};
+
+template <typename T, Math kMath>
+__global__ void pack_gemm_weight_kernel(const T* __restrict__ w, uint32_t* __restrict__ packed, GemmProblem p,
+                                        GemmWeight a, int64_t words) {
+  constexpr int kChannelsPerWord = kMath == Math::k16Bit ? 2 : 1;
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < words; e += int64_t(blockDim.x) * gridDim.x) {
+    int64_t rest = e / 4;
+    const int part = int(e % 4), lane = int(rest % 32);
+    rest /= 32;
+    const int kstep = int(rest % p.ksteps);
+    rest /= p.ksteps;
+    const int mtile = int(rest % (kBlockM / 16));
+    rest /= kBlockM / 16;
+    const int t = int(rest % p.taps);
+    rest /= p.taps;
+    const int chunk = int(rest % p.chunks);
+    rest /= p.chunks;
+    const int row_tile = int(rest % p.row_tiles);
+    const int64_t g = rest / p.row_tiles;
+    const int64_t row = int64_t(row_tile) * kBlockM + mtile * 16 + lane / 4 + (part % 2) * 8;
+    const int word = kstep * 8 + lane % 4 + (part / 2) * 4;
+    uint32_t value = 0;
+    for (int half = 0; half < kChannelsPerWord; ++half) {
+      const int64_t ch = int64_t(chunk) * p.chunk_channels + word * kChannelsPerWord + half;
+      const bool inside = row < p.rows_per_group && ch < p.channels_per_group;
+      const T element = inside ? w[g * a.group_stride + row * a.row_stride + ch * a.channel_stride + t * a.tap_stride]
+                               : from_float<T>(0.0f);
+      if constexpr (kMath == Math::kTF32) {
+        value = to_tf32(to_float(element));
+      } else if constexpr (kMath == Math::k3xTF32) {
+        value = __float_as_uint(to_float(element));
+      } else {
+        value |= uint32_t(*reinterpret_cast<const unsigned short*>(&element)) << (16 * half);
+      }
+    }
+    packed[e] = value;
+  }
+}
+
+// ---- the kernel ----------------------------------------------------------------------------------
+
+template <typename T, Math kMath>
+__global__ void __launch_bounds__(kGemmThreads, 2)
+    implicit_gemm_kernel(const T* __restrict__ in, const uint32_t* __restrict__ packed_w, const T* __restrict__ bias,
+                         T* __restrict__ out, const __grid_constant__ GemmProblem p) {
+  extern __shared__ __align__(16) uint32_t smem[];
+  const int weight_buffers = p.resident ? 1 : 2;
+  uint32_t* w_buffers = smem;                                                  // weight_buffers x slots x slot_words
+  T* x_buffers = reinterpret_cast<T*>(smem + weight_buffers * p.weight_slots * p.slot_words);  // 2 x x_words
+  float* y_s = reinterpret_cast<float*>(smem + weight_buffers * p.weight_slots * p.slot_words + 2 * p.x_words);
+  const int x_buffer_elements = p.x_words * 4 / int(sizeof(T));
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int warp_mtile = (warp % kGemmWarpsM) * kWarpTilesM;        // first m16 tile of this warp
+  const int warp_col = (warp / kGemmWarpsM) * kWarpTilesN * 8;     // first column of this warp
+  const int steps = p.out_phases * p.in_phases * p.chunks;          // reduction steps of a tile
+  const int phase_steps = p.in_phases * p.chunks;                   // steps of one out_phase
+  const int64_t tile_words = int64_t(p.taps) * p.slot_words;        // one (g, row_tile, chunk) of packed_w
+
+  // Stage x (and, unless resident, the step's taps of A) for (tile, step) into buffer `buffer`.
+  auto stage = [&](const GemmTile& tile, const GemmStep& step, int buffer) {
+    if (!p.resident) {
+      const uint32_t* from =
+          packed_w + ((int64_t(tile.g) * p.row_tiles + tile.row_tile) * p.chunks + step.chunk) * tile_words;
+      uint32_t* to = w_buffers + buffer * p.weight_slots * p.slot_words;
+      for (int i = step.first_tap; i < step.end_tap; ++i) {
+        const uint32_t* tap_from = from + p.step_tap[i] * p.slot_words;
+        for (int v = threadIdx.x * 4; v < p.slot_words; v += kGemmThreads * 4) cp_async_16(to + v, tap_from + v);
+        to += p.slot_words;
+      }
+    }
+    // x_s[ch][pos] = in[n, ch, position(pos)], a warp per channel row, lanes along positions,
+    // copy_elements at a time
+    T* x_s = x_buffers + buffer * x_buffer_elements;
+    const int first = tile.col_tile * kBlockN + p.first_offset - p.lead;  // column of x_s position 0
+    const int in_phase = p.in_phase_value[step.in_phase];
+    const int64_t first_channel = int64_t(tile.g) * p.channels_per_group + int64_t(step.chunk) * p.chunk_channels;
+    const T* in_chunk = in + tile.n * p.in_batch_stride + first_channel * p.in_channel_stride;
+    const int copies = (p.x_rows + p.copy_elements - 1) / p.copy_elements;
+    for (int ch = warp; ch < p.chunk_channels; ch += kGemmThreads / 32) {
+      const bool channel_inside = int64_t(step.chunk) * p.chunk_channels + ch < p.channels_per_group;
+      const T* in_row = in_chunk + ch * p.in_channel_stride;
+      T* x_row = x_s + ch * p.x_row_elements;
+      for (int copy = lane; copy < copies; copy += 32) {
+        const int pos = copy * p.copy_elements;
+        if (p.copy_elements > 1) {  // in_step 1, contiguous aligned rows, `first` a multiple of copy_elements
+          const int position = first + pos;
+          const int inside = channel_inside && position >= 0 ? max(0, min(p.copy_elements, p.in_length - position)) : 0;
+          const T* from = inside ? in_row + position : in;
+          if (p.copy_elements * sizeof(T) == 16) {
+            cp_async_16(x_row + pos, from, inside * int(sizeof(T)));
+          } else {
+            cp_async_4(x_row + pos, from, inside * int(sizeof(T)));
+          }
+        } else {
+          const int position = (first + pos) * p.in_step + in_phase;
+          const bool inside = channel_inside && position >= 0 && position < p.in_length;
+          const T* from = inside ? in_row + position * p.in_length_stride : in;
+          if constexpr (sizeof(T) == 4) {
+            cp_async_4(x_row + pos, from, inside ? 4 : 0);
+          } else {
+            x_row[pos] = inside ? *from : from_float<T>(0.0f);
+          }
+        }
+      }
+    }
+  };
+
+  // kTF32: round this thread's copies of x_s (landed: cp.async.wait_group) to TF32 in place, once
+  // per step instead of at every fragment load.
+  auto round_x = [&](int buffer) {
+    if constexpr (kMath == Math::kTF32) {
+      float* x_s = x_buffers + buffer * x_buffer_elements;
+      const int copies = (p.x_rows + p.copy_elements - 1) / p.copy_elements;
+      for (int ch = warp; ch < p.chunk_channels; ch += kGemmThreads / 32) {
+        for (int copy = lane; copy < copies; copy += 32) {
+          float* values = x_s + ch * p.x_row_elements + copy * p.copy_elements;
+          if (p.copy_elements == 4) {
+            float4 v = *reinterpret_cast<float4*>(values);
+            v = make_float4(__uint_as_float(to_tf32(v.x)), __uint_as_float(to_tf32(v.y)), __uint_as_float(to_tf32(v.z)),
+                            __uint_as_float(to_tf32(v.w)));
+            *reinterpret_cast<float4*>(values) = v;
+          } else {
+            values[0] = __uint_as_float(to_tf32(values[0]));
+          }
+        }
+      }
+    }
+  };
+
+  // The tile's rows of out, and their bias
+  auto out_row = [&](const GemmTile& tile, int row) {
+    return out + (tile.n * p.groups + tile.g) * p.rows_per_group * p.out_length + int64_t(row) * p.out_length;
+  };
+  auto bias_of = [&](const GemmTile& tile, int row) {
+    return bias ? to_float(bias[int64_t(tile.g) * p.rows_per_group + row]) : 0.0f;
+  };
+  // Staged output: the tile's out positions of a row start at y_s element `shift` of that row, so
+  // that 16-byte vectors of y_s rows and of out rows line up.
+  constexpr int kVector = 16 / sizeof(T);
+  auto first_position = [&](const GemmTile& tile) { return int64_t(tile.col_tile) * kBlockN * p.out_step; };
+  auto shift_of = [&](const T* out_positions) { return int(reinterpret_cast<uintptr_t>(out_positions) / sizeof(T) % kVector); };
+  // phases that no tap reaches keep the zeros of a cleared y_s (the flush clears what it reads)
+  const bool clear_y_s = p.stage_output && p.out_phases < p.out_step;
+  if (clear_y_s) {
+    for (int v = threadIdx.x * 4; v < kBlockM * p.y_row_elements; v += kGemmThreads * 4)
+      *reinterpret_cast<float4*>(y_s + v) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  }
+
+  // The accumulators of one out_phase: to y_s, or straight to out (plus bias). Element e of tile
+  // (mt, nt) sits at row lane/4 (+8 for e >= 2) and column 2*(lane%4) + e%2 of the tile.
+  auto store_phase = [&](const GemmTile& tile, int out_phase, const float (&acc)[kWarpTilesM][kWarpTilesN][4]) {
+    const int phase = p.out_phase_value[out_phase];
+    const int columns = p.out_length > phase ? (p.out_length - phase + p.out_step - 1) / p.out_step : 0;
+    const bool paired = p.out_step == 1 && p.out_length % 2 == 0;  // two adjacent columns, one aligned store
+#pragma unroll
+    for (int mt = 0; mt < kWarpTilesM; ++mt)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int tile_row = (warp_mtile + mt) * 16 + lane / 4 + half * 8;
+        const int row = tile.row_tile * kBlockM + tile_row;
+        T* out_positions = out_row(tile, row);
+        if (p.stage_output) {
+          float* y = y_s + tile_row * p.y_row_elements + shift_of(out_positions + first_position(tile)) + phase;
+#pragma unroll
+          for (int nt = 0; nt < kWarpTilesN; ++nt) {
+            const int tile_col = warp_col + nt * 8 + 2 * (lane % 4);
+            y[tile_col * p.out_step] = acc[mt][nt][half * 2];
+            y[(tile_col + 1) * p.out_step] = acc[mt][nt][half * 2 + 1];
+          }
+          continue;
+        }
+        if (row >= p.rows_per_group) continue;
+        const float bias_value = bias_of(tile, row);
+#pragma unroll
+        for (int nt = 0; nt < kWarpTilesN; ++nt) {
+          const int col = tile.col_tile * kBlockN + warp_col + nt * 8 + 2 * (lane % 4);
+          const float v0 = acc[mt][nt][half * 2] + bias_value, v1 = acc[mt][nt][half * 2 + 1] + bias_value;
+          if (paired && col + 1 < columns) {
+            store_pair(out_positions + col, v0, v1);
+          } else {
+            const int64_t position = int64_t(col) * p.out_step + phase;
+            if (col < columns) out_positions[position] = from_float<T>(v0);
+            if (col + 1 < columns) out_positions[position + p.out_step] = from_float<T>(v1);
+          }
+        }
+      }
+  };
+
+  // The tile's kBlockN * out_step out positions, a warp per row. Staged: from y_s plus bias, in
+  // 16-byte vectors (elements at the ends of the row segment one by one). Not staged: the positions
+  // of phases no tap reaches get the bias.
+  auto finish_tile = [&](const GemmTile& tile) {
+    if (!p.stage_output && p.out_phases == p.out_step) return;
+    const int positions = int(min(int64_t(kBlockN) * p.out_step, p.out_length - first_position(tile)));
+    for (int tile_row = warp; tile_row < kBlockM; tile_row += kGemmThreads / 32) {
+      const int row = tile.row_tile * kBlockM + tile_row;
+      if (row >= p.rows_per_group) break;
+      const float bias_value = bias_of(tile, row);
+      T* out_positions = out_row(tile, row) + first_position(tile);
+      if (!p.stage_output) {
+        for (int pos = lane; pos < positions; pos += 32) {
+          bool reached = false;
+          for (int r = 0; r < p.out_phases; ++r) reached |= p.out_phase_value[r] == pos % p.out_step;
+          if (!reached) out_positions[pos] = from_float<T>(bias_value);
+        }
+        continue;
+      }
+      const int shift = shift_of(out_positions);
+      T* out_vectors = out_positions - shift;  // 16-byte aligned
+      float* y = y_s + tile_row * p.y_row_elements;
+      for (int begin = lane * kVector; begin < shift + positions; begin += 32 * kVector) {
+        float values[kVector];
+#pragma unroll
+        for (int e = 0; e < kVector; e += 4) {
+          float4* from = reinterpret_cast<float4*>(y + begin + e);
+          const float4 v = *from;
+          if (clear_y_s) *from = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+          values[e] = v.x + bias_value, values[e + 1] = v.y + bias_value;
+          values[e + 2] = v.z + bias_value, values[e + 3] = v.w + bias_value;
+        }
+        if (begin >= shift && begin + kVector <= shift + positions) {
+          store_vector(out_vectors + begin, values);
+        } else {
+#pragma unroll
+          for (int e = 0; e < kVector; ++e)
+            if (begin + e >= shift && begin + e < shift + positions) out_vectors[begin + e] = from_float<T>(values[e]);
+        }
+      }
+    }
+  };
+
+  float acc[kWarpTilesM][kWarpTilesN][4];
+  int64_t resident_key = -1;
+  unsigned tile_index = blockIdx.x;
+  int step_index = 0, buffer = 0;
+  if (tile_index >= p.tiles) return;
+  GemmTile tile(tile_index, p);
+  stage(tile, GemmStep(0, p), 0);
+  cp_async_commit();
+  while (true) {
+    if (p.resident && tile.weight_key() != resident_key) {  // (re)load the resident weight, and wait for it
+      const uint32_t* from = packed_w + (int64_t(tile.g) * p.row_tiles + tile.row_tile) * tile_words;
+      for (int v = threadIdx.x * 4; v < tile_words; v += kGemmThreads * 4) cp_async_16(w_buffers + v, from + v);
+      cp_async_commit();
+      cp_async_wait<0>();
+      resident_key = tile.weight_key();
+    }
+    // the next step, prefetched into the other buffer while this one computes
+    unsigned next_index = tile_index;
+    int next_step = step_index + 1;
+    if (next_step == steps) {
+      next_step = 0;
+      next_index += gridDim.x;
+    }
+    const bool has_next = next_index < p.tiles;
+    const GemmTile next = next_index == tile_index || !has_next ? tile : GemmTile(next_index, p);
+    if (has_next) stage(next, GemmStep(next_step, p), buffer ^ 1);
+    cp_async_commit();
+    cp_async_wait<1>();
+    round_x(buffer);
+    __syncthreads();
+
+    const GemmStep step(step_index, p);
+    if (step_index % phase_steps == 0) {
+#pragma unroll
+      for (int mt = 0; mt < kWarpTilesM; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < kWarpTilesN; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.0f;
+    }
+    const uint32_t* w_s = w_buffers + (p.resident ? 0 : buffer * p.weight_slots * p.slot_words);
+    const T* x_s = x_buffers + buffer * x_buffer_elements;
+    for (int i = step.first_tap; i < step.end_tap; ++i) {
+      const int t = p.step_tap[i];
+      // column col of the tile reads x_s position (col - col0) + offset_t - first_offset + lead
+      const T* x_tap = x_s + warp_col + lane / 4 + p.tap_offset[t] - p.first_offset + p.lead;
+      const int slot = p.resident ? t : i - step.first_tap;
+      const uint32_t* w_tap = w_s + slot * p.slot_words + warp_mtile * p.ksteps * kFragmentWords + lane * 4;
+#pragma unroll 4
+      for (int kstep = 0; kstep < p.ksteps; ++kstep) {
+        uint32_t a[kWarpTilesM][4], b[kWarpTilesN][2];
+#pragma unroll
+        for (int mt = 0; mt < kWarpTilesM; ++mt) {
+          const uint4 v = *reinterpret_cast<const uint4*>(w_tap + (mt * p.ksteps + kstep) * kFragmentWords);
+          a[mt][0] = v.x, a[mt][1] = v.y, a[mt][2] = v.z, a[mt][3] = v.w;
+        }
+        const int first_channel = kstep * (kMath == Math::k16Bit ? 16 : 8);
+#pragma unroll
+        for (int nt = 0; nt < kWarpTilesN; ++nt)
+          load_b<T, kMath>(b[nt], x_tap + first_channel * p.x_row_elements + nt * 8, p.x_row_elements, lane % 4);
+#pragma unroll
+        for (int mt = 0; mt < kWarpTilesM; ++mt)
+#pragma unroll
+          for (int nt = 0; nt < kWarpTilesN; ++nt) mma_step<T, kMath>(acc[mt][nt], a[mt], b[nt]);
+      }
+    }
+    if ((step_index + 1) % phase_steps == 0) store_phase(tile, step.out_phase, acc);
+    if (step_index == steps - 1) {
+      if (p.stage_output) __syncthreads();  // y_s complete
+      finish_tile(tile);
+    }
+    __syncthreads();  // this buffer (and y_s) is consumed: the next iteration may overwrite it
+    if (!has_next) break;
+    tile_index = next_index;
+    step_index = next_step;
+    tile = next;
+    buffer ^= 1;
+  }
+  cp_async_wait<0>();
+}
+
+}  // namespace convt::cuda
