@@ -8,9 +8,11 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <vector>
 
 #include "convt.h"
 #include "cuda/direct.cuh"
+#include "cuda/grad_weight_gemm.cuh"
 #include "cuda/implicit_gemm.cuh"
 
 namespace convt::cuda {
@@ -130,7 +132,8 @@ std::optional<GemmProblem> plan_gemm(GemmProblem g, const at::Tensor& in) {
   g.x_rows = kBlockN + g.last_offset - g.first_offset + g.lead;
   const int copied = (g.x_rows + g.copy_elements - 1) / g.copy_elements * g.copy_elements;
   g.x_row_elements = std::max(0, (copied - 8 + 15) / 16) * 16 + 8;  // ≡ 8 (mod 16): conflict-free B fragments
-  g.row_tiles = int((g.rows_per_group + kBlockM - 1) / kBlockM);
+  g.block_m = g.rows_per_group <= kBlockMOf<1> ? kBlockMOf<1> : kBlockMOf<2>;
+  g.row_tiles = int((g.rows_per_group + g.block_m - 1) / g.block_m);
   g.col_tiles = int((max_columns + kBlockN - 1) / kBlockN);
   g.tiles = g.batch * g.groups * g.row_tiles * g.col_tiles;
   const int64_t last_position = (int64_t(g.col_tiles) * kBlockN + g.x_rows) * g.in_step + g.in_step;
@@ -145,7 +148,7 @@ std::optional<GemmProblem> plan_gemm(GemmProblem g, const at::Tensor& in) {
     g.chunk_channels = chunk_words * channels_per_word;
     g.chunks = int((g.channels_per_group + g.chunk_channels - 1) / g.chunk_channels);
     g.x_words = g.chunk_channels * g.x_row_elements * element_size / 4;
-    g.slot_words = (kBlockM / 16) * g.ksteps * kFragmentWords;
+    g.slot_words = (g.block_m / 16) * g.ksteps * kFragmentWords;
     // Staging the output pays when phases interleave (out_step > 1) at two blocks per SM, and at one
     // block per SM when some phases get no tap (kb79 1.12 vs 2.07 ms unstaged; grouped and hifigan_up2
     // with every phase reached were faster unstaged at two blocks). With out_step 1 the direct paired
@@ -162,7 +165,7 @@ std::optional<GemmProblem> plan_gemm(GemmProblem g, const at::Tensor& in) {
       if (stage_output && budget > kGemmSmemBudget && g.out_phases == g.out_step) continue;
       g.stage_output = stage_output;
       auto smem_bytes = [&](int slots, int weight_buffers) {
-        const int64_t y_words = stage_output ? int64_t(kBlockM) * g.y_row_elements : 0;
+        const int64_t y_words = stage_output ? int64_t(g.block_m) * g.y_row_elements : 0;
         return size_t(int64_t(weight_buffers) * slots * g.slot_words + 2 * int64_t(g.x_words) + y_words) * 4;
       };
       g.resident = g.chunks == 1 && smem_bytes(g.taps, 1) <= budget;
@@ -192,7 +195,7 @@ void launch_gemm(const GemmProblem& g, const at::Tensor& in, const at::Tensor& w
   uint32_t* packed_w = reinterpret_cast<uint32_t*>(packed.data_ptr());
   pack_gemm_weight_kernel<T, kMath><<<grid_size(words, kDirectThreads), kDirectThreads, 0, stream>>>(as_t(w), packed_w, g, a, words);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  auto kernel = implicit_gemm_kernel<T, kMath>;
+  auto kernel = g.block_m == kBlockMOf<1> ? implicit_gemm_kernel<T, kMath, 1> : implicit_gemm_kernel<T, kMath, 2>;
   C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(g.smem_bytes)));
   int blocks_per_sm = 0;
   C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, kernel, kGemmThreads, g.smem_bytes));
@@ -223,6 +226,90 @@ bool run_gemm(const GemmProblem& problem, const at::Tensor& in, const at::Tensor
   }
 }
 
+// ---- tensor-core grad_weight (grad_weight_gemm.cuh) --------------------------------------------
+
+constexpr int64_t kWgScratchBytes = int64_t(64) << 20;  // the most partial sums may take
+
+std::optional<WeightGradProblem> plan_grad_weight(const ConvTParams& p, at::ScalarType dtype) {
+  if (!gemm_applies(p, dtype)) return std::nullopt;
+  WeightGradProblem g{};
+  g.batch = p.batch, g.groups = p.groups, g.cig = p.in_channels_per_group, g.cog = p.out_channels_per_group;
+  g.x_batch_stride = p.x_batch_stride, g.x_channel_stride = p.x_channel_stride, g.x_length_stride = p.x_length_stride;
+  g.gy_batch_stride = p.y_batch_stride, g.gy_channel_stride = p.y_channel_stride, g.gy_length_stride = p.y_length_stride;
+  g.length_in = int(p.length_in), g.length_out = int(p.length_out), g.stride = int(p.stride), g.taps = int(p.kernel_size);
+  // the taps of each phase in order of k (so of shift), cut into groups of up to kWgGroupTaps
+  bool grouped[kMaxGemmTaps] = {};
+  int max_span = 0, next = 0;
+  for (int first = 0; first < g.taps; ++first) {
+    if (grouped[first]) continue;
+    const int64_t phase = tap_of(first, p.stride, p.padding, p.dilation).phase;
+    std::vector<int> phase_taps;
+    for (int k = first; k < g.taps; ++k) {
+      const Tap tap = tap_of(k, p.stride, p.padding, p.dilation);
+      if (tap.phase != phase) continue;
+      phase_taps.push_back(k);
+      g.tap_shift[k] = int(tap.shift);
+      grouped[k] = true;
+    }
+    for (size_t begin = 0; begin < phase_taps.size(); begin += kWgGroupTaps) {
+      const size_t end = std::min(phase_taps.size(), begin + kWgGroupTaps);
+      const int q = g.tap_groups++;
+      g.group_phase[q] = int(phase), g.group_first[q] = next, g.group_count[q] = int(end - begin);
+      g.group_shift_max[q] = g.tap_shift[phase_taps[end - 1]];
+      g.group_span[q] = g.group_shift_max[q] - g.tap_shift[phase_taps[begin]];
+      max_span = std::max(max_span, g.group_span[q]);
+      for (size_t i = begin; i < end; ++i) g.group_tap[next++] = phase_taps[i];
+    }
+  }
+  g.x_row_elements = (kWgPositions + max_span - 4 + 31) / 32 * 32 + 4;  // ≡ 4 (mod 32)
+  if (g.x_row_elements > 1024) return std::nullopt;
+  g.ci_tiles = int((g.cig + kWgBlockCi - 1) / kWgBlockCi);
+  g.co_tiles = int((g.cog + kWgBlockCo - 1) / kWgBlockCo);
+  g.tiles = g.groups * g.ci_tiles * g.co_tiles * g.tap_groups;
+  g.chunks_per_row = (phase_length(0, p.length_out, p.stride) + kWgPositions - 1) / kWgPositions;
+  g.items = g.batch * g.chunks_per_row;
+  // about four blocks per SM in all, within the scratch budget
+  const int64_t weight_elements = g.groups * g.cig * g.cog * g.taps;
+  const int64_t target_blocks = int64_t(at::cuda::getCurrentDeviceProperties()->multiProcessorCount) * 4;
+  g.slices = std::clamp<int64_t>((target_blocks + g.tiles - 1) / g.tiles, 1, g.items);
+  g.slices = std::max<int64_t>(1, std::min(g.slices, kWgScratchBytes / 4 / weight_elements));
+  if (g.tiles * g.slices >= kGemmIndexLimit) return std::nullopt;
+  g.smem_bytes = size_t(2 * kWgBlockCo * kWgGyRow + 2 * kWgBlockCi * g.x_row_elements) * 4;
+  return g;
+}
+
+template <typename T, Math kMath>
+void launch_grad_weight(const WeightGradProblem& g, const at::Tensor& x, const at::Tensor& grad_y, const at::Tensor& grad_w) {
+  auto as_t = [](const at::Tensor& tensor) { return reinterpret_cast<T*>(tensor.data_ptr()); };
+  const auto stream = at::cuda::getCurrentCUDAStream();
+  const int64_t elements = grad_w.numel();
+  const at::Tensor partial = at::empty({g.slices * elements}, grad_w.options().dtype(at::kFloat));
+  auto kernel = grad_weight_gemm_kernel<T, kMath>;
+  C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(g.smem_bytes)));
+  kernel<<<unsigned(g.tiles * g.slices), kWgThreads, g.smem_bytes, stream>>>(as_t(x), as_t(grad_y),
+                                                                            partial.data_ptr<float>(), g);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  sum_slices_kernel<T><<<grid_size(elements, kDirectThreads), kDirectThreads, 0, stream>>>(partial.data_ptr<float>(),
+                                                                                         as_t(grad_w), elements, g.slices);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+// grad_weight on tensor cores when a plan fits; false sends the caller to the direct kernel.
+bool run_grad_weight(const ConvTParams& p, const at::Tensor& x, const at::Tensor& grad_y, const at::Tensor& grad_w) {
+  const auto plan = plan_grad_weight(p, x.scalar_type());
+  if (!plan) return false;
+  switch (x.scalar_type()) {
+    case at::kFloat:
+      tf32_allowed() ? launch_grad_weight<float, Math::kTF32>(*plan, x, grad_y, grad_w)
+                     : launch_grad_weight<float, Math::k3xTF32>(*plan, x, grad_y, grad_w);
+      return true;
+    // 16-bit values are exact in TF32: TF32 products are exact
+    case at::kHalf: launch_grad_weight<__half, Math::kTF32>(*plan, x, grad_y, grad_w); return true;
+    case at::kBFloat16: launch_grad_weight<__nv_bfloat16, Math::kTF32>(*plan, x, grad_y, grad_w); return true;
+    default: return false;
+  }
+}
+
 // ---- the ops -------------------------------------------------------------------------------------
 
 void forward(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& bias, const at::Tensor& y,
@@ -248,6 +335,7 @@ void backward(const at::Tensor& grad_y, const at::Tensor& x, const at::Tensor& w
   const auto stream = at::cuda::getCurrentCUDAStream();
   const bool grad_x_on_tensor_cores = grad_x.defined() && gemm_applies(p, x.scalar_type()) &&
                                      run_gemm(grad_input_problem(p), grad_y, w, grad_input_weight(p), at::Tensor(), grad_x);
+  const bool grad_w_on_tensor_cores = grad_w.defined() && run_grad_weight(p, x, grad_y, grad_w);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "conv_transpose1d_backward_cuda", [&] {
     using acc_t = at::opmath_type<scalar_t>;
     if (grad_x.defined() && !grad_x_on_tensor_cores) {
@@ -256,16 +344,21 @@ void backward(const at::Tensor& grad_y, const at::Tensor& x, const at::Tensor& w
           grad_y.data_ptr<scalar_t>(), w.data_ptr<scalar_t>(), grad_x.data_ptr<scalar_t>(), p);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     }
-    if (grad_w.defined()) {
+    if (grad_w.defined() && !grad_w_on_tensor_cores) {
       grad_weight_direct_kernel<scalar_t, acc_t, kReduceThreads>
           <<<grid_size(grad_w.numel() * kReduceThreads, kReduceThreads), kReduceThreads, 0, stream>>>(
               grad_y.data_ptr<scalar_t>(), x.data_ptr<scalar_t>(), grad_w.data_ptr<scalar_t>(), p);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     }
     if (grad_bias.defined()) {
-      grad_bias_kernel<scalar_t, acc_t, kReduceThreads>
-          <<<grid_size(p.out_channels * kReduceThreads, kReduceThreads), kReduceThreads, 0, stream>>>(
-              grad_y.data_ptr<scalar_t>(), grad_bias.data_ptr<scalar_t>(), p);
+      const int64_t rows = p.batch * p.out_channels;
+      const at::Tensor row_sums = at::empty({rows}, grad_y.options().dtype(c10::CppTypeToScalarType<acc_t>::value));
+      grad_y_row_sums_kernel<scalar_t, acc_t, kReduceThreads>
+          <<<grid_size(rows * kReduceThreads, kReduceThreads), kReduceThreads, 0, stream>>>(
+              grad_y.data_ptr<scalar_t>(), row_sums.data_ptr<acc_t>(), p);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+      grad_bias_kernel<scalar_t, acc_t><<<grid_size(p.out_channels, kDirectThreads), kDirectThreads, 0, stream>>>(
+          row_sums.data_ptr<acc_t>(), grad_bias.data_ptr<scalar_t>(), p);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     }
   });

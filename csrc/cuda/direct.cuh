@@ -129,17 +129,27 @@ __global__ void grad_weight_direct_kernel(const scalar_t* __restrict__ grad_y, c
   }
 }
 
-// One block per output channel: grad_bias[co] = sum over n and j of grad_y[n, co, j], fixed order.
+// grad_bias in two fixed-order passes (no atomics). First row_sums[n*C_out + co] = sum over j of
+// grad_y[n, co, j], a block per row (coalesced along the row) ...
 template <typename scalar_t, typename acc_t, int kThreads>
-__global__ void grad_bias_kernel(const scalar_t* __restrict__ grad_y, scalar_t* __restrict__ grad_bias, ConvTParams p) {
-  for (int64_t co = blockIdx.x; co < p.out_channels; co += gridDim.x) {
+__global__ void grad_y_row_sums_kernel(const scalar_t* __restrict__ grad_y, acc_t* __restrict__ row_sums, ConvTParams p) {
+  for (int64_t row = blockIdx.x; row < p.batch * p.out_channels; row += gridDim.x) {
+    const int64_t n = row / p.out_channels, co = row % p.out_channels;
+    const scalar_t* grad_y_row = grad_y + n * p.y_batch_stride + co * p.y_channel_stride;
     acc_t acc = 0;
-    for (int64_t item = threadIdx.x; item < p.batch * p.length_out; item += kThreads) {
-      const int64_t n = item / p.length_out, j = item % p.length_out;
-      acc += acc_t(grad_y[n * p.y_batch_stride + co * p.y_channel_stride + j * p.y_length_stride]);
-    }
+    for (int64_t j = threadIdx.x; j < p.length_out; j += kThreads) acc += acc_t(grad_y_row[j * p.y_length_stride]);
     acc = block_sum<acc_t, kThreads>(acc);
-    if (threadIdx.x == 0) grad_bias[co] = scalar_t(acc);
+    if (threadIdx.x == 0) row_sums[row] = acc;
+  }
+}
+
+// ... then grad_bias[co] = sum over n of row_sums[n*C_out + co], in order of n.
+template <typename scalar_t, typename acc_t>
+__global__ void grad_bias_kernel(const acc_t* __restrict__ row_sums, scalar_t* __restrict__ grad_bias, ConvTParams p) {
+  for (int64_t co = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; co < p.out_channels; co += int64_t(blockDim.x) * gridDim.x) {
+    acc_t acc = 0;
+    for (int64_t n = 0; n < p.batch; ++n) acc += row_sums[n * p.out_channels + co];
+    grad_bias[co] = scalar_t(acc);
   }
 }
 

@@ -12,7 +12,7 @@
 //   grad_input  (C_in,  C_out, 1,      stride, +shift_k, 0,       phase_k)
 // per group, A_t being W[:, :, k] seen as (rows x channels). GemmProblem carries this.
 //
-// A tile is (n, group, kBlockM rows, kBlockN columns col0 + [0, kBlockN) of every out_phase), i.e.
+// A tile is (n, group, block_m rows, kBlockN columns col0 + [0, kBlockN) of every out_phase), i.e.
 // kBlockN*out_step consecutive out positions. It runs in steps (out_phase, in_phase, chunk of
 // channels), visiting only phases that have taps; each step stages in shared memory
 //   x_s[ch][pos]   in[n, ch, (col0 + first_offset - lead + pos)*in_step + in_phase], zero outside
@@ -34,8 +34,9 @@
 namespace convt::cuda {
 
 constexpr int kGemmWarpsM = 2, kGemmWarpsN = 4, kGemmThreads = 32 * kGemmWarpsM * kGemmWarpsN;
-constexpr int kWarpTilesM = 2, kWarpTilesN = 4;               // m16 and n8 tiles of one warp
-constexpr int kBlockM = kGemmWarpsM * kWarpTilesM * 16;       // 64 rows per tile
+constexpr int kWarpTilesN = 4;                                // n8 tiles of one warp (m16 tiles: 1 or 2)
+template <int kWarpTilesM>
+constexpr int kBlockMOf = kGemmWarpsM * kWarpTilesM * 16;     // rows per tile: 32 or 64
 constexpr int kBlockN = kGemmWarpsN * kWarpTilesN * 8;        // 128 columns per tile
 constexpr int kFragmentWords = 32 * 4;                        // one m16 x k-step A fragment: 4 words per lane
 constexpr int kMaxGemmTaps = 32;
@@ -69,7 +70,8 @@ struct GemmProblem {
   int x_rows;          // positions of x_s
   int x_row_elements;  // elements per channel row of x_s (≡ 8 mod 32: conflict-free B fragments)
   int x_words;         // words of one x_s buffer
-  int slot_words;      // words of one tap of w_s: (kBlockM / 16) * ksteps fragments
+  int block_m;         // rows per tile: 32 (rows_per_group <= 32) or 64
+  int slot_words;      // words of one tap of w_s: (block_m / 16) * ksteps fragments
   int weight_slots;    // taps w_s holds: all (resident) or the most of one step
   bool resident;
   bool stage_output;         // y_s holds the tile's outputs (out_step <= kMaxStagedStep)
@@ -202,15 +204,15 @@ __global__ void pack_gemm_weight_kernel(const T* __restrict__ w, uint32_t* __res
     rest /= 32;
     const int kstep = int(rest % p.ksteps);
     rest /= p.ksteps;
-    const int mtile = int(rest % (kBlockM / 16));
-    rest /= kBlockM / 16;
+    const int mtile = int(rest % (p.block_m / 16));
+    rest /= p.block_m / 16;
     const int t = int(rest % p.taps);
     rest /= p.taps;
     const int chunk = int(rest % p.chunks);
     rest /= p.chunks;
     const int row_tile = int(rest % p.row_tiles);
     const int64_t g = rest / p.row_tiles;
-    const int64_t row = int64_t(row_tile) * kBlockM + mtile * 16 + lane / 4 + (part % 2) * 8;
+    const int64_t row = int64_t(row_tile) * p.block_m + mtile * 16 + lane / 4 + (part % 2) * 8;
     const int word = kstep * 8 + lane % 4 + (part / 2) * 4;
     uint32_t value = 0;
     for (int half = 0; half < kChannelsPerWord; ++half) {
@@ -232,10 +234,11 @@ __global__ void pack_gemm_weight_kernel(const T* __restrict__ w, uint32_t* __res
 
 // ---- the kernel ----------------------------------------------------------------------------------
 
-template <typename T, Math kMath>
+template <typename T, Math kMath, int kWarpTilesM>
 __global__ void __launch_bounds__(kGemmThreads, 2)
     implicit_gemm_kernel(const T* __restrict__ in, const uint32_t* __restrict__ packed_w, const T* __restrict__ bias,
                          T* __restrict__ out, const __grid_constant__ GemmProblem p) {
+  constexpr int kBlockM = kBlockMOf<kWarpTilesM>;
   extern __shared__ __align__(16) uint32_t smem[];
   const int weight_buffers = p.resident ? 1 : 2;
   uint32_t* w_buffers = smem;                                                  // weight_buffers x slots x slot_words

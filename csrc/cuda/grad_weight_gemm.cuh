@@ -1,0 +1,173 @@
+// Tensor-core grad_weight (DESIGN.md §3): a reduction over batch and length, deterministic.
+//
+//   grad_w[g*Cig + ci, co, k] = sum over n, m of x[n, g*Cig + ci, m - shift_k] * gy[n, g*Cog + co, m*stride + phase_k]
+//
+// is, for each tap, a GEMM with M = ci, N = co and the reduction over positions (n, m). Taps of one
+// phase read the same gy positions, so they are handled together in tap groups of up to
+// kWgGroupTaps (the x window of the group covers every shift). A block owns one output tile
+// (group, 32 ci, 64 co, tap group) and one slice of the (n, m-chunk) items; it stages per item
+//   gy_s[co][q]   gy[n, co, (m0 + q)*stride + phase]       q in [0, kWgPositions)
+//   x_s[ci][q]    x[n, ci, m0 + q - group_shift_max]         q in [0, kWgPositions + span)
+// (zero outside the tensors), double-buffered, runs mma.sync (8 warps, 2 x 4, a 16 ci x 16 co warp
+// tile per tap), and writes its fp32 sums to partial[slice]. A second kernel adds the slices in
+// order: no atomics, the same inputs give bit-identical gradients.
+//
+// Operands go through TF32 mma: float32 as TF32 (rounded to nearest) or 3xTF32 (strict), as the
+// forward; bfloat16 and float16 values are exact in TF32, so their products are exact too.
+#pragma once
+
+#include "convt.h"
+#include "cuda/implicit_gemm.cuh"
+
+namespace convt::cuda {
+
+constexpr int kWgWarpsM = 2, kWgWarpsN = 4, kWgThreads = 32 * kWgWarpsM * kWgWarpsN;
+constexpr int kWgBlockCi = kWgWarpsM * 16, kWgBlockCo = kWgWarpsN * 16;
+constexpr int kWgPositions = 64;              // positions m per item: 8 k-steps
+constexpr int kWgGyRow = kWgPositions + 4;    // floats per gy_s row (≡ 4 mod 32: conflict-free fragments)
+constexpr int kWgGroupTaps = 4;
+
+struct WeightGradProblem {
+  int64_t batch, groups, cig, cog;
+  int64_t x_batch_stride, x_channel_stride, x_length_stride;
+  int64_t gy_batch_stride, gy_channel_stride, gy_length_stride;
+  int length_in, length_out, stride, taps;
+  // tap groups: taps group_tap[group_first[q], + group_count[q]) share phase group_phase[q]
+  int tap_groups;
+  int group_phase[kMaxGemmTaps], group_first[kMaxGemmTaps], group_count[kMaxGemmTaps];
+  int group_shift_max[kMaxGemmTaps], group_span[kMaxGemmTaps];  // the largest shift, and largest - smallest
+  int group_tap[kMaxGemmTaps], tap_shift[kMaxGemmTaps];
+  int x_row_elements;          // floats per x_s row: >= kWgPositions + the widest group span, ≡ 4 mod 32
+  int ci_tiles, co_tiles;
+  int64_t tiles;
+  int64_t chunks_per_row;      // items per batch element: ceil(longest phase / kWgPositions)
+  int64_t items;               // batch * chunks_per_row
+  int64_t slices;              // item ranges; partial holds one grad_w per slice
+  size_t smem_bytes;
+};
+
+template <typename T, Math kMath>
+__global__ void __launch_bounds__(kWgThreads)
+    grad_weight_gemm_kernel(const T* __restrict__ x, const T* __restrict__ gy, float* __restrict__ partial,
+                            const __grid_constant__ WeightGradProblem p) {
+  extern __shared__ __align__(16) float wg_smem[];
+  float* gy_buffers = wg_smem;                                  // 2 x kWgBlockCo x kWgGyRow
+  float* x_buffers = wg_smem + 2 * kWgBlockCo * kWgGyRow;      // 2 x kWgBlockCi x x_row_elements
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int warp_ci = (warp % kWgWarpsM) * 16, warp_co = (warp / kWgWarpsM) * 16;
+
+  // tile = ((g * ci_tiles + ci_tile) * co_tiles + co_tile) * tap_groups + tap_group
+  const int64_t tile = blockIdx.x % p.tiles, slice = blockIdx.x / p.tiles;
+  const int tap_group = int(tile % p.tap_groups);
+  const int co_tile = int(tile / p.tap_groups % p.co_tiles);
+  const int ci_tile = int(tile / p.tap_groups / p.co_tiles % p.ci_tiles);
+  const int64_t g = tile / p.tap_groups / p.co_tiles / p.ci_tiles;
+  const int phase = p.group_phase[tap_group], count = p.group_count[tap_group];
+  const int shift_max = p.group_shift_max[tap_group];
+  const int64_t first_ci = g * p.cig + int64_t(ci_tile) * kWgBlockCi, first_co = g * p.cog + int64_t(co_tile) * kWgBlockCo;
+  const int64_t ci_left = p.cig - int64_t(ci_tile) * kWgBlockCi, co_left = p.cog - int64_t(co_tile) * kWgBlockCo;
+  const int ci_count = ci_left < kWgBlockCi ? int(ci_left) : kWgBlockCi;  // rows and columns of the tile inside
+  const int co_count = co_left < kWgBlockCo ? int(co_left) : kWgBlockCo;
+  const int x_positions = kWgPositions + p.group_span[tap_group];
+
+  auto copy = [&](float* to, const T* from, bool inside) {
+    if constexpr (sizeof(T) == 4) {
+      cp_async_4(to, inside ? from : x, inside ? 4 : 0);
+    } else {
+      *to = inside ? to_float(*from) : 0.0f;
+    }
+  };
+  // Stage item (n, m chunk) into buffer `buffer`: a warp per row, lanes along positions.
+  auto stage = [&](int64_t item, int buffer) {
+    const int64_t n = item / p.chunks_per_row, m0 = item % p.chunks_per_row * kWgPositions;
+    float* gy_s = gy_buffers + buffer * kWgBlockCo * kWgGyRow;
+    const T* gy_n = gy + n * p.gy_batch_stride + first_co * p.gy_channel_stride;
+    for (int co = warp; co < kWgBlockCo; co += kWgThreads / 32) {
+      for (int q = lane; q < kWgPositions; q += 32) {
+        const int64_t j = (m0 + q) * p.stride + phase;
+        copy(gy_s + co * kWgGyRow + q, gy_n + co * p.gy_channel_stride + j * p.gy_length_stride,
+             co < co_count && j < p.length_out);
+      }
+    }
+    float* x_s = x_buffers + buffer * kWgBlockCi * p.x_row_elements;
+    const T* x_n = x + n * p.x_batch_stride + first_ci * p.x_channel_stride;
+    for (int ci = warp; ci < kWgBlockCi; ci += kWgThreads / 32) {
+      for (int q = lane; q < x_positions; q += 32) {
+        const int64_t i = m0 + q - shift_max;
+        copy(x_s + ci * p.x_row_elements + q, x_n + ci * p.x_channel_stride + i * p.x_length_stride,
+             ci < ci_count && i >= 0 && i < p.length_in);
+      }
+    }
+  };
+
+  float acc[kWgGroupTaps][2][4] = {};
+  const int64_t begin = slice * p.items / p.slices, end = (slice + 1) * p.items / p.slices;
+  if (begin < end) stage(begin, 0);
+  cp_async_commit();
+  int buffer = 0;
+  for (int64_t item = begin; item < end; ++item, buffer ^= 1) {
+    if (item + 1 < end) stage(item + 1, buffer ^ 1);
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();
+    const float* gy_s = gy_buffers + buffer * kWgBlockCo * kWgGyRow;
+    const float* x_s = x_buffers + buffer * kWgBlockCi * p.x_row_elements;
+    const int r = lane / 4, c = lane % 4;
+#pragma unroll
+    for (int kstep = 0; kstep < kWgPositions / 8; ++kstep) {
+      // B = gy (k = position, n = co): b0 = GY[co r][position c], b1 = position c + 4
+      uint32_t b[2][2];
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+        const float* row = gy_s + (warp_co + nt * 8 + r) * kWgGyRow + kstep * 8 + c;
+        b[nt][0] = kMath == Math::kTF32 ? to_tf32(row[0]) : __float_as_uint(row[0]);
+        b[nt][1] = kMath == Math::kTF32 ? to_tf32(row[4]) : __float_as_uint(row[4]);
+      }
+#pragma unroll
+      for (int t = 0; t < kWgGroupTaps; ++t) {
+        if (t >= count) break;
+        // A = x shifted for tap t (m = ci, k = position): rows r, r + 8; positions c, c + 4
+        const int offset = shift_max - p.tap_shift[p.group_tap[p.group_first[tap_group] + t]];
+        const float* row = x_s + (warp_ci + r) * p.x_row_elements + kstep * 8 + c + offset;
+        const float values[4] = {row[0], row[8 * p.x_row_elements], row[4], row[8 * p.x_row_elements + 4]};
+        uint32_t a[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) a[e] = kMath == Math::kTF32 ? to_tf32(values[e]) : __float_as_uint(values[e]);
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) mma_step<float, kMath>(acc[t][nt], a, b[nt]);
+      }
+    }
+    __syncthreads();  // this buffer is consumed before the next prefetch overwrites it
+  }
+  cp_async_wait<0>();
+
+  // partial[slice][(g*Cig + ci) * Cog + co][k]: element e of tile nt sits at ci row lane/4 (+8 for
+  // e >= 2) and co column 2*(lane%4) + e%2.
+  float* out = partial + slice * (p.groups * p.cig * p.cog * p.taps);
+#pragma unroll
+  for (int t = 0; t < kWgGroupTaps; ++t) {
+    if (t >= count) break;
+    const int k = p.group_tap[p.group_first[tap_group] + t];
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int ci = warp_ci + lane / 4 + (e / 2) * 8, co = warp_co + nt * 8 + 2 * (lane % 4) + e % 2;
+        if (ci < ci_count && co < co_count)
+          out[((first_ci + ci) * p.cog + (first_co - g * p.cog + co)) * p.taps + k] = acc[t][nt][e];
+      }
+  }
+}
+
+// grad_w[e] = the sum of partial[slice][e] over slices, in slice order.
+template <typename T>
+__global__ void sum_slices_kernel(const float* __restrict__ partial, T* __restrict__ grad_w, int64_t elements,
+                                  int64_t slices) {
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < elements; e += int64_t(blockDim.x) * gridDim.x) {
+    float sum = 0.0f;
+    for (int64_t s = 0; s < slices; ++s) sum += partial[s * elements + e];
+    grad_w[e] = from_float<T>(sum);
+  }
+}
+
+}  // namespace convt::cuda
