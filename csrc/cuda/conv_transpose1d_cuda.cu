@@ -152,7 +152,8 @@ std::optional<GemmProblem> plan_gemm(GemmProblem g, const at::Tensor& in) {
     // Staging the output pays when phases interleave (out_step > 1) at two blocks per SM, and at one
     // block per SM when some phases get no tap (kb79 1.12 vs 2.07 ms unstaged; grouped and hifigan_up2
     // with every phase reached were faster unstaged at two blocks). With out_step 1 the direct paired
-    // stores were faster (kb74 1.17 vs 1.48 ms).
+    // stores were faster (kb74 1.17 vs 1.48 ms). A weight with several chunks stays resident only at
+    // two blocks per SM (kb64 at one block: resident 9.98 ms, streamed 6.97 ms).
     struct Tier {
       bool stage_output;
       size_t budget;
@@ -168,8 +169,8 @@ std::optional<GemmProblem> plan_gemm(GemmProblem g, const at::Tensor& in) {
         const int64_t y_words = stage_output ? int64_t(g.block_m) * g.y_row_elements : 0;
         return size_t(int64_t(weight_buffers) * slots * g.slot_words + 2 * int64_t(g.x_words) + y_words) * 4;
       };
-      g.resident = g.chunks == 1 && smem_bytes(g.taps, 1) <= budget;
-      g.weight_slots = g.resident ? g.taps : taps_per_step;
+      g.resident = (g.chunks == 1 || budget == kGemmSmemBudget) && smem_bytes(g.chunks * g.taps, 1) <= budget;
+      g.weight_slots = g.resident ? g.chunks * g.taps : taps_per_step;
       g.smem_bytes = smem_bytes(g.weight_slots, g.resident ? 1 : 2);
       if (g.smem_bytes > budget) continue;
       g.div_col_tiles = Divider(unsigned(g.col_tiles));
@@ -268,9 +269,9 @@ std::optional<WeightGradProblem> plan_grad_weight(const ConvTParams& p, at::Scal
   g.tiles = g.groups * g.ci_tiles * g.co_tiles * g.tap_groups;
   g.chunks_per_row = (phase_length(0, p.length_out, p.stride) + kWgPositions - 1) / kWgPositions;
   g.items = g.batch * g.chunks_per_row;
-  // about four blocks per SM in all, within the scratch budget
+  // about six blocks per SM in all, within the scratch budget
   const int64_t weight_elements = g.groups * g.cig * g.cog * g.taps;
-  const int64_t target_blocks = int64_t(at::cuda::getCurrentDeviceProperties()->multiProcessorCount) * 4;
+  const int64_t target_blocks = int64_t(at::cuda::getCurrentDeviceProperties()->multiProcessorCount) * 6;
   g.slices = std::clamp<int64_t>((target_blocks + g.tiles - 1) / g.tiles, 1, g.items);
   g.slices = std::max<int64_t>(1, std::min(g.slices, kWgScratchBytes / 4 / weight_elements));
   if (g.tiles * g.slices >= kGemmIndexLimit) return std::nullopt;

@@ -8,7 +8,7 @@
 // (group, 32 ci, 64 co, tap group) and one slice of the (n, m-chunk) items; it stages per item
 //   gy_s[co][q]   gy[n, co, (m0 + q)*stride + phase]       q in [0, kWgPositions)
 //   x_s[ci][q]    x[n, ci, m0 + q - group_shift_max]         q in [0, kWgPositions + span)
-// (zero outside the tensors), double-buffered, runs mma.sync (8 warps, 2 x 4, a 16 ci x 16 co warp
+// (zero outside the tensors), double-buffered, runs mma.sync (4 warps, 2 x 2, a 16 ci x 32 co warp
 // tile per tap), and writes its fp32 sums to partial[slice]. A second kernel adds the slices in
 // order: no atomics, the same inputs give bit-identical gradients.
 //
@@ -21,8 +21,9 @@
 
 namespace convt::cuda {
 
-constexpr int kWgWarpsM = 2, kWgWarpsN = 4, kWgThreads = 32 * kWgWarpsM * kWgWarpsN;
-constexpr int kWgBlockCi = kWgWarpsM * 16, kWgBlockCo = kWgWarpsN * 16;
+constexpr int kWgWarpsM = 2, kWgWarpsN = 2, kWgThreads = 32 * kWgWarpsM * kWgWarpsN;
+constexpr int kWgTilesN = 4;                  // n8 tiles (of co) per warp: a 16 ci x 32 co warp tile
+constexpr int kWgBlockCi = kWgWarpsM * 16, kWgBlockCo = kWgWarpsN * kWgTilesN * 8;
 constexpr int kWgPositions = 64;              // positions m per item: 8 k-steps
 constexpr int kWgGyRow = kWgPositions + 4;    // floats per gy_s row (≡ 4 mod 32: conflict-free fragments)
 constexpr int kWgGroupTaps = 4;
@@ -54,7 +55,7 @@ __global__ void __launch_bounds__(kWgThreads)
   float* gy_buffers = wg_smem;                                  // 2 x kWgBlockCo x kWgGyRow
   float* x_buffers = wg_smem + 2 * kWgBlockCo * kWgGyRow;      // 2 x kWgBlockCi x x_row_elements
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int warp_ci = (warp % kWgWarpsM) * 16, warp_co = (warp / kWgWarpsM) * 16;
+  const int warp_ci = (warp % kWgWarpsM) * 16, warp_co = (warp / kWgWarpsM) * kWgTilesN * 8;
 
   // tile = ((g * ci_tiles + ci_tile) * co_tiles + co_tile) * tap_groups + tap_group
   const int64_t tile = blockIdx.x % p.tiles, slice = blockIdx.x / p.tiles;
@@ -100,7 +101,21 @@ __global__ void __launch_bounds__(kWgThreads)
     }
   };
 
-  float acc[kWgGroupTaps][2][4] = {};
+  // float32 with TF32: round this thread's copies (landed: cp.async.wait_group) to TF32 in place,
+  // once, instead of at every fragment load. 16-bit values are exact in TF32 already.
+  auto round_own_copies = [&](int buffer) {
+    if constexpr (sizeof(T) == 4 && kMath == Math::kTF32) {
+      float* gy_s = gy_buffers + buffer * kWgBlockCo * kWgGyRow;
+      for (int co = warp; co < kWgBlockCo; co += kWgThreads / 32)
+        for (int q = lane; q < kWgPositions; q += 32) gy_s[co * kWgGyRow + q] = __uint_as_float(to_tf32(gy_s[co * kWgGyRow + q]));
+      float* x_s = x_buffers + buffer * kWgBlockCi * p.x_row_elements;
+      for (int ci = warp; ci < kWgBlockCi; ci += kWgThreads / 32)
+        for (int q = lane; q < x_positions; q += 32)
+          x_s[ci * p.x_row_elements + q] = __uint_as_float(to_tf32(x_s[ci * p.x_row_elements + q]));
+    }
+  };
+
+  float acc[kWgGroupTaps][kWgTilesN][4] = {};
   const int64_t begin = slice * p.items / p.slices, end = (slice + 1) * p.items / p.slices;
   if (begin < end) stage(begin, 0);
   cp_async_commit();
@@ -109,6 +124,7 @@ __global__ void __launch_bounds__(kWgThreads)
     if (item + 1 < end) stage(item + 1, buffer ^ 1);
     cp_async_commit();
     cp_async_wait<1>();
+    round_own_copies(buffer);
     __syncthreads();
     const float* gy_s = gy_buffers + buffer * kWgBlockCo * kWgGyRow;
     const float* x_s = x_buffers + buffer * kWgBlockCi * p.x_row_elements;
@@ -116,12 +132,12 @@ __global__ void __launch_bounds__(kWgThreads)
 #pragma unroll
     for (int kstep = 0; kstep < kWgPositions / 8; ++kstep) {
       // B = gy (k = position, n = co): b0 = GY[co r][position c], b1 = position c + 4
-      uint32_t b[2][2];
+      uint32_t b[kWgTilesN][2];
 #pragma unroll
-      for (int nt = 0; nt < 2; ++nt) {
+      for (int nt = 0; nt < kWgTilesN; ++nt) {
         const float* row = gy_s + (warp_co + nt * 8 + r) * kWgGyRow + kstep * 8 + c;
-        b[nt][0] = kMath == Math::kTF32 ? to_tf32(row[0]) : __float_as_uint(row[0]);
-        b[nt][1] = kMath == Math::kTF32 ? to_tf32(row[4]) : __float_as_uint(row[4]);
+        b[nt][0] = __float_as_uint(row[0]);
+        b[nt][1] = __float_as_uint(row[4]);
       }
 #pragma unroll
       for (int t = 0; t < kWgGroupTaps; ++t) {
@@ -129,12 +145,10 @@ __global__ void __launch_bounds__(kWgThreads)
         // A = x shifted for tap t (m = ci, k = position): rows r, r + 8; positions c, c + 4
         const int offset = shift_max - p.tap_shift[p.group_tap[p.group_first[tap_group] + t]];
         const float* row = x_s + (warp_ci + r) * p.x_row_elements + kstep * 8 + c + offset;
-        const float values[4] = {row[0], row[8 * p.x_row_elements], row[4], row[8 * p.x_row_elements + 4]};
-        uint32_t a[4];
+        const uint32_t a[4] = {__float_as_uint(row[0]), __float_as_uint(row[8 * p.x_row_elements]),
+                               __float_as_uint(row[4]), __float_as_uint(row[8 * p.x_row_elements + 4])};
 #pragma unroll
-        for (int e = 0; e < 4; ++e) a[e] = kMath == Math::kTF32 ? to_tf32(values[e]) : __float_as_uint(values[e]);
-#pragma unroll
-        for (int nt = 0; nt < 2; ++nt) mma_step<float, kMath>(acc[t][nt], a, b[nt]);
+        for (int nt = 0; nt < kWgTilesN; ++nt) mma_step<float, kMath>(acc[t][nt], a, b[nt]);
       }
     }
     __syncthreads();  // this buffer is consumed before the next prefetch overwrites it
@@ -149,7 +163,7 @@ __global__ void __launch_bounds__(kWgThreads)
     if (t >= count) break;
     const int k = p.group_tap[p.group_first[tap_group] + t];
 #pragma unroll
-    for (int nt = 0; nt < 2; ++nt)
+    for (int nt = 0; nt < kWgTilesN; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int ci = warp_ci + lane / 4 + (e / 2) * 8, co = warp_co + nt * 8 + 2 * (lane % 4) + e % 2;

@@ -18,8 +18,8 @@
 //   x_s[ch][pos]   in[n, ch, (col0 + first_offset - lead + pos)*in_step + in_phase], zero outside
 //   w_s[slot]      A of the step's taps, in mma fragment order (pack_gemm_weight_kernel)
 // and runs mma.sync on 8 warps (2 x 4, a 32 x 32 warp tile). Steps are double-buffered with
-// cp.async: the next step's loads fly while this one computes. When one chunk holds the group's
-// channels and every tap fits, the weight stays resident and only x moves. After each out_phase the
+// cp.async: the next step's loads fly while this one computes. When the weight of a row tile (every
+// chunk and tap) fits, it stays resident and only x moves. After each out_phase the
 // accumulators go to y_s[row][position], interleaved; at the end of the tile every out position of
 // the tile, phases without taps included (bias only), is written from y_s in 16-byte vectors by
 // whole warps along the row. When y_s does not fit (large out_step) the accumulators are stored
@@ -72,7 +72,7 @@ struct GemmProblem {
   int x_words;         // words of one x_s buffer
   int block_m;         // rows per tile: 32 (rows_per_group <= 32) or 64
   int slot_words;      // words of one tap of w_s: (block_m / 16) * ksteps fragments
-  int weight_slots;    // taps w_s holds: all (resident) or the most of one step
+  int weight_slots;    // taps w_s holds: every (chunk, tap) (resident) or the most of one step
   bool resident;
   bool stage_output;         // y_s holds the tile's outputs (out_step <= kMaxStagedStep)
   int y_row_elements;        // floats per row of y_s: kBlockN * out_step + one vector of slack
@@ -435,8 +435,9 @@ __global__ void __launch_bounds__(kGemmThreads, 2)
   cp_async_commit();
   while (true) {
     if (p.resident && tile.weight_key() != resident_key) {  // (re)load the resident weight, and wait for it
-      const uint32_t* from = packed_w + (int64_t(tile.g) * p.row_tiles + tile.row_tile) * tile_words;
-      for (int v = threadIdx.x * 4; v < tile_words; v += kGemmThreads * 4) cp_async_16(w_buffers + v, from + v);
+      const int64_t words = p.chunks * tile_words;  // every chunk and tap of (g, row_tile)
+      const uint32_t* from = packed_w + (int64_t(tile.g) * p.row_tiles + tile.row_tile) * words;
+      for (int v = threadIdx.x * 4; v < words; v += kGemmThreads * 4) cp_async_16(w_buffers + v, from + v);
       cp_async_commit();
       cp_async_wait<0>();
       resident_key = tile.weight_key();
@@ -471,7 +472,7 @@ __global__ void __launch_bounds__(kGemmThreads, 2)
       const int t = p.step_tap[i];
       // column col of the tile reads x_s position (col - col0) + offset_t - first_offset + lead
       const T* x_tap = x_s + warp_col + lane / 4 + p.tap_offset[t] - p.first_offset + p.lead;
-      const int slot = p.resident ? t : i - step.first_tap;
+      const int slot = p.resident ? step.chunk * p.taps + t : i - step.first_tap;
       const uint32_t* w_tap = w_s + slot * p.slot_words + warp_mtile * p.ksteps * kFragmentWords + lane * 4;
 #pragma unroll 4
       for (int kstep = 0; kstep < p.ksteps; ++kstep) {
