@@ -231,8 +231,8 @@ bool run_gemm(const GemmProblem& problem, const at::Tensor& in, const at::Tensor
 
 constexpr int64_t kWgScratchBytes = int64_t(64) << 20;  // the most partial sums may take
 
-std::optional<WeightGradProblem> plan_grad_weight(const ConvTParams& p, at::ScalarType dtype) {
-  if (!gemm_applies(p, dtype)) return std::nullopt;
+std::optional<WeightGradProblem> plan_grad_weight(const ConvTParams& p, const at::Tensor& x, const at::Tensor& grad_y) {
+  if (!gemm_applies(p, x.scalar_type())) return std::nullopt;
   WeightGradProblem g{};
   g.batch = p.batch, g.groups = p.groups, g.cig = p.in_channels_per_group, g.cog = p.out_channels_per_group;
   g.x_batch_stride = p.x_batch_stride, g.x_channel_stride = p.x_channel_stride, g.x_length_stride = p.x_length_stride;
@@ -262,7 +262,13 @@ std::optional<WeightGradProblem> plan_grad_weight(const ConvTParams& p, at::Scal
       for (size_t i = begin; i < end; ++i) g.group_tap[next++] = phase_taps[i];
     }
   }
-  g.x_row_elements = (kWgPositions + max_span - 4 + 31) / 32 * 32 + 4;  // ≡ 4 (mod 32)
+  g.x_row_elements = (kWgPositions + max_span + 3 - 4 + 31) / 32 * 32 + 4;  // ≡ 4 (mod 32), room for x_lead
+  auto rows_aligned = [&](const at::Tensor& t, int64_t batch_stride, int64_t channel_stride, int64_t length_stride) {
+    return t.scalar_type() == at::kFloat && length_stride == 1 && channel_stride % 4 == 0 && batch_stride % 4 == 0 &&
+           reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0;
+  };
+  g.x_vectors = rows_aligned(x, g.x_batch_stride, g.x_channel_stride, g.x_length_stride);
+  g.gy_vectors = g.stride == 1 && rows_aligned(grad_y, g.gy_batch_stride, g.gy_channel_stride, g.gy_length_stride);
   if (g.x_row_elements > 1024) return std::nullopt;
   g.ci_tiles = int((g.cig + kWgBlockCi - 1) / kWgBlockCi);
   g.co_tiles = int((g.cog + kWgBlockCo - 1) / kWgBlockCo);
@@ -297,7 +303,7 @@ void launch_grad_weight(const WeightGradProblem& g, const at::Tensor& x, const a
 
 // grad_weight on tensor cores when a plan fits; false sends the caller to the direct kernel.
 bool run_grad_weight(const ConvTParams& p, const at::Tensor& x, const at::Tensor& grad_y, const at::Tensor& grad_w) {
-  const auto plan = plan_grad_weight(p, x.scalar_type());
+  const auto plan = plan_grad_weight(p, x, grad_y);
   if (!plan) return false;
   switch (x.scalar_type()) {
     case at::kFloat:

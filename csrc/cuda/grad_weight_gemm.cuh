@@ -38,7 +38,8 @@ struct WeightGradProblem {
   int group_phase[kMaxGemmTaps], group_first[kMaxGemmTaps], group_count[kMaxGemmTaps];
   int group_shift_max[kMaxGemmTaps], group_span[kMaxGemmTaps];  // the largest shift, and largest - smallest
   int group_tap[kMaxGemmTaps], tap_shift[kMaxGemmTaps];
-  int x_row_elements;          // floats per x_s row: >= kWgPositions + the widest group span, ≡ 4 mod 32
+  int x_row_elements;          // floats per x_s row: >= kWgPositions + the widest group span + 3, ≡ 4 mod 32
+  bool gy_vectors, x_vectors;  // float rows contiguous and 16-byte aligned (gy: stride 1 too): 16-byte copies
   int ci_tiles, co_tiles;
   int64_t tiles;
   int64_t chunks_per_row;      // items per batch element: ceil(longest phase / kWgPositions)
@@ -69,8 +70,13 @@ __global__ void __launch_bounds__(kWgThreads)
   const int64_t ci_left = p.cig - int64_t(ci_tile) * kWgBlockCi, co_left = p.cog - int64_t(co_tile) * kWgBlockCo;
   const int ci_count = ci_left < kWgBlockCi ? int(ci_left) : kWgBlockCi;  // rows and columns of the tile inside
   const int co_count = co_left < kWgBlockCo ? int(co_left) : kWgBlockCo;
-  const int x_positions = kWgPositions + p.group_span[tap_group];
 
+  // x_s position q holds x position m0 - shift_max - x_lead + q; x_lead aligns 16-byte copies
+  const int x_lead = p.x_vectors ? ((-shift_max) % 4 + 4) % 4 : 0;  // m0 - shift_max - x_lead ≡ 0 (mod 4)
+  const int x_positions = kWgPositions + p.group_span[tap_group] + x_lead;
+  const int x_vectors_per_row = (x_positions + 3) / 4;
+
+  auto elements_inside = [](int64_t left) { return left <= 0 ? 0 : left >= 4 ? 4 : int(left); };  // of a 4-vector
   auto copy = [&](float* to, const T* from, bool inside) {
     if constexpr (sizeof(T) == 4) {
       cp_async_4(to, inside ? from : x, inside ? 4 : 0);
@@ -78,40 +84,64 @@ __global__ void __launch_bounds__(kWgThreads)
       *to = inside ? to_float(*from) : 0.0f;
     }
   };
-  // Stage item (n, m chunk) into buffer `buffer`: a warp per row, lanes along positions.
-  auto stage = [&](int64_t item, int buffer) {
+  // Stage item (n, m chunk) into buffer `buffer`: 16-byte copies spread over the block, or one
+  // element at a time with a warp per row and lanes along positions. `visit(float*)` instead of
+  // copying visits this thread's copies (for the rounding pass below).
+  auto for_each_copy = [&](int64_t item, int buffer, auto&& vector_copy, auto&& element_copy) {
     const int64_t n = item / p.chunks_per_row, m0 = item % p.chunks_per_row * kWgPositions;
     float* gy_s = gy_buffers + buffer * kWgBlockCo * kWgGyRow;
     const T* gy_n = gy + n * p.gy_batch_stride + first_co * p.gy_channel_stride;
-    for (int co = warp; co < kWgBlockCo; co += kWgThreads / 32) {
-      for (int q = lane; q < kWgPositions; q += 32) {
-        const int64_t j = (m0 + q) * p.stride + phase;
-        copy(gy_s + co * kWgGyRow + q, gy_n + co * p.gy_channel_stride + j * p.gy_length_stride,
-             co < co_count && j < p.length_out);
+    if (p.gy_vectors) {  // stride 1: gy positions m0 + q
+      for (int index = threadIdx.x; index < kWgBlockCo * kWgPositions / 4; index += kWgThreads) {
+        const int co = index / (kWgPositions / 4), q = index % (kWgPositions / 4) * 4;
+        const int64_t j = m0 + q;
+        const int inside = co < co_count ? elements_inside(p.length_out - j) : 0;
+        vector_copy(gy_s + co * kWgGyRow + q, gy_n + co * p.gy_channel_stride + j, inside);
+      }
+    } else {
+      for (int co = warp; co < kWgBlockCo; co += kWgThreads / 32) {
+        for (int q = lane; q < kWgPositions; q += 32) {
+          const int64_t j = (m0 + q) * p.stride + phase;
+          element_copy(gy_s + co * kWgGyRow + q, gy_n + co * p.gy_channel_stride + j * p.gy_length_stride,
+                       co < co_count && j < p.length_out);
+        }
       }
     }
     float* x_s = x_buffers + buffer * kWgBlockCi * p.x_row_elements;
     const T* x_n = x + n * p.x_batch_stride + first_ci * p.x_channel_stride;
-    for (int ci = warp; ci < kWgBlockCi; ci += kWgThreads / 32) {
-      for (int q = lane; q < x_positions; q += 32) {
-        const int64_t i = m0 + q - shift_max;
-        copy(x_s + ci * p.x_row_elements + q, x_n + ci * p.x_channel_stride + i * p.x_length_stride,
-             ci < ci_count && i >= 0 && i < p.length_in);
+    const int64_t first_position = m0 - shift_max - x_lead;
+    if (p.x_vectors) {  // first_position is a multiple of 4: copies lie wholly inside or outside [0, L_in) but at the end
+      for (int index = threadIdx.x; index < kWgBlockCi * x_vectors_per_row; index += kWgThreads) {
+        const int ci = index / x_vectors_per_row, q = index % x_vectors_per_row * 4;
+        const int64_t i = first_position + q;
+        const int inside = ci < ci_count && i >= 0 ? elements_inside(p.length_in - i) : 0;
+        vector_copy(x_s + ci * p.x_row_elements + q, x_n + ci * p.x_channel_stride + i, inside);
+      }
+    } else {
+      for (int ci = warp; ci < kWgBlockCi; ci += kWgThreads / 32) {
+        for (int q = lane; q < x_positions; q += 32) {
+          const int64_t i = first_position + q;
+          element_copy(x_s + ci * p.x_row_elements + q, x_n + ci * p.x_channel_stride + i * p.x_length_stride,
+                       ci < ci_count && i >= 0 && i < p.length_in);
+        }
       }
     }
+  };
+  auto stage = [&](int64_t item, int buffer) {
+    for_each_copy(
+        item, buffer,
+        [&](float* to, const T* from, int inside) { cp_async_16(to, inside ? from : x, inside * 4); },
+        [&](float* to, const T* from, bool inside) { copy(to, from, inside); });
   };
 
   // float32 with TF32: round this thread's copies (landed: cp.async.wait_group) to TF32 in place,
   // once, instead of at every fragment load. 16-bit values are exact in TF32 already.
-  auto round_own_copies = [&](int buffer) {
+  auto round_own_copies = [&](int64_t item, int buffer) {
     if constexpr (sizeof(T) == 4 && kMath == Math::kTF32) {
-      float* gy_s = gy_buffers + buffer * kWgBlockCo * kWgGyRow;
-      for (int co = warp; co < kWgBlockCo; co += kWgThreads / 32)
-        for (int q = lane; q < kWgPositions; q += 32) gy_s[co * kWgGyRow + q] = __uint_as_float(to_tf32(gy_s[co * kWgGyRow + q]));
-      float* x_s = x_buffers + buffer * kWgBlockCi * p.x_row_elements;
-      for (int ci = warp; ci < kWgBlockCi; ci += kWgThreads / 32)
-        for (int q = lane; q < x_positions; q += 32)
-          x_s[ci * p.x_row_elements + q] = __uint_as_float(to_tf32(x_s[ci * p.x_row_elements + q]));
+      auto round = [](float* value) { *value = __uint_as_float(to_tf32(*value)); };
+      for_each_copy(
+          item, buffer, [&](float* to, const T*, int) { for (int e = 0; e < 4; ++e) round(to + e); },
+          [&](float* to, const T*, bool) { round(to); });
     }
   };
 
@@ -124,7 +154,7 @@ __global__ void __launch_bounds__(kWgThreads)
     if (item + 1 < end) stage(item + 1, buffer ^ 1);
     cp_async_commit();
     cp_async_wait<1>();
-    round_own_copies(buffer);
+    round_own_copies(item, buffer);
     __syncthreads();
     const float* gy_s = gy_buffers + buffer * kWgBlockCo * kWgGyRow;
     const float* x_s = x_buffers + buffer * kWgBlockCi * p.x_row_elements;
@@ -143,7 +173,7 @@ __global__ void __launch_bounds__(kWgThreads)
       for (int t = 0; t < kWgGroupTaps; ++t) {
         if (t >= count) break;
         // A = x shifted for tap t (m = ci, k = position): rows r, r + 8; positions c, c + 4
-        const int offset = shift_max - p.tap_shift[p.group_tap[p.group_first[tap_group] + t]];
+        const int offset = shift_max - p.tap_shift[p.group_tap[p.group_first[tap_group] + t]] + x_lead;
         const float* row = x_s + (warp_ci + r) * p.x_row_elements + kstep * 8 + c + offset;
         const uint32_t a[4] = {__float_as_uint(row[0]), __float_as_uint(row[8 * p.x_row_elements]),
                                __float_as_uint(row[4]), __float_as_uint(row[8 * p.x_row_elements + 4])};
