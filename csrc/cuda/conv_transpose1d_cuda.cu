@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "convt.h"
+#include "cuda/depthwise.cuh"
 #include "cuda/direct.cuh"
 #include "cuda/grad_weight_gemm.cuh"
 #include "cuda/implicit_gemm.cuh"
@@ -317,6 +318,29 @@ bool run_grad_weight(const ConvTParams& p, const at::Tensor& x, const at::Tensor
   }
 }
 
+// ---- depthwise (depthwise.cuh) -----------------------------------------------------------------
+
+constexpr size_t kDwSmemLimit = 96 * 1024;
+
+// The staged row segment of the forward (x) or grad_input (grad_y) kernel; nullopt when the
+// depthwise kernels do not apply or the segment does not fit.
+std::optional<DepthwiseArgs> depthwise_args(const ConvTParams& p, bool forward, size_t element_size) {
+  if (p.in_channels_per_group != 1 || p.kernel_size > kDwMaxTaps) return std::nullopt;
+  DepthwiseArgs a{};
+  a.shift_min = tap_of(0, p.stride, p.padding, p.dilation).shift;  // shifts grow with k
+  a.shift_max = tap_of(p.kernel_size - 1, p.stride, p.padding, p.dilation).shift;
+  const int64_t span = a.shift_max - a.shift_min;
+  a.staged = forward ? (kDwSegment - 1) / p.stride + 2 + span : (kDwSegment + span) * p.stride;
+  if (size_t(a.staged) * element_size > kDwSmemLimit) return std::nullopt;
+  return a;
+}
+
+template <typename Kernel>
+dim3 depthwise_grid(const ConvTParams& p, int64_t length, Kernel kernel, size_t smem) {
+  C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  return dim3(unsigned((length + kDwSegment - 1) / kDwSegment), unsigned(std::min<int64_t>(p.batch * p.in_channels, 65535)));
+}
+
 // ---- the ops -------------------------------------------------------------------------------------
 
 void forward(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& bias, const at::Tensor& y,
@@ -326,8 +350,18 @@ void forward(const at::Tensor& x, const at::Tensor& w, const std::optional<at::T
   const auto stream = at::cuda::getCurrentCUDAStream();
   const at::Tensor bias_c = bias.has_value() && bias->defined() ? bias->contiguous() : at::Tensor();  // read as bias[co]
   if (gemm_applies(p, x.scalar_type()) && run_gemm(forward_problem(p), x, w, forward_weight(p), bias_c, y)) return;
+  const auto depthwise = depthwise_args(p, /*forward=*/true, x.element_size());
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "conv_transpose1d_cuda_direct", [&] {
     using acc_t = at::opmath_type<scalar_t>;
+    if (depthwise) {
+      const size_t smem = depthwise->staged * sizeof(scalar_t);
+      auto kernel = depthwise_forward_kernel<scalar_t, acc_t>;
+      kernel<<<depthwise_grid(p, p.length_out, kernel, smem), kDwThreads, smem, stream>>>(
+          x.data_ptr<scalar_t>(), w.data_ptr<scalar_t>(), data_or_null<scalar_t>(bias_c), y.data_ptr<scalar_t>(), p,
+          *depthwise);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+      return;
+    }
     forward_direct_kernel<scalar_t, acc_t>
         <<<row_grid(p.batch * p.out_channels, p.length_out, kDirectThreads), kDirectThreads, 0, stream>>>(
             x.data_ptr<scalar_t>(), w.data_ptr<scalar_t>(), data_or_null<scalar_t>(bias_c), y.data_ptr<scalar_t>(), p);
@@ -345,13 +379,25 @@ void backward(const at::Tensor& grad_y, const at::Tensor& x, const at::Tensor& w
   const bool grad_w_on_tensor_cores = grad_w.defined() && run_grad_weight(p, x, grad_y, grad_w);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "conv_transpose1d_backward_cuda", [&] {
     using acc_t = at::opmath_type<scalar_t>;
-    if (grad_x.defined() && !grad_x_on_tensor_cores) {
+    const auto depthwise = depthwise_args(p, /*forward=*/false, x.element_size());
+    if (grad_x.defined() && !grad_x_on_tensor_cores && depthwise) {
+      const size_t smem = depthwise->staged * sizeof(scalar_t);
+      auto kernel = depthwise_grad_input_kernel<scalar_t, acc_t>;
+      kernel<<<depthwise_grid(p, p.length_in, kernel, smem), kDwThreads, smem, stream>>>(
+          grad_y.data_ptr<scalar_t>(), w.data_ptr<scalar_t>(), grad_x.data_ptr<scalar_t>(), p, *depthwise);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    } else if (grad_x.defined() && !grad_x_on_tensor_cores) {
       grad_input_direct_kernel<scalar_t, acc_t>
           <<<row_grid(p.batch * p.in_channels, p.length_in, kDirectThreads), kDirectThreads, 0, stream>>>(
           grad_y.data_ptr<scalar_t>(), w.data_ptr<scalar_t>(), grad_x.data_ptr<scalar_t>(), p);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     }
-    if (grad_w.defined() && !grad_w_on_tensor_cores) {
+    if (grad_w.defined() && !grad_w_on_tensor_cores && p.in_channels_per_group == 1 && p.kernel_size <= kDwMaxTaps) {
+      depthwise_grad_weight_kernel<scalar_t, acc_t>
+          <<<grid_size(p.in_channels * p.out_channels_per_group * kDwThreads, kDwThreads), kDwThreads, 0, stream>>>(
+              grad_y.data_ptr<scalar_t>(), x.data_ptr<scalar_t>(), grad_w.data_ptr<scalar_t>(), p);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    } else if (grad_w.defined() && !grad_w_on_tensor_cores) {
       grad_weight_direct_kernel<scalar_t, acc_t, kReduceThreads>
           <<<grid_size(grad_w.numel() * kReduceThreads, kReduceThreads), kReduceThreads, 0, stream>>>(
               grad_y.data_ptr<scalar_t>(), x.data_ptr<scalar_t>(), grad_w.data_ptr<scalar_t>(), p);

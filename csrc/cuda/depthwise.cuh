@@ -1,0 +1,150 @@
+// Depthwise kernels (one input channel per group, C_in/groups == 1): every output row reads one
+// input row, so a block stages a segment of that row in shared memory once and each thread
+// computes kDwPerThread outputs from it, along the row (coalesced loads and stores). Polyphase
+// indexing as in convt.h; any dtype, acc_t accumulation; 64-bit offsets.
+#pragma once
+
+#include "convt.h"
+#include "cuda/direct.cuh"
+
+namespace convt::cuda {
+
+constexpr int kDwThreads = 256, kDwPerThread = 4, kDwSegment = kDwThreads * kDwPerThread;  // outputs per block
+constexpr int kDwMaxTaps = 16;
+
+// The shifts of the taps (tap_of) bound the input window of a segment.
+struct DepthwiseArgs {
+  int64_t shift_min, shift_max;
+  int64_t staged;  // elements of the staged row segment
+};
+
+// y[n, ci*Cog + co, j] = bias + sum over taps k of phase j mod stride of w[ci, co, k] * x[n, ci, j div stride - shift_k]
+// Block: one (n, ci) row, outputs j0 + [0, kDwSegment) of its Cog output rows; x_s[q] = x[n, ci, i_lo + q].
+template <typename scalar_t, typename acc_t>
+__global__ void __launch_bounds__(kDwThreads, 4)
+    depthwise_forward_kernel(const scalar_t* __restrict__ x, const scalar_t* __restrict__ w,
+                             const scalar_t* __restrict__ bias, scalar_t* __restrict__ y, ConvTParams p, DepthwiseArgs a) {
+  extern __shared__ __align__(16) unsigned char dw_smem[];
+  scalar_t* x_s = reinterpret_cast<scalar_t*>(dw_smem);
+  __shared__ TapTable taps;
+  taps.fill(p);
+  const int64_t j0 = int64_t(blockIdx.x) * kDwSegment, i_lo = floor_div(j0, p.stride) - a.shift_max;
+  const int first_phase = int(j0 % p.stride), stride = int(p.stride);  // output j0 + t has phase (first_phase + t) mod stride
+  for (int64_t row = blockIdx.y; row < p.batch * p.in_channels; row += gridDim.y) {
+    const int64_t n = row / p.in_channels, ci = row % p.in_channels;
+    const scalar_t* x_row = x + n * p.x_batch_stride + ci * p.x_channel_stride;
+    __syncthreads();  // the previous row's x_s is consumed
+    for (int64_t q = threadIdx.x; q < a.staged; q += kDwThreads) {
+      const int64_t i = i_lo + q;
+      x_s[q] = i >= 0 && i < p.length_in ? x_row[i * p.x_length_stride] : scalar_t(0.0f);
+    }
+    __syncthreads();
+    for (int64_t co = 0; co < p.out_channels_per_group; ++co) {
+      const int64_t channel = ci * p.out_channels_per_group + co;
+      const acc_t bias_value = bias ? acc_t(bias[channel]) : acc_t(0);
+      const scalar_t* w_row = w + ci * p.w_in_stride + co * p.w_out_stride;
+      // per tap: weight, phase, and x_s position of output m = j0 div stride (shared, read as broadcasts)
+      __shared__ acc_t weight[kDwMaxTaps];
+      __shared__ int tap_phase[kDwMaxTaps], tap_position[kDwMaxTaps];
+      __syncthreads();  // the previous co's table is consumed
+      if (threadIdx.x < p.kernel_size) {
+        const Tap tap = taps(threadIdx.x, p);
+        weight[threadIdx.x] = acc_t(w_row[threadIdx.x * p.w_tap_stride]);
+        tap_phase[threadIdx.x] = int(tap.phase);
+        tap_position[threadIdx.x] = int(floor_div(j0, p.stride) - tap.shift - i_lo);
+      }
+      __syncthreads();
+      scalar_t* y_row = y + (n * p.out_channels + channel) * p.length_out;
+#pragma unroll
+      for (int e = 0; e < kDwPerThread; ++e) {
+        const int t = threadIdx.x + e * kDwThreads;
+        if (j0 + t >= p.length_out) break;
+        const int phase = stride == 1 ? 0 : (first_phase + t) % stride;  // m = j0 div stride + steps
+        const int steps = stride == 1 ? t : (first_phase + t) / stride;
+        acc_t acc = bias_value;
+        for (int k = 0; k < p.kernel_size; ++k) {
+          if (tap_phase[k] == phase) acc += weight[k] * acc_t(x_s[tap_position[k] + steps]);
+        }
+        y_row[j0 + t] = scalar_t(acc);
+      }
+    }
+  }
+}
+
+// grad_x[n, ci, i] = sum over co and taps k of w[ci, co, k] * grad_y[n, ci*Cog + co, (i + shift_k)*stride + phase_k]
+// Block: one (n, ci) row, inputs i0 + [0, kDwSegment); per co, gy_s[q] = grad_y[n, ci*Cog + co, j_lo + q].
+template <typename scalar_t, typename acc_t>
+__global__ void __launch_bounds__(kDwThreads)
+    depthwise_grad_input_kernel(const scalar_t* __restrict__ grad_y, const scalar_t* __restrict__ w,
+                                scalar_t* __restrict__ grad_x, ConvTParams p, DepthwiseArgs a) {
+  extern __shared__ __align__(16) unsigned char dw_smem[];
+  scalar_t* gy_s = reinterpret_cast<scalar_t*>(dw_smem);
+  __shared__ TapTable taps;
+  taps.fill(p);
+  const int64_t i0 = int64_t(blockIdx.x) * kDwSegment, j_lo = (i0 + a.shift_min) * p.stride;
+  for (int64_t row = blockIdx.y; row < p.batch * p.in_channels; row += gridDim.y) {
+    const int64_t n = row / p.in_channels, ci = row % p.in_channels;
+    acc_t acc[kDwPerThread] = {};
+    for (int64_t co = 0; co < p.out_channels_per_group; ++co) {
+      const scalar_t* gy_row =
+          grad_y + n * p.y_batch_stride + (ci * p.out_channels_per_group + co) * p.y_channel_stride;
+      __syncthreads();  // the previous gy_s is consumed
+      for (int64_t q = threadIdx.x; q < a.staged; q += kDwThreads) {
+        const int64_t j = j_lo + q;
+        gy_s[q] = j >= 0 && j < p.length_out ? gy_row[j * p.y_length_stride] : scalar_t(0.0f);
+      }
+      __syncthreads();
+      const scalar_t* w_row = w + ci * p.w_in_stride + co * p.w_out_stride;
+      for (int64_t k = 0; k < p.kernel_size; ++k) {
+        const Tap tap = taps(k, p);
+        const acc_t weight = acc_t(w_row[k * p.w_tap_stride]);
+#pragma unroll
+        for (int e = 0; e < kDwPerThread; ++e) {
+          const int64_t i = i0 + threadIdx.x + e * kDwThreads;
+          if (i < p.length_in) acc[e] += weight * acc_t(gy_s[(i + tap.shift) * p.stride + tap.phase - j_lo]);
+        }
+      }
+    }
+#pragma unroll
+    for (int e = 0; e < kDwPerThread; ++e) {
+      const int64_t i = i0 + threadIdx.x + e * kDwThreads;
+      if (i < p.length_in) grad_x[row * p.length_in + i] = scalar_t(acc[e]);
+    }
+  }
+}
+
+// grad_w[ci, co, k] = sum over n and i of x[n, ci, i] * grad_y[n, ci*Cog + co, (i + shift_k)*stride + phase_k]
+// One block per (ci, co) weight row: each thread strides over (n, i) in a fixed order keeping every
+// tap's sum, then fixed-order block sums: deterministic, and x is read once per row, not once per tap.
+template <typename scalar_t, typename acc_t>
+__global__ void __launch_bounds__(kDwThreads)
+    depthwise_grad_weight_kernel(const scalar_t* __restrict__ grad_y, const scalar_t* __restrict__ x,
+                                 scalar_t* __restrict__ grad_w, ConvTParams p) {
+  __shared__ TapTable taps;
+  taps.fill(p);
+  for (int64_t weight_row = blockIdx.x; weight_row < p.in_channels * p.out_channels_per_group; weight_row += gridDim.x) {
+    const int64_t ci = weight_row / p.out_channels_per_group, co = weight_row % p.out_channels_per_group;
+    const int64_t channel = ci * p.out_channels_per_group + co;
+    acc_t acc[kDwMaxTaps] = {};
+    for (int64_t n = 0; n < p.batch; ++n)
+    for (int64_t i = threadIdx.x; i < p.length_in; i += kDwThreads) {
+      const acc_t x_value = acc_t(x[n * p.x_batch_stride + ci * p.x_channel_stride + i * p.x_length_stride]);
+      const scalar_t* gy_row = grad_y + n * p.y_batch_stride + channel * p.y_channel_stride;
+#pragma unroll
+      for (int k = 0; k < kDwMaxTaps; ++k) {
+        if (k >= p.kernel_size) break;
+        const Tap tap = taps(k, p);
+        const int64_t j = (i + tap.shift) * p.stride + tap.phase;
+        if (j >= 0 && j < p.length_out) acc[k] += x_value * acc_t(gy_row[j * p.y_length_stride]);
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < kDwMaxTaps; ++k) {
+      if (k >= p.kernel_size) break;
+      const acc_t total = block_sum<acc_t, kDwThreads>(acc[k]);
+      if (threadIdx.x == 0) grad_w[weight_row * p.kernel_size + k] = scalar_t(total);
+    }
+  }
+}
+
+}  // namespace convt::cuda
