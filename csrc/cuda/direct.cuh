@@ -1,6 +1,7 @@
 // Direct (CUDA-core) kernels: one thread per output element, loops over the channels of its group
 // and the taps, with the polyphase index formulas of convt.h. They serve every dtype and argument
-// (float64, depthwise and small groups, and as the reference path of the backward). 64-bit indices.
+// the faster paths leave out (float64, groups of 2-7 channels, more than kMaxGemmTaps taps).
+// 64-bit indices.
 #pragma once
 
 #include "convt.h"
