@@ -159,6 +159,15 @@ def poison_allocator(device: str, nbytes: int = 1 << 24):
     gc.collect()
 
 
+@pytest.fixture
+def tf32(request):
+    """torch.backends.cudnn.allow_tf32 set to the parameter for the test, restored after."""
+    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = request.param
+    yield request.param
+    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+
+
 @pytest.fixture(params=DEVICES)
 def device(request):
     return request.param

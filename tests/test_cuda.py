@@ -9,14 +9,6 @@ from conftest import Case, assert_close, make_inputs, ours, reference, relative_
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
 
-@pytest.fixture
-def tf32(request):
-    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cudnn.allow_tf32 = request.param
-    yield request.param
-    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
-
-
 PRECISION_CASES = [
     Case(4, 128, 128, 3, 1000),                                 # kb64-like
     Case(2, 32, 64, 5, 3000, dilation=3),                       # kb74-like

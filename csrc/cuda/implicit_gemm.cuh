@@ -139,14 +139,15 @@ __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_gr
 
 // ---- operands ------------------------------------------------------------------------------------
 
-// big + small TF32 parts of float32 values (3xTF32)
+// big + small TF32 parts of float32 values (3xTF32). Infinities and NaN go whole into the big part
+// (inf - inf would make the small part NaN).
 template <int N>
 __device__ __forceinline__ void split_tf32(const uint32_t (&v)[N], uint32_t (&big)[N], uint32_t (&small)[N]) {
 #pragma unroll
   for (int e = 0; e < N; ++e) {
     const float value = __uint_as_float(v[e]);
     big[e] = to_tf32(value);
-    small[e] = to_tf32(value - __uint_as_float(big[e]));
+    small[e] = isfinite(value) ? to_tf32(value - __uint_as_float(big[e])) : 0u;
   }
 }
 
