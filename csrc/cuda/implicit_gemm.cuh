@@ -17,13 +17,14 @@
 // channels), visiting only phases that have taps; each step stages in shared memory
 //   x_s[ch][pos]   in[n, ch, (col0 + first_offset - lead + pos)*in_step + in_phase], zero outside
 //   w_s[slot]      A of the step's taps, in mma fragment order (pack_gemm_weight_kernel)
-// and runs mma.sync on 8 warps (2 x 4, a 32 x 32 warp tile). Steps are double-buffered with
-// cp.async: the next step's loads fly while this one computes. When the weight of a row tile (every
-// chunk and tap) fits, it stays resident and only x moves. After each out_phase the
-// accumulators go to y_s[row][position], interleaved; at the end of the tile every out position of
-// the tile, phases without taps included (bias only), is written from y_s in 16-byte vectors by
-// whole warps along the row. When y_s does not fit (large out_step) the accumulators are stored
-// directly.
+// and runs mma.sync on 8 warps (2 x 4; 32 x 32 warp tiles, 16 x 32 in 32-row tiles). Steps are
+// double-buffered with cp.async: the next step's loads fly while this one computes. When the weight
+// of a row tile (every chunk and tap) fits, it stays resident and only x moves. Float x is rounded
+// to TF32 once in shared memory. Output: when phases interleave (out_step > 1) and it fits, each
+// out_phase's accumulators go to y_s[row][position], and at the end of the tile every out position
+// of the tile, phases without taps included (bias only), is written from y_s in 16-byte vectors by
+// whole warps along the row; otherwise the accumulators are stored directly (two adjacent outputs
+// per store at out_step 1).
 #pragma once
 
 #include <ATen/cuda/detail/IntegerDivider.cuh>
@@ -68,7 +69,7 @@ struct GemmProblem {
   int copy_elements;   // elements per x copy: 16 bytes' worth, 2 (16-bit pairs) or 1 (see plan_gemm)
   int lead;            // x_s starts `lead` positions early so that copies stay aligned
   int x_rows;          // positions of x_s
-  int x_row_elements;  // elements per channel row of x_s (≡ 8 mod 32: conflict-free B fragments)
+  int x_row_elements;  // elements per channel row of x_s (≡ 8 mod 16: conflict-free B fragments)
   int x_words;         // words of one x_s buffer
   int block_m;         // rows per tile: 32 (rows_per_group <= 32) or 64
   int slot_words;      // words of one tap of w_s: (block_m / 16) * ksteps fragments
