@@ -82,34 +82,34 @@ void set_taps(GemmProblem& g, const ConvTParams& p, bool forward) {
   g.last_offset = *std::max_element(g.tap_offset, g.tap_offset + g.taps);
 }
 
-// forward: out = y, in = x, rows = C_out/groups, channels = C_in/groups
-GemmProblem forward_problem(const ConvTParams& p) {
+// The forward (out = y, in = x, rows = C_out/groups, channels = C_in/groups) or grad_input (out =
+// grad_x, in = grad_y, rows = C_in/groups, channels = C_out/groups) as one GemmProblem, and its A.
+GemmProblem gemm_problem(const ConvTParams& p, bool forward) {
   GemmProblem g{};
   g.batch = p.batch, g.groups = p.groups;
-  g.rows_per_group = p.out_channels_per_group, g.channels_per_group = p.in_channels_per_group;
-  g.in_batch_stride = p.x_batch_stride, g.in_channel_stride = p.x_channel_stride, g.in_length_stride = p.x_length_stride;
-  g.in_length = int(p.length_in), g.out_length = int(p.length_out);
-  g.out_step = int(p.stride), g.in_step = 1;
-  set_taps(g, p, /*forward=*/true);
+  g.rows_per_group = forward ? p.out_channels_per_group : p.in_channels_per_group;
+  g.channels_per_group = forward ? p.in_channels_per_group : p.out_channels_per_group;
+  g.in_batch_stride = forward ? p.x_batch_stride : p.y_batch_stride;
+  g.in_channel_stride = forward ? p.x_channel_stride : p.y_channel_stride;
+  g.in_length_stride = forward ? p.x_length_stride : p.y_length_stride;
+  g.in_length = int(forward ? p.length_in : p.length_out);
+  g.out_length = int(forward ? p.length_out : p.length_in);
+  g.out_step = forward ? int(p.stride) : 1;
+  g.in_step = forward ? 1 : int(p.stride);
+  set_taps(g, p, forward);
   return g;
 }
-GemmWeight forward_weight(const ConvTParams& p) {
-  return {p.in_channels_per_group * p.w_in_stride, p.w_out_stride, p.w_in_stride, p.w_tap_stride};
+GemmWeight gemm_weight(const ConvTParams& p, bool forward) {  // A_t[row, ch] = w[ci, co, t]
+  const int64_t row_stride = forward ? p.w_out_stride : p.w_in_stride;
+  const int64_t channel_stride = forward ? p.w_in_stride : p.w_out_stride;
+  return {p.in_channels_per_group * p.w_in_stride, row_stride, channel_stride, p.w_tap_stride};
 }
 
-// grad_input: out = grad_x, in = grad_y, rows = C_in/groups, channels = C_out/groups
-GemmProblem grad_input_problem(const ConvTParams& p) {
-  GemmProblem g{};
-  g.batch = p.batch, g.groups = p.groups;
-  g.rows_per_group = p.in_channels_per_group, g.channels_per_group = p.out_channels_per_group;
-  g.in_batch_stride = p.y_batch_stride, g.in_channel_stride = p.y_channel_stride, g.in_length_stride = p.y_length_stride;
-  g.in_length = int(p.length_out), g.out_length = int(p.length_in);
-  g.out_step = 1, g.in_step = int(p.stride);
-  set_taps(g, p, /*forward=*/false);
-  return g;
-}
-GemmWeight grad_input_weight(const ConvTParams& p) {
-  return {p.in_channels_per_group * p.w_in_stride, p.w_in_stride, p.w_out_stride, p.w_tap_stride};
+// Rows of a (N, C, L) tensor with these element strides are contiguous and start on
+// `elements`-element boundaries (so copies of `elements` elements stay aligned).
+bool rows_aligned(const at::Tensor& t, int64_t batch_stride, int64_t channel_stride, int64_t length_stride, int elements) {
+  return length_stride == 1 && channel_stride % elements == 0 && batch_stride % elements == 0 &&
+         reinterpret_cast<uintptr_t>(t.data_ptr()) % (elements * t.element_size()) == 0;
 }
 
 // Chunk size, shared-memory layout and tile counts: the first (chunk, staged output) that fits.
@@ -123,12 +123,11 @@ std::optional<GemmProblem> plan_gemm(GemmProblem g, const at::Tensor& in) {
     taps_per_step = std::max(taps_per_step, g.pair_begin[pair + 1] - g.pair_begin[pair]);
   // x copies: 16 bytes when every row of `in` is contiguous and 16-byte aligned, else 4 bytes (pairs of
   // 16-bit values, 4-byte aligned rows) or one element
-  auto rows_aligned = [&](int elements) {
-    return g.in_step == 1 && g.in_length_stride == 1 && g.in_channel_stride % elements == 0 &&
-           g.in_batch_stride % elements == 0 && reinterpret_cast<uintptr_t>(in.data_ptr()) % (elements * element_size) == 0;
+  auto in_rows_aligned = [&](int elements) {
+    return g.in_step == 1 && rows_aligned(in, g.in_batch_stride, g.in_channel_stride, g.in_length_stride, elements);
   };
   const int vector_elements = 16 / element_size;
-  g.copy_elements = rows_aligned(vector_elements) ? vector_elements : element_size == 2 && rows_aligned(2) ? 2 : 1;
+  g.copy_elements = in_rows_aligned(vector_elements) ? vector_elements : element_size == 2 && in_rows_aligned(2) ? 2 : 1;
   g.lead = ((g.first_offset % g.copy_elements) + g.copy_elements) % g.copy_elements;
   g.x_rows = kBlockN + g.last_offset - g.first_offset + g.lead;
   const int copied = (g.x_rows + g.copy_elements - 1) / g.copy_elements * g.copy_elements;
@@ -264,12 +263,10 @@ std::optional<WeightGradProblem> plan_grad_weight(const ConvTParams& p, const at
     }
   }
   g.x_row_elements = (kWgPositions + max_span + 3 - 4 + 31) / 32 * 32 + 4;  // ≡ 4 (mod 32), room for x_lead
-  auto rows_aligned = [&](const at::Tensor& t, int64_t batch_stride, int64_t channel_stride, int64_t length_stride) {
-    return t.scalar_type() == at::kFloat && length_stride == 1 && channel_stride % 4 == 0 && batch_stride % 4 == 0 &&
-           reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0;
-  };
-  g.x_vectors = rows_aligned(x, g.x_batch_stride, g.x_channel_stride, g.x_length_stride);
-  g.gy_vectors = g.stride == 1 && rows_aligned(grad_y, g.gy_batch_stride, g.gy_channel_stride, g.gy_length_stride);
+  const bool float_rows = x.scalar_type() == at::kFloat;  // 16-byte copies of 4 floats
+  g.x_vectors = float_rows && rows_aligned(x, g.x_batch_stride, g.x_channel_stride, g.x_length_stride, 4);
+  g.gy_vectors = float_rows && g.stride == 1 &&
+                 rows_aligned(grad_y, g.gy_batch_stride, g.gy_channel_stride, g.gy_length_stride, 4);
   if (g.x_row_elements > 1024) return std::nullopt;
   g.ci_tiles = int((g.cig + kWgBlockCi - 1) / kWgBlockCi);
   g.co_tiles = int((g.cog + kWgBlockCo - 1) / kWgBlockCo);
@@ -349,7 +346,7 @@ void forward(const at::Tensor& x, const at::Tensor& w, const std::optional<at::T
   const ConvTParams p = make_params(x, w, y, args);
   const auto stream = at::cuda::getCurrentCUDAStream();
   const at::Tensor bias_c = bias.has_value() && bias->defined() ? bias->contiguous() : at::Tensor();  // read as bias[co]
-  if (gemm_applies(p, x.scalar_type()) && run_gemm(forward_problem(p), x, w, forward_weight(p), bias_c, y)) return;
+  if (gemm_applies(p, x.scalar_type()) && run_gemm(gemm_problem(p, /*forward=*/true), x, w, gemm_weight(p, /*forward=*/true), bias_c, y)) return;
   const auto depthwise = depthwise_args(p, /*forward=*/true, x.element_size());
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "conv_transpose1d_cuda_direct", [&] {
     using acc_t = at::opmath_type<scalar_t>;
@@ -375,7 +372,8 @@ void backward(const at::Tensor& grad_y, const at::Tensor& x, const at::Tensor& w
   const ConvTParams p = make_params(x, w, grad_y, args);
   const auto stream = at::cuda::getCurrentCUDAStream();
   const bool grad_x_on_tensor_cores = grad_x.defined() && gemm_applies(p, x.scalar_type()) &&
-                                     run_gemm(grad_input_problem(p), grad_y, w, grad_input_weight(p), at::Tensor(), grad_x);
+                                     run_gemm(gemm_problem(p, /*forward=*/false), grad_y, w, gemm_weight(p, /*forward=*/false),
+                                              at::Tensor(), grad_x);
   const bool grad_w_on_tensor_cores = grad_w.defined() && run_grad_weight(p, x, grad_y, grad_w);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "conv_transpose1d_backward_cuda", [&] {
     using acc_t = at::opmath_type<scalar_t>;
