@@ -5,9 +5,24 @@
 namespace convt {
 namespace {
 
+// Numbers in error messages are formatted here (std::to_string), never streamed into TORCH_CHECK's
+// std::ostream: where torch's libraries and the compiler's libstdc++ disagree on locale facets
+// (pytorch/pytorch#81543; torch 2.11 on Ubuntu 24.04's g++ 13.3), streaming an integer crashes.
+std::string text(int64_t value) { return std::to_string(value); }
+std::string text(const c10::SymInt& value) {
+  const auto concrete = value.maybe_as_int();
+  return concrete ? std::to_string(*concrete) : value.toSymNode()->str();
+}
+template <typename T>
+std::string text(c10::ArrayRef<T> values) {
+  std::string joined = "[";
+  for (size_t i = 0; i < values.size(); ++i) joined += (i ? ", " : "") + text(values[i]);
+  return joined + "]";
+}
+
 int64_t single_value(at::IntArrayRef values, const char* name) {
   TORCH_CHECK(values.size() == 1, "conv_transpose1d: expected ", name,
-              " to be a single integer value or a list of 1 value, but got ", name, "=", values);
+              " to be a single integer value or a list of 1 value, but got ", name, "=", text(values));
   return values[0];
 }
 
@@ -20,7 +35,7 @@ void check_same_dtype_and_device(const at::Tensor& input, const at::Tensor& othe
               " to have the same dtype as input (", input.scalar_type(), "), but got ", name, " of dtype ",
               other.scalar_type());
   TORCH_CHECK(other.device() == input.device(), "conv_transpose1d: expected ", name,
-              " to be on the same device as input (", input.device(), "), but got ", name, " on ", other.device());
+              " to be on the same device as input (", input.device().str(), "), but got ", name, " on ", other.device().str());
 }
 
 }  // namespace
@@ -29,15 +44,21 @@ ConvTArgs make_args(at::IntArrayRef stride, at::IntArrayRef padding, at::IntArra
                     int64_t groups, at::IntArrayRef dilation) {
   ConvTArgs a{single_value(stride, "stride"), single_value(padding, "padding"),
               single_value(output_padding, "output_padding"), single_value(dilation, "dilation"), groups};
-  TORCH_CHECK(a.stride >= 1, "conv_transpose1d: expected stride >= 1, but got stride=", a.stride);
-  TORCH_CHECK(a.dilation >= 1, "conv_transpose1d: expected dilation >= 1, but got dilation=", a.dilation);
-  TORCH_CHECK(a.padding >= 0, "conv_transpose1d: expected padding >= 0, but got padding=", a.padding);
-  TORCH_CHECK(a.groups >= 1, "conv_transpose1d: expected groups >= 1, but got groups=", a.groups);
+  TORCH_CHECK(a.stride >= 1, "conv_transpose1d: expected stride >= 1, but got stride=", text(a.stride));
+  TORCH_CHECK(a.dilation >= 1, "conv_transpose1d: expected dilation >= 1, but got dilation=", text(a.dilation));
+  TORCH_CHECK(a.padding >= 0, "conv_transpose1d: expected padding >= 0, but got padding=", text(a.padding));
+  TORCH_CHECK(a.groups >= 1, "conv_transpose1d: expected groups >= 1, but got groups=", text(a.groups));
   TORCH_CHECK(a.output_padding >= 0, "conv_transpose1d: expected output_padding >= 0, but got output_padding=",
-              a.output_padding);
+              text(a.output_padding));
+  // Below 2^31 each, and with L_in and K below 2^31 too, every product in the index math of convt.h
+  // ((L_in - 1)*stride, dilation*(K - 1), ...) stays far inside int64.
+  for (const auto& [name, value] : {std::pair<const char*, int64_t>{"stride", a.stride}, {"padding", a.padding},
+                                    {"output_padding", a.output_padding}, {"dilation", a.dilation}, {"groups", a.groups}}) {
+    TORCH_CHECK(value <= kMaxArgument, "conv_transpose1d: expected ", name, " < 2^31, but got ", name, "=", text(value));
+  }
   TORCH_CHECK(a.output_padding < a.stride || a.output_padding < a.dilation,
               "conv_transpose1d: expected output_padding to be smaller than stride or dilation, but got output_padding=",
-              a.output_padding, ", stride=", a.stride, ", dilation=", a.dilation);
+              text(a.output_padding), ", stride=", text(a.stride), ", dilation=", text(a.dilation));
   return a;
 }
 
@@ -45,9 +66,9 @@ std::vector<c10::SymInt> conv_transpose1d_output_size(const at::Tensor& input, c
                                                       const std::optional<at::Tensor>& bias, const ConvTArgs& a) {
   TORCH_CHECK(input.dim() == 2 || input.dim() == 3,
               "conv_transpose1d: expected input to be 2-D (C_in, L_in) or 3-D (N, C_in, L_in), but got input of size ",
-              input.sym_sizes());
+              text(input.sym_sizes()));
   TORCH_CHECK(weight.dim() == 3, "conv_transpose1d: expected weight to be 3-D (C_in, C_out/groups, K), but got weight of size ",
-              weight.sym_sizes());
+              text(weight.sym_sizes()));
   TORCH_CHECK(is_supported_dtype(input.scalar_type()),
               "conv_transpose1d: expected input to be float16, bfloat16, float32 or float64, but got ", input.scalar_type());
   check_same_dtype_and_device(input, weight, "weight");
@@ -56,32 +77,36 @@ std::vector<c10::SymInt> conv_transpose1d_output_size(const at::Tensor& input, c
   const c10::SymInt length_in = input.sym_size(-1);
   const c10::SymInt kernel_size = weight.sym_size(2);
   TORCH_SYM_CHECK(in_channels.sym_ge(1), "conv_transpose1d: expected input to have at least 1 channel, but got input of size ",
-                  input.sym_sizes());
+                  text(input.sym_sizes()));
   TORCH_SYM_CHECK(length_in.sym_ge(1), "conv_transpose1d: expected input to have length (last dim) of at least 1, but got input of size ",
-                  input.sym_sizes());
+                  text(input.sym_sizes()));
+  TORCH_SYM_CHECK(length_in.sym_le(kMaxArgument), "conv_transpose1d: expected input length (last dim) < 2^31, but got input of size ",
+                  text(input.sym_sizes()));
   TORCH_SYM_CHECK(weight.sym_size(0).sym_eq(in_channels), "conv_transpose1d: expected weight.size(0) to equal input channels (",
-                  in_channels, "), but got weight of size ", weight.sym_sizes());
-  TORCH_SYM_CHECK((in_channels % a.groups).sym_eq(0), "conv_transpose1d: expected groups (", a.groups,
-                  ") to divide the input channels (", in_channels, ")");
+                  text(in_channels), "), but got weight of size ", text(weight.sym_sizes()));
+  TORCH_SYM_CHECK((in_channels % a.groups).sym_eq(0), "conv_transpose1d: expected groups (", text(a.groups),
+                  ") to divide the input channels (", text(in_channels), ")");
   TORCH_SYM_CHECK(weight.sym_size(1).sym_ge(1), "conv_transpose1d: expected weight.size(1) (C_out/groups) >= 1, but got weight of size ",
-                  weight.sym_sizes());
+                  text(weight.sym_sizes()));
   TORCH_SYM_CHECK(kernel_size.sym_ge(1), "conv_transpose1d: expected weight.size(2) (kernel size) >= 1, but got weight of size ",
-                  weight.sym_sizes());
+                  text(weight.sym_sizes()));
+  TORCH_SYM_CHECK(kernel_size.sym_le(kMaxArgument), "conv_transpose1d: expected weight.size(2) (kernel size) < 2^31, but got weight of size ",
+                  text(weight.sym_sizes()));
 
   const c10::SymInt out_channels = weight.sym_size(1) * a.groups;
   if (bias.has_value() && bias->defined()) {
     check_same_dtype_and_device(input, *bias, "bias");
-    TORCH_CHECK(bias->dim() == 1, "conv_transpose1d: expected bias to be 1-D of size (C_out,) = (", out_channels,
-                "), but got bias of size ", bias->sym_sizes());
+    TORCH_CHECK(bias->dim() == 1, "conv_transpose1d: expected bias to be 1-D of size (C_out,) = (", text(out_channels),
+                "), but got bias of size ", text(bias->sym_sizes()));
     TORCH_SYM_CHECK(bias->sym_size(0).sym_eq(out_channels), "conv_transpose1d: expected bias to be 1-D of size (C_out,) = (",
-                    out_channels, "), but got bias of size ", bias->sym_sizes());
+                    text(out_channels), "), but got bias of size ", text(bias->sym_sizes()));
   }
 
   const c10::SymInt length_out = output_length(length_in, kernel_size, a);
-  TORCH_SYM_CHECK(length_out.sym_ge(1), "conv_transpose1d: the output length (L_out) would be ", length_out,
-                  " = (L_in - 1)*stride - 2*padding + dilation*(K - 1) + output_padding + 1 with L_in=", length_in,
-                  ", K=", kernel_size, ", stride=", a.stride, ", padding=", a.padding, ", dilation=", a.dilation,
-                  ", output_padding=", a.output_padding, "; it must be at least 1 (padding too large?)");
+  TORCH_SYM_CHECK(length_out.sym_ge(1), "conv_transpose1d: the output length (L_out) would be ", text(length_out),
+                  " = (L_in - 1)*stride - 2*padding + dilation*(K - 1) + output_padding + 1 with L_in=", text(length_in),
+                  ", K=", text(kernel_size), ", stride=", text(a.stride), ", padding=", text(a.padding),
+                  ", dilation=", text(a.dilation), ", output_padding=", text(a.output_padding), "; it must be at least 1 (padding too large?)");
   if (input.dim() == 2) return {out_channels, length_out};
   return {input.sym_size(0), out_channels, length_out};
 }
@@ -91,8 +116,8 @@ void check_backward_args(const at::Tensor& grad_output, const at::Tensor& input,
   const auto expected = conv_transpose1d_output_size(input, weight, std::nullopt, args);
   check_same_dtype_and_device(input, grad_output, "grad_output");
   TORCH_CHECK(grad_output.sym_sizes() == c10::SymIntArrayRef(expected),
-              "conv_transpose1d_backward: expected grad_output of size ", c10::SymIntArrayRef(expected),
-              " (the forward's output), but got grad_output of size ", grad_output.sym_sizes());
+              "conv_transpose1d_backward: expected grad_output of size ", text(c10::SymIntArrayRef(expected)),
+              " (the forward's output), but got grad_output of size ", text(grad_output.sym_sizes()));
 }
 
 ConvTParams make_params(const at::Tensor& x, const at::Tensor& w, const at::Tensor& y, const ConvTArgs& a) {

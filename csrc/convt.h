@@ -15,6 +15,9 @@
 
 namespace convt {
 
+// The largest stride, padding, output_padding, dilation, groups, L_in and K accepted (2^31 - 1).
+constexpr int64_t kMaxArgument = (int64_t(1) << 31) - 1;
+
 // stride, padding, output_padding, groups and dilation as the schema receives them
 // (each list argument an int or a 1-element list), validated.
 struct ConvTArgs {

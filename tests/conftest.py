@@ -41,7 +41,7 @@ class Case:
     groups: int = 1
     bias: bool = True
     batched: bool = True
-    layout: str = "contiguous"  # or "channels_last": input is a transposed (N, L, C) view
+    layout: str = "contiguous"  # or one of LAYOUTS: how the input tensor is laid out in memory
 
     @property
     def args(self):
@@ -95,6 +95,11 @@ CASES = [
 ]
 
 
+# Input layouts: "channels_last" a transposed (N, L, C) view; "strided" every other position of a
+# longer row; "offset" rows starting one element into their storage (not 16-byte aligned).
+LAYOUTS = ["contiguous", "channels_last", "strided", "offset"]
+
+
 def case_id(case: Case) -> str:
     return str(case)
 
@@ -106,6 +111,10 @@ def make_inputs(case: Case, dtype: torch.dtype, device: str, requires_grad: bool
 
     if case.layout == "channels_last":
         x = randn(case.n, case.l_in, case.c_in).transpose(1, 2)
+    elif case.layout == "strided":
+        x = randn(case.n, case.c_in, 2 * case.l_in)[..., ::2]
+    elif case.layout == "offset":
+        x = randn(case.n, case.c_in, case.l_in + 1)[..., 1:]
     else:
         x = randn(case.n, case.c_in, case.l_in)
     if not case.batched:

@@ -1,4 +1,7 @@
-"""Bad input raises a clear error naming the argument, in the cases where PyTorch raises."""
+"""Bad input raises a clear error naming the argument, in the cases where PyTorch raises, on every
+device; and sizes beyond what the index math supports."""
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -38,22 +41,30 @@ BAD_INPUTS = [
     ("zero channels", dict(input=_x(2, 0, 5), weight=_x(0, 3, 3)), "expected input to have at least 1 channel"),
     ("zero length", dict(input=_x(2, 4, 0)), "expected input to have length (last dim) of at least 1"),
     ("zero kernel", dict(weight=_x(4, 3, 0)), "expected weight.size(2) (kernel size) >= 1"),
+    # beyond what the index math supports (torch would try to allocate the output)
+    ("stride 2^31", dict(stride=2**31), "expected stride < 2^31"),
+    ("padding 2^31", dict(padding=2**31), "expected padding < 2^31"),
+    ("dilation 2^31", dict(dilation=2**31), "expected dilation < 2^31"),
+    ("output_padding 2^31", dict(stride=2**31 - 1, output_padding=2**31), "expected output_padding < 2^31"),
+    ("groups 2^31", dict(groups=2**31), "expected groups < 2^31"),
 ]
+TORCH_ACCEPTS = {"integer dtype", "complex dtype", "zero kernel", "stride 2^31", "padding 2^31", "dilation 2^31",
+                 "output_padding 2^31", "groups 2^31"}
 
 
-def _call(**overrides):
+def _call(device="cpu", **overrides):
     kwargs = dict(input=X, weight=W, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1)
     kwargs.update(overrides)
-    return kwargs
+    return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
 
 
 @pytest.mark.parametrize("name,overrides,message", BAD_INPUTS, ids=[b[0] for b in BAD_INPUTS])
-def test_bad_input_raises_clear_error(name, overrides, message):
-    kwargs = _call(**overrides)
+def test_bad_input_raises_clear_error(name, overrides, message, device):
+    kwargs = _call(device, **overrides)
     with pytest.raises(RuntimeError, match="conv_transpose1d") as ours:
         torch_convt_op.conv_transpose1d(**kwargs)
     assert message in str(ours.value)
-    if name not in ("integer dtype", "complex dtype", "zero kernel"):  # torch accepts these or fails obscurely
+    if name not in TORCH_ACCEPTS and device == "cpu":  # (torch 2.11 crashes on some of these on CUDA)
         with pytest.raises(RuntimeError):
             F.conv_transpose1d(**kwargs)
 
@@ -68,6 +79,17 @@ def test_bad_input_raises_the_same_error_under_fake_tensors(name, overrides, mes
         with pytest.raises(RuntimeError) as ours:
             torch_convt_op.conv_transpose1d(**kwargs)
     assert message in str(ours.value)
+
+
+def test_sizes_beyond_the_index_math_raise():
+    """On fake tensors: real ones would take 8 GB each."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        with pytest.raises(RuntimeError, match=re.escape("expected input length (last dim) < 2^31")):
+            torch_convt_op.conv_transpose1d(torch.empty(1, 4, 2**31), torch.empty(4, 3, 3))
+        with pytest.raises(RuntimeError, match=re.escape("expected weight.size(2) (kernel size) < 2^31")):
+            torch_convt_op.conv_transpose1d(torch.empty(1, 4, 5), torch.empty(4, 3, 2**31))
 
 
 def test_mixed_devices_raise():

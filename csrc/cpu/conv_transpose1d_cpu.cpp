@@ -42,20 +42,24 @@ int64_t tile_columns(const ConvTParams& p) {
   return std::clamp<int64_t>(32768 / std::max(p.in_channels_per_group, p.out_channels_per_group), 128, 1024) / 16 * 16;
 }
 
-// c (M x N, row stride ldc) += a (M x K) @ b (K x N), row-major with unit stride along rows. For float,
-// oneDNN's AVX-512 brgemm micro-kernel that ATen exports (2-3x MKL's sgemm on AMD CPUs); otherwise
-// at::addmm_ on views of the same memory. Called inside parallel regions: single-threaded.
+// c (M x N, row stride ldc) += a (M x K) @ b (K x N), row-major with unit stride along rows. For float
+// with leading dimensions below 2^24, oneDNN's AVX-512 brgemm micro-kernel that ATen exports (2-3x MKL's
+// sgemm on AMD CPUs; oneDNN keeps them in int and fails from 2^25 on); otherwise at::addmm_ on views
+// of the same memory. Called inside parallel regions: single-threaded.
 template <typename scalar_t>
 void gemm_accumulate(int64_t M, int64_t N, int64_t K, const scalar_t* a, int64_t lda, const scalar_t* b, int64_t ldb,
                      scalar_t* c, int64_t ldc) {
 #if defined(CPUBLAS_BRGEMM_F32F32F32)
+  constexpr int64_t kMaxBrgemmLeading = int64_t(1) << 24;
   if constexpr (std::is_same_v<scalar_t, float>) {
-    constexpr int64_t kRows = 64;  // rows per micro-kernel call: the A block stays in L2
-    for (int64_t r0 = 0; r0 < M; r0 += kRows) {
-      at::native::cpublas::brgemm(std::min(kRows, M - r0), N, K, lda, ldb, ldc, /*add_C=*/true, a + r0 * lda, b,
-                                  c + r0 * ldc, /*is_vnni=*/false);
+    if (std::max({lda, ldb, ldc}) < kMaxBrgemmLeading) {
+      constexpr int64_t kRows = 64;  // rows per micro-kernel call: the A block stays in L2
+      for (int64_t r0 = 0; r0 < M; r0 += kRows) {
+        at::native::cpublas::brgemm(std::min(kRows, M - r0), N, K, lda, ldb, ldc, /*add_C=*/true, a + r0 * lda, b,
+                                    c + r0 * ldc, /*is_vnni=*/false);
+      }
+      return;
     }
-    return;
   }
 #endif
   const auto options = at::TensorOptions().dtype(c10::CppTypeToScalarType<scalar_t>::value);

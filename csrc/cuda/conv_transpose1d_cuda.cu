@@ -44,12 +44,14 @@ const scalar_t* data_or_null(const at::Tensor& t) {
 constexpr size_t kGemmSmemBudget = 113 * 1024;  // two blocks per SM (228 KB, 1 KB reserved per block)
 constexpr size_t kGemmSmemBudgetOneBlock = 227 * 1024;  // the most one block may have
 constexpr int64_t kGemmIndexLimit = int64_t(1) << 30;  // positions, offsets and strides in 32-bit ints
+constexpr int kMaxGemmXRow = 4096;                      // positions of one staged x row
 
 // The tensor-core path covers C_in/groups and C_out/groups >= 8 and up to kMaxGemmTaps taps, with
 // every length and tap offset in 32-bit range; the rest goes to the direct kernels.
 bool gemm_applies(const ConvTParams& p, at::ScalarType dtype) {
   const int64_t span = p.dilation * (p.kernel_size - 1) + p.padding;
   return dtype != at::kDouble && p.in_channels_per_group >= 8 && p.out_channels_per_group >= 8 &&
+         p.in_channels_per_group < kGemmIndexLimit && p.out_channels_per_group < kGemmIndexLimit &&
          p.kernel_size <= kMaxGemmTaps && p.length_in < kGemmIndexLimit && p.length_out < kGemmIndexLimit &&
          p.stride < kGemmIndexLimit && span < kGemmIndexLimit;
 }
@@ -129,7 +131,9 @@ std::optional<GemmProblem> plan_gemm(GemmProblem g, const at::Tensor& in) {
   const int vector_elements = 16 / element_size;
   g.copy_elements = in_rows_aligned(vector_elements) ? vector_elements : element_size == 2 && in_rows_aligned(2) ? 2 : 1;
   g.lead = ((g.first_offset % g.copy_elements) + g.copy_elements) % g.copy_elements;
-  g.x_rows = kBlockN + g.last_offset - g.first_offset + g.lead;
+  const int64_t x_rows = int64_t(kBlockN) + g.last_offset - g.first_offset + g.lead;
+  if (x_rows > kMaxGemmXRow) return std::nullopt;  // could not fit in shared memory anyway
+  g.x_rows = int(x_rows);
   const int copied = (g.x_rows + g.copy_elements - 1) / g.copy_elements * g.copy_elements;
   g.x_row_elements = std::max(0, (copied - 8 + 15) / 16) * 16 + 8;  // ≡ 8 (mod 16): conflict-free B fragments
   g.block_m = g.rows_per_group <= kBlockMOf<1> ? kBlockMOf<1> : kBlockMOf<2>;
@@ -141,7 +145,7 @@ std::optional<GemmProblem> plan_gemm(GemmProblem g, const at::Tensor& in) {
       g.groups >= kGemmIndexLimit) {
     return std::nullopt;
   }
-  g.y_row_elements = kBlockN * g.out_step + vector_elements;
+  g.y_row_elements = g.out_step <= kMaxStagedStep ? kBlockN * g.out_step + vector_elements : 0;
   for (const int chunk_words : {32, 16}) {
     if (chunk_words == 32 && channel_words <= 16) continue;
     g.ksteps = chunk_words / 8;
@@ -322,7 +326,8 @@ constexpr size_t kDwSmemLimit = 96 * 1024;
 // The staged row segment of the forward (x) or grad_input (grad_y) kernel; nullopt when the
 // depthwise kernels do not apply or the segment does not fit.
 std::optional<DepthwiseArgs> depthwise_args(const ConvTParams& p, bool forward, size_t element_size) {
-  if (p.in_channels_per_group != 1 || p.kernel_size > kDwMaxTaps) return std::nullopt;
+  // (phases of an output segment, first_phase + t, are ints in the kernels)
+  if (p.in_channels_per_group != 1 || p.kernel_size > kDwMaxTaps || p.stride >= kGemmIndexLimit) return std::nullopt;
   DepthwiseArgs a{};
   a.shift_min = tap_of(0, p.stride, p.padding, p.dilation).shift;  // shifts grow with k
   a.shift_max = tap_of(p.kernel_size - 1, p.stride, p.padding, p.dilation).shift;

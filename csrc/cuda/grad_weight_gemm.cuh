@@ -145,7 +145,11 @@ __global__ void __launch_bounds__(kWgThreads)
     }
   };
 
-  float acc[kWgGroupTaps][kWgTilesN][4] = {};
+  Accumulator<kMath> acc[kWgGroupTaps][kWgTilesN];
+#pragma unroll
+  for (int t = 0; t < kWgGroupTaps; ++t)
+#pragma unroll
+    for (int nt = 0; nt < kWgTilesN; ++nt) acc[t][nt].clear();
   const int64_t begin = slice * p.items / p.slices, end = (slice + 1) * p.items / p.slices;
   if (begin < end) stage(begin, 0);
   cp_async_commit();
@@ -198,7 +202,7 @@ __global__ void __launch_bounds__(kWgThreads)
       for (int e = 0; e < 4; ++e) {
         const int ci = warp_ci + lane / 4 + (e / 2) * 8, co = warp_co + nt * 8 + 2 * (lane % 4) + e % 2;
         if (ci < ci_count && co < co_count)
-          out[((first_ci + ci) * p.cog + (first_co - g * p.cog + co)) * p.taps + k] = acc[t][nt][e];
+          out[((first_ci + ci) * p.cog + (first_co - g * p.cog + co)) * p.taps + k] = acc[t][nt].value(e);
       }
   }
 }

@@ -140,31 +140,48 @@ __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_gr
 
 // ---- operands ------------------------------------------------------------------------------------
 
-// big + small TF32 parts of float32 values (3xTF32). Infinities and NaN go whole into the big part
-// (inf - inf would make the small part NaN).
+// big + small TF32 parts of float32 values (3xTF32). A non-finite value makes its small part NaN
+// (inf - inf); Accumulator::value drops the correction products then.
 template <int N>
 __device__ __forceinline__ void split_tf32(const uint32_t (&v)[N], uint32_t (&big)[N], uint32_t (&small)[N]) {
 #pragma unroll
   for (int e = 0; e < N; ++e) {
     const float value = __uint_as_float(v[e]);
     big[e] = to_tf32(value);
-    small[e] = isfinite(value) ? to_tf32(value - __uint_as_float(big[e])) : 0u;
+    small[e] = to_tf32(value - __uint_as_float(big[e]));
   }
 }
 
+// The four fp32 accumulators of one mma tile. 3xTF32 keeps the big x big products (`main`) apart
+// from the two correction products: when an operand is infinite or NaN, main already holds what
+// float32 arithmetic gives (inf or NaN) and the corrections (NaN from the split, or 0 x inf) must
+// not turn an infinity into NaN. With finite operands the corrections are finite and add in.
+template <Math kMath>
+struct Accumulator {
+  float main[4], correction[4];  // `correction` is dead, so takes no registers, unless kMath is 3xTF32
+  __device__ __forceinline__ void clear() {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) main[e] = correction[e] = 0.0f;
+  }
+  __device__ __forceinline__ float value(int e) const {
+    if constexpr (kMath == Math::k3xTF32) return isfinite(main[e]) ? main[e] + correction[e] : main[e];
+    return main[e];
+  }
+};
+
 template <typename T, Math kMath>
-__device__ __forceinline__ void mma_step(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+__device__ __forceinline__ void mma_step(Accumulator<kMath>& d, const uint32_t (&a)[4], const uint32_t (&b)[2]) {
   if constexpr (kMath == Math::kTF32) {
-    mma_tf32(d, a, b);
+    mma_tf32(d.main, a, b);
   } else if constexpr (kMath == Math::k3xTF32) {
     uint32_t a_big[4], a_small[4], b_big[2], b_small[2];
     split_tf32(a, a_big, a_small);
     split_tf32(b, b_big, b_small);
-    mma_tf32(d, a_small, b_big);
-    mma_tf32(d, a_big, b_small);
-    mma_tf32(d, a_big, b_big);
+    mma_tf32(d.correction, a_small, b_big);
+    mma_tf32(d.correction, a_big, b_small);
+    mma_tf32(d.main, a_big, b_big);
   } else {
-    mma_16bit<T>(d, a, b);
+    mma_16bit<T>(d.main, a, b);
   }
 }
 
@@ -237,7 +254,7 @@ __global__ void pack_gemm_weight_kernel(const T* __restrict__ w, uint32_t* __res
 // ---- the kernel ----------------------------------------------------------------------------------
 
 template <typename T, Math kMath, int kWarpTilesM>
-__global__ void __launch_bounds__(kGemmThreads, 2)
+__global__ void __launch_bounds__(kGemmThreads, kMath == Math::k3xTF32 ? 1 : 2)  // 3xTF32: room for two accumulators
     implicit_gemm_kernel(const T* __restrict__ in, const uint32_t* __restrict__ packed_w, const T* __restrict__ bias,
                          T* __restrict__ out, const __grid_constant__ GemmProblem p) {
   constexpr int kBlockM = kBlockMOf<kWarpTilesM>;
@@ -346,7 +363,7 @@ __global__ void __launch_bounds__(kGemmThreads, 2)
 
   // The accumulators of one out_phase: to y_s, or straight to out (plus bias). Element e of tile
   // (mt, nt) sits at row lane/4 (+8 for e >= 2) and column 2*(lane%4) + e%2 of the tile.
-  auto store_phase = [&](const GemmTile& tile, int out_phase, const float (&acc)[kWarpTilesM][kWarpTilesN][4]) {
+  auto store_phase = [&](const GemmTile& tile, int out_phase, const Accumulator<kMath> (&acc)[kWarpTilesM][kWarpTilesN]) {
     const int phase = p.out_phase_value[out_phase];
     const int columns = p.out_length > phase ? (p.out_length - phase + p.out_step - 1) / p.out_step : 0;
     const bool paired = p.out_step == 1 && p.out_length % 2 == 0;  // two adjacent columns, one aligned store
@@ -362,8 +379,8 @@ __global__ void __launch_bounds__(kGemmThreads, 2)
 #pragma unroll
           for (int nt = 0; nt < kWarpTilesN; ++nt) {
             const int tile_col = warp_col + nt * 8 + 2 * (lane % 4);
-            y[tile_col * p.out_step] = acc[mt][nt][half * 2];
-            y[(tile_col + 1) * p.out_step] = acc[mt][nt][half * 2 + 1];
+            y[tile_col * p.out_step] = acc[mt][nt].value(half * 2);
+            y[(tile_col + 1) * p.out_step] = acc[mt][nt].value(half * 2 + 1);
           }
           continue;
         }
@@ -372,7 +389,7 @@ __global__ void __launch_bounds__(kGemmThreads, 2)
 #pragma unroll
         for (int nt = 0; nt < kWarpTilesN; ++nt) {
           const int col = tile.col_tile * kBlockN + warp_col + nt * 8 + 2 * (lane % 4);
-          const float v0 = acc[mt][nt][half * 2] + bias_value, v1 = acc[mt][nt][half * 2 + 1] + bias_value;
+          const float v0 = acc[mt][nt].value(half * 2) + bias_value, v1 = acc[mt][nt].value(half * 2 + 1) + bias_value;
           if (paired && col + 1 < columns) {
             store_pair(out_positions + col, v0, v1);
           } else {
@@ -427,7 +444,7 @@ __global__ void __launch_bounds__(kGemmThreads, 2)
     }
   };
 
-  float acc[kWarpTilesM][kWarpTilesN][4];
+  Accumulator<kMath> acc[kWarpTilesM][kWarpTilesN];
   int64_t resident_key = -1;
   unsigned tile_index = blockIdx.x;
   int step_index = 0, buffer = 0;
@@ -464,9 +481,7 @@ __global__ void __launch_bounds__(kGemmThreads, 2)
 #pragma unroll
       for (int mt = 0; mt < kWarpTilesM; ++mt)
 #pragma unroll
-        for (int nt = 0; nt < kWarpTilesN; ++nt)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.0f;
+        for (int nt = 0; nt < kWarpTilesN; ++nt) acc[mt][nt].clear();
     }
     const uint32_t* w_s = w_buffers + (p.resident ? 0 : buffer * p.weight_slots * p.slot_words);
     const T* x_s = x_buffers + buffer * x_buffer_elements;

@@ -1,0 +1,97 @@
+"""Forward and backward of convt::conv_transpose1d over shapes that reach every CUDA kernel, in every
+dtype, under compute-sanitizer's memcheck, racecheck, initcheck and synccheck.
+
+    python tools/sanitize.py            # every tool; one summary line per tool, exit 1 on any error
+    python tools/sanitize.py --tool racecheck
+    python tools/sanitize.py --inner    # the workload alone (what runs under each tool)
+"""
+import argparse
+import re
+import subprocess
+import sys
+import time
+
+TOOLS = ["memcheck", "racecheck", "initcheck", "synccheck"]
+
+# (N, C_in, C_out, K, L_in, stride, padding, output_padding, groups, dilation, channels_last input)
+SHAPES = [
+    (2, 80, 72, 3, 300, 1, 1, 0, 1, 1, False),   # tensor cores: several channel chunks, out_step 1
+    (1, 24, 40, 7, 129, 3, 2, 1, 1, 2, False),   # staged interleaved output
+    (2, 64, 32, 4, 257, 2, 1, 0, 2, 1, False),   # groups, 32-row tiles
+    (2, 16, 24, 2, 70, 6, 0, 5, 1, 2, False),    # phases that no tap reaches, staged
+    (2, 16, 16, 3, 40, 11, 1, 0, 1, 1, False),   # phases that no tap reaches, direct stores
+    (1, 64, 32, 16, 50, 8, 4, 0, 1, 1, False),   # HiFi-GAN-like: 16 taps, resident weight
+    (2, 32, 24, 3, 33, 2, 1, 0, 1, 2, True),     # a transposed (N, L, C) input view
+    (2, 6, 12, 5, 37, 3, 2, 1, 6, 2, False),     # depthwise with a channel multiplier
+    (1, 4, 4, 7, 2500, 1, 3, 0, 4, 1, False),    # depthwise, rows longer than a segment
+    (2, 4, 6, 3, 9, 1, 0, 0, 1, 1, False),       # few channels: direct kernels
+]
+
+
+def exercise() -> None:
+    import torch
+    import torch.nn.functional as F
+
+    import torch_convt_op
+
+    generator = torch.Generator().manual_seed(0)
+    runs = 0
+    for shape in SHAPES:
+        n, c_in, c_out, k, l_in, stride, padding, output_padding, groups, dilation, channels_last = shape
+        for dtype, tf32 in [(torch.float32, True), (torch.float32, False), (torch.float16, False),
+                            (torch.bfloat16, False), (torch.float64, False)]:
+            torch.backends.cudnn.allow_tf32 = tf32
+
+            def randn(*size):
+                return torch.randn(*size, dtype=torch.float64, generator=generator).to("cuda", dtype)
+
+            x = randn(n, l_in, c_in).transpose(1, 2) if channels_last else randn(n, c_in, l_in)
+            w, b = randn(c_in, c_out // groups, k), randn(c_out)
+            x, w, b = (t.requires_grad_(True) for t in (x, w, b))
+            args = stride, padding, output_padding, groups, dilation
+            y = torch_convt_op.conv_transpose1d(x, w, b, *args)
+            grads = torch.autograd.grad(y, (x, w, b), torch.randn_like(y))
+            expected = F.conv_transpose1d(*(t.detach().double() for t in (x, w, b)), *args)
+            error = ((y.double() - expected).abs().max() / expected.abs().max()).item()
+            assert error < 5e-2 and all(torch.isfinite(g).all() for g in grads), (shape, dtype, error)
+            runs += 1
+    torch.cuda.synchronize()
+    print(f"sanitize workload: {runs} forward+backward runs ok")
+
+
+def run_tool(tool: str, timeout: float) -> tuple:
+    command = ["compute-sanitizer", "--tool", tool, "--error-exitcode", "3", "--print-limit", "20",
+               sys.executable, __file__, "--inner"]
+    start = time.time()
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return False, -1, time.time() - start
+    output = result.stdout + result.stderr
+    summary = re.findall(r"ERROR SUMMARY: (\d+) error", output) or re.findall(r"RACECHECK SUMMARY: (\d+) hazard", output)
+    errors = int(summary[-1]) if summary else -1
+    ok = result.returncode == 0 and errors == 0 and "runs ok" in output
+    if not ok:
+        print(output[-6000:])
+    return ok, errors, time.time() - start
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tool", choices=TOOLS, action="append", help="run only these (default: all)")
+    parser.add_argument("--inner", action="store_true", help="run the workload without a sanitizer")
+    parser.add_argument("--timeout", type=float, default=1800, help="seconds per tool")
+    args = parser.parse_args(argv)
+    if args.inner:
+        exercise()
+        return 0
+    rows = []
+    for tool in args.tool or TOOLS:
+        ok, errors, seconds = run_tool(tool, args.timeout)
+        rows.append(f"| {tool} | {errors} | {'clean' if ok else 'FAILED'} | {seconds:.0f} s |")
+    print("| tool | errors | verdict | time |\n|---|---|---|---|\n" + "\n".join(rows))
+    return 0 if all("clean" in row for row in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
