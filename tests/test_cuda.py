@@ -100,12 +100,27 @@ def test_cuda_graph_capture_and_replay():
         assert_close(y, reference(x, w, b, case)[0], torch.float32, "cuda")
 
 
+SECOND_DEVICE_CASES = [  # one per kernel family
+    (Case(2, 32, 32, 3, 256, stride=2), torch.float32),                       # tensor cores
+    (Case(2, 24, 40, 7, 129, stride=3, padding=2, dilation=2), torch.bfloat16),  # tensor cores, staged output
+    (Case(2, 6, 12, 5, 37, stride=3, padding=2, groups=6), torch.float16),    # depthwise
+    (Case(2, 4, 6, 3, 9, stride=2), torch.float64),                           # direct
+]
+
+
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
-def test_second_device():
-    case = Case(2, 32, 32, 3, 256, stride=2)
-    x, w, b = make_inputs(case, torch.float32, "cuda:1", requires_grad=True)
+@pytest.mark.parametrize("case,dtype", SECOND_DEVICE_CASES, ids=str)
+def test_second_device(case, dtype):
+    """Tensors on cuda:1 while cuda:0 is current: the device guard puts every launch and allocation on cuda:1."""
+    assert torch.cuda.current_device() == 0
+    x, w, b = make_inputs(case, dtype, "cuda:1", requires_grad=True)
     y = ours(x, w, b, case)
     assert y.device == torch.device("cuda:1")
-    assert_close(y, reference(x, w, b, case)[0], torch.float32, "cuda")
-    y.sum().backward()
-    assert x.grad.device == torch.device("cuda:1")
+    expected, inputs64 = reference(x, w, b, case)
+    assert_close(y, expected, dtype, "cuda")
+    grad_y = torch.randn(expected.shape, dtype=torch.float64).to(dtype)
+    grads = torch.autograd.grad(y, (x, w, b), grad_y.to("cuda:1"))
+    expected_grads = torch.autograd.grad(expected, inputs64, grad_y.double())
+    for grad, expected_grad in zip(grads, expected_grads):
+        assert grad.device == torch.device("cuda:1")
+        assert_close(grad, expected_grad, dtype, "cuda")
