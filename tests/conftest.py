@@ -92,6 +92,10 @@ CASES = [
     # depthwise kernels: a channel multiplier with stride and dilation, rows longer than a segment
     Case(2, 6, 12, 5, 37, stride=3, padding=2, output_padding=1, dilation=2, groups=6),
     Case(1, 4, 4, 7, 2500, padding=3, groups=4),
+    # argument values far past the tensor sizes: a stride past the depthwise kernels' 32-bit phase math,
+    # padding and dilation that cancel out
+    Case(2, 2, 4, 2, 1, stride=2**30 + 1, dilation=5, groups=2),
+    Case(1, 16, 8, 3, 3, stride=2**12, padding=2**12, output_padding=1, dilation=2**11),
 ]
 
 

@@ -1,6 +1,9 @@
-"""Sizes past 32-bit indexing: outputs with more than 2^31 elements (CUDA, every kernel path), and rows
-long enough that the CPU's GEMM micro-kernel cannot take them. Checked on windows (start, middle, end)
-against torch.nn.functional.conv_transpose1d in float64 on the matching input slice."""
+"""Sizes past 32-bit indexing: outputs with more than 2^31 elements (every kernel path, on each device
+with the memory for them), and rows long enough that the CPU's GEMM micro-kernel cannot take them.
+Checked on windows (start, middle, end) against torch.nn.functional.conv_transpose1d in float64 on
+the matching input slice."""
+import os
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -33,16 +36,26 @@ def check_windows(y, x, w, b, case, dtype, device, width=4096):
         assert_close(y[..., start:start + width], expected, dtype, device, f"output[{start}:{start + width}]")
 
 
-def cuda_inputs(case: Case, dtype, requires_grad=False):
-    """Fresh random input, weight and bias drawn on the GPU (drawing billions on the CPU is slow)."""
+def large_inputs(case: Case, dtype, device, requires_grad=False):
+    """Fresh random input, weight and bias drawn on `device` (drawing billions in float64 is slow)."""
     def randn(*shape):
-        return torch.randn(*shape, device="cuda", dtype=dtype).requires_grad_(requires_grad)
+        return torch.randn(*shape, device=device, dtype=dtype).requires_grad_(requires_grad)
 
     return randn(case.n, case.c_in, case.l_in), randn(case.c_in, case.c_out // case.groups, case.k), randn(case.c_out)
 
 
-def _free_gib():
-    return torch.cuda.mem_get_info()[0] / 2**30 if torch.cuda.is_available() else 0.0
+def _free_gib(device: str) -> float:
+    if device == "cuda":
+        return torch.cuda.mem_get_info()[0] / 2**30 if torch.cuda.is_available() else 0.0
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") / 2**30
+
+
+def _needed_gib(case: Case, dtype, device: str) -> float:
+    """Input plus output, with room: the CPU runs 16-bit values in float32 buffers (a peak of 3x the
+    fp16 case's bytes, measured), the GPU needs little beyond the tensors."""
+    l_out = (case.l_in - 1) * case.stride - 2 * case.padding + case.dilation * (case.k - 1) + case.output_padding + 1
+    elements = case.n * (case.c_in * case.l_in + case.c_out * l_out)
+    return (1.5 if device == "cuda" else 4.5) * elements * torch.empty(0, dtype=dtype).element_size() / 2**30
 
 
 LARGE_CASES = [  # (case, dtype): more than 2^31 output elements each
@@ -53,19 +66,21 @@ LARGE_CASES = [  # (case, dtype): more than 2^31 output elements each
 ]
 
 
-@pytest.mark.skipif(_free_gib() < 48, reason="needs a GPU with 48 GB free")
 @pytest.mark.parametrize("case,dtype", LARGE_CASES, ids=lambda v: str(v))
-def test_outputs_past_2_31_elements(case, dtype):
-    x, w, b = cuda_inputs(case, dtype)
+def test_outputs_past_2_31_elements(case, dtype, device):
+    needed = _needed_gib(case, dtype, device)
+    if _free_gib(device) < needed:
+        pytest.skip(f"needs {needed:.0f} GB free on {device}")
+    x, w, b = large_inputs(case, dtype, device)
     y = ours(x, w, b, case)
     assert y.numel() > 2**31
-    check_windows(y, x, w, b, case, dtype, "cuda")
+    check_windows(y, x, w, b, case, dtype, device)
 
 
-@pytest.mark.skipif(_free_gib() < 48, reason="needs a GPU with 48 GB free")
+@pytest.mark.skipif(_free_gib("cuda") < 48, reason="needs a GPU with 48 GB free")
 def test_gradients_past_2_31_elements():
     case = Case(2, 16, 64, 3, 2**24 + 1, padding=1)
-    x, w, b = cuda_inputs(case, torch.float16, requires_grad=True)
+    x, w, b = large_inputs(case, torch.float16, "cuda", requires_grad=True)
     y = ours(x, w, b, case)
     grad_y = torch.randn_like(y)
     grad_x, grad_w = torch.autograd.grad(y, (x, w), grad_y)
