@@ -1,5 +1,6 @@
-"""NaN and ±Inf in the input propagate exactly where torch.nn.functional.conv_transpose1d (float64)
-puts them: the same positions are NaN, +Inf and -Inf, in every math mode (TF32 and 3xTF32 included)."""
+"""NaN and ±Inf in the input, the weight or grad_output propagate exactly where
+torch.nn.functional.conv_transpose1d (float64) puts them: the same positions are NaN, +Inf and -Inf,
+forward and backward, in every math mode (TF32 and 3xTF32 included)."""
 import pytest
 import torch
 
