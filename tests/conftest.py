@@ -48,6 +48,10 @@ class Case:
         """(stride, padding, output_padding, groups, dilation), in the op's argument order."""
         return self.stride, self.padding, self.output_padding, self.groups, self.dilation
 
+    @property
+    def l_out(self) -> int:
+        return (self.l_in - 1) * self.stride - 2 * self.padding + self.dilation * (self.k - 1) + self.output_padding + 1
+
     def __str__(self):
         fields = [f"{f.name}={getattr(self, f.name)}" for f in dataclasses.fields(self)
                   if getattr(self, f.name) != f.default or f.default is dataclasses.MISSING]

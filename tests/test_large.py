@@ -53,8 +53,7 @@ def _free_gib(device: str) -> float:
 def _needed_gib(case: Case, dtype, device: str) -> float:
     """Input plus output, with room: the CPU runs 16-bit values in float32 buffers (a peak of 3x the
     fp16 case's bytes, measured), the GPU needs little beyond the tensors."""
-    l_out = (case.l_in - 1) * case.stride - 2 * case.padding + case.dilation * (case.k - 1) + case.output_padding + 1
-    elements = case.n * (case.c_in * case.l_in + case.c_out * l_out)
+    elements = case.n * (case.c_in * case.l_in + case.c_out * case.l_out)
     return (1.5 if device == "cuda" else 4.5) * elements * torch.empty(0, dtype=dtype).element_size() / 2**30
 
 
