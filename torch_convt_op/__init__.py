@@ -15,6 +15,9 @@ def _library_path() -> str:
     if not candidates:
         raise ImportError(f"torch_convt_op: the compiled library _C*.so is missing from {here}; "
                           "install the package with `pip install --no-build-isolation .`")
+    if len(candidates) > 1:
+        raise ImportError(f"torch_convt_op: more than one compiled library in {here} ({', '.join(candidates)}); "
+                          "delete the stale ones and reinstall")
     return candidates[0]
 
 

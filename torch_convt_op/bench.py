@@ -437,6 +437,7 @@ def check_one(shape: Shape, dtype_name: str, device: str) -> List[Tuple[str, flo
 
 
 def run_check(shapes: List[Shape], dtype_names: List[str], device: str) -> bool:
+    print(f"library {torch_convt_op.LIBRARY_PATH}")
     ok = True
     for shape in (s.scaled(**CHECK_SCALE) for s in shapes):
         for dtype_name in dtype_names:
