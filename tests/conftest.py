@@ -93,6 +93,8 @@ CASES = [
     # lengths that are multiples of 4 (16-byte copies of x and grad_output rows), odd largest shifts
     Case(2, 40, 48, 3, 128, padding=1),
     Case(2, 24, 40, 6, 256, padding=1, dilation=2),
+    # taps hundreds of positions apart: x windows wider than the GEMM kernels' shared memory
+    Case(2, 16, 16, 4, 40, padding=5, dilation=300),
     # depthwise kernels: a channel multiplier with stride and dilation, rows longer than a segment
     Case(2, 6, 12, 5, 37, stride=3, padding=2, output_padding=1, dilation=2, groups=6),
     Case(1, 4, 4, 7, 2500, padding=3, groups=4),

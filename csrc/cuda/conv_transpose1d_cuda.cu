@@ -284,6 +284,7 @@ std::optional<WeightGradProblem> plan_grad_weight(const ConvTParams& p, const at
   g.slices = std::max<int64_t>(1, std::min(g.slices, kWgScratchBytes / 4 / weight_elements));
   if (g.tiles * g.slices >= kGemmIndexLimit) return std::nullopt;
   g.smem_bytes = size_t(2 * kWgBlockCo * kWgGyRow + 2 * kWgBlockCi * g.x_row_elements) * 4;
+  if (g.smem_bytes > kGemmSmemBudgetOneBlock) return std::nullopt;  // wide tap groups (dilation in the hundreds)
   return g;
 }
 
