@@ -37,6 +37,39 @@ def test_gradients_match_reference(case, dtype, device):
         assert_close(grad, expected_grad, dtype, device, what=name)
 
 
+def _relaid(t: torch.Tensor, layout: str) -> torch.Tensor:
+    """The same values in another memory layout: "transposed" (the first two dims swapped in memory),
+    "last_first" (the last dim outermost) or "strided" (every other element of a row whose gaps hold NaN)."""
+    t = t.detach()
+    if layout == "transposed":
+        return t.transpose(0, 1).contiguous().transpose(0, 1)
+    if layout == "last_first":
+        return t.movedim(-1, 0).contiguous().movedim(0, -1)
+    spread = torch.full((*t.shape[:-1], 2 * t.shape[-1]), float("nan"), dtype=t.dtype, device=t.device)
+    spread[..., ::2] = t
+    return spread[..., ::2]
+
+
+# A weight or bias in any layout (an nn.Module's may be a view): tensor-core, depthwise and direct paths
+@pytest.mark.parametrize("layout", ["transposed", "last_first", "strided"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("case", [CASES[0], CASES[1], Case(2, 6, 12, 5, 37, stride=3, padding=2, groups=6),
+                                  Case(2, 4, 6, 3, 9, stride=2)], ids=case_id)
+def test_weight_and_bias_in_any_layout(case, dtype, layout, device):
+    x, w, b = make_inputs(case, dtype, device)
+    w, b = _relaid(w, layout).requires_grad_(), _relaid(b, "strided" if layout == "transposed" else layout).requires_grad_()
+    assert not w.is_contiguous()
+    x.requires_grad_()
+    y = ours(x, w, b, case)
+    expected, inputs64 = reference(x, w, b, case)
+    assert_close(y, expected, dtype, device)
+    grad_y = torch.randn_like(expected)
+    grads = torch.autograd.grad(y, (x, w, b), grad_y.to(device, dtype))
+    expected_grads = torch.autograd.grad(expected, inputs64, grad_y)
+    for name, grad, expected_grad in zip(("grad_input", "grad_weight", "grad_bias"), grads, expected_grads):
+        assert_close(grad, expected_grad, dtype, device, what=name)
+
+
 @pytest.mark.parametrize("mask", list(itertools.product([False, True], repeat=3)), ids=str)
 def test_backward_honours_output_mask(mask, device):
     case = Case(2, 6, 4, 3, 10, stride=2, padding=1, groups=2)
