@@ -120,3 +120,38 @@ def _backward_backward(ctx, grad_grad_input, grad_grad_weight, grad_grad_bias):
 
 torch.library.register_autograd("convt::conv_transpose1d_backward", _backward_backward,
                                 setup_context=_backward_setup_context)
+
+
+# ---- autocast -----------------------------------------------------------------------------------
+# In an autocast region the forward runs as torch's convolutions do: floating inputs on the region's
+# device (float64 aside) are cast to the region's dtype (torch.get_autocast_dtype, so bfloat16 or
+# float16 as the user chose), then the op runs with autocast off. The casts are differentiable, so
+# float32 parameters get float32 gradients. (torch.library.register_autocast fixes one dtype.)
+
+_autocast_library = torch.library.Library("convt", "IMPL")
+
+
+def _register_autocast(device_type: str) -> None:
+    key_name = "Autocast" + torch._C._dispatch_key_for_device(device_type)
+    key = getattr(torch._C.DispatchKey, key_name)
+    op = torch.ops.convt.conv_transpose1d.default
+
+    def cast(value, dtype):
+        eligible = (isinstance(value, Tensor) and value.is_floating_point() and value.device.type == device_type
+                    and value.dtype != torch.float64)
+        return value.to(dtype) if eligible else value
+
+    @op.py_impl(key)  # the same rule for tracing (torch.compile, torch.export)
+    def run_in_region_dtype(input, weight, bias=None, stride=(1,), padding=(0,), output_padding=(0,), groups=1,
+                            dilation=(1,)):
+        dtype = torch.get_autocast_dtype(device_type)
+        with torch._C._ExcludeDispatchKeyGuard(torch._C.DispatchKeySet(key)):
+            return op(cast(input, dtype), cast(weight, dtype), cast(bias, dtype), stride, padding, output_padding,
+                      groups, dilation)
+
+    _autocast_library.impl("conv_transpose1d", lambda _keyset, *args, **kwargs: run_in_region_dtype(*args, **kwargs),
+                           key_name, with_keyset=True)
+
+
+for _device_type in ("cpu", "cuda"):
+    _register_autocast(_device_type)

@@ -1,0 +1,83 @@
+"""Inside torch.autocast the op does what torch's convolutions do: floating inputs (float64 aside) run in
+the region's dtype, the output has that dtype, and float32 leaves get float32 gradients; eager, swapped
+into a model, and under torch.compile."""
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torch_convt_op
+from conftest import CASES, Case, assert_close, make_inputs, ours, reference
+
+REGION_DTYPES = [torch.bfloat16, torch.float16]
+
+
+@pytest.mark.parametrize("region_dtype", REGION_DTYPES, ids=str)
+@pytest.mark.parametrize("case", [CASES[1], Case(2, 6, 12, 5, 37, stride=3, padding=2, groups=6),
+                                  Case(2, 4, 6, 3, 9, stride=2, bias=False)], ids=str)
+def test_runs_in_the_region_dtype(case, region_dtype, device):
+    x, w, b = make_inputs(case, torch.float32, device, requires_grad=True)
+    leaves = [t for t in (x, w, b) if t is not None]
+    with torch.autocast(device, dtype=region_dtype):
+        y = ours(x, w, b, case)
+        torch_dtype = F.conv_transpose1d(x, w, b, case.stride, case.padding, case.output_padding, case.groups,
+                                         case.dilation).dtype
+    assert y.dtype == region_dtype == torch_dtype
+    # exactly the op on inputs cast by hand, forward and backward
+    cast = [t.to(region_dtype) if t is not None else None for t in (x, w, b)]
+    by_hand = ours(*cast, case)
+    assert torch.equal(y, by_hand)
+    grad_y = torch.randn(y.shape, dtype=torch.float64).to(device, region_dtype)
+    grads = torch.autograd.grad(y, leaves, grad_y)
+    grads_by_hand = torch.autograd.grad(by_hand, leaves, grad_y)
+    for grad, grad_by_hand in zip(grads, grads_by_hand):
+        assert grad.dtype == torch.float32 and torch.equal(grad, grad_by_hand)
+    expected, _ = reference(*cast, case)
+    assert_close(y, expected, region_dtype, device)
+
+
+def test_float64_is_left_alone(device):
+    case = Case(2, 4, 6, 3, 9, stride=2, padding=1)
+    x, w, b = make_inputs(case, torch.float64, device)
+    with torch.autocast(device, dtype=torch.bfloat16):
+        y = ours(x, w, b, case)
+    assert y.dtype == torch.float64
+    assert_close(y, reference(x, w, b, case)[0], torch.float64, device)
+
+
+def test_outside_a_region_nothing_is_cast(device):
+    case = Case(2, 4, 6, 3, 9)
+    x, w, b = make_inputs(case, torch.float32, device)
+    with torch.autocast(device, dtype=torch.bfloat16, enabled=False):
+        assert ours(x, w, b, case).dtype == torch.float32
+
+
+@pytest.mark.parametrize("region_dtype", REGION_DTYPES, ids=str)
+def test_swapped_model_matches_torch_in_a_region(region_dtype, device):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv1d(8, 16, 3, padding=1), torch.nn.LeakyReLU(0.1),
+                                torch.nn.ConvTranspose1d(16, 8, 16, stride=8, padding=4)).to(device)
+    swapped = torch_convt_op.ConvTranspose1d.convert(copy.deepcopy(model))
+    assert isinstance(swapped[2], torch_convt_op.ConvTranspose1d) and not isinstance(model[2], torch_convt_op.ConvTranspose1d)
+    x = torch.randn(2, 8, 40, device=device)
+    with torch.autocast(device, dtype=region_dtype):
+        expected, actual = model(x), swapped(x)
+    assert actual.dtype == expected.dtype == region_dtype
+    torch.testing.assert_close(actual.float(), expected.float(), rtol=2e-2, atol=2e-2)
+
+
+def test_compiled_in_a_region(device):
+    case = Case(2, 8, 6, 4, 16, stride=2, padding=1, output_padding=1, groups=2)
+    x, w, b = make_inputs(case, torch.float32, device, requires_grad=True)
+
+    def f(x, w, b):
+        with torch.autocast(device, dtype=torch.bfloat16):
+            return torch.tanh(ours(x, w, b, case))
+
+    eager = f(x, w, b)
+    compiled = torch.compile(f, fullgraph=True)(x, w, b)
+    assert compiled.dtype == eager.dtype == torch.bfloat16
+    torch.testing.assert_close(compiled.float(), eager.float(), rtol=1e-2, atol=1e-2)
+    grads = torch.autograd.grad(compiled.float().sum(), (x, w, b))
+    assert all(g.dtype == torch.float32 for g in grads)
