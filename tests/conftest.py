@@ -106,8 +106,8 @@ CASES = [
 ]
 
 
-# Input layouts: "channels_last" a transposed (N, L, C) view; "strided" every other position of a
-# longer row; "offset" rows starting one element into their storage (not 16-byte aligned).
+# Input layouts (see relaid): a transposed (N, L, C) view, every other position of a longer row, rows
+# not 16-byte aligned.
 LAYOUTS = ["contiguous", "channels_last", "strided", "offset"]
 
 
@@ -115,19 +115,36 @@ def case_id(case: Case) -> str:
     return str(case)
 
 
+def relaid(t: torch.Tensor, layout: str) -> torch.Tensor:
+    """The same values in another memory layout (a leaf without grad): "contiguous"; "channels_last"
+    (the last two dims swapped in memory); "transposed" (the first two swapped); "last_first" (the
+    last dim outermost); "strided" (every other element of rows whose gaps hold NaN); "offset" (rows
+    starting one element into their storage, so not 16-byte aligned)."""
+    t = t.detach()
+    if layout == "contiguous":
+        return t.contiguous()
+    if layout == "channels_last":
+        return t.transpose(-1, -2).contiguous().transpose(-1, -2)
+    if layout == "transposed":
+        return t.transpose(0, 1).contiguous().transpose(0, 1)
+    if layout == "last_first":
+        return t.movedim(-1, 0).contiguous().movedim(0, -1)
+    spread = torch.full((*t.shape[:-1], 2 * t.shape[-1] if layout == "strided" else t.shape[-1] + 1), float("nan"),
+                        dtype=t.dtype, device=t.device)
+    if layout == "strided":
+        spread[..., ::2] = t
+        return spread[..., ::2]
+    assert layout == "offset", layout
+    spread[..., 1:] = t
+    return spread[..., 1:]
+
+
 def make_inputs(case: Case, dtype: torch.dtype, device: str, requires_grad: bool = False, generator=None):
-    """Fresh random input, weight and bias (None when case.bias is False)."""
+    """Fresh random input (in case.layout), weight and bias (None when case.bias is False)."""
     def randn(*shape):
         return torch.randn(*shape, dtype=torch.float64, generator=generator).to(device=device, dtype=dtype)
 
-    if case.layout == "channels_last":
-        x = randn(case.n, case.l_in, case.c_in).transpose(1, 2)
-    elif case.layout == "strided":
-        x = randn(case.n, case.c_in, 2 * case.l_in)[..., ::2]
-    elif case.layout == "offset":
-        x = randn(case.n, case.c_in, case.l_in + 1)[..., 1:]
-    else:
-        x = randn(case.n, case.c_in, case.l_in)
+    x = relaid(randn(case.n, case.c_in, case.l_in), case.layout)
     if not case.batched:
         x = x[0]
     w = randn(case.c_in, case.c_out // case.groups, case.k)

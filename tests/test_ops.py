@@ -7,7 +7,7 @@ from torch.autograd import gradcheck, gradgradcheck
 
 import torch_convt_op
 from conftest import (CASES, DTYPES, Case, assert_close, case_id, make_inputs, ours, poison_allocator, reference,
-                      relative_error)
+                      relaid, relative_error)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -37,19 +37,6 @@ def test_gradients_match_reference(case, dtype, device):
         assert_close(grad, expected_grad, dtype, device, what=name)
 
 
-def _relaid(t: torch.Tensor, layout: str) -> torch.Tensor:
-    """The same values in another memory layout: "transposed" (the first two dims swapped in memory),
-    "last_first" (the last dim outermost) or "strided" (every other element of a row whose gaps hold NaN)."""
-    t = t.detach()
-    if layout == "transposed":
-        return t.transpose(0, 1).contiguous().transpose(0, 1)
-    if layout == "last_first":
-        return t.movedim(-1, 0).contiguous().movedim(0, -1)
-    spread = torch.full((*t.shape[:-1], 2 * t.shape[-1]), float("nan"), dtype=t.dtype, device=t.device)
-    spread[..., ::2] = t
-    return spread[..., ::2]
-
-
 # A weight or bias in any layout (an nn.Module's may be a view): tensor-core, depthwise and direct paths
 @pytest.mark.parametrize("layout", ["transposed", "last_first", "strided"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -57,7 +44,7 @@ def _relaid(t: torch.Tensor, layout: str) -> torch.Tensor:
                                   Case(2, 4, 6, 3, 9, stride=2)], ids=case_id)
 def test_weight_and_bias_in_any_layout(case, dtype, layout, device):
     x, w, b = make_inputs(case, dtype, device)
-    w, b = _relaid(w, layout).requires_grad_(), _relaid(b, "strided" if layout == "transposed" else layout).requires_grad_()
+    w, b = relaid(w, layout).requires_grad_(), relaid(b, "strided" if layout == "transposed" else layout).requires_grad_()
     assert not w.is_contiguous()
     x.requires_grad_()
     y = ours(x, w, b, case)
