@@ -41,8 +41,16 @@ const scalar_t* data_or_null(const at::Tensor& t) {
 
 // ---- tensor-core implicit GEMM (implicit_gemm.cuh): problems, tiling, launch ----------------------
 
-constexpr size_t kGemmSmemBudget = 113 * 1024;  // two blocks per SM (228 KB, 1 KB reserved per block)
-constexpr size_t kGemmSmemBudgetOneBlock = 227 * 1024;  // the most one block may have
+// Shared memory of the current device for one block alone on an SM, and for each of two (H100: 227 and
+// 113 KB; A100: 163 and 81 KB; sm_86/89: 99 and 49 KB).
+struct SmemBudgets {
+  size_t one_block, two_blocks;
+};
+SmemBudgets smem_budgets() {
+  const cudaDeviceProp* device = at::cuda::getCurrentDeviceProperties();
+  const size_t one_block = device->sharedMemPerBlockOptin;
+  return {one_block, std::min(one_block, device->sharedMemPerMultiprocessor / 2 - device->reservedSharedMemPerBlock)};
+}
 constexpr int64_t kGemmIndexLimit = int64_t(1) << 30;  // positions, offsets and strides in 32-bit ints
 constexpr int kMaxGemmXRow = 4096;                      // positions of one staged x row
 
@@ -146,6 +154,7 @@ std::optional<GemmProblem> plan_gemm(GemmProblem g, const at::Tensor& in) {
     return std::nullopt;
   }
   g.y_row_elements = g.out_step <= kMaxStagedStep ? kBlockN * g.out_step + vector_elements : 0;
+  const SmemBudgets budgets = smem_budgets();
   for (const int chunk_words : {32, 16}) {
     if (chunk_words == 32 && channel_words <= 16) continue;
     g.ksteps = chunk_words / 8;
@@ -159,21 +168,19 @@ std::optional<GemmProblem> plan_gemm(GemmProblem g, const at::Tensor& in) {
     // stores were faster (kb74 1.17 vs 1.48 ms). A weight with several chunks stays resident only at
     // two blocks per SM (kb64 at one block: resident 9.98 ms, streamed 6.97 ms).
     struct Tier {
-      bool stage_output;
-      size_t budget;
+      bool stage_output, two_blocks;
     };
-    for (const Tier tier : {Tier{true, kGemmSmemBudget}, Tier{true, kGemmSmemBudgetOneBlock},
-                            Tier{false, kGemmSmemBudget}, Tier{false, kGemmSmemBudgetOneBlock}}) {
+    for (const Tier tier : {Tier{true, true}, Tier{true, false}, Tier{false, true}, Tier{false, false}}) {
       const bool stage_output = tier.stage_output;
-      const size_t budget = tier.budget;
+      const size_t budget = tier.two_blocks ? budgets.two_blocks : budgets.one_block;
       if (stage_output && (g.out_step == 1 || g.out_step > kMaxStagedStep)) continue;
-      if (stage_output && budget > kGemmSmemBudget && g.out_phases == g.out_step) continue;
+      if (stage_output && !tier.two_blocks && g.out_phases == g.out_step) continue;
       g.stage_output = stage_output;
       auto smem_bytes = [&](int slots, int weight_buffers) {
         const int64_t y_words = stage_output ? int64_t(g.block_m) * g.y_row_elements : 0;
         return size_t(int64_t(weight_buffers) * slots * g.slot_words + 2 * int64_t(g.x_words) + y_words) * 4;
       };
-      g.resident = (g.chunks == 1 || budget == kGemmSmemBudget) && smem_bytes(g.chunks * g.taps, 1) <= budget;
+      g.resident = (g.chunks == 1 || tier.two_blocks) && smem_bytes(g.chunks * g.taps, 1) <= budget;
       g.weight_slots = g.resident ? g.chunks * g.taps : taps_per_step;
       g.smem_bytes = smem_bytes(g.weight_slots, g.resident ? 1 : 2);
       if (g.smem_bytes > budget) continue;
@@ -284,6 +291,7 @@ std::optional<WeightGradProblem> plan_grad_weight(const ConvTParams& p, const at
   g.slices = std::max<int64_t>(1, std::min(g.slices, kWgScratchBytes / 4 / weight_elements));
   if (g.tiles * g.slices >= kGemmIndexLimit) return std::nullopt;
   g.smem_bytes = size_t(2 * kWgBlockCo * kWgGyRow + 2 * kWgBlockCi * g.x_row_elements) * 4;
+  if (g.smem_bytes > smem_budgets().one_block) return std::nullopt;  // wide tap groups (dilation in the hundreds)
   return g;
 }
 
@@ -321,7 +329,7 @@ bool run_grad_weight(const ConvTParams& p, const at::Tensor& x, const at::Tensor
 
 // ---- depthwise (depthwise.cuh) -----------------------------------------------------------------
 
-constexpr size_t kDwSmemLimit = 96 * 1024;
+constexpr size_t kDwSmemLimit = 96 * 1024;  // (below the 99 KB a block may have on every supported GPU)
 
 // The staged row segment of the forward (x) or grad_input (grad_y) kernel; nullopt when the
 // depthwise kernels do not apply or the segment does not fit.
