@@ -273,11 +273,18 @@ std::optional<WeightGradProblem> plan_grad_weight(const ConvTParams& p, const at
       for (size_t i = begin; i < end; ++i) g.group_tap[next++] = phase_taps[i];
     }
   }
-  g.x_row_elements = (kWgPositions + max_span + 3 - 4 + 31) / 32 * 32 + 4;  // ≡ 4 (mod 32), room for x_lead
-  const bool float_rows = x.scalar_type() == at::kFloat;  // 16-byte copies of 4 floats
-  g.x_vectors = float_rows && rows_aligned(x, g.x_batch_stride, g.x_channel_stride, g.x_length_stride, 4);
-  g.gy_vectors = float_rows && g.stride == 1 &&
-                 rows_aligned(grad_y, g.gy_batch_stride, g.gy_channel_stride, g.gy_length_stride, 4);
+  // copies of 16 bytes (4 floats or 8 16-bit values) where rows are contiguous and aligned, else
+  // pairs of 16-bit values where rows are 4-byte aligned, else single elements
+  const int element_size = int(x.element_size());
+  auto copy_elements = [&](const at::Tensor& t, int64_t batch_stride, int64_t channel_stride, int64_t length_stride) {
+    if (rows_aligned(t, batch_stride, channel_stride, length_stride, 16 / element_size)) return 16 / element_size;
+    return element_size == 2 && rows_aligned(t, batch_stride, channel_stride, length_stride, 2) ? 2 : 1;
+  };
+  g.x_copy_elements = copy_elements(x, g.x_batch_stride, g.x_channel_stride, g.x_length_stride);
+  g.gy_copy_elements = g.stride == 1 ? copy_elements(grad_y, g.gy_batch_stride, g.gy_channel_stride, g.gy_length_stride) : 1;
+  // whole copies of the widest window (x_lead < x_copy_elements), ≡ 4 (mod 32): conflict-free fragments
+  const int x_copied = (kWgPositions + max_span + 2 * (g.x_copy_elements - 1)) / g.x_copy_elements * g.x_copy_elements;
+  g.x_row_elements = (x_copied - 4 + 31) / 32 * 32 + 4;
   if (g.x_row_elements > 1024) return std::nullopt;
   g.ci_tiles = int((g.cig + kWgBlockCi - 1) / kWgBlockCi);
   g.co_tiles = int((g.cog + kWgBlockCo - 1) / kWgBlockCo);
@@ -290,7 +297,10 @@ std::optional<WeightGradProblem> plan_grad_weight(const ConvTParams& p, const at
   g.slices = std::clamp<int64_t>((target_blocks + g.tiles - 1) / g.tiles, 1, g.items);
   g.slices = std::max<int64_t>(1, std::min(g.slices, kWgScratchBytes / 4 / weight_elements));
   if (g.tiles * g.slices >= kGemmIndexLimit) return std::nullopt;
-  g.smem_bytes = size_t(2 * kWgBlockCo * kWgGyRow + 2 * kWgBlockCi * g.x_row_elements) * 4;
+  // float buffers, and for 16-bit the raw buffers the copies land in (rows of x_row_elements + 4)
+  const int64_t float_words = 2 * kWgBlockCo * kWgGyRow + 2 * kWgBlockCi * g.x_row_elements;
+  const int64_t raw_elements = element_size == 2 ? 2 * kWgBlockCo * kWgPositions + 2 * kWgBlockCi * (g.x_row_elements + 4) : 0;
+  g.smem_bytes = size_t(float_words * 4 + raw_elements * element_size);
   if (g.smem_bytes > smem_budgets().one_block) return std::nullopt;  // wide tap groups (dilation in the hundreds)
   return g;
 }

@@ -9,7 +9,10 @@
 //   gy_s[co][q]   gy[n, co, (m0 + q)*stride + phase]       q in [0, kWgPositions)
 //   x_s[ci][q]    x[n, ci, m0 + q - group_shift_max]         q in [0, kWgPositions + span)
 // (zero outside the tensors), double-buffered, runs mma.sync (4 warps, 2 x 2, a 16 ci x 32 co warp
-// tile per tap), and writes its fp32 sums to partial[slice]. A second kernel adds the slices in
+// tile per tap), and writes its fp32 sums to partial[slice]. Contiguous, aligned rows move in
+// asynchronous copies of 16 bytes (or 4: pairs of 16-bit values); 16-bit copies land in raw
+// buffers of the same shape and become floats in shared memory once they have landed. Other rows
+// move one element at a time (asynchronously for float). A second kernel adds the slices in
 // order: no atomics, the same inputs give bit-identical gradients.
 //
 // Operands go through TF32 mma: float32 as TF32 (rounded to nearest) or 3xTF32 (strict), as the
@@ -38,8 +41,11 @@ struct WeightGradProblem {
   int group_phase[kMaxGemmTaps], group_first[kMaxGemmTaps], group_count[kMaxGemmTaps];
   int group_shift_max[kMaxGemmTaps], group_span[kMaxGemmTaps];  // the largest shift, and largest - smallest
   int group_tap[kMaxGemmTaps], tap_shift[kMaxGemmTaps];
-  int x_row_elements;          // floats per x_s row: >= kWgPositions + the widest group span + 3, ≡ 4 mod 32
-  bool gy_vectors, x_vectors;  // float rows contiguous and 16-byte aligned (gy: stride 1 too): 16-byte copies
+  int x_row_elements;          // floats per x_s row: room for the widest group span and x_lead, ≡ 4 mod 32
+  // elements per copy: 16 bytes' worth, or 2 (16-bit pairs), where rows are contiguous and aligned
+  // (gy: stride 1 too); 1: element by element. A copy wholly outside reads nothing from its source,
+  // the tensor's (aligned) first element.
+  int x_copy_elements, gy_copy_elements;
   int ci_tiles, co_tiles;
   int64_t tiles;
   int64_t chunks_per_row;      // items per batch element: ceil(longest phase / kWgPositions)
@@ -55,6 +61,12 @@ __global__ void __launch_bounds__(kWgThreads)
   extern __shared__ __align__(16) float wg_smem[];
   float* gy_buffers = wg_smem;                                  // 2 x kWgBlockCo x kWgGyRow
   float* x_buffers = wg_smem + 2 * kWgBlockCo * kWgGyRow;      // 2 x kWgBlockCi x x_row_elements
+  // 16-bit copies land here first: 2 x kWgBlockCo x kWgPositions, then 2 x kWgBlockCi x x_raw_row
+  // (rows of a multiple of 8 elements keep 16-byte copies aligned)
+  T* gy_raw = reinterpret_cast<T*>(x_buffers + 2 * kWgBlockCi * p.x_row_elements);
+  const int x_raw_row = p.x_row_elements + 4;
+  T* x_raw = gy_raw + 2 * kWgBlockCo * kWgPositions;
+  constexpr bool kRaw = sizeof(T) == 2;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int warp_ci = (warp % kWgWarpsM) * 16, warp_co = (warp / kWgWarpsM) * kWgTilesN * 8;
 
@@ -71,12 +83,14 @@ __global__ void __launch_bounds__(kWgThreads)
   const int ci_count = ci_left < kWgBlockCi ? int(ci_left) : kWgBlockCi;  // rows and columns of the tile inside
   const int co_count = co_left < kWgBlockCo ? int(co_left) : kWgBlockCo;
 
-  // x_s position q holds x position m0 - shift_max - x_lead + q; x_lead aligns 16-byte copies
-  const int x_lead = p.x_vectors ? ((-shift_max) % 4 + 4) % 4 : 0;  // m0 - shift_max - x_lead ≡ 0 (mod 4)
+  // x_s position q holds x position m0 - shift_max - x_lead + q; x_lead aligns the copies
+  const int x_vector = p.x_copy_elements, gy_vector = p.gy_copy_elements;
+  const int x_lead = ((-shift_max) % x_vector + x_vector) % x_vector;  // m0 - shift_max - x_lead ≡ 0 (mod x_vector)
   const int x_positions = kWgPositions + p.group_span[tap_group] + x_lead;
-  const int x_vectors_per_row = (x_positions + 3) / 4;
+  const int x_vectors_per_row = (x_positions + x_vector - 1) / x_vector;
 
-  auto elements_inside = [](int64_t left) { return left <= 0 ? 0 : left >= 4 ? 4 : int(left); };  // of a 4-vector
+  // elements of a `vector`-element copy inside a row that has `left` elements from its start
+  auto elements_inside = [](int64_t left, int vector) { return left <= 0 ? 0 : left >= vector ? vector : int(left); };
   auto copy = [&](float* to, const T* from, bool inside) {
     if constexpr (sizeof(T) == 4) {
       cp_async_4(to, inside ? from : x, inside ? 4 : 0);
@@ -84,19 +98,23 @@ __global__ void __launch_bounds__(kWgThreads)
       *to = inside ? to_float(*from) : 0.0f;
     }
   };
-  // Stage item (n, m chunk) into buffer `buffer`: 16-byte copies spread over the block, or one
-  // element at a time with a warp per row and lanes along positions. `visit(float*)` instead of
-  // copying visits this thread's copies (for the rounding pass below).
+  // Stage item (n, m chunk) into buffer `buffer`: vector copies spread over the block, or one
+  // element at a time with a warp per row and lanes along positions. The visitors get the float
+  // slot, and for vector copies the raw slot, the source, the vector size and how many of its
+  // elements lie inside; the same walk serves the passes over this thread's landed copies below.
   auto for_each_copy = [&](int64_t item, int buffer, auto&& vector_copy, auto&& element_copy) {
     const int64_t n = item / p.chunks_per_row, m0 = item % p.chunks_per_row * kWgPositions;
     float* gy_s = gy_buffers + buffer * kWgBlockCo * kWgGyRow;
+    T* gy_r = gy_raw + buffer * kWgBlockCo * kWgPositions;
     const T* gy_n = gy + n * p.gy_batch_stride + first_co * p.gy_channel_stride;
-    if (p.gy_vectors) {  // stride 1: gy positions m0 + q
-      for (int index = threadIdx.x; index < kWgBlockCo * kWgPositions / 4; index += kWgThreads) {
-        const int co = index / (kWgPositions / 4), q = index % (kWgPositions / 4) * 4;
+    if (gy_vector > 1) {  // stride 1: gy positions m0 + q
+      const int vectors_per_row = kWgPositions / gy_vector;
+      for (int index = threadIdx.x; index < kWgBlockCo * vectors_per_row; index += kWgThreads) {
+        const int co = index / vectors_per_row, q = index % vectors_per_row * gy_vector;
         const int64_t j = m0 + q;
-        const int inside = co < co_count ? elements_inside(p.length_out - j) : 0;
-        vector_copy(gy_s + co * kWgGyRow + q, gy_n + co * p.gy_channel_stride + j, inside);
+        const int inside = co < co_count ? elements_inside(p.length_out - j, gy_vector) : 0;
+        vector_copy(gy_s + co * kWgGyRow + q, gy_r + co * kWgPositions + q,
+                    inside ? gy_n + co * p.gy_channel_stride + j : gy, gy_vector, inside);
       }
     } else {
       for (int co = warp; co < kWgBlockCo; co += kWgThreads / 32) {
@@ -108,14 +126,16 @@ __global__ void __launch_bounds__(kWgThreads)
       }
     }
     float* x_s = x_buffers + buffer * kWgBlockCi * p.x_row_elements;
+    T* x_r = x_raw + buffer * kWgBlockCi * x_raw_row;
     const T* x_n = x + n * p.x_batch_stride + first_ci * p.x_channel_stride;
     const int64_t first_position = m0 - shift_max - x_lead;
-    if (p.x_vectors) {  // first_position is a multiple of 4: copies lie wholly inside or outside [0, L_in) but at the end
+    if (x_vector > 1) {  // first_position is a multiple of x_vector: copies lie wholly inside or outside [0, L_in) but at the end
       for (int index = threadIdx.x; index < kWgBlockCi * x_vectors_per_row; index += kWgThreads) {
-        const int ci = index / x_vectors_per_row, q = index % x_vectors_per_row * 4;
+        const int ci = index / x_vectors_per_row, q = index % x_vectors_per_row * x_vector;
         const int64_t i = first_position + q;
-        const int inside = ci < ci_count && i >= 0 ? elements_inside(p.length_in - i) : 0;
-        vector_copy(x_s + ci * p.x_row_elements + q, x_n + ci * p.x_channel_stride + i, inside);
+        const int inside = ci < ci_count && i >= 0 ? elements_inside(p.length_in - i, x_vector) : 0;
+        vector_copy(x_s + ci * p.x_row_elements + q, x_r + ci * x_raw_row + q,
+                    inside ? x_n + ci * p.x_channel_stride + i : x, x_vector, inside);
       }
     } else {
       for (int ci = warp; ci < kWgBlockCi; ci += kWgThreads / 32) {
@@ -130,17 +150,32 @@ __global__ void __launch_bounds__(kWgThreads)
   auto stage = [&](int64_t item, int buffer) {
     for_each_copy(
         item, buffer,
-        [&](float* to, const T* from, int inside) { cp_async_16(to, inside ? from : x, inside * 4); },
+        [&](float* to, T* raw, const T* from, int vector, int inside) {
+          void* destination = kRaw ? static_cast<void*>(raw) : static_cast<void*>(to);
+          const int bytes = inside * int(sizeof(T));
+          if (vector * sizeof(T) == 16) {
+            cp_async_16(destination, from, bytes);
+          } else {
+            cp_async_4(destination, from, bytes);
+          }
+        },
         [&](float* to, const T* from, bool inside) { copy(to, from, inside); });
   };
 
-  // float32 with TF32: round this thread's copies (landed: cp.async.wait_group) to TF32 in place,
-  // once, instead of at every fragment load. 16-bit values are exact in TF32 already.
-  auto round_own_copies = [&](int64_t item, int buffer) {
-    if constexpr (sizeof(T) == 4 && kMath == Math::kTF32) {
+  // Once this thread's copies have landed (cp.async.wait_group): 16-bit vector copies become floats
+  // (exact in TF32), and float32 for TF32 is rounded in place, once instead of at every fragment load.
+  auto finish_own_copies = [&](int64_t item, int buffer) {
+    if constexpr (kRaw) {
+      for_each_copy(
+          item, buffer,
+          [&](float* to, T* raw, const T*, int vector, int) {
+            for (int e = 0; e < vector; ++e) to[e] = to_float(raw[e]);
+          },
+          [&](float*, const T*, bool) {});
+    } else if constexpr (kMath == Math::kTF32) {
       auto round = [](float* value) { *value = __uint_as_float(to_tf32(*value)); };
       for_each_copy(
-          item, buffer, [&](float* to, const T*, int) { for (int e = 0; e < 4; ++e) round(to + e); },
+          item, buffer, [&](float* to, T*, const T*, int vector, int) { for (int e = 0; e < vector; ++e) round(to + e); },
           [&](float* to, const T*, bool) { round(to); });
     }
   };
@@ -158,7 +193,7 @@ __global__ void __launch_bounds__(kWgThreads)
     if (item + 1 < end) stage(item + 1, buffer ^ 1);
     cp_async_commit();
     cp_async_wait<1>();
-    round_own_copies(item, buffer);
+    finish_own_copies(item, buffer);
     __syncthreads();
     const float* gy_s = gy_buffers + buffer * kWgBlockCo * kWgGyRow;
     const float* x_s = x_buffers + buffer * kWgBlockCi * p.x_row_elements;
