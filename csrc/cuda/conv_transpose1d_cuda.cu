@@ -155,7 +155,11 @@ std::optional<GemmProblem> plan_gemm(GemmProblem g, const at::Tensor& in) {
   }
   g.y_row_elements = g.out_step <= kMaxStagedStep ? kBlockN * g.out_step + vector_elements : 0;
   const SmemBudgets budgets = smem_budgets();
-  for (const int chunk_words : {32, 16}) {
+  // 64-word chunks halve a tile's serial steps where there are fewer tiles than SMs (such a problem
+  // is a chain of step latencies); elsewhere 32-word chunks pipeline better.
+  const bool few_tiles = g.tiles < at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+  for (const int chunk_words : {64, 32, 16}) {
+    if (chunk_words == 64 && (!few_tiles || channel_words <= 32)) continue;
     if (chunk_words == 32 && channel_words <= 16) continue;
     g.ksteps = chunk_words / 8;
     g.chunk_channels = chunk_words * channels_per_word;
