@@ -63,7 +63,9 @@ __global__ void __launch_bounds__(kDwThreads, 4)
         const int steps = stride == 1 ? t : (first_phase + t) / stride;
         acc_t acc = bias_value;
         for (int k = 0; k < p.kernel_size; ++k) {
-          if (tap_phase[k] == phase) acc += weight[k] * acc_t(x_s[tap_position[k] + steps]);
+          // x_s holds 0 outside the row, but such a product does not exist (0 x Inf or NaN is NaN)
+          const int64_t i = i_lo + tap_position[k] + steps;
+          if (tap_phase[k] == phase && i >= 0 && i < p.length_in) acc += weight[k] * acc_t(x_s[tap_position[k] + steps]);
         }
         y_row[j0 + t] = scalar_t(acc);
       }

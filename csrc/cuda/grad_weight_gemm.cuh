@@ -19,6 +19,8 @@
 // forward; bfloat16 and float16 values are exact in TF32, so their products are exact too.
 #pragma once
 
+#include <type_traits>
+
 #include "convt.h"
 #include "cuda/implicit_gemm.cuh"
 
@@ -198,27 +200,47 @@ __global__ void __launch_bounds__(kWgThreads)
     const float* gy_s = gy_buffers + buffer * kWgBlockCo * kWgGyRow;
     const float* x_s = x_buffers + buffer * kWgBlockCi * p.x_row_elements;
     const int r = lane / 4, c = lane % 4;
+    const int64_t m0 = item % p.chunks_per_row * kWgPositions;
+    // kEdge: some tap's x position m - shift falls outside [0, L_in) in this item. Such a product
+    // does not exist: its gy value is left out (x_s holds 0 there, but 0 x Inf or NaN in gy is NaN).
+    auto multiply = [&](auto edge) {
+      constexpr bool kEdge = decltype(edge)::value;
 #pragma unroll
-    for (int kstep = 0; kstep < kWgPositions / 8; ++kstep) {
-      // B = gy (k = position, n = co): b0 = GY[co r][position c], b1 = position c + 4
-      uint32_t b[kWgTilesN][2];
+      for (int kstep = 0; kstep < kWgPositions / 8; ++kstep) {
+        // B = gy (k = position, n = co): b0 = GY[co r][position c], b1 = position c + 4
+        uint32_t b[kWgTilesN][2];
 #pragma unroll
-      for (int nt = 0; nt < kWgTilesN; ++nt) {
-        const float* row = gy_s + (warp_co + nt * 8 + r) * kWgGyRow + kstep * 8 + c;
-        b[nt][0] = __float_as_uint(row[0]);
-        b[nt][1] = __float_as_uint(row[4]);
+        for (int nt = 0; nt < kWgTilesN; ++nt) {
+          const float* row = gy_s + (warp_co + nt * 8 + r) * kWgGyRow + kstep * 8 + c;
+          b[nt][0] = __float_as_uint(row[0]);
+          b[nt][1] = __float_as_uint(row[4]);
+        }
+#pragma unroll
+        for (int t = 0; t < kWgGroupTaps; ++t) {
+          if (t >= count) break;
+          // A = x shifted for tap t (m = ci, k = position): rows r, r + 8; positions c, c + 4
+          const int shift = p.tap_shift[p.group_tap[p.group_first[tap_group] + t]];
+          const float* row = x_s + (warp_ci + r) * p.x_row_elements + kstep * 8 + c + shift_max - shift + x_lead;
+          const uint32_t a[4] = {__float_as_uint(row[0]), __float_as_uint(row[8 * p.x_row_elements]),
+                                 __float_as_uint(row[4]), __float_as_uint(row[8 * p.x_row_elements + 4])};
+          uint32_t b_tap[kWgTilesN][2];
+#pragma unroll
+          for (int nt = 0; nt < kWgTilesN; ++nt)
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+              const int64_t i = m0 + kstep * 8 + c + 4 * half - shift;  // x position of this b value
+              b_tap[nt][half] = !kEdge || (i >= 0 && i < p.length_in) ? b[nt][half] : 0u;
+            }
+#pragma unroll
+          for (int nt = 0; nt < kWgTilesN; ++nt) mma_step<float, kMath>(acc[t][nt], a, b_tap[nt]);
+        }
       }
-#pragma unroll
-      for (int t = 0; t < kWgGroupTaps; ++t) {
-        if (t >= count) break;
-        // A = x shifted for tap t (m = ci, k = position): rows r, r + 8; positions c, c + 4
-        const int offset = shift_max - p.tap_shift[p.group_tap[p.group_first[tap_group] + t]] + x_lead;
-        const float* row = x_s + (warp_ci + r) * p.x_row_elements + kstep * 8 + c + offset;
-        const uint32_t a[4] = {__float_as_uint(row[0]), __float_as_uint(row[8 * p.x_row_elements]),
-                               __float_as_uint(row[4]), __float_as_uint(row[8 * p.x_row_elements + 4])};
-#pragma unroll
-        for (int nt = 0; nt < kWgTilesN; ++nt) mma_step<float, kMath>(acc[t][nt], a, b[nt]);
-      }
+    };
+    const int shift_min = shift_max - p.group_span[tap_group];
+    if (m0 < shift_max || m0 + kWgPositions - 1 - shift_min >= p.length_in) {
+      multiply(std::true_type{});
+    } else {
+      multiply(std::false_type{});
     }
     __syncthreads();  // this buffer is consumed before the next prefetch overwrites it
   }
