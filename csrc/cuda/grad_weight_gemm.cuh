@@ -91,6 +91,15 @@ __global__ void __launch_bounds__(kWgThreads)
   const int x_positions = kWgPositions + p.group_span[tap_group] + x_lead;
   const int x_vectors_per_row = (x_positions + x_vector - 1) / x_vector;
 
+  // body(std::integral_constant<int, elements>) for the copy sizes there are (16 bytes' worth, or a
+  // 16-bit pair): index math with constants in the staging loops
+  auto with_vector_size = [](int elements, auto&& body) {
+    if (elements == 16 / int(sizeof(T))) {
+      body(std::integral_constant<int, 16 / sizeof(T)>{});
+    } else if constexpr (sizeof(T) == 2) {
+      body(std::integral_constant<int, 2>{});
+    }
+  };
   // elements of a `vector`-element copy inside a row that has `left` elements from its start
   auto elements_inside = [](int64_t left, int vector) { return left <= 0 ? 0 : left >= vector ? vector : int(left); };
   auto copy = [&](float* to, const T* from, bool inside) {
@@ -110,14 +119,16 @@ __global__ void __launch_bounds__(kWgThreads)
     T* gy_r = gy_raw + buffer * kWgBlockCo * kWgPositions;
     const T* gy_n = gy + n * p.gy_batch_stride + first_co * p.gy_channel_stride;
     if (gy_vector > 1) {  // stride 1: gy positions m0 + q
-      const int vectors_per_row = kWgPositions / gy_vector;
-      for (int index = threadIdx.x; index < kWgBlockCo * vectors_per_row; index += kWgThreads) {
-        const int co = index / vectors_per_row, q = index % vectors_per_row * gy_vector;
-        const int64_t j = m0 + q;
-        const int inside = co < co_count ? elements_inside(p.length_out - j, gy_vector) : 0;
-        vector_copy(gy_s + co * kWgGyRow + q, gy_r + co * kWgPositions + q,
-                    inside ? gy_n + co * p.gy_channel_stride + j : gy, gy_vector, inside);
-      }
+      with_vector_size(gy_vector, [&](auto vector) {
+        constexpr int kVector = decltype(vector)::value, kVectorsPerRow = kWgPositions / kVector;
+        for (int index = threadIdx.x; index < kWgBlockCo * kVectorsPerRow; index += kWgThreads) {
+          const int co = index / kVectorsPerRow, q = index % kVectorsPerRow * kVector;
+          const int64_t j = m0 + q;
+          const int inside = co < co_count ? elements_inside(p.length_out - j, kVector) : 0;
+          vector_copy(gy_s + co * kWgGyRow + q, gy_r + co * kWgPositions + q,
+                      inside ? gy_n + co * p.gy_channel_stride + j : gy, kVector, inside);
+        }
+      });
     } else {
       for (int co = warp; co < kWgBlockCo; co += kWgThreads / 32) {
         for (int q = lane; q < kWgPositions; q += 32) {
@@ -132,13 +143,16 @@ __global__ void __launch_bounds__(kWgThreads)
     const T* x_n = x + n * p.x_batch_stride + first_ci * p.x_channel_stride;
     const int64_t first_position = m0 - shift_max - x_lead;
     if (x_vector > 1) {  // first_position is a multiple of x_vector: copies lie wholly inside or outside [0, L_in) but at the end
-      for (int index = threadIdx.x; index < kWgBlockCi * x_vectors_per_row; index += kWgThreads) {
-        const int ci = index / x_vectors_per_row, q = index % x_vectors_per_row * x_vector;
-        const int64_t i = first_position + q;
-        const int inside = ci < ci_count && i >= 0 ? elements_inside(p.length_in - i, x_vector) : 0;
-        vector_copy(x_s + ci * p.x_row_elements + q, x_r + ci * x_raw_row + q,
-                    inside ? x_n + ci * p.x_channel_stride + i : x, x_vector, inside);
-      }
+      with_vector_size(x_vector, [&](auto vector) {
+        constexpr int kVector = decltype(vector)::value;
+        for (int index = threadIdx.x; index < kWgBlockCi * x_vectors_per_row; index += kWgThreads) {
+          const int ci = index / x_vectors_per_row, q = index % x_vectors_per_row * kVector;
+          const int64_t i = first_position + q;
+          const int inside = ci < ci_count && i >= 0 ? elements_inside(p.length_in - i, kVector) : 0;
+          vector_copy(x_s + ci * p.x_row_elements + q, x_r + ci * x_raw_row + q,
+                      inside ? x_n + ci * p.x_channel_stride + i : x, kVector, inside);
+        }
+      });
     } else {
       for (int ci = warp; ci < kWgBlockCi; ci += kWgThreads / 32) {
         for (int q = lane; q < x_positions; q += 32) {
