@@ -3,7 +3,8 @@ over every argument, dtype and input layout, sizes from 0, channel counts for ev
 lengths at tile edges.
 
 Profiles (CONVT_FUZZ_PROFILE): "ci" (the default) is bounded for the CPU; "big" draws ten thousand
-cases with longer rows and more channels, for the GPU (CONVT_FUZZ_DEVICES=cuda keeps it there).
+cases (CONVT_FUZZ_EXAMPLES) with longer rows and more channels, for the GPU (CONVT_FUZZ_DEVICES=cuda
+keeps it there).
 Anything the sweep ever finds is kept below as an @example regression case."""
 import dataclasses
 import os
@@ -15,7 +16,8 @@ from conftest import DEVICES, DTYPES, LAYOUTS, Case, assert_close, make_inputs, 
 
 PROFILE = os.environ.get("CONVT_FUZZ_PROFILE", "ci")
 settings.register_profile("ci", max_examples=2000, deadline=None, suppress_health_check=list(HealthCheck))
-settings.register_profile("big", max_examples=10000, deadline=None, suppress_health_check=list(HealthCheck))
+settings.register_profile("big", max_examples=int(os.environ.get("CONVT_FUZZ_EXAMPLES", 10000)), deadline=None,
+                          suppress_health_check=list(HealthCheck))
 settings.load_profile(PROFILE)
 FUZZ_DEVICES = os.environ.get("CONVT_FUZZ_DEVICES", ",".join(DEVICES)).split(",")
 

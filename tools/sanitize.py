@@ -26,6 +26,7 @@ SHAPES = [
     (2, 6, 12, 5, 37, 3, 2, 1, 6, 2, False),     # depthwise with a channel multiplier
     (1, 4, 4, 7, 2500, 1, 3, 0, 4, 1, False),    # depthwise, rows longer than a segment
     (2, 4, 6, 3, 9, 1, 0, 0, 1, 1, False),       # few channels: direct kernels
+    (2, 16, 16, 4, 40, 1, 5, 0, 1, 300, False),  # taps hundreds of positions apart: grad_weight on the direct kernel
 ]
 
 
