@@ -131,13 +131,19 @@ std::optional<GemmProblem> plan_gemm(GemmProblem g, const at::Tensor& in) {
   int taps_per_step = 0;  // the most taps one reduction step (out_phase, in_phase) uses
   for (int pair = 0; pair < g.out_phases * g.in_phases; ++pair)
     taps_per_step = std::max(taps_per_step, g.pair_begin[pair + 1] - g.pair_begin[pair]);
-  // x copies: 16 bytes when every row of `in` is contiguous and 16-byte aligned, else 4 bytes (pairs of
-  // 16-bit values, 4-byte aligned rows) or one element
+  // x copies of 16, 8 or 4 bytes (at least two elements), the widest to which every row of `in` is
+  // contiguous and aligned; else one element at a time
   auto in_rows_aligned = [&](int elements) {
     return g.in_step == 1 && rows_aligned(in, g.in_batch_stride, g.in_channel_stride, g.in_length_stride, elements);
   };
   const int vector_elements = 16 / element_size;
-  g.copy_elements = in_rows_aligned(vector_elements) ? vector_elements : element_size == 2 && in_rows_aligned(2) ? 2 : 1;
+  g.copy_elements = 1;
+  for (const int elements : {vector_elements, vector_elements / 2, vector_elements / 4}) {
+    if (elements > 1 && in_rows_aligned(elements)) {
+      g.copy_elements = elements;
+      break;
+    }
+  }
   g.lead = ((g.first_offset % g.copy_elements) + g.copy_elements) % g.copy_elements;
   const int64_t x_rows = int64_t(kBlockN) + g.last_offset - g.first_offset + g.lead;
   if (x_rows > kMaxGemmXRow) return std::nullopt;  // could not fit in shared memory anyway

@@ -66,7 +66,7 @@ struct GemmProblem {
   int chunk_channels;  // channels per step
   int ksteps;          // mma k-steps per chunk (8 words each)
   int chunks;
-  int copy_elements;   // elements per x copy: 16 bytes' worth, 2 (16-bit pairs) or 1 (see plan_gemm)
+  int copy_elements;   // elements per x copy: 16, 8 or 4 bytes' worth (at least 2), or 1 (see plan_gemm)
   int lead;            // x_s starts `lead` positions early so that copies stay aligned
   int x_rows;          // positions of x_s
   int x_row_elements;  // elements per channel row of x_s (≡ 8 mod 16: conflict-free B fragments)
@@ -125,10 +125,14 @@ struct GemmStep {
 
 // ---- asynchronous copies -------------------------------------------------------------------------
 
-// 4 or 16 bytes global -> shared; the first `bytes` come from global, the rest is zero.
+// 4, 8 or 16 bytes global -> shared; the first `bytes` come from global, the rest is zero.
 __device__ __forceinline__ void cp_async_4(void* shared, const void* global, int bytes) {
   const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(shared));
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(address), "l"(global), "r"(bytes));
+}
+__device__ __forceinline__ void cp_async_8(void* shared, const void* global, int bytes) {
+  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(shared));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(address), "l"(global), "r"(bytes));
 }
 __device__ __forceinline__ void cp_async_16(void* shared, const void* global, int bytes = 16) {
   const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(shared));
@@ -301,10 +305,13 @@ __global__ void __launch_bounds__(kGemmThreads, kMath == Math::k3xTF32 ? 1 : 2) 
           const int position = first + pos;
           const int inside = channel_inside && position >= 0 ? max(0, min(p.copy_elements, p.in_length - position)) : 0;
           const T* from = inside ? in_row + position : in;
+          const int bytes = inside * int(sizeof(T));
           if (p.copy_elements * sizeof(T) == 16) {
-            cp_async_16(x_row + pos, from, inside * int(sizeof(T)));
+            cp_async_16(x_row + pos, from, bytes);
+          } else if (p.copy_elements * sizeof(T) == 8) {
+            cp_async_8(x_row + pos, from, bytes);
           } else {
-            cp_async_4(x_row + pos, from, inside * int(sizeof(T)));
+            cp_async_4(x_row + pos, from, bytes);
           }
         } else {
           const int position = (first + pos) * p.in_step + in_phase;
@@ -334,6 +341,10 @@ __global__ void __launch_bounds__(kGemmThreads, kMath == Math::k3xTF32 ? 1 : 2) 
             v = make_float4(__uint_as_float(to_tf32(v.x)), __uint_as_float(to_tf32(v.y)), __uint_as_float(to_tf32(v.z)),
                             __uint_as_float(to_tf32(v.w)));
             *reinterpret_cast<float4*>(values) = v;
+          } else if (p.copy_elements == 2) {
+            float2 v = *reinterpret_cast<float2*>(values);
+            v = make_float2(__uint_as_float(to_tf32(v.x)), __uint_as_float(to_tf32(v.y)));
+            *reinterpret_cast<float2*>(values) = v;
           } else {
             values[0] = __uint_as_float(to_tf32(values[0]));
           }
