@@ -2,6 +2,7 @@
 and the float64 reference (torch.nn.functional.conv_transpose1d on the CPU)."""
 import dataclasses
 import gc
+from typing import Optional
 
 import pytest
 import torch
@@ -173,21 +174,43 @@ def ours(x, w, b, case: Case):
                                            case.dilation)
 
 
-def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
+def relative_error(actual: torch.Tensor, expected: torch.Tensor, norms: Optional[torch.Tensor] = None) -> float:
+    """The largest error over the largest expected value, or over the largest of `norms` (see
+    product_norms) where that is larger."""
     actual = actual.detach().to("cpu", torch.float64)
     expected = expected.detach().to("cpu", torch.float64)
     assert actual.shape == expected.shape, (actual.shape, expected.shape)
     if expected.numel() == 0:
         return 0.0
     assert torch.isfinite(actual).all(), "non-finite values (an element never written?)"
-    scale = expected.abs().max().clamp_min(1e-30)
-    return ((actual - expected).abs().max() / scale).item()
+    scale = expected.abs().max()
+    if norms is not None:
+        scale = torch.maximum(scale, norms.max())
+    return ((actual - expected).abs().max() / scale.clamp_min(1e-30)).item()
 
 
-def assert_close(actual, expected, dtype, device, what="output"):
-    err = relative_error(actual, expected)
+def assert_close(actual, expected, dtype, device, what="output", norms=None):
+    err = relative_error(actual, expected, norms)
     tol = tolerance(dtype, device)
     assert err <= tol, f"{what}: relative error {err:.3g} > {tol:.3g}"
+
+
+def product_norms(x, w, case: Case, grad_y=None):
+    """Per element of y (and, given grad_y, of grad_input, grad_weight and grad_bias): the
+    root-sum-square of the products that are summed into it, in float64. A rounded sum is off by
+    rounding errors of that size even where the products cancel to a result near 0, where an error
+    relative to the result alone would fail a correct sum (a single-channel grad_bias of 16 terms)."""
+    def squared(t):
+        return t.detach().to("cpu", torch.float64).square().requires_grad_()
+
+    x2, w2 = squared(x), squared(w)
+    y2 = F.conv_transpose1d(x2, w2, None, case.stride, case.padding, case.output_padding, case.groups, case.dilation)
+    if grad_y is None:
+        return y2.detach().sqrt()
+    gy2 = grad_y.detach().to("cpu", torch.float64).square()
+    grad_x2, grad_w2 = torch.autograd.grad(y2, (x2, w2), gy2)
+    grad_b2 = gy2.sum(dim=[d for d in range(gy2.dim()) if d != gy2.dim() - 2])  # over batch and length
+    return [t.sqrt() for t in (grad_x2, grad_w2, grad_b2)]
 
 
 def poison_allocator(device: str, nbytes: int = 1 << 24):

@@ -6,8 +6,8 @@ import torch
 from torch.autograd import gradcheck, gradgradcheck
 
 import torch_convt_op
-from conftest import (CASES, DTYPES, Case, assert_close, case_id, make_inputs, ours, poison_allocator, reference,
-                      relaid, relative_error)
+from conftest import (CASES, DTYPES, Case, assert_close, case_id, make_inputs, ours, poison_allocator, product_norms,
+                      reference, relaid, relative_error)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -19,7 +19,7 @@ def test_forward_matches_reference(case, dtype, device):
     expected, _ = reference(x, w, b, case)
     assert y.dtype == dtype and y.device.type == device
     assert y.is_contiguous()
-    assert_close(y, expected, dtype, device)
+    assert_close(y, expected, dtype, device, norms=product_norms(x, w, case))
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -32,9 +32,10 @@ def test_gradients_match_reference(case, dtype, device):
     poison_allocator(device)
     grads = torch.autograd.grad(y, [t for t in (x, w, b) if t is not None], grad_y.to(device, dtype))
     expected_grads = torch.autograd.grad(expected, [t for t in inputs64 if t is not None], grad_y)
-    for name, grad, expected_grad in zip(("grad_input", "grad_weight", "grad_bias"), grads, expected_grads):
+    names = ("grad_input", "grad_weight", "grad_bias")
+    for name, grad, expected_grad, norms in zip(names, grads, expected_grads, product_norms(x, w, case, grad_y)):
         assert grad.dtype == dtype
-        assert_close(grad, expected_grad, dtype, device, what=name)
+        assert_close(grad, expected_grad, dtype, device, name, norms)
 
 
 # A weight or bias in any layout (an nn.Module's may be a view): tensor-core, depthwise and direct paths
