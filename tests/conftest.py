@@ -91,8 +91,8 @@ CASES = [
     Case(1, 64, 16, 12, 50, stride=4, padding=2),  # one chunk, weight staged per phase
     Case(2, 16, 24, 2, 70, stride=6, dilation=2, output_padding=5),  # phases without taps, staged output
     Case(2, 16, 16, 3, 40, stride=11, padding=1),  # phases without taps, direct stores
-    Case(1, 48, 40, 16, 30, stride=8, padding=4),  # HiFi-GAN-like with 64-row tiles: a staged output needs narrow tiles
-    Case(1, 160, 96, 16, 40, stride=8, padding=4),  # > 64 rows and a streamed weight: 128 x 64 tiles, rows left over
+    Case(1, 48, 40, 16, 30, stride=8, padding=4),  # HiFi-GAN-like, 64-row tiles: the staged output does not fit, direct stores
+    Case(1, 160, 96, 16, 40, stride=8, padding=4),  # > 64 rows per group, a streamed 16-tap weight, a part-empty row tile
     # lengths that are multiples of 4 (16-byte copies of x and grad_output rows), odd largest shifts
     Case(2, 40, 48, 3, 128, padding=1),
     Case(2, 24, 40, 6, 256, padding=1, dilation=2),

@@ -22,7 +22,7 @@ SHAPES = [
     (2, 16, 24, 2, 70, 6, 0, 5, 1, 2, False),    # phases that no tap reaches, staged
     (2, 16, 16, 3, 40, 11, 1, 0, 1, 1, False),   # phases that no tap reaches, direct stores
     (1, 64, 32, 16, 50, 8, 4, 0, 1, 1, False),   # HiFi-GAN-like: 16 taps, resident weight
-    (1, 160, 96, 16, 40, 8, 4, 0, 1, 1, False),  # > 64 rows, streamed weight: 128 x 64 tiles
+    (1, 160, 96, 16, 40, 8, 4, 0, 1, 1, False),  # > 64 rows per group, streamed weight, a part-empty row tile
     (2, 32, 24, 3, 33, 2, 1, 0, 1, 2, True),     # a transposed (N, L, C) input view
     (2, 6, 12, 5, 37, 3, 2, 1, 6, 2, False),     # depthwise with a channel multiplier
     (1, 4, 4, 7, 2500, 1, 3, 0, 4, 1, False),    # depthwise, rows longer than a segment
