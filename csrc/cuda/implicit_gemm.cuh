@@ -12,12 +12,12 @@
 //   grad_input  (C_in,  C_out, 1,      stride, +shift_k, 0,       phase_k)
 // per group, A_t being W[:, :, k] seen as (rows x channels). GemmProblem carries this.
 //
-// A tile is (n, group, block_m rows, kBlockN columns col0 + [0, kBlockN) of every out_phase), i.e.
-// kBlockN*out_step consecutive out positions. It runs in steps (out_phase, in_phase, chunk of
+// A tile is (n, group, block_m rows, block_n columns col0 + [0, block_n) of every out_phase), i.e.
+// block_n*out_step consecutive out positions. It runs in steps (out_phase, in_phase, chunk of
 // channels), visiting only phases that have taps; each step stages in shared memory
 //   x_s[ch][pos]   in[n, ch, (col0 + first_offset - lead + pos)*in_step + in_phase], zero outside
 //   w_s[slot]      A of the step's taps, in mma fragment order (pack_gemm_weight_kernel)
-// and runs mma.sync on 8 warps (2 x 4; 32 x 32 warp tiles, 16 x 32 in 32-row tiles). Steps are
+// and runs mma.sync on 8 warps (32 x 32 warp tiles, 16 x 32 in 32-row tiles; see kBlockMOf). Steps are
 // double-buffered with cp.async: the next step's loads fly while this one computes. When the weight
 // of a row tile (every chunk and tap) fits, it stays resident and only x moves. Float x is rounded
 // to TF32 once in shared memory. Output: when phases interleave (out_step > 1) and it fits, each
@@ -34,11 +34,14 @@
 
 namespace convt::cuda {
 
-constexpr int kGemmWarpsM = 2, kGemmWarpsN = 4, kGemmThreads = 32 * kGemmWarpsM * kGemmWarpsN;
-constexpr int kWarpTilesN = 4;                                // n8 tiles of one warp (m16 tiles: 1 or 2)
-template <int kWarpTilesM>
-constexpr int kBlockMOf = kGemmWarpsM * kWarpTilesM * 16;     // rows per tile: 32 or 64
-constexpr int kBlockN = kGemmWarpsN * kWarpTilesN * 8;        // 128 columns per tile
+// Tile shapes: 8 warps in a kWarpsM x (8 / kWarpsM) grid, each with kWarpTilesM m16 x kWarpTilesN n8
+// mma tiles: 32 x 128 (<1, 2>), 64 x 128 (<2, 2>) or 128 x 64 (<2, 4>) rows x columns.
+constexpr int kGemmWarps = 8, kGemmThreads = 32 * kGemmWarps;
+constexpr int kWarpTilesN = 4;
+template <int kWarpTilesM, int kWarpsM>
+constexpr int kBlockMOf = kWarpsM * kWarpTilesM * 16;
+template <int kWarpsM>
+constexpr int kBlockNOf = kGemmWarps / kWarpsM * kWarpTilesN * 8;
 constexpr int kFragmentWords = 32 * 4;                        // one m16 x k-step A fragment: 4 words per lane
 constexpr int kMaxGemmTaps = 32;
 constexpr int kMaxStagedStep = 8;
@@ -71,12 +74,12 @@ struct GemmProblem {
   int x_rows;          // positions of x_s
   int x_row_elements;  // elements per channel row of x_s (≡ 8 mod 16: conflict-free B fragments)
   int x_words;         // words of one x_s buffer
-  int block_m;         // rows per tile: 32 (rows_per_group <= 32) or 64
+  int block_m, block_n; // rows x columns per tile: 32 x 128, 64 x 128 or 128 x 64 (plan_gemm)
   int slot_words;      // words of one tap of w_s: (block_m / 16) * ksteps fragments
   int weight_slots;    // taps w_s holds: every (chunk, tap) (resident) or the most of one step
   bool resident;
   bool stage_output;         // y_s holds the tile's outputs (out_step <= kMaxStagedStep)
-  int y_row_elements;        // floats per row of y_s: kBlockN * out_step + one vector of slack
+  int y_row_elements;        // floats per row of y_s: block_n * out_step + one vector of slack
   int row_tiles, col_tiles;  // col_tiles covers the longest out_phase
   int64_t tiles;
   Divider div_col_tiles, div_row_tiles, div_batch, div_groups, div_chunks, div_in_phases;
@@ -257,11 +260,11 @@ __global__ void pack_gemm_weight_kernel(const T* __restrict__ w, uint32_t* __res
 
 // ---- the kernel ----------------------------------------------------------------------------------
 
-template <typename T, Math kMath, int kWarpTilesM>
+template <typename T, Math kMath, int kWarpTilesM, int kWarpsM>
 __global__ void __launch_bounds__(kGemmThreads, kMath == Math::k3xTF32 ? 1 : 2)  // 3xTF32: room for two accumulators
     implicit_gemm_kernel(const T* __restrict__ in, const uint32_t* __restrict__ packed_w, const T* __restrict__ bias,
                          T* __restrict__ out, const __grid_constant__ GemmProblem p) {
-  constexpr int kBlockM = kBlockMOf<kWarpTilesM>;
+  constexpr int kBlockM = kBlockMOf<kWarpTilesM, kWarpsM>, kBlockN = kBlockNOf<kWarpsM>;
   extern __shared__ __align__(16) uint32_t smem[];
   const int weight_buffers = p.resident ? 1 : 2;
   uint32_t* w_buffers = smem;                                                  // weight_buffers x slots x slot_words
@@ -269,8 +272,8 @@ __global__ void __launch_bounds__(kGemmThreads, kMath == Math::k3xTF32 ? 1 : 2) 
   float* y_s = reinterpret_cast<float*>(smem + weight_buffers * p.weight_slots * p.slot_words + 2 * p.x_words);
   const int x_buffer_elements = p.x_words * 4 / int(sizeof(T));
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int warp_mtile = (warp % kGemmWarpsM) * kWarpTilesM;        // first m16 tile of this warp
-  const int warp_col = (warp / kGemmWarpsM) * kWarpTilesN * 8;     // first column of this warp
+  const int warp_mtile = (warp % kWarpsM) * kWarpTilesM;           // first m16 tile of this warp
+  const int warp_col = (warp / kWarpsM) * kWarpTilesN * 8;        // first column of this warp
   const int steps = p.out_phases * p.in_phases * p.chunks;          // reduction steps of a tile
   const int phase_steps = p.in_phases * p.chunks;                   // steps of one out_phase
   const int64_t tile_words = int64_t(p.taps) * p.slot_words;        // one (g, row_tile, chunk) of packed_w
