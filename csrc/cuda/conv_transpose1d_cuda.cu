@@ -122,6 +122,17 @@ bool rows_aligned(const at::Tensor& t, int64_t batch_stride, int64_t channel_str
          reinterpret_cast<uintptr_t>(t.data_ptr()) % (elements * t.element_size()) == 0;
 }
 
+// Elements per asynchronous copy of such rows: the widest of `copy_bytes` that moves at least two
+// elements and to which every row is contiguous and aligned; else 1 (one element at a time).
+int widest_copy(const at::Tensor& t, int64_t batch_stride, int64_t channel_stride, int64_t length_stride,
+                std::initializer_list<int> copy_bytes) {
+  for (const int bytes : copy_bytes) {
+    const int elements = bytes / int(t.element_size());
+    if (elements > 1 && rows_aligned(t, batch_stride, channel_stride, length_stride, elements)) return elements;
+  }
+  return 1;
+}
+
 // The most taps one reduction step (out_phase, in_phase) uses.
 int most_taps_per_step(const GemmProblem& g) {
   int taps = 0;
@@ -137,19 +148,8 @@ std::optional<GemmProblem> plan_gemm_tiles(GemmProblem g, const at::Tensor& in, 
   const int64_t channel_words = (g.channels_per_group + channels_per_word - 1) / channels_per_word;
   const int64_t max_columns = (int64_t(g.out_length) + g.out_step - 1) / g.out_step;
   const int taps_per_step = most_taps_per_step(g);
-  // x copies of 16, 8 or 4 bytes (at least two elements), the widest to which every row of `in` is
-  // contiguous and aligned; else one element at a time
-  auto in_rows_aligned = [&](int elements) {
-    return g.in_step == 1 && rows_aligned(in, g.in_batch_stride, g.in_channel_stride, g.in_length_stride, elements);
-  };
-  const int vector_elements = 16 / element_size;
-  g.copy_elements = 1;
-  for (const int elements : {vector_elements, vector_elements / 2, vector_elements / 4}) {
-    if (elements > 1 && in_rows_aligned(elements)) {
-      g.copy_elements = elements;
-      break;
-    }
-  }
+  g.copy_elements =
+      g.in_step == 1 ? widest_copy(in, g.in_batch_stride, g.in_channel_stride, g.in_length_stride, {16, 8, 4}) : 1;
   g.lead = ((g.first_offset % g.copy_elements) + g.copy_elements) % g.copy_elements;
   g.block_m = block_m;
   g.block_n = block_m == 128 ? 64 : 128;
@@ -166,6 +166,7 @@ std::optional<GemmProblem> plan_gemm_tiles(GemmProblem g, const at::Tensor& in, 
       g.groups >= kGemmIndexLimit) {
     return std::nullopt;
   }
+  const int vector_elements = 16 / element_size;  // y_s rows end in one vector of slack
   g.y_row_elements = g.out_step <= kMaxStagedStep ? g.block_n * g.out_step + vector_elements : 0;
   const SmemBudgets budgets = smem_budgets();
   // 64-word chunks halve a tile's serial steps where there are fewer tiles than SMs (such a problem
@@ -304,15 +305,11 @@ std::optional<WeightGradProblem> plan_grad_weight(const ConvTParams& p, const at
       for (size_t i = begin; i < end; ++i) g.group_tap[next++] = phase_taps[i];
     }
   }
-  // copies of 16 bytes (4 floats or 8 16-bit values) where rows are contiguous and aligned, else
-  // pairs of 16-bit values where rows are 4-byte aligned, else single elements
+  // copies of 16 bytes (4 floats or 8 16-bit values), or of 4 (16-bit pairs): the kernel's sizes
   const int element_size = int(x.element_size());
-  auto copy_elements = [&](const at::Tensor& t, int64_t batch_stride, int64_t channel_stride, int64_t length_stride) {
-    if (rows_aligned(t, batch_stride, channel_stride, length_stride, 16 / element_size)) return 16 / element_size;
-    return element_size == 2 && rows_aligned(t, batch_stride, channel_stride, length_stride, 2) ? 2 : 1;
-  };
-  g.x_copy_elements = copy_elements(x, g.x_batch_stride, g.x_channel_stride, g.x_length_stride);
-  g.gy_copy_elements = g.stride == 1 ? copy_elements(grad_y, g.gy_batch_stride, g.gy_channel_stride, g.gy_length_stride) : 1;
+  g.x_copy_elements = widest_copy(x, g.x_batch_stride, g.x_channel_stride, g.x_length_stride, {16, 4});
+  g.gy_copy_elements =
+      g.stride == 1 ? widest_copy(grad_y, g.gy_batch_stride, g.gy_channel_stride, g.gy_length_stride, {16, 4}) : 1;
   // whole copies of the widest window (x_lead < x_copy_elements), ≡ 4 (mod 32): conflict-free fragments
   const int x_copied = (kWgPositions + max_span + 2 * (g.x_copy_elements - 1)) / g.x_copy_elements * g.x_copy_elements;
   g.x_row_elements = (x_copied - 4 + 31) / 32 * 32 + 4;
