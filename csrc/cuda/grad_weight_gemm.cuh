@@ -239,12 +239,12 @@ __global__ void __launch_bounds__(kWgThreads)
                                  __float_as_uint(row[4]), __float_as_uint(row[8 * p.x_row_elements + 4])};
           uint32_t b_tap[kWgTilesN][2];
 #pragma unroll
-          for (int nt = 0; nt < kWgTilesN; ++nt)
+          for (int half = 0; half < 2; ++half) {
+            const int64_t i = m0 + kstep * 8 + c + 4 * half - shift;  // x position of this lane's b values
+            const bool exists = !kEdge || (i >= 0 && i < p.length_in);
 #pragma unroll
-            for (int half = 0; half < 2; ++half) {
-              const int64_t i = m0 + kstep * 8 + c + 4 * half - shift;  // x position of this b value
-              b_tap[nt][half] = !kEdge || (i >= 0 && i < p.length_in) ? b[nt][half] : 0u;
-            }
+            for (int nt = 0; nt < kWgTilesN; ++nt) b_tap[nt][half] = exists ? b[nt][half] : 0u;
+          }
 #pragma unroll
           for (int nt = 0; nt < kWgTilesN; ++nt) mma_step<float, kMath>(acc[t][nt], a, b_tap[nt]);
         }
