@@ -30,6 +30,9 @@ __global__ void __launch_bounds__(kDwThreads, 4)
   taps.fill(p);
   const int64_t j0 = int64_t(blockIdx.x) * kDwSegment, i_lo = floor_div(j0, p.stride) - a.shift_max;
   const int first_phase = int(j0 % p.stride), stride = int(p.stride);  // output j0 + t has phase (first_phase + t) mod stride
+  // x_s positions [first_inside, end_inside) lie inside the row (both clamped to [0, staged])
+  auto clamp_staged = [&](int64_t q) { return int(min(a.staged, max(int64_t(0), q))); };
+  const int first_inside = clamp_staged(-i_lo), end_inside = clamp_staged(p.length_in - i_lo);
   for (int64_t row = blockIdx.y; row < p.batch * p.in_channels; row += gridDim.y) {
     const int64_t n = row / p.in_channels, ci = row % p.in_channels;
     const scalar_t* x_row = x + n * p.x_batch_stride + ci * p.x_channel_stride;
@@ -64,8 +67,8 @@ __global__ void __launch_bounds__(kDwThreads, 4)
         acc_t acc = bias_value;
         for (int k = 0; k < p.kernel_size; ++k) {
           // x_s holds 0 outside the row, but such a product does not exist (0 x Inf or NaN is NaN)
-          const int64_t i = i_lo + tap_position[k] + steps;
-          if (tap_phase[k] == phase && i >= 0 && i < p.length_in) acc += weight[k] * acc_t(x_s[tap_position[k] + steps]);
+          const int q = tap_position[k] + steps;
+          if (tap_phase[k] == phase && q >= first_inside && q < end_inside) acc += weight[k] * acc_t(x_s[q]);
         }
         y_row[j0 + t] = scalar_t(acc);
       }
