@@ -4,7 +4,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import Case, assert_close, make_inputs, ours, reference, relative_error
+from conftest import (Case, assert_close, make_inputs, ours, poison_allocator, product_norms, reference,
+                      relative_error)
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
@@ -58,6 +59,34 @@ def test_strict_float32_is_float32_accurate(case, tf32):
     x, w, b = make_inputs(case, torch.float32, "cuda")
     y = ours(x, w, b, case)
     assert relative_error(y, reference(x, w, b, case)[0]) <= 1e-5
+
+
+# Problems with enough tiles to fill an H100's 132 SMs with the 64-row warp tiles (plan_gemm gives
+# problems with fewer tiles smaller ones): 64 x 256 tiles for 33-64 rows, 128 x 128 for more rows with
+# 3 taps a step; in the forward and in grad_input (rows = C_in there).
+WIDE_TILE_CASES = [
+    Case(8, 36, 50, 5, 4500, padding=2, dilation=2),  # 64 x 256, adjacent stores, part-empty m16 tiles
+    Case(8, 48, 40, 4, 4500, stride=2, padding=1),    # 64 x 256, staged interleaved output
+    Case(4, 96, 160, 3, 4200, padding=1),             # 128 x 128, a part-empty row tile
+]
+
+
+@pytest.mark.parametrize("tf32", [True], indirect=True)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("case", WIDE_TILE_CASES, ids=str)
+def test_wide_tiles_forward_and_backward(case, dtype, tf32):
+    x, w, b = make_inputs(case, dtype, "cuda", requires_grad=True)
+    poison_allocator("cuda")
+    y = ours(x, w, b, case)
+    expected, inputs64 = reference(x, w, b, case)
+    grad_y = torch.randn_like(expected)
+    assert_close(y, expected, dtype, "cuda", norms=product_norms(x, w, case))
+    poison_allocator("cuda")
+    grads = torch.autograd.grad(y, [x, w, b], grad_y.to("cuda", dtype))
+    expected_grads = torch.autograd.grad(expected, list(inputs64), grad_y)
+    names = ("grad_input", "grad_weight", "grad_bias")
+    for name, grad, expected_grad, norms in zip(names, grads, expected_grads, product_norms(x, w, case, grad_y)):
+        assert_close(grad, expected_grad, dtype, "cuda", name, norms)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)

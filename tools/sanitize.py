@@ -24,6 +24,8 @@ SHAPES = [
     (1, 64, 32, 16, 50, 8, 4, 0, 1, 1, False),   # HiFi-GAN-like: 16 taps, resident weight
     (1, 160, 96, 16, 40, 8, 4, 0, 1, 1, False),  # > 64 rows per group, streamed weight, a part-empty row tile
     (2, 32, 24, 3, 33, 2, 1, 0, 1, 2, True),     # a transposed (N, L, C) input view
+    (8, 48, 40, 4, 4500, 2, 1, 0, 1, 1, False),  # 64 x 256 tiles (enough tiles to fill 132 SMs)
+    (4, 96, 160, 3, 4200, 1, 1, 0, 1, 1, False), # 128 x 128 tiles
     (2, 6, 12, 5, 37, 3, 2, 1, 6, 2, False),     # depthwise with a channel multiplier
     (1, 4, 4, 7, 2500, 1, 3, 0, 4, 1, False),    # depthwise, rows longer than a segment
     (2, 4, 6, 3, 9, 1, 0, 0, 1, 1, False),       # few channels: direct kernels

@@ -140,9 +140,9 @@ int most_taps_per_step(const GemmProblem& g) {
   return taps;
 }
 
-// Chunk size, shared-memory layout and tile counts for block_m-row tiles: the first (chunk, staged
+// Chunk size, shared-memory layout and tile counts for block_m x block_n tiles: the first (chunk, staged
 // output) that fits.
-std::optional<GemmProblem> plan_gemm_tiles(GemmProblem g, const at::Tensor& in, int block_m) {
+std::optional<GemmProblem> plan_gemm_tiles(GemmProblem g, const at::Tensor& in, int block_m, int block_n) {
   const int element_size = int(in.element_size());
   const int channels_per_word = 4 / element_size;
   const int64_t channel_words = (g.channels_per_group + channels_per_word - 1) / channels_per_word;
@@ -152,7 +152,7 @@ std::optional<GemmProblem> plan_gemm_tiles(GemmProblem g, const at::Tensor& in, 
       g.in_step == 1 ? widest_copy(in, g.in_batch_stride, g.in_channel_stride, g.in_length_stride, {16, 8, 4}) : 1;
   g.lead = ((g.first_offset % g.copy_elements) + g.copy_elements) % g.copy_elements;
   g.block_m = block_m;
-  g.block_n = block_m == 128 ? 64 : 128;
+  g.block_n = block_n;
   const int64_t x_rows = int64_t(g.block_n) + g.last_offset - g.first_offset + g.lead;
   if (x_rows > kMaxGemmXRow) return std::nullopt;  // could not fit in shared memory anyway
   g.x_rows = int(x_rows);
@@ -214,16 +214,53 @@ std::optional<GemmProblem> plan_gemm_tiles(GemmProblem g, const at::Tensor& in, 
   return std::nullopt;
 }
 
-// Tiles of 32 or 64 rows, as the group needs; with more than 64 rows and at most 2 taps a step
-// (strided upsampling), 128 x 64 tiles, whose staged x feeds twice the rows. Measured on an H200
-// with 128 x 64 tiles wherever rows > 64: hifigan_up0 TF32 0.97 -> 0.89 ms, up1 1.77 -> 1.69,
-// EnCodec 0.92 -> 0.84 (2 taps a step), but kb64 6.85 -> 9.49 (3 taps; likely because the weight
-// staged per step doubles while its 16-byte-aligned x rows were cheap to stage already).
-std::optional<GemmProblem> plan_gemm(const GemmProblem& g, const at::Tensor& in) {
-  if (g.rows_per_group <= 64) return plan_gemm_tiles(g, in, g.rows_per_group <= 32 ? 32 : 64);
-  if (most_taps_per_step(g) > 2) return plan_gemm_tiles(g, in, 64);
-  const auto plan_128_rows = plan_gemm_tiles(g, in, 128);
-  return plan_128_rows ? plan_128_rows : plan_gemm_tiles(g, in, 64);
+// The tile shape: the first of a list (by the rows of a group and the taps of a step) that plans and
+// fills the SMs.
+// Forward on an H200, ms (TF32 / bf16; session 6, CONVT_TILE experiment over every shape):
+//   64 x 256 for 33-64 rows:  kb74 1.10 -> 0.85 / 0.80 -> 0.65, kb79 1.08 -> 0.75 / 0.64 -> 0.65,
+//                             hifigan_up2 0.74 -> 0.75 / 0.41 -> 0.40 (64 x 128 before)
+//   128 x 128 for > 64 rows with more than 2 taps a step: kb64 6.85 -> 6.27 / 3.41 -> 3.19 (64 x 128)
+//   128 x 64 for > 64 rows with at most 2 taps (strided upsampling): hifigan_up1 1.68 / 0.91, EnCodec
+//                             0.83 / 0.48 against 128 x 128's 1.73 / 0.96 and 1.02 / 0.51
+//   32 x 128 for <= 32 rows:  hifigan_up3 0.58 / 0.31, grouped 0.41 / 0.28 (32 x 256: 0.53 / 0.34, 0.55 / 0.23)
+// 3xTF32 keeps 32-row warp tiles (64 x 128 in place of 64 x 256 and 128 x 128).
+struct TileShape {
+  int block_m, block_n;
+};
+std::optional<GemmProblem> plan_gemm(const GemmProblem& g, const at::Tensor& in, Math math) {
+  const bool wide_warp_tiles = math != Math::k3xTF32;
+  std::vector<TileShape> shapes;
+  if (g.rows_per_group <= 32) {
+    shapes = {{32, 128}};
+  } else if (g.rows_per_group <= 64) {
+    shapes = wide_warp_tiles ? std::vector<TileShape>{{64, 256}, {64, 128}} : std::vector<TileShape>{{64, 128}};
+  } else if (most_taps_per_step(g) > 2) {
+    shapes = wide_warp_tiles ? std::vector<TileShape>{{128, 128}, {64, 128}} : std::vector<TileShape>{{64, 128}};
+  } else {
+    shapes = {{128, 64}, {64, 128}};
+  }
+  // a shape whose tiles do not fill the SMs gives way to the next, smaller one (`small` TF32:
+  // 64 x 256 0.041 ms, 64 x 128 0.030)
+  const int64_t sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+  std::optional<GemmProblem> plan;
+  for (const TileShape& shape : shapes) {
+    if (auto shape_plan = plan_gemm_tiles(g, in, shape.block_m, shape.block_n)) {
+      plan = shape_plan;
+      if (plan->tiles >= sms) break;
+    }
+  }
+  return plan;
+}
+
+// The kernel of a planned tile shape (plan_gemm's list)
+template <typename T, Math kMath>
+auto gemm_kernel(const GemmProblem& g) {
+  if constexpr (kMath != Math::k3xTF32) {
+    if (g.block_m == 64 && g.block_n == 256) return implicit_gemm_kernel<T, kMath, 4, 1>;
+    if (g.block_m == 128 && g.block_n == 128) return implicit_gemm_kernel<T, kMath, 4, 2>;
+  }
+  if (g.block_m == 128) return implicit_gemm_kernel<T, kMath, 2, 4>;
+  return g.block_m == 64 ? implicit_gemm_kernel<T, kMath, 2, 2> : implicit_gemm_kernel<T, kMath, 1, 2>;
 }
 
 // Packs A (pack_gemm_weight_kernel), then runs persistent tile blocks.
@@ -237,9 +274,7 @@ void launch_gemm(const GemmProblem& g, const at::Tensor& in, const at::Tensor& w
   uint32_t* packed_w = reinterpret_cast<uint32_t*>(packed.data_ptr());
   pack_gemm_weight_kernel<T, kMath><<<grid_size(words, kDirectThreads), kDirectThreads, 0, stream>>>(as_t(w), packed_w, g, a, words);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  auto kernel = g.block_m == kBlockMOf<1, 2>   ? implicit_gemm_kernel<T, kMath, 1, 2>
-                : g.block_m == kBlockMOf<2, 2> ? implicit_gemm_kernel<T, kMath, 2, 2>
-                                               : implicit_gemm_kernel<T, kMath, 2, 4>;
+  const auto kernel = gemm_kernel<T, kMath>(g);
   C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(g.smem_bytes)));
   int blocks_per_sm = 0;
   C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, kernel, kGemmThreads, g.smem_bytes));
@@ -257,12 +292,13 @@ bool tf32_allowed() { return at::globalContext().allowTF32CuDNN(); }
 // Runs `problem` on tensor cores when a plan fits; false sends the caller to the direct kernels.
 bool run_gemm(const GemmProblem& problem, const at::Tensor& in, const at::Tensor& w, const GemmWeight& a,
               const at::Tensor& bias, const at::Tensor& out) {
-  const auto plan = plan_gemm(problem, in);
+  const Math math = in.scalar_type() != at::kFloat ? Math::k16Bit : tf32_allowed() ? Math::kTF32 : Math::k3xTF32;
+  const auto plan = plan_gemm(problem, in, math);
   if (!plan) return false;
   switch (in.scalar_type()) {
     case at::kFloat:
-      tf32_allowed() ? launch_gemm<float, Math::kTF32>(*plan, in, w, a, bias, out)
-                     : launch_gemm<float, Math::k3xTF32>(*plan, in, w, a, bias, out);
+      math == Math::kTF32 ? launch_gemm<float, Math::kTF32>(*plan, in, w, a, bias, out)
+                          : launch_gemm<float, Math::k3xTF32>(*plan, in, w, a, bias, out);
       return true;
     case at::kHalf: launch_gemm<__half, Math::k16Bit>(*plan, in, w, a, bias, out); return true;
     case at::kBFloat16: launch_gemm<__nv_bfloat16, Math::k16Bit>(*plan, in, w, a, bias, out); return true;

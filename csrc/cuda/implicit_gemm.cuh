@@ -17,7 +17,7 @@
 // channels), visiting only phases that have taps; each step stages in shared memory
 //   x_s[ch][pos]   in[n, ch, (col0 + first_offset - lead + pos)*in_step + in_phase], zero outside
 //   w_s[slot]      A of the step's taps, in mma fragment order (pack_gemm_weight_kernel)
-// and runs mma.sync on 8 warps (32 x 32 warp tiles, 16 x 32 in 32-row tiles; see kBlockMOf). Steps are
+// and runs mma.sync on 8 warps (warp tiles of 16, 32 or 64 rows x 32 columns; see kBlockMOf). Steps are
 // double-buffered with cp.async: the next step's loads fly while this one computes. When the weight
 // of a row tile (every chunk and tap) fits, it stays resident and only x moves. Float x is rounded
 // to TF32 once in shared memory. Output: when phases interleave (out_step > 1) and it fits, each
@@ -35,7 +35,9 @@
 namespace convt::cuda {
 
 // Tile shapes: 8 warps in a kWarpsM x (8 / kWarpsM) grid, each with kWarpTilesM m16 x kWarpTilesN n8
-// mma tiles: 32 x 128 (<1, 2>), 64 x 128 (<2, 2>) or 128 x 64 (<2, 4>) rows x columns.
+// mma tiles: 32 x 128 (<1, 2>), 64 x 128 (<2, 2>), 128 x 64 (<2, 4>), 64 x 256 (<4, 1>) or
+// 128 x 128 (<4, 2>) rows x columns. The last two (64-row warp tiles) are for TF32 and 16-bit only:
+// 3xTF32's two sets of accumulators would spill.
 constexpr int kGemmWarps = 8, kGemmThreads = 32 * kGemmWarps;
 constexpr int kWarpTilesN = 4;
 template <int kWarpTilesM, int kWarpsM>
