@@ -6,7 +6,9 @@ dtype, under compute-sanitizer's memcheck, racecheck, initcheck and synccheck.
     python tools/sanitize.py --inner    # the workload alone (what runs under each tool)
 """
 import argparse
+import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -24,13 +26,21 @@ SHAPES = [
     (1, 64, 32, 16, 50, 8, 4, 0, 1, 1, False),   # HiFi-GAN-like: 16 taps, resident weight
     (1, 160, 96, 16, 40, 8, 4, 0, 1, 1, False),  # > 64 rows per group, streamed weight, a part-empty row tile
     (2, 32, 24, 3, 33, 2, 1, 0, 1, 2, True),     # a transposed (N, L, C) input view
-    (8, 48, 40, 4, 4500, 2, 1, 0, 1, 1, False),  # 64 x 256 tiles (enough tiles to fill 132 SMs)
-    (4, 96, 160, 3, 4200, 1, 1, 0, 1, 1, False), # 128 x 128 tiles
     (2, 6, 12, 5, 37, 3, 2, 1, 6, 2, False),     # depthwise with a channel multiplier
     (1, 4, 4, 7, 2500, 1, 3, 0, 4, 1, False),    # depthwise, rows longer than a segment
     (2, 4, 6, 3, 9, 1, 0, 0, 1, 1, False),       # few channels: direct kernels
     (2, 16, 16, 4, 40, 1, 5, 0, 1, 300, False),  # taps hundreds of positions apart: grad_weight on the direct kernel
 ]
+
+
+MODES = [("float32", True), ("float32", False), ("float16", False), ("bfloat16", False), ("float64", False)]
+# Shapes with enough tiles to fill 132 SMs with the implicit GEMM's 64-row warp tiles, which only TF32
+# and the 16-bit dtypes use: 64 x 256 tiles (33-64 rows) and 128 x 128 (more rows, 3 taps a step)
+WIDE_TILE_SHAPES = [
+    (8, 48, 40, 4, 4500, 2, 1, 0, 1, 1, False),
+    (4, 96, 160, 3, 4200, 1, 1, 0, 1, 1, False),
+]
+WIDE_TILE_MODES = [("float32", True), ("bfloat16", False)]
 
 
 def exercise() -> None:
@@ -41,10 +51,11 @@ def exercise() -> None:
 
     generator = torch.Generator().manual_seed(0)
     runs = 0
-    for shape in SHAPES:
+    work = [(shape, MODES) for shape in SHAPES] + [(shape, WIDE_TILE_MODES) for shape in WIDE_TILE_SHAPES]
+    for shape, modes in work:
         n, c_in, c_out, k, l_in, stride, padding, output_padding, groups, dilation, channels_last = shape
-        for dtype, tf32 in [(torch.float32, True), (torch.float32, False), (torch.float16, False),
-                            (torch.bfloat16, False), (torch.float64, False)]:
+        for dtype_name, tf32 in modes:
+            dtype = getattr(torch, dtype_name)
             torch.backends.cudnn.allow_tf32 = tf32
 
             def randn(*size):
@@ -68,14 +79,18 @@ def run_tool(tool: str, timeout: float) -> tuple:
     command = ["compute-sanitizer", "--tool", tool, "--error-exitcode", "3", "--print-limit", "20",
                sys.executable, __file__, "--inner"]
     start = time.time()
+    # its own process group, so that a timeout also stops the workload the sanitizer started
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               start_new_session=True)
     try:
-        result = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+        output, _ = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
         return False, -1, time.time() - start
-    output = result.stdout + result.stderr
     summary = re.findall(r"ERROR SUMMARY: (\d+) error", output) or re.findall(r"RACECHECK SUMMARY: (\d+) hazard", output)
     errors = int(summary[-1]) if summary else -1
-    ok = result.returncode == 0 and errors == 0 and "runs ok" in output
+    ok = process.returncode == 0 and errors == 0 and "runs ok" in output
     if not ok:
         print(output[-6000:])
     return ok, errors, time.time() - start
