@@ -195,6 +195,19 @@ def assert_close(actual, expected, dtype, device, what="output", norms=None):
     assert err <= tol, f"{what}: relative error {err:.3g} > {tol:.3g}"
 
 
+def assert_gradients_close(y, expected, inputs, inputs64, case: Case, dtype, device):
+    """The gradients of our y (from inputs x, w, b) and of the float64 reference `expected` (from
+    inputs64) for one random grad_output agree; unwritten gradient elements show as NaN."""
+    grad_y = torch.randn_like(expected)
+    poison_allocator(device)
+    grads = torch.autograd.grad(y, [t for t in inputs if t is not None], grad_y.to(device, dtype))
+    expected_grads = torch.autograd.grad(expected, [t for t in inputs64 if t is not None], grad_y)
+    names = ("grad_input", "grad_weight", "grad_bias")
+    for name, grad, expected_grad, norms in zip(names, grads, expected_grads, product_norms(*inputs[:2], case, grad_y)):
+        assert grad.dtype == dtype
+        assert_close(grad, expected_grad, dtype, device, name, norms)
+
+
 def product_norms(x, w, case: Case, grad_y=None):
     """Per element of y (and, given grad_y, of grad_input, grad_weight and grad_bias): the
     root-sum-square of the products that are summed into it, in float64. A rounded sum is off by

@@ -4,8 +4,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import (Case, assert_close, make_inputs, ours, poison_allocator, product_norms, reference,
-                      relative_error)
+from conftest import (Case, assert_close, assert_gradients_close, make_inputs, ours, poison_allocator, product_norms,
+                      reference, relative_error)
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
@@ -79,14 +79,8 @@ def test_wide_tiles_forward_and_backward(case, dtype, tf32):
     poison_allocator("cuda")
     y = ours(x, w, b, case)
     expected, inputs64 = reference(x, w, b, case)
-    grad_y = torch.randn_like(expected)
     assert_close(y, expected, dtype, "cuda", norms=product_norms(x, w, case))
-    poison_allocator("cuda")
-    grads = torch.autograd.grad(y, [x, w, b], grad_y.to("cuda", dtype))
-    expected_grads = torch.autograd.grad(expected, list(inputs64), grad_y)
-    names = ("grad_input", "grad_weight", "grad_bias")
-    for name, grad, expected_grad, norms in zip(names, grads, expected_grads, product_norms(x, w, case, grad_y)):
-        assert_close(grad, expected_grad, dtype, "cuda", name, norms)
+    assert_gradients_close(y, expected, (x, w, b), inputs64, case, dtype, "cuda")
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)

@@ -6,8 +6,8 @@ import torch
 from torch.autograd import gradcheck, gradgradcheck
 
 import torch_convt_op
-from conftest import (CASES, DTYPES, Case, assert_close, case_id, make_inputs, ours, poison_allocator, product_norms,
-                      reference, relaid, relative_error)
+from conftest import (CASES, DTYPES, Case, assert_close, assert_gradients_close, case_id, make_inputs, ours,
+                      poison_allocator, product_norms, reference, relaid, relative_error)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -28,14 +28,7 @@ def test_gradients_match_reference(case, dtype, device):
     x, w, b = make_inputs(case, dtype, device, requires_grad=True)
     y = ours(x, w, b, case)
     expected, inputs64 = reference(x, w, b, case)
-    grad_y = torch.randn_like(expected)
-    poison_allocator(device)
-    grads = torch.autograd.grad(y, [t for t in (x, w, b) if t is not None], grad_y.to(device, dtype))
-    expected_grads = torch.autograd.grad(expected, [t for t in inputs64 if t is not None], grad_y)
-    names = ("grad_input", "grad_weight", "grad_bias")
-    for name, grad, expected_grad, norms in zip(names, grads, expected_grads, product_norms(x, w, case, grad_y)):
-        assert grad.dtype == dtype
-        assert_close(grad, expected_grad, dtype, device, name, norms)
+    assert_gradients_close(y, expected, (x, w, b), inputs64, case, dtype, device)
 
 
 # A weight or bias in any layout (an nn.Module's may be a view): tensor-core, depthwise and direct paths

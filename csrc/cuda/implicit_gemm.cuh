@@ -76,7 +76,7 @@ struct GemmProblem {
   int x_rows;          // positions of x_s
   int x_row_elements;  // elements per channel row of x_s (≡ 8 mod 16: conflict-free B fragments)
   int x_words;         // words of one x_s buffer
-  int block_m, block_n; // rows x columns per tile: 32 x 128, 64 x 128 or 128 x 64 (plan_gemm)
+  int block_m, block_n; // rows x columns per tile: one of the tile shapes above (plan_gemm)
   int slot_words;      // words of one tap of w_s: (block_m / 16) * ksteps fragments
   int weight_slots;    // taps w_s holds: every (chunk, tap) (resident) or the most of one step
   bool resident;
