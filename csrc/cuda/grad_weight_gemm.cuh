@@ -5,11 +5,11 @@
 // is, for each tap, a GEMM with M = ci, N = co and the reduction over positions (n, m). Taps of one
 // phase read the same gy positions, so they are handled together in tap groups of up to
 // kWgGroupTaps (the x window of the group covers every shift). A block owns one output tile
-// (group, 32 ci, 64 co, tap group) and one slice of the (n, m-chunk) items; it stages per item
+// (group, 32 or 64 ci, 64 co, tap group) and one slice of the (n, m-chunk) items; it stages per item
 //   gy_s[co][q]   gy[n, co, (m0 + q)*stride + phase]       q in [0, kWgPositions)
 //   x_s[ci][q]    x[n, ci, m0 + q - group_shift_max]         q in [0, kWgPositions + span)
-// (zero outside the tensors), double-buffered, runs mma.sync (4 warps, 2 x 2, a 16 ci x 32 co warp
-// tile per tap), and writes its fp32 sums to partial[slice]. Contiguous, aligned rows move in
+// (zero outside the tensors), double-buffered, runs mma.sync (4 or 8 warps, 2 or 4 x 2, a 16 ci x 32
+// co warp tile per tap), and writes its fp32 sums to partial[slice]. Contiguous, aligned rows move in
 // asynchronous copies of 16 bytes (or 4: pairs of 16-bit values); 16-bit copies land in raw
 // buffers of the same shape and become floats in shared memory once they have landed. Other rows
 // move one element at a time (asynchronously for float). A second kernel adds the slices in
@@ -26,9 +26,13 @@
 
 namespace convt::cuda {
 
-constexpr int kWgWarpsM = 2, kWgWarpsN = 2, kWgThreads = 32 * kWgWarpsM * kWgWarpsN;
+// A block is kCiWarps x kWgWarpsN warps: 32 ci x 64 co (kCiWarps 2, 4 warps) where C_in per group is
+// at most 32, else 64 ci x 64 co (kCiWarps 4, 8 warps: each staged gy element feeds twice the ci).
+constexpr int kWgWarpsN = 2;
 constexpr int kWgTilesN = 4;                  // n8 tiles (of co) per warp: a 16 ci x 32 co warp tile
-constexpr int kWgBlockCi = kWgWarpsM * 16, kWgBlockCo = kWgWarpsN * kWgTilesN * 8;
+constexpr int kWgBlockCo = kWgWarpsN * kWgTilesN * 8;
+template <int kCiWarps>
+constexpr int kWgThreadsOf = 32 * kCiWarps * kWgWarpsN;
 constexpr int kWgPositions = 64;              // positions m per item: 8 k-steps
 constexpr int kWgGyRow = kWgPositions + 4;    // floats per gy_s row (≡ 4 mod 32: conflict-free fragments)
 constexpr int kWgGroupTaps = 4;
@@ -48,6 +52,7 @@ struct WeightGradProblem {
   // (gy: stride 1 too); 1: element by element. A copy wholly outside reads nothing from its source,
   // the tensor's (aligned) first element.
   int x_copy_elements, gy_copy_elements;
+  int block_ci;               // ci per tile: 16 * kCiWarps
   int ci_tiles, co_tiles;
   int64_t tiles;
   int64_t chunks_per_row;      // items per batch element: ceil(longest phase / kWgPositions)
@@ -56,10 +61,11 @@ struct WeightGradProblem {
   size_t smem_bytes;
 };
 
-template <typename T, Math kMath>
-__global__ void __launch_bounds__(kWgThreads)
+template <typename T, Math kMath, int kCiWarps>
+__global__ void __launch_bounds__(kWgThreadsOf<kCiWarps>)
     grad_weight_gemm_kernel(const T* __restrict__ x, const T* __restrict__ gy, float* __restrict__ partial,
                             const __grid_constant__ WeightGradProblem p) {
+  constexpr int kWgThreads = kWgThreadsOf<kCiWarps>, kWgBlockCi = 16 * kCiWarps;
   extern __shared__ __align__(16) float wg_smem[];
   float* gy_buffers = wg_smem;                                  // 2 x kWgBlockCo x kWgGyRow
   float* x_buffers = wg_smem + 2 * kWgBlockCo * kWgGyRow;      // 2 x kWgBlockCi x x_row_elements
@@ -70,7 +76,7 @@ __global__ void __launch_bounds__(kWgThreads)
   T* x_raw = gy_raw + 2 * kWgBlockCo * kWgPositions;
   constexpr bool kRaw = sizeof(T) == 2;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int warp_ci = (warp % kWgWarpsM) * 16, warp_co = (warp / kWgWarpsM) * kWgTilesN * 8;
+  const int warp_ci = (warp % kCiWarps) * 16, warp_co = (warp / kCiWarps) * kWgTilesN * 8;
 
   // tile = ((g * ci_tiles + ci_tile) * co_tiles + co_tile) * tap_groups + tap_group
   const int64_t tile = blockIdx.x % p.tiles, slice = blockIdx.x / p.tiles;
