@@ -156,6 +156,7 @@ std::optional<GemmProblem> plan_gemm_tiles(GemmProblem g, const at::Tensor& in, 
   const int64_t x_rows = int64_t(g.block_n) + g.last_offset - g.first_offset + g.lead;
   if (x_rows > kMaxGemmXRow) return std::nullopt;  // could not fit in shared memory anyway
   g.x_rows = int(x_rows);
+  g.row_copies = (g.x_rows + g.copy_elements - 1) / g.copy_elements;
   const int copied = (g.x_rows + g.copy_elements - 1) / g.copy_elements * g.copy_elements;
   g.x_row_elements = std::max(0, (copied - 8 + 15) / 16) * 16 + 8;  // ≡ 8 (mod 16): conflict-free B fragments
   g.row_tiles = int((g.rows_per_group + g.block_m - 1) / g.block_m);
@@ -208,6 +209,7 @@ std::optional<GemmProblem> plan_gemm_tiles(GemmProblem g, const at::Tensor& in, 
       g.div_groups = Divider(unsigned(g.groups));
       g.div_chunks = Divider(unsigned(g.chunks));
       g.div_in_phases = Divider(unsigned(g.in_phases));
+      g.div_row_copies = Divider(unsigned(g.row_copies));
       return g;
     }
   }

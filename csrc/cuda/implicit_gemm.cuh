@@ -73,6 +73,7 @@ struct GemmProblem {
   int chunks;
   int copy_elements;   // elements per x copy: 16, 8 or 4 bytes' worth (at least 2), or 1 (see plan_gemm)
   int lead;            // x_s starts `lead` positions early so that copies stay aligned
+  int row_copies;      // copies per channel row of x_s: ceil(x_rows / copy_elements)
   int x_rows;          // positions of x_s
   int x_row_elements;  // elements per channel row of x_s (≡ 8 mod 16: conflict-free B fragments)
   int x_words;         // words of one x_s buffer
@@ -84,7 +85,7 @@ struct GemmProblem {
   int y_row_elements;        // floats per row of y_s: block_n * out_step + one vector of slack
   int row_tiles, col_tiles;  // col_tiles covers the longest out_phase
   int64_t tiles;
-  Divider div_col_tiles, div_row_tiles, div_batch, div_groups, div_chunks, div_in_phases;
+  Divider div_col_tiles, div_row_tiles, div_batch, div_groups, div_chunks, div_in_phases, div_row_copies;
   size_t smem_bytes;
 };
 
@@ -280,6 +281,15 @@ __global__ void __launch_bounds__(kGemmThreads, kMath == Math::k3xTF32 ? 1 : 2) 
   const int phase_steps = p.in_phases * p.chunks;                   // steps of one out_phase
   const int64_t tile_words = int64_t(p.taps) * p.slot_words;        // one (g, row_tile, chunk) of packed_w
 
+  // body(ch, copy) for this thread's copies of x_s: the chunk_channels x row_copies copies of a step
+  // spread over the whole block (the staging and the rounding pass walk the same ones)
+  auto for_each_x_copy = [&](auto&& body) {
+    for (int index = threadIdx.x; index < p.chunk_channels * p.row_copies; index += kGemmThreads) {
+      const auto q = p.div_row_copies.divmod(unsigned(index));
+      body(int(q.div), int(q.mod));
+    }
+  };
+
   // Stage x (and, unless resident, the step's taps of A) for (tile, step) into buffer `buffer`.
   auto stage = [&](const GemmTile& tile, const GemmStep& step, int buffer) {
     if (!p.resident) {
@@ -292,44 +302,40 @@ __global__ void __launch_bounds__(kGemmThreads, kMath == Math::k3xTF32 ? 1 : 2) 
         to += p.slot_words;
       }
     }
-    // x_s[ch][pos] = in[n, ch, position(pos)], a warp per channel row, lanes along positions,
-    // copy_elements at a time
+    // x_s[ch][pos] = in[n, ch, position(pos)], copy_elements at a time
     T* x_s = x_buffers + buffer * x_buffer_elements;
     const int first = tile.col_tile * kBlockN + p.first_offset - p.lead;  // column of x_s position 0
     const int in_phase = p.in_phase_value[step.in_phase];
     const int64_t first_channel = int64_t(tile.g) * p.channels_per_group + int64_t(step.chunk) * p.chunk_channels;
     const T* in_chunk = in + tile.n * p.in_batch_stride + first_channel * p.in_channel_stride;
-    const int copies = (p.x_rows + p.copy_elements - 1) / p.copy_elements;
-    for (int ch = warp; ch < p.chunk_channels; ch += kGemmThreads / 32) {
+    for_each_x_copy([&](int ch, int copy) {
       const bool channel_inside = int64_t(step.chunk) * p.chunk_channels + ch < p.channels_per_group;
       const T* in_row = in_chunk + ch * p.in_channel_stride;
       T* x_row = x_s + ch * p.x_row_elements;
-      for (int copy = lane; copy < copies; copy += 32) {
-        const int pos = copy * p.copy_elements;
-        if (p.copy_elements > 1) {  // in_step 1, contiguous aligned rows, `first` a multiple of copy_elements
-          const int position = first + pos;
-          const int inside = channel_inside && position >= 0 ? max(0, min(p.copy_elements, p.in_length - position)) : 0;
-          const T* from = inside ? in_row + position : in;
-          const int bytes = inside * int(sizeof(T));
-          if (p.copy_elements * sizeof(T) == 16) {
-            cp_async_16(x_row + pos, from, bytes);
-          } else if (p.copy_elements * sizeof(T) == 8) {
-            cp_async_8(x_row + pos, from, bytes);
-          } else {
-            cp_async_4(x_row + pos, from, bytes);
-          }
+      const int pos = copy * p.copy_elements;
+      if (p.copy_elements > 1) {  // in_step 1, contiguous aligned rows, `first` a multiple of copy_elements
+        const int position = first + pos;
+        const int inside = channel_inside && position >= 0 ? max(0, min(p.copy_elements, p.in_length - position)) : 0;
+        const T* from = inside ? in_row + position : in;
+        const int bytes = inside * int(sizeof(T));
+        if (p.copy_elements * sizeof(T) == 16) {
+          cp_async_16(x_row + pos, from, bytes);
+        } else if (p.copy_elements * sizeof(T) == 8) {
+          cp_async_8(x_row + pos, from, bytes);
         } else {
-          const int position = (first + pos) * p.in_step + in_phase;
-          const bool inside = channel_inside && position >= 0 && position < p.in_length;
-          const T* from = inside ? in_row + position * p.in_length_stride : in;
-          if constexpr (sizeof(T) == 4) {
-            cp_async_4(x_row + pos, from, inside ? 4 : 0);
-          } else {
-            x_row[pos] = inside ? *from : from_float<T>(0.0f);
-          }
+          cp_async_4(x_row + pos, from, bytes);
+        }
+      } else {
+        const int position = (first + pos) * p.in_step + in_phase;
+        const bool inside = channel_inside && position >= 0 && position < p.in_length;
+        const T* from = inside ? in_row + position * p.in_length_stride : in;
+        if constexpr (sizeof(T) == 4) {
+          cp_async_4(x_row + pos, from, inside ? 4 : 0);
+        } else {
+          x_row[pos] = inside ? *from : from_float<T>(0.0f);
         }
       }
-    }
+    });
   };
 
   // kTF32: round this thread's copies of x_s (landed: cp.async.wait_group) to TF32 in place, once
@@ -337,24 +343,21 @@ __global__ void __launch_bounds__(kGemmThreads, kMath == Math::k3xTF32 ? 1 : 2) 
   auto round_x = [&](int buffer) {
     if constexpr (kMath == Math::kTF32) {
       float* x_s = x_buffers + buffer * x_buffer_elements;
-      const int copies = (p.x_rows + p.copy_elements - 1) / p.copy_elements;
-      for (int ch = warp; ch < p.chunk_channels; ch += kGemmThreads / 32) {
-        for (int copy = lane; copy < copies; copy += 32) {
-          float* values = x_s + ch * p.x_row_elements + copy * p.copy_elements;
-          if (p.copy_elements == 4) {
-            float4 v = *reinterpret_cast<float4*>(values);
-            v = make_float4(__uint_as_float(to_tf32(v.x)), __uint_as_float(to_tf32(v.y)), __uint_as_float(to_tf32(v.z)),
-                            __uint_as_float(to_tf32(v.w)));
-            *reinterpret_cast<float4*>(values) = v;
-          } else if (p.copy_elements == 2) {
-            float2 v = *reinterpret_cast<float2*>(values);
-            v = make_float2(__uint_as_float(to_tf32(v.x)), __uint_as_float(to_tf32(v.y)));
-            *reinterpret_cast<float2*>(values) = v;
-          } else {
-            values[0] = __uint_as_float(to_tf32(values[0]));
-          }
+      for_each_x_copy([&](int ch, int copy) {
+        float* values = x_s + ch * p.x_row_elements + copy * p.copy_elements;
+        if (p.copy_elements == 4) {
+          float4 v = *reinterpret_cast<float4*>(values);
+          v = make_float4(__uint_as_float(to_tf32(v.x)), __uint_as_float(to_tf32(v.y)), __uint_as_float(to_tf32(v.z)),
+                          __uint_as_float(to_tf32(v.w)));
+          *reinterpret_cast<float4*>(values) = v;
+        } else if (p.copy_elements == 2) {
+          float2 v = *reinterpret_cast<float2*>(values);
+          v = make_float2(__uint_as_float(to_tf32(v.x)), __uint_as_float(to_tf32(v.y)));
+          *reinterpret_cast<float2*>(values) = v;
+        } else {
+          values[0] = __uint_as_float(to_tf32(values[0]));
         }
-      }
+      });
     }
   };
 
