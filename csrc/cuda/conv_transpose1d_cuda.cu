@@ -235,9 +235,11 @@ std::optional<GemmProblem> plan_gemm(const GemmProblem& g, const at::Tensor& in,
   if (g.rows_per_group <= 32) {
     shapes = {{32, 128}};
   } else if (g.rows_per_group <= 64) {
-    shapes = wide_warp_tiles ? std::vector<TileShape>{{64, 256}, {64, 128}} : std::vector<TileShape>{{64, 128}};
+    if (wide_warp_tiles) shapes.push_back({64, 256});
+    shapes.push_back({64, 128});
   } else if (most_taps_per_step(g) > 2) {
-    shapes = wide_warp_tiles ? std::vector<TileShape>{{128, 128}, {64, 128}} : std::vector<TileShape>{{64, 128}};
+    if (wide_warp_tiles) shapes.push_back({128, 128});
+    shapes.push_back({64, 128});
   } else {
     shapes = {{128, 64}, {64, 128}};
   }

@@ -174,12 +174,7 @@ __global__ void __launch_bounds__(kWgThreadsOf<kCiWarps>)
         item, buffer,
         [&](float* to, T* raw, const T* from, int vector, int inside) {
           void* destination = kRaw ? static_cast<void*>(raw) : static_cast<void*>(to);
-          const int bytes = inside * int(sizeof(T));
-          if (vector * sizeof(T) == 16) {
-            cp_async_16(destination, from, bytes);
-          } else {
-            cp_async_4(destination, from, bytes);
-          }
+          cp_async(destination, from, vector * int(sizeof(T)), inside * int(sizeof(T)));
         },
         [&](float* to, const T* from, bool inside) { copy(to, from, inside); });
   };

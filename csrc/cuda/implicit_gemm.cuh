@@ -144,6 +144,16 @@ __device__ __forceinline__ void cp_async_16(void* shared, const void* global, in
   const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(shared));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(address), "l"(global), "r"(bytes));
 }
+// A copy of `size` bytes (16, 8 or 4), the first `bytes` of them from global
+__device__ __forceinline__ void cp_async(void* shared, const void* global, int size, int bytes) {
+  if (size == 16) {
+    cp_async_16(shared, global, bytes);
+  } else if (size == 8) {
+    cp_async_8(shared, global, bytes);
+  } else {
+    cp_async_4(shared, global, bytes);
+  }
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int kPending>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending)); }
@@ -317,14 +327,7 @@ __global__ void __launch_bounds__(kGemmThreads, kMath == Math::k3xTF32 ? 1 : 2) 
         const int position = first + pos;
         const int inside = channel_inside && position >= 0 ? max(0, min(p.copy_elements, p.in_length - position)) : 0;
         const T* from = inside ? in_row + position : in;
-        const int bytes = inside * int(sizeof(T));
-        if (p.copy_elements * sizeof(T) == 16) {
-          cp_async_16(x_row + pos, from, bytes);
-        } else if (p.copy_elements * sizeof(T) == 8) {
-          cp_async_8(x_row + pos, from, bytes);
-        } else {
-          cp_async_4(x_row + pos, from, bytes);
-        }
+        cp_async(x_row + pos, from, p.copy_elements * int(sizeof(T)), inside * int(sizeof(T)));
       } else {
         const int position = (first + pos) * p.in_step + in_phase;
         const bool inside = channel_inside && position >= 0 && position < p.in_length;
