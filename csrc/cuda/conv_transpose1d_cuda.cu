@@ -170,48 +170,62 @@ std::optional<GemmProblem> plan_gemm_tiles(GemmProblem g, const at::Tensor& in, 
   const int vector_elements = 16 / element_size;  // y_s rows end in one vector of slack
   g.y_row_elements = g.out_step <= kMaxStagedStep ? g.block_n * g.out_step + vector_elements : 0;
   const SmemBudgets budgets = smem_budgets();
+  // Plans in order of preference: (chunk, staged output, two blocks per SM).
   // 64-word chunks halve a tile's serial steps where there are fewer tiles than SMs (such a problem
   // is a chain of step latencies); elsewhere 32-word chunks pipeline better.
+  // Staging the output pays when phases interleave (out_step > 1) at two blocks per SM, and at one
+  // block per SM when some phases get no tap (kb79 1.12 vs 2.07 ms unstaged; grouped and hifigan_up2
+  // with every phase reached were faster unstaged at two blocks). With out_step 1 the direct paired
+  // stores were faster (kb74 1.17 vs 1.48 ms). A weight with several chunks stays resident only at
+  // two blocks per SM (kb64 at one block: resident 9.98 ms, streamed 6.97 ms).
+  // With many tiles, direct stores at one block per SM come last: a second block hides step latencies
+  // better than longer chunks do (kb64 128 x 128, H200: 16-word chunks at two blocks TF32 4.84 / bf16
+  // 2.37 ms, 32-word chunks at one block 5.25 / 2.77). Staged output keeps its one-block plans ahead
+  // (kb79 TF32: staged at one block 0.71 ms, direct at two 2.39).
   const bool few_tiles = g.tiles < at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+  struct Candidate {
+    int chunk_words;
+    bool stage_output, two_blocks;
+  };
+  // a chunk more than twice the channels would be mostly padding
+  auto mostly_padding = [&](int chunk_words) { return chunk_words > 16 && channel_words <= chunk_words / 2; };
+  std::vector<Candidate> candidates;
   for (const int chunk_words : {64, 32, 16}) {
-    if (chunk_words == 64 && (!few_tiles || channel_words <= 32)) continue;
-    if (chunk_words == 32 && channel_words <= 16) continue;
+    if (mostly_padding(chunk_words) || (chunk_words == 64 && !few_tiles)) continue;
+    for (const bool stage_output : {true, false})
+      for (const bool two_blocks : {true, false})
+        if (few_tiles || stage_output || two_blocks) candidates.push_back({chunk_words, stage_output, two_blocks});
+  }
+  for (const int chunk_words : {32, 16})
+    if (!few_tiles && !mostly_padding(chunk_words)) candidates.push_back({chunk_words, false, false});
+  for (const Candidate& candidate : candidates) {
+    const int chunk_words = candidate.chunk_words;
     g.ksteps = chunk_words / 8;
     g.chunk_channels = chunk_words * channels_per_word;
     g.chunks = int((g.channels_per_group + g.chunk_channels - 1) / g.chunk_channels);
     g.x_words = g.chunk_channels * g.x_row_elements * element_size / 4;
     g.slot_words = (g.block_m / 16) * g.ksteps * kFragmentWords;
-    // Staging the output pays when phases interleave (out_step > 1) at two blocks per SM, and at one
-    // block per SM when some phases get no tap (kb79 1.12 vs 2.07 ms unstaged; grouped and hifigan_up2
-    // with every phase reached were faster unstaged at two blocks). With out_step 1 the direct paired
-    // stores were faster (kb74 1.17 vs 1.48 ms). A weight with several chunks stays resident only at
-    // two blocks per SM (kb64 at one block: resident 9.98 ms, streamed 6.97 ms).
-    struct Tier {
-      bool stage_output, two_blocks;
+    const bool stage_output = candidate.stage_output;
+    const size_t budget = candidate.two_blocks ? budgets.two_blocks : budgets.one_block;
+    if (stage_output && (g.out_step == 1 || g.out_step > kMaxStagedStep)) continue;
+    if (stage_output && !candidate.two_blocks && g.out_phases == g.out_step) continue;
+    g.stage_output = stage_output;
+    auto smem_bytes = [&](int slots, int weight_buffers) {
+      const int64_t y_words = stage_output ? int64_t(g.block_m) * g.y_row_elements : 0;
+      return size_t(int64_t(weight_buffers) * slots * g.slot_words + 2 * int64_t(g.x_words) + y_words) * 4;
     };
-    for (const Tier tier : {Tier{true, true}, Tier{true, false}, Tier{false, true}, Tier{false, false}}) {
-      const bool stage_output = tier.stage_output;
-      const size_t budget = tier.two_blocks ? budgets.two_blocks : budgets.one_block;
-      if (stage_output && (g.out_step == 1 || g.out_step > kMaxStagedStep)) continue;
-      if (stage_output && !tier.two_blocks && g.out_phases == g.out_step) continue;
-      g.stage_output = stage_output;
-      auto smem_bytes = [&](int slots, int weight_buffers) {
-        const int64_t y_words = stage_output ? int64_t(g.block_m) * g.y_row_elements : 0;
-        return size_t(int64_t(weight_buffers) * slots * g.slot_words + 2 * int64_t(g.x_words) + y_words) * 4;
-      };
-      g.resident = (g.chunks == 1 || tier.two_blocks) && smem_bytes(g.chunks * g.taps, 1) <= budget;
-      g.weight_slots = g.resident ? g.chunks * g.taps : taps_per_step;
-      g.smem_bytes = smem_bytes(g.weight_slots, g.resident ? 1 : 2);
-      if (g.smem_bytes > budget) continue;
-      g.div_col_tiles = Divider(unsigned(g.col_tiles));
-      g.div_row_tiles = Divider(unsigned(g.row_tiles));
-      g.div_batch = Divider(unsigned(g.batch));
-      g.div_groups = Divider(unsigned(g.groups));
-      g.div_chunks = Divider(unsigned(g.chunks));
-      g.div_in_phases = Divider(unsigned(g.in_phases));
-      g.div_row_copies = Divider(unsigned(g.row_copies));
-      return g;
-    }
+    g.resident = (g.chunks == 1 || candidate.two_blocks) && smem_bytes(g.chunks * g.taps, 1) <= budget;
+    g.weight_slots = g.resident ? g.chunks * g.taps : taps_per_step;
+    g.smem_bytes = smem_bytes(g.weight_slots, g.resident ? 1 : 2);
+    if (g.smem_bytes > budget) continue;
+    g.div_col_tiles = Divider(unsigned(g.col_tiles));
+    g.div_row_tiles = Divider(unsigned(g.row_tiles));
+    g.div_batch = Divider(unsigned(g.batch));
+    g.div_groups = Divider(unsigned(g.groups));
+    g.div_chunks = Divider(unsigned(g.chunks));
+    g.div_in_phases = Divider(unsigned(g.in_phases));
+    g.div_row_copies = Divider(unsigned(g.row_copies));
+    return g;
   }
   return std::nullopt;
 }
