@@ -83,6 +83,27 @@ def test_wide_tiles_forward_and_backward(case, dtype, tf32):
     assert_gradients_close(y, expected, (x, w, b), inputs64, case, dtype, "cuda")
 
 
+# Depthwise problems with rows long enough that grad_weight splits each weight row into slices of
+# its inputs (a block each, added in order by a second pass), at lengths the slices do not divide.
+DEPTHWISE_LONG_ROW_CASES = [
+    Case(3, 4, 4, 7, 5003, padding=3, groups=4),                                        # few rows, 4 slices
+    Case(2, 6, 12, 5, 4099, stride=3, padding=2, output_padding=1, dilation=2, groups=6),  # channel multiplier 2
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("case", DEPTHWISE_LONG_ROW_CASES, ids=str)
+def test_depthwise_long_rows_backward(case, dtype):
+    x, w, b = make_inputs(case, dtype, "cuda", requires_grad=True)
+    poison_allocator("cuda")
+    y = ours(x, w, b, case)
+    expected, inputs64 = reference(x, w, b, case)
+    assert_gradients_close(y, expected, (x, w, b), inputs64, case, dtype, "cuda")
+    grad_y = torch.randn_like(y)
+    runs = [torch.autograd.grad(ours(x, w, b, case), w, grad_y)[0] for _ in range(3)]
+    assert all(torch.equal(runs[0], run) for run in runs[1:])
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
 @pytest.mark.parametrize("length", [1, 2, 31, 32, 33, 63, 64, 65, 127, 128, 129, 257, 1021])
 @pytest.mark.parametrize("stride", [1, 2, 3, 8])

@@ -324,6 +324,19 @@ bool run_gemm(const GemmProblem& problem, const at::Tensor& in, const at::Tensor
   }
 }
 
+// grad_w = the sum of partial's slices (each grad_w.numel() elements of grad_w's accumulation type),
+// added in order: the second pass of the sliced grad_weight reductions.
+void sum_slices(const at::Tensor& partial, const at::Tensor& grad_w, int64_t slices) {
+  const auto stream = at::cuda::getCurrentCUDAStream();
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, grad_w.scalar_type(), "convt_sum_slices", [&] {
+    using acc_t = at::opmath_type<scalar_t>;
+    const int64_t elements = grad_w.numel();
+    sum_slices_kernel<scalar_t, acc_t><<<grid_size(elements, kDirectThreads), kDirectThreads, 0, stream>>>(
+        partial.data_ptr<acc_t>(), grad_w.data_ptr<scalar_t>(), elements, slices);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  });
+}
+
 // ---- tensor-core grad_weight (grad_weight_gemm.cuh) --------------------------------------------
 
 constexpr int64_t kWgScratchBytes = int64_t(64) << 20;  // the most partial sums may take
@@ -404,9 +417,7 @@ void launch_grad_weight(const WeightGradProblem& g, const at::Tensor& x, const a
   kernel<<<unsigned(g.tiles * g.slices), threads, g.smem_bytes, stream>>>(as_t(x), as_t(grad_y),
                                                                          partial.data_ptr<float>(), g);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  sum_slices_kernel<T><<<grid_size(elements, kDirectThreads), kDirectThreads, 0, stream>>>(partial.data_ptr<float>(),
-                                                                                         as_t(grad_w), elements, g.slices);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  sum_slices(partial, grad_w, g.slices);
 }
 
 // grad_weight on tensor cores when a plan fits; false sends the caller to the direct kernel.
@@ -441,6 +452,16 @@ std::optional<DepthwiseArgs> depthwise_args(const ConvTParams& p, bool forward, 
   a.staged = forward ? (kDwSegment - 1) / p.stride + 2 + span : (kDwSegment + span) * p.stride;
   if (size_t(a.staged) * element_size > kDwSmemLimit) return std::nullopt;
   return a;
+}
+
+// Slices of the depthwise grad_weight rows: about sixteen blocks per SM in all (four waves of four
+// resident blocks, so the last wave's idle share is small), each slice at least four block-widths
+// of inputs long.
+int64_t depthwise_grad_weight_slices(const ConvTParams& p) {
+  const int64_t weight_rows = p.in_channels * p.out_channels_per_group;
+  const int64_t target_blocks = int64_t(at::cuda::getCurrentDeviceProperties()->multiProcessorCount) * 16;
+  const int64_t longest = std::max<int64_t>(1, p.length_in / (4 * kDwThreads));
+  return std::clamp<int64_t>((target_blocks + weight_rows - 1) / weight_rows, 1, longest);
 }
 
 template <typename Kernel>
@@ -502,10 +523,14 @@ void backward(const at::Tensor& grad_y, const at::Tensor& x, const at::Tensor& w
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     }
     if (grad_w.defined() && !grad_w_on_tensor_cores && p.in_channels_per_group == 1 && p.kernel_size <= kDwMaxTaps) {
-      depthwise_grad_weight_kernel<scalar_t, acc_t>
-          <<<grid_size(p.in_channels * p.out_channels_per_group * kDwThreads, kDwThreads), kDwThreads, 0, stream>>>(
-              grad_y.data_ptr<scalar_t>(), x.data_ptr<scalar_t>(), grad_w.data_ptr<scalar_t>(), p);
+      const int64_t slices = depthwise_grad_weight_slices(p);
+      const int64_t blocks = p.in_channels * p.out_channels_per_group * slices;
+      const at::Tensor partial =
+          at::empty({slices * grad_w.numel()}, grad_w.options().dtype(c10::CppTypeToScalarType<acc_t>::value));
+      depthwise_grad_weight_kernel<scalar_t, acc_t><<<grid_size(blocks * kDwThreads, kDwThreads), kDwThreads, 0, stream>>>(
+          grad_y.data_ptr<scalar_t>(), x.data_ptr<scalar_t>(), partial.data_ptr<acc_t>(), p, slices);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
+      sum_slices(partial, grad_w, slices);
     } else if (grad_w.defined() && !grad_w_on_tensor_cores) {
       grad_weight_direct_kernel<scalar_t, acc_t, kReduceThreads>
           <<<grid_size(grad_w.numel() * kReduceThreads, kReduceThreads), kReduceThreads, 0, stream>>>(

@@ -118,36 +118,41 @@ __global__ void __launch_bounds__(kDwThreads)
   }
 }
 
-// grad_w[ci, co, k] = sum over n and i of x[n, ci, i] * grad_y[n, ci*Cog + co, (i + shift_k)*stride + phase_k]
-// One block per (ci, co) weight row: each thread strides over (n, i) in a fixed order keeping every
-// tap's sum, then fixed-order block sums: deterministic, and x is read once per row, not once per tap.
+// grad_w[ci, co, k] = sum over n and i of x[n, ci, i] * grad_y[n, ci*Cog + co, i*stride - padding + k*dilation]
+// (that is (i + shift_k)*stride + phase_k). Block: one (weight row (ci, co), slice s). Its threads
+// stride over the slice's inputs i in [s*L_in/slices, (s+1)*L_in/slices) of every n in a fixed
+// order, keeping every tap's sum (x is read once per row, not once per tap); fixed-order block sums
+// go to partial[s][row][k], and sum_slices_kernel adds the slices in order: deterministic. Slices
+// give long rows several blocks; 64 registers give four blocks per SM.
 template <typename scalar_t, typename acc_t>
-__global__ void __launch_bounds__(kDwThreads)
+__global__ void __launch_bounds__(kDwThreads, 4)
     depthwise_grad_weight_kernel(const scalar_t* __restrict__ grad_y, const scalar_t* __restrict__ x,
-                                 scalar_t* __restrict__ grad_w, ConvTParams p) {
-  __shared__ TapTable taps;
-  taps.fill(p);
-  for (int64_t weight_row = blockIdx.x; weight_row < p.in_channels * p.out_channels_per_group; weight_row += gridDim.x) {
+                                 acc_t* __restrict__ partial, ConvTParams p, int64_t slices) {
+  const int64_t weight_rows = p.in_channels * p.out_channels_per_group;
+  for (int64_t block = blockIdx.x; block < weight_rows * slices; block += gridDim.x) {
+    const int64_t weight_row = block % weight_rows, slice = block / weight_rows;
     const int64_t ci = weight_row / p.out_channels_per_group, co = weight_row % p.out_channels_per_group;
     const int64_t channel = ci * p.out_channels_per_group + co;
+    const int64_t i_begin = slice * p.length_in / slices, i_end = (slice + 1) * p.length_in / slices;
     acc_t acc[kDwMaxTaps] = {};
-    for (int64_t n = 0; n < p.batch; ++n)
-    for (int64_t i = threadIdx.x; i < p.length_in; i += kDwThreads) {
-      const acc_t x_value = acc_t(x[n * p.x_batch_stride + ci * p.x_channel_stride + i * p.x_length_stride]);
+    for (int64_t n = 0; n < p.batch; ++n) {
+      const scalar_t* x_row = x + n * p.x_batch_stride + ci * p.x_channel_stride;
       const scalar_t* gy_row = grad_y + n * p.y_batch_stride + channel * p.y_channel_stride;
+      for (int64_t i = i_begin + threadIdx.x; i < i_end; i += kDwThreads) {
+        const acc_t x_value = acc_t(x_row[i * p.x_length_stride]);
+        int64_t j = i * p.stride - p.padding;  // input i meets tap k at output j = i*stride - padding + k*dilation
 #pragma unroll
-      for (int k = 0; k < kDwMaxTaps; ++k) {
-        if (k >= p.kernel_size) break;
-        const Tap tap = taps(k, p);
-        const int64_t j = (i + tap.shift) * p.stride + tap.phase;
-        if (j >= 0 && j < p.length_out) acc[k] += x_value * acc_t(gy_row[j * p.y_length_stride]);
+        for (int k = 0; k < kDwMaxTaps; ++k, j += p.dilation) {
+          if (k >= p.kernel_size) break;
+          if (j >= 0 && j < p.length_out) acc[k] += x_value * acc_t(gy_row[j * p.y_length_stride]);
+        }
       }
     }
 #pragma unroll
     for (int k = 0; k < kDwMaxTaps; ++k) {
       if (k >= p.kernel_size) break;
       const acc_t total = block_sum<acc_t, kDwThreads>(acc[k]);
-      if (threadIdx.x == 0) grad_w[weight_row * p.kernel_size + k] = scalar_t(total);
+      if (threadIdx.x == 0) partial[(slice * weight_rows + weight_row) * p.kernel_size + k] = total;
     }
   }
 }

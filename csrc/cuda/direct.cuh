@@ -154,4 +154,16 @@ __global__ void grad_bias_kernel(const acc_t* __restrict__ row_sums, scalar_t* _
   }
 }
 
+// grad_w[e] = the sum of partial[slice][e] over slices, in slice order (the second pass of the
+// sliced grad_weight reductions: deterministic).
+template <typename T, typename acc_t>
+__global__ void sum_slices_kernel(const acc_t* __restrict__ partial, T* __restrict__ grad_w, int64_t elements,
+                                  int64_t slices) {
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < elements; e += int64_t(blockDim.x) * gridDim.x) {
+    acc_t sum = acc_t(0);
+    for (int64_t s = 0; s < slices; ++s) sum += partial[s * elements + e];
+    grad_w[e] = T(sum);
+  }
+}
+
 }  // namespace convt::cuda

@@ -13,7 +13,7 @@
 // asynchronous copies of 16 bytes (or 4: pairs of 16-bit values); 16-bit copies land in raw
 // buffers of the same shape and become floats in shared memory once they have landed. Other rows
 // move one element at a time (asynchronously for float). A second kernel adds the slices in
-// order: no atomics, the same inputs give bit-identical gradients.
+// order (sum_slices_kernel): no atomics, the same inputs give bit-identical gradients.
 //
 // Operands go through TF32 mma: float32 as TF32 (rounded to nearest) or 3xTF32 (strict), as the
 // forward; bfloat16 and float16 values are exact in TF32, so their products are exact too.
@@ -276,17 +276,6 @@ __global__ void __launch_bounds__(kWgThreadsOf<kCiWarps>)
         if (ci < ci_count && co < co_count)
           out[((first_ci + ci) * p.cog + (first_co - g * p.cog + co)) * p.taps + k] = acc[t][nt].value(e);
       }
-  }
-}
-
-// grad_w[e] = the sum of partial[slice][e] over slices, in slice order.
-template <typename T>
-__global__ void sum_slices_kernel(const float* __restrict__ partial, T* __restrict__ grad_w, int64_t elements,
-                                  int64_t slices) {
-  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < elements; e += int64_t(blockDim.x) * gridDim.x) {
-    float sum = 0.0f;
-    for (int64_t s = 0; s < slices; ++s) sum += partial[s * elements + e];
-    grad_w[e] = from_float<T>(sum);
   }
 }
 
