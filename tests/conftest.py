@@ -208,6 +208,15 @@ def assert_gradients_close(y, expected, inputs, inputs64, case: Case, dtype, dev
         assert_close(grad, expected_grad, dtype, device, name, norms)
 
 
+def assert_gradients_deterministic(x, w, b, case: Case, runs: int = 3):
+    """The same grad_output gives bit-identical gradients of x, w and b, run after run."""
+    wanted = [t for t in (x, w, b) if t is not None]
+    grad_y = torch.randn_like(ours(x, w, b, case))
+    results = [torch.autograd.grad(ours(x, w, b, case), wanted, grad_y) for _ in range(runs)]
+    for result in results[1:]:
+        assert all(torch.equal(first, again) for first, again in zip(results[0], result))
+
+
 def product_norms(x, w, case: Case, grad_y=None):
     """Per element of y (and, given grad_y, of grad_input, grad_weight and grad_bias): the
     root-sum-square of the products that are summed into it, in float64. A rounded sum is off by

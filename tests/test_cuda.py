@@ -4,8 +4,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import (Case, assert_close, assert_gradients_close, make_inputs, ours, poison_allocator, product_norms,
-                      reference, relative_error)
+from conftest import (Case, assert_close, assert_gradients_close, assert_gradients_deterministic, make_inputs, ours,
+                      poison_allocator, product_norms, reference, relative_error)
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
@@ -99,9 +99,7 @@ def test_depthwise_long_rows_backward(case, dtype):
     y = ours(x, w, b, case)
     expected, inputs64 = reference(x, w, b, case)
     assert_gradients_close(y, expected, (x, w, b), inputs64, case, dtype, "cuda")
-    grad_y = torch.randn_like(y)
-    runs = [torch.autograd.grad(ours(x, w, b, case), w, grad_y)[0] for _ in range(3)]
-    assert all(torch.equal(runs[0], run) for run in runs[1:])
+    assert_gradients_deterministic(x, w, b, case)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)

@@ -6,8 +6,8 @@ import torch
 from torch.autograd import gradcheck, gradgradcheck
 
 import torch_convt_op
-from conftest import (CASES, DTYPES, Case, assert_close, assert_gradients_close, case_id, make_inputs, ours,
-                      poison_allocator, product_norms, reference, relaid, relative_error)
+from conftest import (CASES, DTYPES, Case, assert_close, assert_gradients_close, assert_gradients_deterministic, case_id,
+                      make_inputs, ours, poison_allocator, product_norms, reference, relaid, relative_error)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -100,10 +100,7 @@ def test_empty_batch_gives_empty_output_and_zero_weight_gradients(device):
 @pytest.mark.parametrize("case", [CASES[2], CASES[8]], ids=case_id)
 def test_gradients_are_deterministic(case, device):
     x, w, b = make_inputs(case, torch.float32, device, requires_grad=True)
-    grad_y = torch.randn_like(ours(x, w, b, case))
-    runs = [torch.autograd.grad(ours(x, w, b, case), (x, w, b), grad_y) for _ in range(3)]
-    for run in runs[1:]:
-        assert all(torch.equal(a, c) for a, c in zip(runs[0], run))
+    assert_gradients_deterministic(x, w, b, case)
 
 
 def test_accepts_int_or_one_element_lists(device):
