@@ -450,7 +450,12 @@ std::optional<DepthwiseArgs> depthwise_args(const ConvTParams& p, bool forward, 
   a.shift_max = tap_of(p.kernel_size - 1, p.stride, p.padding, p.dilation).shift;
   const int64_t span = a.shift_max - a.shift_min;
   a.staged = forward ? (kDwSegment - 1) / p.stride + 2 + span : (kDwSegment + span) * p.stride;
-  if (size_t(a.staged) * element_size > kDwSmemLimit) return std::nullopt;
+  const size_t acc_size = std::max<size_t>(element_size, 4);  // at::opmath_type: float, or double
+  const int64_t weights = p.out_channels_per_group * (p.kernel_size + (forward ? 1 : 0));
+  if (weights >= kGemmIndexLimit) return std::nullopt;
+  a.weights = int(weights);
+  a.smem_bytes = size_t(a.weights) * acc_size + size_t(a.staged) * element_size;
+  if (a.smem_bytes > kDwSmemLimit) return std::nullopt;
   return a;
 }
 
@@ -483,7 +488,7 @@ void forward(const at::Tensor& x, const at::Tensor& w, const std::optional<at::T
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "conv_transpose1d_cuda_direct", [&] {
     using acc_t = at::opmath_type<scalar_t>;
     if (depthwise) {
-      const size_t smem = depthwise->staged * sizeof(scalar_t);
+      const size_t smem = depthwise->smem_bytes;
       auto kernel = depthwise_forward_kernel<scalar_t, acc_t>;
       kernel<<<depthwise_grid(p, p.length_out, kernel, smem), kDwThreads, smem, stream>>>(
           x.data_ptr<scalar_t>(), w.data_ptr<scalar_t>(), data_or_null<scalar_t>(bias_c), y.data_ptr<scalar_t>(), p,
@@ -511,7 +516,7 @@ void backward(const at::Tensor& grad_y, const at::Tensor& x, const at::Tensor& w
     using acc_t = at::opmath_type<scalar_t>;
     const auto depthwise = depthwise_args(p, /*forward=*/false, x.element_size());
     if (grad_x.defined() && !grad_x_on_tensor_cores && depthwise) {
-      const size_t smem = depthwise->staged * sizeof(scalar_t);
+      const size_t smem = depthwise->smem_bytes;
       auto kernel = depthwise_grad_input_kernel<scalar_t, acc_t>;
       kernel<<<depthwise_grid(p, p.length_in, kernel, smem), kDwThreads, smem, stream>>>(
           grad_y.data_ptr<scalar_t>(), w.data_ptr<scalar_t>(), grad_x.data_ptr<scalar_t>(), p, *depthwise);

@@ -15,49 +15,63 @@ constexpr int kDwMaxTaps = 16;
 // The shifts of the taps (tap_of) bound the input window of a segment.
 struct DepthwiseArgs {
   int64_t shift_min, shift_max;
-  int64_t staged;  // elements of the staged row segment
+  int64_t staged;     // elements of the staged row segment
+  int weights;        // w[ci, :, :] staged per row: Cog * K values (acc_t), then Cog biases in the forward
+  size_t smem_bytes;  // the weights (and biases), then the row segment
 };
 
+// Stages w_s[co*K + k] = w[ci, co, k] (and, given bias, b_s[co] = bias[ci*Cog + co] after them):
+// issued beside a row segment's loads, so that one barrier covers both.
+template <typename scalar_t, typename acc_t>
+__device__ void stage_depthwise_weights(const scalar_t* w, const scalar_t* bias, acc_t* w_s, int64_t ci, const ConvTParams& p) {
+  const int weights = int(p.out_channels_per_group * p.kernel_size);
+  for (int e = threadIdx.x; e < weights; e += kDwThreads) {
+    const int co = e / int(p.kernel_size), k = e % int(p.kernel_size);
+    w_s[e] = acc_t(w[ci * p.w_in_stride + co * p.w_out_stride + k * p.w_tap_stride]);
+  }
+  if (bias == nullptr) return;
+  for (int co = threadIdx.x; co < p.out_channels_per_group; co += kDwThreads) {
+    w_s[weights + co] = acc_t(bias[ci * p.out_channels_per_group + co]);
+  }
+}
+
 // y[n, ci*Cog + co, j] = bias + sum over taps k of phase j mod stride of w[ci, co, k] * x[n, ci, j div stride - shift_k]
-// Block: one (n, ci) row, outputs j0 + [0, kDwSegment) of its Cog output rows; x_s[q] = x[n, ci, i_lo + q].
+// Block: outputs j0 + [0, kDwSegment) of the Cog output rows of one (n, ci) row. Per row, behind one
+// barrier, it stages x_s[q] = x[n, ci, i_lo + q] and the row's weights and biases (w_s).
 template <typename scalar_t, typename acc_t>
 __global__ void __launch_bounds__(kDwThreads, 4)
     depthwise_forward_kernel(const scalar_t* __restrict__ x, const scalar_t* __restrict__ w,
                              const scalar_t* __restrict__ bias, scalar_t* __restrict__ y, ConvTParams p, DepthwiseArgs a) {
   extern __shared__ __align__(16) unsigned char dw_smem[];
-  scalar_t* x_s = reinterpret_cast<scalar_t*>(dw_smem);
-  __shared__ TapTable taps;
-  taps.fill(p);
+  acc_t* w_s = reinterpret_cast<acc_t*>(dw_smem);
+  const acc_t* b_s = w_s + p.out_channels_per_group * p.kernel_size;
+  scalar_t* x_s = reinterpret_cast<scalar_t*>(w_s + a.weights);
   const int64_t j0 = int64_t(blockIdx.x) * kDwSegment, i_lo = floor_div(j0, p.stride) - a.shift_max;
   const int first_phase = int(j0 % p.stride), stride = int(p.stride);  // output j0 + t has phase (first_phase + t) mod stride
+  // per tap: phase, and x_s position of output m = j0 div stride, the same for every row
+  __shared__ int tap_phase[kDwMaxTaps], tap_position[kDwMaxTaps];
+  if (threadIdx.x < p.kernel_size) {
+    const Tap tap = tap_of(threadIdx.x, p.stride, p.padding, p.dilation);
+    tap_phase[threadIdx.x] = int(tap.phase);
+    tap_position[threadIdx.x] = int(a.shift_max - tap.shift);
+  }
   // x_s positions [first_inside, end_inside) lie inside the row (both clamped to [0, staged])
   auto clamp_staged = [&](int64_t q) { return int(min(a.staged, max(int64_t(0), q))); };
   const int first_inside = clamp_staged(-i_lo), end_inside = clamp_staged(p.length_in - i_lo);
   for (int64_t row = blockIdx.y; row < p.batch * p.in_channels; row += gridDim.y) {
     const int64_t n = row / p.in_channels, ci = row % p.in_channels;
     const scalar_t* x_row = x + n * p.x_batch_stride + ci * p.x_channel_stride;
-    __syncthreads();  // the previous row's x_s is consumed
+    __syncthreads();  // the previous row's x_s and w_s are consumed
     for (int64_t q = threadIdx.x; q < a.staged; q += kDwThreads) {
       const int64_t i = i_lo + q;
       x_s[q] = i >= 0 && i < p.length_in ? x_row[i * p.x_length_stride] : scalar_t(0.0f);
     }
+    stage_depthwise_weights(w, bias, w_s, ci, p);
     __syncthreads();
     for (int64_t co = 0; co < p.out_channels_per_group; ++co) {
-      const int64_t channel = ci * p.out_channels_per_group + co;
-      const acc_t bias_value = bias ? acc_t(bias[channel]) : acc_t(0);
-      const scalar_t* w_row = w + ci * p.w_in_stride + co * p.w_out_stride;
-      // per tap: weight, phase, and x_s position of output m = j0 div stride (shared, read as broadcasts)
-      __shared__ acc_t weight[kDwMaxTaps];
-      __shared__ int tap_phase[kDwMaxTaps], tap_position[kDwMaxTaps];
-      __syncthreads();  // the previous co's table is consumed
-      if (threadIdx.x < p.kernel_size) {
-        const Tap tap = taps(threadIdx.x, p);
-        weight[threadIdx.x] = acc_t(w_row[threadIdx.x * p.w_tap_stride]);
-        tap_phase[threadIdx.x] = int(tap.phase);
-        tap_position[threadIdx.x] = int(floor_div(j0, p.stride) - tap.shift - i_lo);
-      }
-      __syncthreads();
-      scalar_t* y_row = y + (n * p.out_channels + channel) * p.length_out;
+      const acc_t* weight = w_s + co * p.kernel_size;
+      const acc_t bias_value = bias ? b_s[co] : acc_t(0);
+      scalar_t* y_row = y + (n * p.out_channels + ci * p.out_channels_per_group + co) * p.length_out;
 #pragma unroll
       for (int e = 0; e < kDwPerThread; ++e) {
         const int t = threadIdx.x + e * kDwThreads;
@@ -77,13 +91,15 @@ __global__ void __launch_bounds__(kDwThreads, 4)
 }
 
 // grad_x[n, ci, i] = sum over co and taps k of w[ci, co, k] * grad_y[n, ci*Cog + co, (i + shift_k)*stride + phase_k]
-// Block: one (n, ci) row, inputs i0 + [0, kDwSegment); per co, gy_s[q] = grad_y[n, ci*Cog + co, j_lo + q].
+// Block: one (n, ci) row, inputs i0 + [0, kDwSegment); per co, gy_s[q] = grad_y[n, ci*Cog + co, j_lo + q],
+// the row's weights (w_s) staged with the first co's.
 template <typename scalar_t, typename acc_t>
 __global__ void __launch_bounds__(kDwThreads)
     depthwise_grad_input_kernel(const scalar_t* __restrict__ grad_y, const scalar_t* __restrict__ w,
                                 scalar_t* __restrict__ grad_x, ConvTParams p, DepthwiseArgs a) {
   extern __shared__ __align__(16) unsigned char dw_smem[];
-  scalar_t* gy_s = reinterpret_cast<scalar_t*>(dw_smem);
+  acc_t* w_s = reinterpret_cast<acc_t*>(dw_smem);
+  scalar_t* gy_s = reinterpret_cast<scalar_t*>(w_s + a.weights);
   __shared__ TapTable taps;
   taps.fill(p);
   const int64_t i0 = int64_t(blockIdx.x) * kDwSegment, j_lo = (i0 + a.shift_min) * p.stride;
@@ -93,20 +109,20 @@ __global__ void __launch_bounds__(kDwThreads)
     for (int64_t co = 0; co < p.out_channels_per_group; ++co) {
       const scalar_t* gy_row =
           grad_y + n * p.y_batch_stride + (ci * p.out_channels_per_group + co) * p.y_channel_stride;
-      __syncthreads();  // the previous gy_s is consumed
+      __syncthreads();  // the previous gy_s (and, on a new row, w_s) is consumed
+      if (co == 0) stage_depthwise_weights(w, static_cast<const scalar_t*>(nullptr), w_s, ci, p);
       for (int64_t q = threadIdx.x; q < a.staged; q += kDwThreads) {
         const int64_t j = j_lo + q;
         gy_s[q] = j >= 0 && j < p.length_out ? gy_row[j * p.y_length_stride] : scalar_t(0.0f);
       }
       __syncthreads();
-      const scalar_t* w_row = w + ci * p.w_in_stride + co * p.w_out_stride;
+      const acc_t* weight = w_s + co * p.kernel_size;
       for (int64_t k = 0; k < p.kernel_size; ++k) {
         const Tap tap = taps(k, p);
-        const acc_t weight = acc_t(w_row[k * p.w_tap_stride]);
 #pragma unroll
         for (int e = 0; e < kDwPerThread; ++e) {
           const int64_t i = i0 + threadIdx.x + e * kDwThreads;
-          if (i < p.length_in) acc[e] += weight * acc_t(gy_s[(i + tap.shift) * p.stride + tap.phase - j_lo]);
+          if (i < p.length_in) acc[e] += weight[k] * acc_t(gy_s[(i + tap.shift) * p.stride + tap.phase - j_lo]);
         }
       }
     }
