@@ -28,9 +28,12 @@ dim3 row_grid(int64_t rows, int64_t length, int threads) {
   return dim3(unsigned(position_blocks), unsigned(std::min<int64_t>(rows, 65535)));
 }
 
+// SMs of the current device
+int64_t sm_count() { return at::cuda::getCurrentDeviceProperties()->multiProcessorCount; }
+
 int grid_size(int64_t items, int threads) {
   const int64_t blocks = (items + threads - 1) / threads;
-  const int64_t cap = int64_t(at::cuda::getCurrentDeviceProperties()->multiProcessorCount) * 64;
+  const int64_t cap = sm_count() * 64;
   return int(std::max<int64_t>(1, std::min(blocks, cap)));
 }
 
@@ -157,7 +160,7 @@ std::optional<GemmProblem> plan_gemm_tiles(GemmProblem g, const at::Tensor& in, 
   if (x_rows > kMaxGemmXRow) return std::nullopt;  // could not fit in shared memory anyway
   g.x_rows = int(x_rows);
   g.row_copies = (g.x_rows + g.copy_elements - 1) / g.copy_elements;
-  const int copied = (g.x_rows + g.copy_elements - 1) / g.copy_elements * g.copy_elements;
+  const int copied = g.row_copies * g.copy_elements;
   g.x_row_elements = std::max(0, (copied - 8 + 15) / 16) * 16 + 8;  // ≡ 8 (mod 16): conflict-free B fragments
   g.row_tiles = int((g.rows_per_group + g.block_m - 1) / g.block_m);
   g.col_tiles = int((max_columns + g.block_n - 1) / g.block_n);
@@ -182,7 +185,7 @@ std::optional<GemmProblem> plan_gemm_tiles(GemmProblem g, const at::Tensor& in, 
   // better than longer chunks do (kb64 128 x 128, H200: 16-word chunks at two blocks TF32 4.84 / bf16
   // 2.37 ms, 32-word chunks at one block 5.25 / 2.77). Staged output keeps its one-block plans ahead
   // (kb79 TF32: staged at one block 0.71 ms, direct at two 2.39).
-  const bool few_tiles = g.tiles < at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+  const bool few_tiles = g.tiles < sm_count();
   struct Candidate {
     int chunk_words;
     bool stage_output, two_blocks;
@@ -259,12 +262,11 @@ std::optional<GemmProblem> plan_gemm(const GemmProblem& g, const at::Tensor& in,
   }
   // a shape whose tiles do not fill the SMs gives way to the next, smaller one (`small` TF32:
   // 64 x 256 0.041 ms, 64 x 128 0.030)
-  const int64_t sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
   std::optional<GemmProblem> plan;
   for (const TileShape& shape : shapes) {
     if (auto shape_plan = plan_gemm_tiles(g, in, shape.block_m, shape.block_n)) {
       plan = shape_plan;
-      if (plan->tiles >= sms) break;
+      if (plan->tiles >= sm_count()) break;
     }
   }
   return plan;
@@ -296,8 +298,7 @@ void launch_gemm(const GemmProblem& g, const at::Tensor& in, const at::Tensor& w
   C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(g.smem_bytes)));
   int blocks_per_sm = 0;
   C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, kernel, kGemmThreads, g.smem_bytes));
-  const int64_t resident_blocks =
-      int64_t(std::max(blocks_per_sm, 1)) * at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+  const int64_t resident_blocks = int64_t(std::max(blocks_per_sm, 1)) * sm_count();
   const unsigned blocks = unsigned(std::min(g.tiles, resident_blocks));  // persistent: each block walks tiles
   kernel<<<blocks, kGemmThreads, g.smem_bytes, stream>>>(as_t(in), packed_w, bias.defined() ? as_t(bias) : nullptr,
                                                        as_t(out), g);
@@ -392,7 +393,7 @@ std::optional<WeightGradProblem> plan_grad_weight(const ConvTParams& p, const at
   g.items = g.batch * g.chunks_per_row;
   // about six blocks per SM in all, within the scratch budget
   const int64_t weight_elements = g.groups * g.cig * g.cog * g.taps;
-  const int64_t target_blocks = int64_t(at::cuda::getCurrentDeviceProperties()->multiProcessorCount) * 6;
+  const int64_t target_blocks = sm_count() * 6;
   g.slices = std::clamp<int64_t>((target_blocks + g.tiles - 1) / g.tiles, 1, g.items);
   g.slices = std::max<int64_t>(1, std::min(g.slices, kWgScratchBytes / 4 / weight_elements));
   if (g.tiles * g.slices >= kGemmIndexLimit) return std::nullopt;
@@ -464,7 +465,7 @@ std::optional<DepthwiseArgs> depthwise_args(const ConvTParams& p, bool forward, 
 // of inputs long.
 int64_t depthwise_grad_weight_slices(const ConvTParams& p) {
   const int64_t weight_rows = p.in_channels * p.out_channels_per_group;
-  const int64_t target_blocks = int64_t(at::cuda::getCurrentDeviceProperties()->multiProcessorCount) * 16;
+  const int64_t target_blocks = sm_count() * 16;
   const int64_t longest = std::max<int64_t>(1, p.length_in / (4 * kDwThreads));
   return std::clamp<int64_t>((target_blocks + weight_rows - 1) / weight_rows, 1, longest);
 }
