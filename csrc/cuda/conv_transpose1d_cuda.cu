@@ -398,7 +398,7 @@ std::optional<WeightGradProblem> plan_grad_weight(const ConvTParams& p, const at
   g.slices = std::max<int64_t>(1, std::min(g.slices, kWgScratchBytes / 4 / weight_elements));
   if (g.tiles * g.slices >= kGemmIndexLimit) return std::nullopt;
   // float buffers, and for 16-bit the raw buffers the copies land in (rows of x_row_elements + 4)
-  const int64_t float_words = 2 * kWgBlockCo * kWgGyRow + 2 * g.block_ci * g.x_row_elements;
+  const int64_t float_words = wg_float_buffers(element_size) * (kWgBlockCo * kWgGyRow + g.block_ci * g.x_row_elements);
   const int64_t raw_elements = element_size == 2 ? 2 * kWgBlockCo * kWgPositions + 2 * g.block_ci * (g.x_row_elements + 4) : 0;
   g.smem_bytes = size_t(float_words * 4 + raw_elements * element_size);
   if (g.smem_bytes > smem_budgets().one_block) return std::nullopt;  // wide tap groups (dilation in the hundreds)

@@ -10,10 +10,12 @@
 //   x_s[ci][q]    x[n, ci, m0 + q - group_shift_max]         q in [0, kWgPositions + span)
 // (zero outside the tensors), double-buffered, runs mma.sync (4 or 8 warps, 2 or 4 x 2, a 16 ci x 32
 // co warp tile per tap), and writes its fp32 sums to partial[slice]. Contiguous, aligned rows move in
-// asynchronous copies of 16 bytes (or 4: pairs of 16-bit values); 16-bit copies land in raw
-// buffers of the same shape and become floats in shared memory once they have landed. Other rows
-// move one element at a time (asynchronously for float). A second kernel adds the slices in
-// order (sum_slices_kernel): no atomics, the same inputs give bit-identical gradients.
+// asynchronous copies of 16 bytes (or 4: pairs of 16-bit values), other rows one element at a time
+// (asynchronously for float). float32 lands in double-buffered float buffers; 16-bit values land in
+// double-buffered raw buffers and become floats in one float buffer per item once they have landed
+// (half the shared memory of two float buffers: the 64-ci tiles fit two blocks per SM). A second
+// kernel adds the slices in order (sum_slices_kernel): no atomics, the same inputs give
+// bit-identical gradients.
 //
 // Operands go through TF32 mma: float32 as TF32 (rounded to nearest) or 3xTF32 (strict), as the
 // forward; bfloat16 and float16 values are exact in TF32, so their products are exact too.
@@ -36,6 +38,8 @@ constexpr int kWgThreadsOf = 32 * kCiWarps * kWgWarpsN;
 constexpr int kWgPositions = 64;              // positions m per item: 8 k-steps
 constexpr int kWgGyRow = kWgPositions + 4;    // floats per gy_s row (≡ 4 mod 32: conflict-free fragments)
 constexpr int kWgGroupTaps = 4;
+// float operand buffers of a block: 2 (float32 copies land there), or 1 (16-bit: converted per item)
+__host__ __device__ constexpr int wg_float_buffers(int element_size) { return element_size == 2 ? 1 : 2; }
 
 struct WeightGradProblem {
   int64_t batch, groups, cig, cog;
@@ -66,15 +70,16 @@ __global__ void __launch_bounds__(kWgThreadsOf<kCiWarps>)
     grad_weight_gemm_kernel(const T* __restrict__ x, const T* __restrict__ gy, float* __restrict__ partial,
                             const __grid_constant__ WeightGradProblem p) {
   constexpr int kWgThreads = kWgThreadsOf<kCiWarps>, kWgBlockCi = 16 * kCiWarps;
+  constexpr bool kRaw = sizeof(T) == 2;
+  constexpr int kFloatBuffers = wg_float_buffers(sizeof(T));
   extern __shared__ __align__(16) float wg_smem[];
-  float* gy_buffers = wg_smem;                                  // 2 x kWgBlockCo x kWgGyRow
-  float* x_buffers = wg_smem + 2 * kWgBlockCo * kWgGyRow;      // 2 x kWgBlockCi x x_row_elements
+  float* gy_buffers = wg_smem;                                          // kFloatBuffers x kWgBlockCo x kWgGyRow
+  float* x_buffers = wg_smem + kFloatBuffers * kWgBlockCo * kWgGyRow;  // kFloatBuffers x kWgBlockCi x x_row_elements
   // 16-bit copies land here first: 2 x kWgBlockCo x kWgPositions, then 2 x kWgBlockCi x x_raw_row
   // (rows of a multiple of 8 elements keep 16-byte copies aligned)
-  T* gy_raw = reinterpret_cast<T*>(x_buffers + 2 * kWgBlockCi * p.x_row_elements);
+  T* gy_raw = reinterpret_cast<T*>(x_buffers + kFloatBuffers * kWgBlockCi * p.x_row_elements);
   const int x_raw_row = p.x_row_elements + 4;
   T* x_raw = gy_raw + 2 * kWgBlockCo * kWgPositions;
-  constexpr bool kRaw = sizeof(T) == 2;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int warp_ci = (warp % kCiWarps) * 16, warp_co = (warp / kCiWarps) * kWgTilesN * 8;
 
@@ -108,25 +113,27 @@ __global__ void __launch_bounds__(kWgThreadsOf<kCiWarps>)
   };
   // elements of a `vector`-element copy inside a row that has `left` elements from its start
   auto elements_inside = [](int64_t left, int vector) { return left <= 0 ? 0 : left >= vector ? vector : int(left); };
-  auto copy = [&](float* to, const T* from, bool inside) {
-    if constexpr (sizeof(T) == 4) {
-      cp_async_4(to, inside ? from : x, inside ? 4 : 0);
+  auto copy = [&](float* to, T* raw, const T* from, bool inside) {
+    if constexpr (kRaw) {
+      *raw = inside ? *from : from_float<T>(0.0f);
     } else {
-      *to = inside ? to_float(*from) : 0.0f;
+      cp_async_4(to, inside ? from : x, inside ? 4 : 0);
     }
   };
   // Stage item (n, m chunk) into buffer `buffer`: vector copies spread over the block, or one
   // element at a time with a warp per row and lanes along positions. The visitors get the float
-  // slot, and for vector copies the raw slot, the source, the vector size and how many of its
+  // slot, the raw slot, the source, and for vector copies the vector size and how many of its
   // elements lie inside; the same walk serves the passes over this thread's landed copies below.
   auto for_each_copy = [&](int64_t item, int buffer, auto&& vector_copy, auto&& element_copy) {
     const int64_t n = item / p.chunks_per_row, m0 = item % p.chunks_per_row * kWgPositions;
-    float* gy_s = gy_buffers + buffer * kWgBlockCo * kWgGyRow;
+    const int float_buffer = kRaw ? 0 : buffer;
+    float* gy_s = gy_buffers + float_buffer * kWgBlockCo * kWgGyRow;
     T* gy_r = gy_raw + buffer * kWgBlockCo * kWgPositions;
     const T* gy_n = gy + n * p.gy_batch_stride + first_co * p.gy_channel_stride;
     if (gy_vector > 1) {  // stride 1: gy positions m0 + q
       with_vector_size(gy_vector, [&](auto vector) {
         constexpr int kVector = decltype(vector)::value, kVectorsPerRow = kWgPositions / kVector;
+#pragma unroll(kRaw ? 1 : 4)  // 16-bit: unrolled, the pair copies' loops took 32 more registers
         for (int index = threadIdx.x; index < kWgBlockCo * kVectorsPerRow; index += kWgThreads) {
           const int co = index / kVectorsPerRow, q = index % kVectorsPerRow * kVector;
           const int64_t j = m0 + q;
@@ -139,18 +146,19 @@ __global__ void __launch_bounds__(kWgThreadsOf<kCiWarps>)
       for (int co = warp; co < kWgBlockCo; co += kWgThreads / 32) {
         for (int q = lane; q < kWgPositions; q += 32) {
           const int64_t j = (m0 + q) * p.stride + phase;
-          element_copy(gy_s + co * kWgGyRow + q, gy_n + co * p.gy_channel_stride + j * p.gy_length_stride,
-                       co < co_count && j < p.length_out);
+          element_copy(gy_s + co * kWgGyRow + q, gy_r + co * kWgPositions + q,
+                       gy_n + co * p.gy_channel_stride + j * p.gy_length_stride, co < co_count && j < p.length_out);
         }
       }
     }
-    float* x_s = x_buffers + buffer * kWgBlockCi * p.x_row_elements;
+    float* x_s = x_buffers + float_buffer * kWgBlockCi * p.x_row_elements;
     T* x_r = x_raw + buffer * kWgBlockCi * x_raw_row;
     const T* x_n = x + n * p.x_batch_stride + first_ci * p.x_channel_stride;
     const int64_t first_position = m0 - shift_max - x_lead;
     if (x_vector > 1) {  // first_position is a multiple of x_vector: copies lie wholly inside or outside [0, L_in) but at the end
       with_vector_size(x_vector, [&](auto vector) {
         constexpr int kVector = decltype(vector)::value;
+#pragma unroll(kRaw ? 1 : 4)
         for (int index = threadIdx.x; index < kWgBlockCi * x_vectors_per_row; index += kWgThreads) {
           const int ci = index / x_vectors_per_row, q = index % x_vectors_per_row * kVector;
           const int64_t i = first_position + q;
@@ -163,8 +171,8 @@ __global__ void __launch_bounds__(kWgThreadsOf<kCiWarps>)
       for (int ci = warp; ci < kWgBlockCi; ci += kWgThreads / 32) {
         for (int q = lane; q < x_positions; q += 32) {
           const int64_t i = first_position + q;
-          element_copy(x_s + ci * p.x_row_elements + q, x_n + ci * p.x_channel_stride + i * p.x_length_stride,
-                       ci < ci_count && i >= 0 && i < p.length_in);
+          element_copy(x_s + ci * p.x_row_elements + q, x_r + ci * x_raw_row + q,
+                       x_n + ci * p.x_channel_stride + i * p.x_length_stride, ci < ci_count && i >= 0 && i < p.length_in);
         }
       }
     }
@@ -176,11 +184,12 @@ __global__ void __launch_bounds__(kWgThreadsOf<kCiWarps>)
           void* destination = kRaw ? static_cast<void*>(raw) : static_cast<void*>(to);
           cp_async(destination, from, vector * int(sizeof(T)), inside * int(sizeof(T)));
         },
-        [&](float* to, const T* from, bool inside) { copy(to, from, inside); });
+        [&](float* to, T* raw, const T* from, bool inside) { copy(to, raw, from, inside); });
   };
 
-  // Once this thread's copies have landed (cp.async.wait_group): 16-bit vector copies become floats
-  // (exact in TF32), and float32 for TF32 is rounded in place, once instead of at every fragment load.
+  // Once this thread's copies have landed (cp.async.wait_group): 16-bit copies become floats in the
+  // float buffer (exact in TF32), and float32 for TF32 is rounded in place, once instead of at every
+  // fragment load.
   auto finish_own_copies = [&](int64_t item, int buffer) {
     if constexpr (kRaw) {
       for_each_copy(
@@ -188,12 +197,12 @@ __global__ void __launch_bounds__(kWgThreadsOf<kCiWarps>)
           [&](float* to, T* raw, const T*, int vector, int) {
             for (int e = 0; e < vector; ++e) to[e] = to_float(raw[e]);
           },
-          [&](float*, const T*, bool) {});
+          [&](float* to, T* raw, const T*, bool) { *to = to_float(*raw); });
     } else if constexpr (kMath == Math::kTF32) {
       auto round = [](float* value) { *value = __uint_as_float(to_tf32(*value)); };
       for_each_copy(
           item, buffer, [&](float* to, T*, const T*, int vector, int) { for (int e = 0; e < vector; ++e) round(to + e); },
-          [&](float* to, const T*, bool) { round(to); });
+          [&](float* to, T*, const T*, bool) { round(to); });
     }
   };
 
@@ -210,10 +219,11 @@ __global__ void __launch_bounds__(kWgThreadsOf<kCiWarps>)
     if (item + 1 < end) stage(item + 1, buffer ^ 1);
     cp_async_commit();
     cp_async_wait<1>();
-    finish_own_copies(item, buffer);
+    finish_own_copies(item, buffer);  // 16-bit: into the one float buffer, consumed by the previous item
     __syncthreads();
-    const float* gy_s = gy_buffers + buffer * kWgBlockCo * kWgGyRow;
-    const float* x_s = x_buffers + buffer * kWgBlockCi * p.x_row_elements;
+    const int float_buffer = kRaw ? 0 : buffer;
+    const float* gy_s = gy_buffers + float_buffer * kWgBlockCo * kWgGyRow;
+    const float* x_s = x_buffers + float_buffer * kWgBlockCi * p.x_row_elements;
     const int r = lane / 4, c = lane % 4;
     const int64_t m0 = item % p.chunks_per_row * kWgPositions;
     // kEdge: some tap's x position m - shift falls outside [0, L_in) in this item. Such a product
@@ -257,7 +267,7 @@ __global__ void __launch_bounds__(kWgThreadsOf<kCiWarps>)
     } else {
       multiply(std::false_type{});
     }
-    __syncthreads();  // this buffer is consumed before the next prefetch overwrites it
+    __syncthreads();  // this buffer (and, 16-bit, the float buffer) is consumed before the next item overwrites it
   }
   cp_async_wait<0>();
 
