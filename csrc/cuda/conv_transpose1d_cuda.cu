@@ -439,10 +439,9 @@ bool run_grad_weight(const ConvTParams& p, const at::Tensor& x, const at::Tensor
 
 // ---- depthwise (depthwise.cuh) -----------------------------------------------------------------
 
-constexpr size_t kDwSmemLimit = 96 * 1024;  // (below the 99 KB a block may have on every supported GPU)
-
 // The staged row segment of the forward (x) or grad_input (grad_y) kernel; nullopt when the
-// depthwise kernels do not apply or the segment does not fit.
+// depthwise kernels do not apply or the segment does not fit in a block's shared memory (grad_input
+// stages about kDwSegment * stride elements: fp32 to stride 27 on an H100, 11 on sm_86/89).
 std::optional<DepthwiseArgs> depthwise_args(const ConvTParams& p, bool forward, size_t element_size) {
   // (phases of an output segment, first_phase + t, are ints in the kernels)
   if (p.in_channels_per_group != 1 || p.kernel_size > kDwMaxTaps || p.stride >= kGemmIndexLimit) return std::nullopt;
@@ -456,7 +455,7 @@ std::optional<DepthwiseArgs> depthwise_args(const ConvTParams& p, bool forward, 
   if (weights >= kGemmIndexLimit) return std::nullopt;
   a.weights = int(weights);
   a.smem_bytes = size_t(a.weights) * acc_size + size_t(a.staged) * element_size;
-  if (a.smem_bytes > kDwSmemLimit) return std::nullopt;
+  if (a.smem_bytes > smem_budgets().one_block) return std::nullopt;
   return a;
 }
 

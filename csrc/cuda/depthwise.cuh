@@ -9,7 +9,7 @@
 
 namespace convt::cuda {
 
-constexpr int kDwThreads = 256, kDwPerThread = 4, kDwSegment = kDwThreads * kDwPerThread;  // outputs per block
+constexpr int kDwThreads = 256, kDwPerThread = 8, kDwSegment = kDwThreads * kDwPerThread;  // outputs per block
 constexpr int kDwMaxTaps = 16;
 
 // The shifts of the taps (tap_of) bound the input window of a segment.
