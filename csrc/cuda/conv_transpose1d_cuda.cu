@@ -397,10 +397,9 @@ std::optional<WeightGradProblem> plan_grad_weight(const ConvTParams& p, const at
   g.slices = std::clamp<int64_t>((target_blocks + g.tiles - 1) / g.tiles, 1, g.items);
   g.slices = std::max<int64_t>(1, std::min(g.slices, kWgScratchBytes / 4 / weight_elements));
   if (g.tiles * g.slices >= kGemmIndexLimit) return std::nullopt;
-  // float buffers, and for 16-bit the raw buffers the copies land in (rows of x_row_elements + 4)
-  const int64_t float_words = wg_float_buffers(element_size) * (kWgBlockCo * kWgGyRow + g.block_ci * g.x_row_elements);
-  const int64_t raw_elements = element_size == 2 ? 2 * kWgBlockCo * kWgPositions + 2 * g.block_ci * (g.x_row_elements + 4) : 0;
-  g.smem_bytes = size_t(float_words * 4 + raw_elements * element_size);
+  // two buffers of gy and x rows, in the input's type
+  const int64_t buffer_elements = kWgBlockCo * wg_gy_row(element_size) + g.block_ci * wg_x_row(g.x_row_elements, element_size);
+  g.smem_bytes = size_t(2 * buffer_elements * element_size);
   if (g.smem_bytes > smem_budgets().one_block) return std::nullopt;  // wide tap groups (dilation in the hundreds)
   return g;
 }
@@ -430,9 +429,8 @@ bool run_grad_weight(const ConvTParams& p, const at::Tensor& x, const at::Tensor
       tf32_allowed() ? launch_grad_weight<float, Math::kTF32>(*plan, x, grad_y, grad_w)
                      : launch_grad_weight<float, Math::k3xTF32>(*plan, x, grad_y, grad_w);
       return true;
-    // 16-bit values are exact in TF32: TF32 products are exact
-    case at::kHalf: launch_grad_weight<__half, Math::kTF32>(*plan, x, grad_y, grad_w); return true;
-    case at::kBFloat16: launch_grad_weight<__nv_bfloat16, Math::kTF32>(*plan, x, grad_y, grad_w); return true;
+    case at::kHalf: launch_grad_weight<__half, Math::k16Bit>(*plan, x, grad_y, grad_w); return true;
+    case at::kBFloat16: launch_grad_weight<__nv_bfloat16, Math::k16Bit>(*plan, x, grad_y, grad_w); return true;
     default: return false;
   }
 }

@@ -8,17 +8,16 @@
 // (group, 32 or 64 ci, 64 co, tap group) and one slice of the (n, m-chunk) items; it stages per item
 //   gy_s[co][q]   gy[n, co, (m0 + q)*stride + phase]       q in [0, kWgPositions)
 //   x_s[ci][q]    x[n, ci, m0 + q - group_shift_max]         q in [0, kWgPositions + span)
-// (zero outside the tensors), double-buffered, runs mma.sync (4 or 8 warps, 2 or 4 x 2, a 16 ci x 32
-// co warp tile per tap), and writes its fp32 sums to partial[slice]. Contiguous, aligned rows move in
-// asynchronous copies of 16 bytes (or 4: pairs of 16-bit values), other rows one element at a time
-// (asynchronously for float). float32 lands in double-buffered float buffers; 16-bit values land in
-// double-buffered raw buffers and become floats in one float buffer per item once they have landed
-// (half the shared memory of two float buffers: the 64-ci tiles fit two blocks per SM). A second
-// kernel adds the slices in order (sum_slices_kernel): no atomics, the same inputs give
-// bit-identical gradients.
+// (zero outside the tensors), double-buffered in the input's own type, runs mma.sync (4 or 8 warps,
+// 2 or 4 x 2, a 16 ci x 32 co warp tile per tap), and writes its fp32 sums to partial[slice].
+// Contiguous, aligned rows move in asynchronous copies of 16 bytes (or 4: pairs of 16-bit values),
+// other rows one element at a time (asynchronously for float). A second kernel adds the slices in
+// order (sum_slices_kernel): no atomics, the same inputs give bit-identical gradients.
 //
-// Operands go through TF32 mma: float32 as TF32 (rounded to nearest) or 3xTF32 (strict), as the
-// forward; bfloat16 and float16 values are exact in TF32, so their products are exact too.
+// float32 goes through TF32 mma (m16n8k8) as TF32 (rounded to nearest) or 3xTF32 (strict), as the
+// forward; bfloat16 and float16 through their own mma (m16n8k16, fp32 accumulation), two positions
+// to a 32-bit register. A tap whose x window starts at an odd position reads its A pairs as two
+// 16-bit loads.
 #pragma once
 
 #include <type_traits>
@@ -36,10 +35,14 @@ constexpr int kWgBlockCo = kWgWarpsN * kWgTilesN * 8;
 template <int kCiWarps>
 constexpr int kWgThreadsOf = 32 * kCiWarps * kWgWarpsN;
 constexpr int kWgPositions = 64;              // positions m per item: 8 k-steps
-constexpr int kWgGyRow = kWgPositions + 4;    // floats per gy_s row (≡ 4 mod 32: conflict-free fragments)
 constexpr int kWgGroupTaps = 4;
-// float operand buffers of a block: 2 (float32 copies land there), or 1 (16-bit: converted per item)
-__host__ __device__ constexpr int wg_float_buffers(int element_size) { return element_size == 2 ? 1 : 2; }
+// Elements per staged row, in 32-bit words ≡ 4 (mod 8): the 8 ci or co rows x 4 columns of a fragment
+// load hit 32 different banks; rows stay 16-byte aligned. gy: kWgPositions plus 4 floats or 8 16-bit
+// values; x: x_row_elements (≡ 4 mod 32, planned for floats) plus 4 more 16-bit values.
+__host__ __device__ constexpr int wg_gy_row(int element_size) { return kWgPositions + (element_size == 2 ? 8 : 4); }
+__host__ __device__ constexpr int wg_x_row(int x_row_elements, int element_size) {
+  return x_row_elements + (element_size == 2 ? 4 : 0);
+}
 
 struct WeightGradProblem {
   int64_t batch, groups, cig, cog;
@@ -51,7 +54,7 @@ struct WeightGradProblem {
   int group_phase[kMaxGemmTaps], group_first[kMaxGemmTaps], group_count[kMaxGemmTaps];
   int group_shift_max[kMaxGemmTaps], group_span[kMaxGemmTaps];  // the largest shift, and largest - smallest
   int group_tap[kMaxGemmTaps], tap_shift[kMaxGemmTaps];
-  int x_row_elements;          // floats per x_s row: room for the widest group span and x_lead, ≡ 4 mod 32
+  int x_row_elements;          // elements per float x_s row: room for the widest group span and x_lead, ≡ 4 mod 32
   // elements per copy: 16 bytes' worth, or 2 (16-bit pairs), where rows are contiguous and aligned
   // (gy: stride 1 too); 1: element by element. A copy wholly outside reads nothing from its source,
   // the tensor's (aligned) first element.
@@ -65,21 +68,30 @@ struct WeightGradProblem {
   size_t smem_bytes;
 };
 
+// One 32-bit register of an mma fragment from the staged value(s) at `at`: a float (TF32 or 3xTF32),
+// or two 16-bit values, at[0] in the low half; `aligned`: `at` is 4-byte aligned (16-bit only).
+template <typename T>
+__device__ __forceinline__ uint32_t fragment_word(const T* at, bool aligned) {
+  if constexpr (sizeof(T) == 4) {
+    return __float_as_uint(*at);
+  } else {
+    const unsigned short* halves = reinterpret_cast<const unsigned short*>(at);
+    return aligned ? *reinterpret_cast<const uint32_t*>(at) : uint32_t(halves[0]) | (uint32_t(halves[1]) << 16);
+  }
+}
+
 template <typename T, Math kMath, int kCiWarps>
 __global__ void __launch_bounds__(kWgThreadsOf<kCiWarps>)
     grad_weight_gemm_kernel(const T* __restrict__ x, const T* __restrict__ gy, float* __restrict__ partial,
                             const __grid_constant__ WeightGradProblem p) {
   constexpr int kWgThreads = kWgThreadsOf<kCiWarps>, kWgBlockCi = 16 * kCiWarps;
-  constexpr bool kRaw = sizeof(T) == 2;
-  constexpr int kFloatBuffers = wg_float_buffers(sizeof(T));
-  extern __shared__ __align__(16) float wg_smem[];
-  float* gy_buffers = wg_smem;                                          // kFloatBuffers x kWgBlockCo x kWgGyRow
-  float* x_buffers = wg_smem + kFloatBuffers * kWgBlockCo * kWgGyRow;  // kFloatBuffers x kWgBlockCi x x_row_elements
-  // 16-bit copies land here first: 2 x kWgBlockCo x kWgPositions, then 2 x kWgBlockCi x x_raw_row
-  // (rows of a multiple of 8 elements keep 16-byte copies aligned)
-  T* gy_raw = reinterpret_cast<T*>(x_buffers + kFloatBuffers * kWgBlockCi * p.x_row_elements);
-  const int x_raw_row = p.x_row_elements + 4;
-  T* x_raw = gy_raw + 2 * kWgBlockCo * kWgPositions;
+  constexpr bool k16 = kMath == Math::k16Bit;
+  static_assert(k16 == (sizeof(T) == 2), "16-bit inputs use the 16-bit mma, float32 TF32 or 3xTF32");
+  constexpr int kGyRow = wg_gy_row(sizeof(T));
+  const int x_row = wg_x_row(p.x_row_elements, sizeof(T));
+  extern __shared__ __align__(16) unsigned char wg_smem[];
+  T* gy_buffers = reinterpret_cast<T*>(wg_smem);       // 2 x kWgBlockCo x kGyRow
+  T* x_buffers = gy_buffers + 2 * kWgBlockCo * kGyRow;  // 2 x kWgBlockCi x x_row
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int warp_ci = (warp % kCiWarps) * 16, warp_co = (warp / kCiWarps) * kWgTilesN * 8;
 
@@ -113,66 +125,61 @@ __global__ void __launch_bounds__(kWgThreadsOf<kCiWarps>)
   };
   // elements of a `vector`-element copy inside a row that has `left` elements from its start
   auto elements_inside = [](int64_t left, int vector) { return left <= 0 ? 0 : left >= vector ? vector : int(left); };
-  auto copy = [&](float* to, T* raw, const T* from, bool inside) {
-    if constexpr (kRaw) {
-      *raw = inside ? *from : from_float<T>(0.0f);
+  auto copy = [&](T* to, const T* from, bool inside) {
+    if constexpr (k16) {
+      *to = inside ? *from : from_float<T>(0.0f);
     } else {
       cp_async_4(to, inside ? from : x, inside ? 4 : 0);
     }
   };
   // Stage item (n, m chunk) into buffer `buffer`: vector copies spread over the block, or one
-  // element at a time with a warp per row and lanes along positions. The visitors get the float
-  // slot, the raw slot, the source, and for vector copies the vector size and how many of its
-  // elements lie inside; the same walk serves the passes over this thread's landed copies below.
+  // element at a time with a warp per row and lanes along positions. The visitors get the shared
+  // slot, the source, and for vector copies the vector size and how many of its elements lie
+  // inside; the same walk serves the pass over this thread's landed copies below.
   auto for_each_copy = [&](int64_t item, int buffer, auto&& vector_copy, auto&& element_copy) {
     const int64_t n = item / p.chunks_per_row, m0 = item % p.chunks_per_row * kWgPositions;
-    const int float_buffer = kRaw ? 0 : buffer;
-    float* gy_s = gy_buffers + float_buffer * kWgBlockCo * kWgGyRow;
-    T* gy_r = gy_raw + buffer * kWgBlockCo * kWgPositions;
+    T* gy_s = gy_buffers + buffer * kWgBlockCo * kGyRow;
     const T* gy_n = gy + n * p.gy_batch_stride + first_co * p.gy_channel_stride;
     if (gy_vector > 1) {  // stride 1: gy positions m0 + q
       with_vector_size(gy_vector, [&](auto vector) {
         constexpr int kVector = decltype(vector)::value, kVectorsPerRow = kWgPositions / kVector;
-#pragma unroll(kRaw ? 1 : 4)  // 16-bit: unrolled, the pair copies' loops took 32 more registers
+#pragma unroll(k16 ? 1 : 4)  // 16-bit: unrolled, the pair copies' loops took 32 more registers
         for (int index = threadIdx.x; index < kWgBlockCo * kVectorsPerRow; index += kWgThreads) {
           const int co = index / kVectorsPerRow, q = index % kVectorsPerRow * kVector;
           const int64_t j = m0 + q;
           const int inside = co < co_count ? elements_inside(p.length_out - j, kVector) : 0;
-          vector_copy(gy_s + co * kWgGyRow + q, gy_r + co * kWgPositions + q,
-                      inside ? gy_n + co * p.gy_channel_stride + j : gy, kVector, inside);
+          vector_copy(gy_s + co * kGyRow + q, inside ? gy_n + co * p.gy_channel_stride + j : gy, kVector, inside);
         }
       });
     } else {
       for (int co = warp; co < kWgBlockCo; co += kWgThreads / 32) {
         for (int q = lane; q < kWgPositions; q += 32) {
           const int64_t j = (m0 + q) * p.stride + phase;
-          element_copy(gy_s + co * kWgGyRow + q, gy_r + co * kWgPositions + q,
-                       gy_n + co * p.gy_channel_stride + j * p.gy_length_stride, co < co_count && j < p.length_out);
+          element_copy(gy_s + co * kGyRow + q, gy_n + co * p.gy_channel_stride + j * p.gy_length_stride,
+                       co < co_count && j < p.length_out);
         }
       }
     }
-    float* x_s = x_buffers + float_buffer * kWgBlockCi * p.x_row_elements;
-    T* x_r = x_raw + buffer * kWgBlockCi * x_raw_row;
+    T* x_s = x_buffers + buffer * kWgBlockCi * x_row;
     const T* x_n = x + n * p.x_batch_stride + first_ci * p.x_channel_stride;
     const int64_t first_position = m0 - shift_max - x_lead;
     if (x_vector > 1) {  // first_position is a multiple of x_vector: copies lie wholly inside or outside [0, L_in) but at the end
       with_vector_size(x_vector, [&](auto vector) {
         constexpr int kVector = decltype(vector)::value;
-#pragma unroll(kRaw ? 1 : 4)
+#pragma unroll(k16 ? 1 : 4)
         for (int index = threadIdx.x; index < kWgBlockCi * x_vectors_per_row; index += kWgThreads) {
           const int ci = index / x_vectors_per_row, q = index % x_vectors_per_row * kVector;
           const int64_t i = first_position + q;
           const int inside = ci < ci_count && i >= 0 ? elements_inside(p.length_in - i, kVector) : 0;
-          vector_copy(x_s + ci * p.x_row_elements + q, x_r + ci * x_raw_row + q,
-                      inside ? x_n + ci * p.x_channel_stride + i : x, kVector, inside);
+          vector_copy(x_s + ci * x_row + q, inside ? x_n + ci * p.x_channel_stride + i : x, kVector, inside);
         }
       });
     } else {
       for (int ci = warp; ci < kWgBlockCi; ci += kWgThreads / 32) {
         for (int q = lane; q < x_positions; q += 32) {
           const int64_t i = first_position + q;
-          element_copy(x_s + ci * p.x_row_elements + q, x_r + ci * x_raw_row + q,
-                       x_n + ci * p.x_channel_stride + i * p.x_length_stride, ci < ci_count && i >= 0 && i < p.length_in);
+          element_copy(x_s + ci * x_row + q, x_n + ci * p.x_channel_stride + i * p.x_length_stride,
+                       ci < ci_count && i >= 0 && i < p.length_in);
         }
       }
     }
@@ -180,29 +187,20 @@ __global__ void __launch_bounds__(kWgThreadsOf<kCiWarps>)
   auto stage = [&](int64_t item, int buffer) {
     for_each_copy(
         item, buffer,
-        [&](float* to, T* raw, const T* from, int vector, int inside) {
-          void* destination = kRaw ? static_cast<void*>(raw) : static_cast<void*>(to);
-          cp_async(destination, from, vector * int(sizeof(T)), inside * int(sizeof(T)));
+        [&](T* to, const T* from, int vector, int inside) {
+          cp_async(to, from, vector * int(sizeof(T)), inside * int(sizeof(T)));
         },
-        [&](float* to, T* raw, const T* from, bool inside) { copy(to, raw, from, inside); });
+        [&](T* to, const T* from, bool inside) { copy(to, from, inside); });
   };
 
-  // Once this thread's copies have landed (cp.async.wait_group): 16-bit copies become floats in the
-  // float buffer (exact in TF32), and float32 for TF32 is rounded in place, once instead of at every
-  // fragment load.
-  auto finish_own_copies = [&](int64_t item, int buffer) {
-    if constexpr (kRaw) {
-      for_each_copy(
-          item, buffer,
-          [&](float* to, T* raw, const T*, int vector, int) {
-            for (int e = 0; e < vector; ++e) to[e] = to_float(raw[e]);
-          },
-          [&](float* to, T* raw, const T*, bool) { *to = to_float(*raw); });
-    } else if constexpr (kMath == Math::kTF32) {
+  // TF32: once this thread's copies have landed (cp.async.wait_group), round them to TF32 in place,
+  // once instead of at every fragment load.
+  auto round_own_copies = [&](int64_t item, int buffer) {
+    if constexpr (kMath == Math::kTF32) {
       auto round = [](float* value) { *value = __uint_as_float(to_tf32(*value)); };
       for_each_copy(
-          item, buffer, [&](float* to, T*, const T*, int vector, int) { for (int e = 0; e < vector; ++e) round(to + e); },
-          [&](float* to, T*, const T*, bool) { round(to); });
+          item, buffer, [&](float* to, const T*, int vector, int) { for (int e = 0; e < vector; ++e) round(to + e); },
+          [&](float* to, const T*, bool) { round(to); });
     }
   };
 
@@ -219,45 +217,57 @@ __global__ void __launch_bounds__(kWgThreadsOf<kCiWarps>)
     if (item + 1 < end) stage(item + 1, buffer ^ 1);
     cp_async_commit();
     cp_async_wait<1>();
-    finish_own_copies(item, buffer);  // 16-bit: into the one float buffer, consumed by the previous item
+    round_own_copies(item, buffer);
     __syncthreads();
-    const int float_buffer = kRaw ? 0 : buffer;
-    const float* gy_s = gy_buffers + float_buffer * kWgBlockCo * kWgGyRow;
-    const float* x_s = x_buffers + float_buffer * kWgBlockCi * p.x_row_elements;
+    const T* gy_s = gy_buffers + buffer * kWgBlockCo * kGyRow;
+    const T* x_s = x_buffers + buffer * kWgBlockCi * x_row;
     const int r = lane / 4, c = lane % 4;
     const int64_t m0 = item % p.chunks_per_row * kWgPositions;
+    // A k-step covers kK positions. This lane's two registers of a fragment hold positions `first`
+    // and first + kNext (TF32), or the pairs from there (16-bit, the lower position in the low half).
+    constexpr int kK = k16 ? 16 : 8, kNext = kK / 2;
+    const int lane_position = k16 ? 2 * c : c;
     // kEdge: some tap's x position m - shift falls outside [0, L_in) in this item. Such a product
     // does not exist: its gy value is left out (x_s holds 0 there, but 0 x Inf or NaN in gy is NaN).
     auto multiply = [&](auto edge) {
       constexpr bool kEdge = decltype(edge)::value;
 #pragma unroll
-      for (int kstep = 0; kstep < kWgPositions / 8; ++kstep) {
-        // B = gy (k = position, n = co): b0 = GY[co r][position c], b1 = position c + 4
+      for (int kstep = 0; kstep < kWgPositions / kK; ++kstep) {
+        const int first = kstep * kK + lane_position;
+        // B = gy (k = position, n = co): column co r of tile nt
         uint32_t b[kWgTilesN][2];
 #pragma unroll
         for (int nt = 0; nt < kWgTilesN; ++nt) {
-          const float* row = gy_s + (warp_co + nt * 8 + r) * kWgGyRow + kstep * 8 + c;
-          b[nt][0] = __float_as_uint(row[0]);
-          b[nt][1] = __float_as_uint(row[4]);
+          const T* row = gy_s + (warp_co + nt * 8 + r) * kGyRow + first;
+          b[nt][0] = fragment_word(row, true);
+          b[nt][1] = fragment_word(row + kNext, true);
         }
 #pragma unroll
         for (int t = 0; t < kWgGroupTaps; ++t) {
           if (t >= count) break;
-          // A = x shifted for tap t (m = ci, k = position): rows r, r + 8; positions c, c + 4
+          // A = x shifted for tap t (m = ci, k = position): rows ci r and r + 8
           const int shift = p.tap_shift[p.group_tap[p.group_first[tap_group] + t]];
-          const float* row = x_s + (warp_ci + r) * p.x_row_elements + kstep * 8 + c + shift_max - shift + x_lead;
-          const uint32_t a[4] = {__float_as_uint(row[0]), __float_as_uint(row[8 * p.x_row_elements]),
-                                 __float_as_uint(row[4]), __float_as_uint(row[8 * p.x_row_elements + 4])};
+          const int tap_lead = shift_max - shift + x_lead;  // x_s position of the item's position 0 for this tap
+          const bool aligned = tap_lead % 2 == 0;            // (16-bit pairs: `first` is even)
+          // (added as pointer steps: the k-step's offset stays an immediate; as one int sum it cost 32 registers)
+          const T* row = x_s + (warp_ci + r) * x_row + kstep * kK + lane_position + tap_lead;
+          const uint32_t a[4] = {fragment_word(row, aligned), fragment_word(row + 8 * x_row, aligned),
+                                 fragment_word(row + kNext, aligned), fragment_word(row + 8 * x_row + kNext, aligned)};
           uint32_t b_tap[kWgTilesN][2];
 #pragma unroll
           for (int half = 0; half < 2; ++half) {
-            const int64_t i = m0 + kstep * 8 + c + 4 * half - shift;  // x position of this lane's b values
-            const bool exists = !kEdge || (i >= 0 && i < p.length_in);
+            auto exists = [&](int position) {  // x position m - shift of this item's position
+              const int64_t i = m0 + position - shift;
+              return !kEdge || (i >= 0 && i < p.length_in);
+            };
+            const int position = first + kNext * half;
+            uint32_t keep = exists(position) ? ~0u : 0u;  // 16-bit: the low half, then the high one
+            if constexpr (k16) keep = (keep & 0xffffu) | (exists(position + 1) ? 0xffff0000u : 0u);
 #pragma unroll
-            for (int nt = 0; nt < kWgTilesN; ++nt) b_tap[nt][half] = exists ? b[nt][half] : 0u;
+            for (int nt = 0; nt < kWgTilesN; ++nt) b_tap[nt][half] = b[nt][half] & keep;
           }
 #pragma unroll
-          for (int nt = 0; nt < kWgTilesN; ++nt) mma_step<float, kMath>(acc[t][nt], a, b_tap[nt]);
+          for (int nt = 0; nt < kWgTilesN; ++nt) mma_step<T, kMath>(acc[t][nt], a, b_tap[nt]);
         }
       }
     };
@@ -267,7 +277,7 @@ __global__ void __launch_bounds__(kWgThreadsOf<kCiWarps>)
     } else {
       multiply(std::false_type{});
     }
-    __syncthreads();  // this buffer (and, 16-bit, the float buffer) is consumed before the next item overwrites it
+    __syncthreads();  // this buffer is consumed before the item after next overwrites it
   }
   cp_async_wait<0>();
 
