@@ -83,6 +83,28 @@ def test_wide_tiles_forward_and_backward(case, dtype, tf32):
     assert_gradients_close(y, expected, (x, w, b), inputs64, case, dtype, "cuda")
 
 
+# grad_weight's four tile kernels (16 x 32 warp tiles): 32 or 64 ci x 32 or 64 co by the channels per
+# group, every tile part-empty, with stride 1 (vector copies of grad_y) and stride 2 (element copies).
+GRAD_WEIGHT_TILE_CASES = [
+    Case(4, 24, 20, 3, 900, padding=1),                 # 32 ci x 32 co
+    Case(4, 40, 24, 4, 700, stride=2, padding=1),       # 64 ci x 32 co, strided
+    Case(3, 20, 56, 5, 800, padding=3, dilation=2),     # 32 ci x 64 co
+    Case(2, 80, 48, 3, 600, stride=2, groups=2),        # 64 ci x 32 co per group, two groups
+]
+
+
+@pytest.mark.parametrize("dtype,tf32", [(torch.float32, True), (torch.float32, False), (torch.bfloat16, True),
+                                        (torch.float16, True)], ids=str, indirect=["tf32"])
+@pytest.mark.parametrize("case", GRAD_WEIGHT_TILE_CASES, ids=str)
+def test_grad_weight_tiles(case, dtype, tf32):
+    x, w, b = make_inputs(case, dtype, "cuda", requires_grad=True)
+    poison_allocator("cuda")
+    y = ours(x, w, b, case)
+    expected, inputs64 = reference(x, w, b, case)
+    assert_gradients_close(y, expected, (x, w, b), inputs64, case, dtype, "cuda")
+    assert_gradients_deterministic(x, w, b, case)
+
+
 # Depthwise problems with rows long enough that grad_weight splits each weight row into slices of
 # its inputs (a block each, added in order by a second pass), at lengths the slices do not divide.
 DEPTHWISE_LONG_ROW_CASES = [

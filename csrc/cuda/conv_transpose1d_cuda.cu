@@ -332,7 +332,7 @@ void sum_slices(const at::Tensor& partial, const at::Tensor& grad_w, int64_t sli
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, grad_w.scalar_type(), "convt_sum_slices", [&] {
     using acc_t = at::opmath_type<scalar_t>;
     const int64_t elements = grad_w.numel();
-    sum_slices_kernel<scalar_t, acc_t><<<grid_size(elements, kDirectThreads), kDirectThreads, 0, stream>>>(
+    sum_slices_kernel<scalar_t, acc_t><<<grid_size(elements, 32), 32 * kSumWarps, 0, stream>>>(
         partial.data_ptr<acc_t>(), grad_w.data_ptr<scalar_t>(), elements, slices);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
@@ -387,18 +387,20 @@ std::optional<WeightGradProblem> plan_grad_weight(const ConvTParams& p, const at
   // empty there: kb74 TF32 5.43 -> 6.80, grouped 1.55 -> 1.86)
   g.block_ci = g.cig > 32 ? 64 : 32;
   g.ci_tiles = int((g.cig + g.block_ci - 1) / g.block_ci);
-  g.co_tiles = int((g.cog + kWgBlockCo - 1) / kWgBlockCo);
+  g.block_co = g.cog > 32 ? 64 : 32;  // likewise for C_out per group
+  g.co_tiles = int((g.cog + g.block_co - 1) / g.block_co);
   g.tiles = g.groups * g.ci_tiles * g.co_tiles * g.tap_groups;
   g.chunks_per_row = (phase_length(0, p.length_out, p.stride) + kWgPositions - 1) / kWgPositions;
   g.items = g.batch * g.chunks_per_row;
-  // about six blocks per SM in all, within the scratch budget
+  // about six blocks per SM in all (twelve of the two-warp 32 x 32 tiles), within the scratch budget
   const int64_t weight_elements = g.groups * g.cig * g.cog * g.taps;
-  const int64_t target_blocks = sm_count() * 6;
+  const int block_warps = (g.block_ci / 16) * (g.block_co / 32);
+  const int64_t target_blocks = sm_count() * std::max(6, 24 / block_warps);
   g.slices = std::clamp<int64_t>((target_blocks + g.tiles - 1) / g.tiles, 1, g.items);
   g.slices = std::max<int64_t>(1, std::min(g.slices, kWgScratchBytes / 4 / weight_elements));
   if (g.tiles * g.slices >= kGemmIndexLimit) return std::nullopt;
   // two buffers of gy and x rows, in the input's type
-  const int64_t buffer_elements = kWgBlockCo * wg_gy_row(element_size) + g.block_ci * wg_x_row(g.x_row_elements, element_size);
+  const int64_t buffer_elements = g.block_co * wg_gy_row(element_size) + g.block_ci * wg_x_row(g.x_row_elements, element_size);
   g.smem_bytes = size_t(2 * buffer_elements * element_size);
   if (g.smem_bytes > smem_budgets().one_block) return std::nullopt;  // wide tap groups (dilation in the hundreds)
   return g;
@@ -410,9 +412,16 @@ void launch_grad_weight(const WeightGradProblem& g, const at::Tensor& x, const a
   const auto stream = at::cuda::getCurrentCUDAStream();
   const int64_t elements = grad_w.numel();
   const at::Tensor partial = at::empty({g.slices * elements}, grad_w.options().dtype(at::kFloat));
-  const bool wide = g.block_ci == 64;
-  auto kernel = wide ? grad_weight_gemm_kernel<T, kMath, 4> : grad_weight_gemm_kernel<T, kMath, 2>;
-  const int threads = wide ? kWgThreadsOf<4> : kWgThreadsOf<2>;
+  // the kernel of the tile: (ci warps, co warps)
+  auto kernel = grad_weight_gemm_kernel<T, kMath, 2, 1>;
+  int threads = kWgThreadsOf<2, 1>;
+  if (g.block_ci == 64 && g.block_co == 64) {
+    kernel = grad_weight_gemm_kernel<T, kMath, 4, 2>, threads = kWgThreadsOf<4, 2>;
+  } else if (g.block_ci == 64) {
+    kernel = grad_weight_gemm_kernel<T, kMath, 4, 1>, threads = kWgThreadsOf<4, 1>;
+  } else if (g.block_co == 64) {
+    kernel = grad_weight_gemm_kernel<T, kMath, 2, 2>, threads = kWgThreadsOf<2, 2>;
+  }
   C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(g.smem_bytes)));
   kernel<<<unsigned(g.tiles * g.slices), threads, g.smem_bytes, stream>>>(as_t(x), as_t(grad_y),
                                                                          partial.data_ptr<float>(), g);

@@ -131,14 +131,25 @@ __global__ void grad_weight_direct_kernel(const scalar_t* __restrict__ grad_y, c
 }
 
 // grad_bias in two fixed-order passes (no atomics). First row_sums[n*C_out + co] = sum over j of
-// grad_y[n, co, j], a block per row (coalesced along the row) ...
+// grad_y[n, co, j], a block per row (coalesced along the row; each thread keeps kLoads sums, so
+// that kLoads loads are in flight, added in a fixed order) ...
 template <typename scalar_t, typename acc_t, int kThreads>
 __global__ void grad_y_row_sums_kernel(const scalar_t* __restrict__ grad_y, acc_t* __restrict__ row_sums, ConvTParams p) {
+  constexpr int kLoads = 4;
   for (int64_t row = blockIdx.x; row < p.batch * p.out_channels; row += gridDim.x) {
     const int64_t n = row / p.out_channels, co = row % p.out_channels;
     const scalar_t* grad_y_row = grad_y + n * p.y_batch_stride + co * p.y_channel_stride;
-    acc_t acc = 0;
-    for (int64_t j = threadIdx.x; j < p.length_out; j += kThreads) acc += acc_t(grad_y_row[j * p.y_length_stride]);
+    auto value = [&](int64_t j) { return acc_t(grad_y_row[j * p.y_length_stride]); };
+    acc_t sums[kLoads] = {};
+    int64_t j = threadIdx.x;
+    for (; j + (kLoads - 1) * kThreads < p.length_out; j += kLoads * kThreads) {
+#pragma unroll
+      for (int u = 0; u < kLoads; ++u) sums[u] += value(j + u * kThreads);
+    }
+    for (; j < p.length_out; j += kThreads) sums[0] += value(j);
+    acc_t acc = sums[0];
+#pragma unroll
+    for (int u = 1; u < kLoads; ++u) acc += sums[u];
     acc = block_sum<acc_t, kThreads>(acc);
     if (threadIdx.x == 0) row_sums[row] = acc;
   }
@@ -154,15 +165,30 @@ __global__ void grad_bias_kernel(const acc_t* __restrict__ row_sums, scalar_t* _
   }
 }
 
-// grad_w[e] = the sum of partial[slice][e] over slices, in slice order (the second pass of the
-// sliced grad_weight reductions: deterministic).
+// grad_w[e] = the sum of partial[slice][e] over slices in a fixed order (the second pass of the
+// sliced grad_weight reductions: deterministic). A block takes 32 consecutive elements, a lane
+// each: warp w adds slices w, w + kSumWarps, ... in order, then lane by lane the warps' sums are
+// added in warp order (one thread per element summing every slice was a chain of dependent loads:
+// 76 us for kb79's 792 slices).
+constexpr int kSumWarps = 8;
 template <typename T, typename acc_t>
-__global__ void sum_slices_kernel(const acc_t* __restrict__ partial, T* __restrict__ grad_w, int64_t elements,
-                                  int64_t slices) {
-  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < elements; e += int64_t(blockDim.x) * gridDim.x) {
+__global__ void __launch_bounds__(32 * kSumWarps)
+    sum_slices_kernel(const acc_t* __restrict__ partial, T* __restrict__ grad_w, int64_t elements, int64_t slices) {
+  __shared__ acc_t warp_sums[kSumWarps][32];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  for (int64_t first = int64_t(blockIdx.x) * 32; first < elements; first += int64_t(gridDim.x) * 32) {
+    const int64_t e = first + lane;
     acc_t sum = acc_t(0);
-    for (int64_t s = 0; s < slices; ++s) sum += partial[s * elements + e];
-    grad_w[e] = T(sum);
+    if (e < elements)
+      for (int64_t s = warp; s < slices; s += kSumWarps) sum += partial[s * elements + e];
+    warp_sums[warp][lane] = sum;
+    __syncthreads();
+    if (warp == 0 && e < elements) {
+      acc_t total = acc_t(0);
+      for (int w = 0; w < kSumWarps; ++w) total += warp_sums[w][lane];
+      grad_w[e] = T(total);
+    }
+    __syncthreads();  // warp_sums is read before the next elements overwrite it
   }
 }
 

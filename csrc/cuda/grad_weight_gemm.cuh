@@ -27,13 +27,14 @@
 
 namespace convt::cuda {
 
-// A block is kCiWarps x kWgWarpsN warps: 32 ci x 64 co (kCiWarps 2, 4 warps) where C_in per group is
-// at most 32, else 64 ci x 64 co (kCiWarps 4, 8 warps: each staged gy element feeds twice the ci).
-constexpr int kWgWarpsN = 2;
+// A block is kCiWarps x kCoWarps warps of 16 ci x 32 co: 32 ci (kCiWarps 2) where C_in per group is
+// at most 32, else 64 (kCiWarps 4: each staged gy element feeds twice the ci); 32 co (kCoWarps 1)
+// where C_out per group is at most 32, else 64 (kCoWarps 2: each staged x element feeds twice the co).
 constexpr int kWgTilesN = 4;                  // n8 tiles (of co) per warp: a 16 ci x 32 co warp tile
-constexpr int kWgBlockCo = kWgWarpsN * kWgTilesN * 8;
-template <int kCiWarps>
-constexpr int kWgThreadsOf = 32 * kCiWarps * kWgWarpsN;
+template <int kCoWarps>
+constexpr int kWgBlockCoOf = kCoWarps * kWgTilesN * 8;
+template <int kCiWarps, int kCoWarps>
+constexpr int kWgThreadsOf = 32 * kCiWarps * kCoWarps;
 constexpr int kWgPositions = 64;              // positions m per item: 8 k-steps
 constexpr int kWgGroupTaps = 4;
 // Elements per staged row, in 32-bit words ≡ 4 (mod 8): the 8 ci or co rows x 4 columns of a fragment
@@ -59,7 +60,7 @@ struct WeightGradProblem {
   // (gy: stride 1 too); 1: element by element. A copy wholly outside reads nothing from its source,
   // the tensor's (aligned) first element.
   int x_copy_elements, gy_copy_elements;
-  int block_ci;               // ci per tile: 16 * kCiWarps
+  int block_ci, block_co;     // ci and co per tile: 16 * kCiWarps, 32 * kCoWarps
   int ci_tiles, co_tiles;
   int64_t tiles;
   int64_t chunks_per_row;      // items per batch element: ceil(longest phase / kWgPositions)
@@ -80,11 +81,12 @@ __device__ __forceinline__ uint32_t fragment_word(const T* at, bool aligned) {
   }
 }
 
-template <typename T, Math kMath, int kCiWarps>
-__global__ void __launch_bounds__(kWgThreadsOf<kCiWarps>)
+template <typename T, Math kMath, int kCiWarps, int kCoWarps>
+__global__ void __launch_bounds__(kWgThreadsOf<kCiWarps, kCoWarps>)
     grad_weight_gemm_kernel(const T* __restrict__ x, const T* __restrict__ gy, float* __restrict__ partial,
                             const __grid_constant__ WeightGradProblem p) {
-  constexpr int kWgThreads = kWgThreadsOf<kCiWarps>, kWgBlockCi = 16 * kCiWarps;
+  constexpr int kWgThreads = kWgThreadsOf<kCiWarps, kCoWarps>, kWgBlockCi = 16 * kCiWarps;
+  constexpr int kWgBlockCo = kWgBlockCoOf<kCoWarps>;
   constexpr bool k16 = kMath == Math::k16Bit;
   static_assert(k16 == (sizeof(T) == 2), "16-bit inputs use the 16-bit mma, float32 TF32 or 3xTF32");
   constexpr int kGyRow = wg_gy_row(sizeof(T));
