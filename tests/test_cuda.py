@@ -90,6 +90,8 @@ GRAD_WEIGHT_TILE_CASES = [
     Case(4, 40, 24, 4, 700, stride=2, padding=1),       # 64 ci x 32 co, strided
     Case(3, 20, 56, 5, 800, padding=3, dilation=2),     # 32 ci x 64 co
     Case(2, 80, 48, 3, 600, stride=2, groups=2),        # 64 ci x 32 co per group, two groups
+    Case(2, 24, 40, 10, 400, stride=2, padding=3),      # 5 taps a phase: two tap groups per phase
+    Case(3, 40, 24, 2, 500, stride=3, output_padding=2),  # a phase without taps
 ]
 
 
