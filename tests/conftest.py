@@ -208,6 +208,19 @@ def assert_gradients_close(y, expected, inputs, inputs64, case: Case, dtype, dev
         assert_close(grad, expected_grad, dtype, device, name, norms)
 
 
+def assert_backward_matches_reference(case: Case, dtype, device, check_forward: bool = False):
+    """Fresh inputs (requires_grad) and a poisoned allocator; our gradients (and, given
+    check_forward, our y) against the float64 reference. Returns (x, w, b) for further checks."""
+    x, w, b = make_inputs(case, dtype, device, requires_grad=True)
+    poison_allocator(device)
+    y = ours(x, w, b, case)
+    expected, inputs64 = reference(x, w, b, case)
+    if check_forward:
+        assert_close(y, expected, dtype, device, norms=product_norms(x, w, case))
+    assert_gradients_close(y, expected, (x, w, b), inputs64, case, dtype, device)
+    return x, w, b
+
+
 def assert_gradients_deterministic(x, w, b, case: Case, runs: int = 3):
     """The same grad_output gives bit-identical gradients of x, w and b, run after run."""
     wanted = [t for t in (x, w, b) if t is not None]

@@ -4,8 +4,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import (Case, assert_close, assert_gradients_close, assert_gradients_deterministic, make_inputs, ours,
-                      poison_allocator, product_norms, reference, relative_error)
+from conftest import (Case, assert_backward_matches_reference, assert_close, assert_gradients_deterministic, make_inputs,
+                      ours, reference, relative_error)
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
@@ -75,12 +75,7 @@ WIDE_TILE_CASES = [
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
 @pytest.mark.parametrize("case", WIDE_TILE_CASES, ids=str)
 def test_wide_tiles_forward_and_backward(case, dtype, tf32):
-    x, w, b = make_inputs(case, dtype, "cuda", requires_grad=True)
-    poison_allocator("cuda")
-    y = ours(x, w, b, case)
-    expected, inputs64 = reference(x, w, b, case)
-    assert_close(y, expected, dtype, "cuda", norms=product_norms(x, w, case))
-    assert_gradients_close(y, expected, (x, w, b), inputs64, case, dtype, "cuda")
+    assert_backward_matches_reference(case, dtype, "cuda", check_forward=True)
 
 
 # grad_weight's four tile kernels (16 x 32 warp tiles): 32 or 64 ci x 32 or 64 co by the channels per
@@ -99,11 +94,7 @@ GRAD_WEIGHT_TILE_CASES = [
                                         (torch.float16, True)], ids=str, indirect=["tf32"])
 @pytest.mark.parametrize("case", GRAD_WEIGHT_TILE_CASES, ids=str)
 def test_grad_weight_tiles(case, dtype, tf32):
-    x, w, b = make_inputs(case, dtype, "cuda", requires_grad=True)
-    poison_allocator("cuda")
-    y = ours(x, w, b, case)
-    expected, inputs64 = reference(x, w, b, case)
-    assert_gradients_close(y, expected, (x, w, b), inputs64, case, dtype, "cuda")
+    x, w, b = assert_backward_matches_reference(case, dtype, "cuda")
     assert_gradients_deterministic(x, w, b, case)
 
 
@@ -118,11 +109,7 @@ DEPTHWISE_LONG_ROW_CASES = [
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16, torch.float16], ids=str)
 @pytest.mark.parametrize("case", DEPTHWISE_LONG_ROW_CASES, ids=str)
 def test_depthwise_long_rows_backward(case, dtype):
-    x, w, b = make_inputs(case, dtype, "cuda", requires_grad=True)
-    poison_allocator("cuda")
-    y = ours(x, w, b, case)
-    expected, inputs64 = reference(x, w, b, case)
-    assert_gradients_close(y, expected, (x, w, b), inputs64, case, dtype, "cuda")
+    x, w, b = assert_backward_matches_reference(case, dtype, "cuda")
     assert_gradients_deterministic(x, w, b, case)
 
 
