@@ -387,7 +387,9 @@ std::optional<WeightGradProblem> plan_grad_weight(const ConvTParams& p, const at
   // empty there: kb74 TF32 5.43 -> 6.80, grouped 1.55 -> 1.86)
   g.block_ci = g.cig > 32 ? 64 : 32;
   g.ci_tiles = int((g.cig + g.block_ci - 1) / g.block_ci);
-  g.block_co = g.cog > 32 ? 64 : 32;  // likewise for C_out per group
+  // likewise 32-co tiles where C_out per group is at most 32 (hifigan_up3 TF32 fwd+bwd 1.61 -> 1.39 ms,
+  // grouped 1.48 -> 1.33)
+  g.block_co = g.cog > 32 ? 64 : 32;
   g.co_tiles = int((g.cog + g.block_co - 1) / g.block_co);
   g.tiles = g.groups * g.ci_tiles * g.co_tiles * g.tap_groups;
   g.chunks_per_row = (phase_length(0, p.length_out, p.stride) + kWgPositions - 1) / kWgPositions;
