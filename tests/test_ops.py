@@ -6,8 +6,8 @@ import torch
 from torch.autograd import gradcheck, gradgradcheck
 
 import torch_convt_op
-from conftest import (CASES, DTYPES, Case, assert_close, assert_gradients_close, assert_gradients_deterministic, case_id,
-                      make_inputs, ours, poison_allocator, product_norms, reference, relaid, relative_error)
+from conftest import (CASES, DTYPES, Case, assert_backward_matches_reference, assert_close, assert_gradients_deterministic,
+                      case_id, make_inputs, ours, poison_allocator, product_norms, reference, relaid, relative_error)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -25,10 +25,7 @@ def test_forward_matches_reference(case, dtype, device):
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("case", CASES, ids=case_id)
 def test_gradients_match_reference(case, dtype, device):
-    x, w, b = make_inputs(case, dtype, device, requires_grad=True)
-    y = ours(x, w, b, case)
-    expected, inputs64 = reference(x, w, b, case)
-    assert_gradients_close(y, expected, (x, w, b), inputs64, case, dtype, device)
+    assert_backward_matches_reference(case, dtype, device)
 
 
 # A weight or bias in any layout (an nn.Module's may be a view): tensor-core, depthwise and direct paths

@@ -5,7 +5,7 @@
 // is, for each tap, a GEMM with M = ci, N = co and the reduction over positions (n, m). Taps of one
 // phase read the same gy positions, so they are handled together in tap groups of up to
 // kWgGroupTaps (the x window of the group covers every shift). A block owns one output tile
-// (group, 32 or 64 ci, 64 co, tap group) and one slice of the (n, m-chunk) items; it stages per item
+// (group, 32 or 64 ci, 32 or 64 co, tap group) and one slice of the (n, m-chunk) items; it stages per item
 //   gy_s[co][q]   gy[n, co, (m0 + q)*stride + phase]       q in [0, kWgPositions)
 //   x_s[ci][q]    x[n, ci, m0 + q - group_shift_max]         q in [0, kWgPositions + span)
 // (zero outside the tensors), double-buffered in the input's own type, runs mma.sync (4 or 8 warps,
@@ -145,7 +145,7 @@ __global__ void __launch_bounds__(kWgThreadsOf<kCiWarps, kCoWarps>)
     if (gy_vector > 1) {  // stride 1: gy positions m0 + q
       with_vector_size(gy_vector, [&](auto vector) {
         constexpr int kVector = decltype(vector)::value, kVectorsPerRow = kWgPositions / kVector;
-#pragma unroll(k16 ? 1 : 4)  // 16-bit: unrolled, the pair copies' loops took 32 more registers
+#pragma unroll(k16 ? 1 : 4)  // 16-bit rolled: unrolled, the pair copies' loops took 32 more registers
         for (int index = threadIdx.x; index < kWgBlockCo * kVectorsPerRow; index += kWgThreads) {
           const int co = index / kVectorsPerRow, q = index % kVectorsPerRow * kVector;
           const int64_t j = m0 + q;
