@@ -326,7 +326,7 @@ bool run_gemm(const GemmProblem& problem, const at::Tensor& in, const at::Tensor
 }
 
 // grad_w = the sum of partial's slices (each grad_w.numel() elements of grad_w's accumulation type),
-// added in order: the second pass of the sliced grad_weight reductions.
+// added in a fixed order: the second pass of the sliced grad_weight and grad_bias reductions.
 void sum_slices(const at::Tensor& partial, const at::Tensor& grad_w, int64_t slices) {
   const auto stream = at::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, grad_w.scalar_type(), "convt_sum_slices", [&] {
@@ -414,16 +414,11 @@ void launch_grad_weight(const WeightGradProblem& g, const at::Tensor& x, const a
   const auto stream = at::cuda::getCurrentCUDAStream();
   const int64_t elements = grad_w.numel();
   const at::Tensor partial = at::empty({g.slices * elements}, grad_w.options().dtype(at::kFloat));
-  // the kernel of the tile: (ci warps, co warps)
-  auto kernel = grad_weight_gemm_kernel<T, kMath, 2, 1>;
-  int threads = kWgThreadsOf<2, 1>;
-  if (g.block_ci == 64 && g.block_co == 64) {
-    kernel = grad_weight_gemm_kernel<T, kMath, 4, 2>, threads = kWgThreadsOf<4, 2>;
-  } else if (g.block_ci == 64) {
-    kernel = grad_weight_gemm_kernel<T, kMath, 4, 1>, threads = kWgThreadsOf<4, 1>;
-  } else if (g.block_co == 64) {
-    kernel = grad_weight_gemm_kernel<T, kMath, 2, 2>, threads = kWgThreadsOf<2, 2>;
-  }
+  // the kernel of the tile: (ci warps, co warps) = (block_ci / 16, block_co / 32)
+  const bool wide_ci = g.block_ci == 64, wide_co = g.block_co == 64;
+  const auto kernel = wide_ci ? (wide_co ? grad_weight_gemm_kernel<T, kMath, 4, 2> : grad_weight_gemm_kernel<T, kMath, 4, 1>)
+                              : (wide_co ? grad_weight_gemm_kernel<T, kMath, 2, 2> : grad_weight_gemm_kernel<T, kMath, 2, 1>);
+  const int threads = 32 * (g.block_ci / 16) * (g.block_co / 32);
   C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(g.smem_bytes)));
   kernel<<<unsigned(g.tiles * g.slices), threads, g.smem_bytes, stream>>>(as_t(x), as_t(grad_y),
                                                                          partial.data_ptr<float>(), g);
@@ -558,9 +553,7 @@ void backward(const at::Tensor& grad_y, const at::Tensor& x, const at::Tensor& w
           <<<grid_size(rows * kReduceThreads, kReduceThreads), kReduceThreads, 0, stream>>>(
               grad_y.data_ptr<scalar_t>(), row_sums.data_ptr<acc_t>(), p);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
-      grad_bias_kernel<scalar_t, acc_t><<<grid_size(p.out_channels, kDirectThreads), kDirectThreads, 0, stream>>>(
-          row_sums.data_ptr<acc_t>(), grad_bias.data_ptr<scalar_t>(), p);
-      C10_CUDA_KERNEL_LAUNCH_CHECK();
+      sum_slices(row_sums, grad_bias, p.batch);  // row_sums[n][co]: one slice per batch element
     }
   });
 }

@@ -132,7 +132,8 @@ __global__ void grad_weight_direct_kernel(const scalar_t* __restrict__ grad_y, c
 
 // grad_bias in two fixed-order passes (no atomics). First row_sums[n*C_out + co] = sum over j of
 // grad_y[n, co, j], a block per row (coalesced along the row; each thread keeps kLoads sums, so
-// that kLoads loads are in flight, added in a fixed order) ...
+// that kLoads loads are in flight, added in a fixed order); then sum_slices_kernel adds the rows
+// of the N batch elements (slices of C_out sums).
 template <typename scalar_t, typename acc_t, int kThreads>
 __global__ void grad_y_row_sums_kernel(const scalar_t* __restrict__ grad_y, acc_t* __restrict__ row_sums, ConvTParams p) {
   constexpr int kLoads = 4;
@@ -155,18 +156,8 @@ __global__ void grad_y_row_sums_kernel(const scalar_t* __restrict__ grad_y, acc_
   }
 }
 
-// ... then grad_bias[co] = sum over n of row_sums[n*C_out + co], in order of n.
-template <typename scalar_t, typename acc_t>
-__global__ void grad_bias_kernel(const acc_t* __restrict__ row_sums, scalar_t* __restrict__ grad_bias, ConvTParams p) {
-  for (int64_t co = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; co < p.out_channels; co += int64_t(blockDim.x) * gridDim.x) {
-    acc_t acc = 0;
-    for (int64_t n = 0; n < p.batch; ++n) acc += row_sums[n * p.out_channels + co];
-    grad_bias[co] = scalar_t(acc);
-  }
-}
-
-// grad_w[e] = the sum of partial[slice][e] over slices in a fixed order (the second pass of the
-// sliced grad_weight reductions: deterministic). A block takes 32 consecutive elements, a lane
+// out[e] = the sum of partial[slice][e] over slices in a fixed order (the second pass of the sliced
+// grad_weight reductions and of grad_bias: deterministic). A block takes 32 consecutive elements, a lane
 // each: warp w adds slices w, w + kSumWarps, ... in order, then lane by lane the warps' sums are
 // added in warp order (one thread per element summing every slice was a chain of dependent loads:
 // 76 us for kb79's 792 slices).
