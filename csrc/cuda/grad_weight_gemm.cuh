@@ -236,13 +236,17 @@ __global__ void __launch_bounds__(kWgThreadsOf<kCiWarps, kCoWarps>)
 #pragma unroll
       for (int kstep = 0; kstep < kWgPositions / kK; ++kstep) {
         const int first = kstep * kK + lane_position;
-        // B = gy (k = position, n = co): column co r of tile nt
+        // B = gy (k = position, n = co), two tiles per ldmatrix: matrix m is register m % 2 (positions
+        // from kstep * kK + (m % 2) * kNext) of tile nt + m / 2, its rows co; lane l gives row l % 8
+        // of matrix l / 8 (gy_s rows and those offsets are 16-byte aligned)
         uint32_t b[kWgTilesN][2];
 #pragma unroll
-        for (int nt = 0; nt < kWgTilesN; ++nt) {
-          const T* row = gy_s + (warp_co + nt * 8 + r) * kGyRow + first;
-          b[nt][0] = fragment_word(row, true);
-          b[nt][1] = fragment_word(row + kNext, true);
+        for (int nt = 0; nt < kWgTilesN; nt += 2) {
+          const int matrix = lane / 8;
+          const T* row = gy_s + (warp_co + (nt + matrix / 2) * 8 + lane % 8) * kGyRow + kstep * kK + (matrix % 2) * kNext;
+          uint32_t d[4];
+          ldmatrix_x4(d, row);
+          b[nt][0] = d[0], b[nt][1] = d[1], b[nt + 1][0] = d[2], b[nt + 1][1] = d[3];
         }
 #pragma unroll
         for (int t = 0; t < kWgGroupTaps; ++t) {

@@ -64,6 +64,16 @@ __device__ __forceinline__ uint32_t to_tf32(float value) {
   return result;
 }
 
+// Four 8 x 8 matrices of 16-bit values (or 8 x 4 of 32-bit ones) from shared memory, one register
+// each: lanes 8m to 8m + 7 give the 16-byte aligned row addresses of matrix m; lane l receives
+// row l / 4, 32-bit column l % 4 of every matrix (the layout of an mma B fragment register).
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&d)[4], const void* row) {
+  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+               : "r"(address));
+}
+
 // D += A * B for one m16n8k8 tile in TF32 (A: 4 registers, B: 2 registers, D: 4 floats).
 __device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
   asm volatile(
