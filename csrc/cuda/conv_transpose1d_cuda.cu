@@ -342,7 +342,9 @@ void sum_slices(const at::Tensor& partial, const at::Tensor& grad_w, int64_t sli
 
 constexpr int64_t kWgScratchBytes = int64_t(64) << 20;  // the most partial sums may take
 
-std::optional<WeightGradProblem> plan_grad_weight(const ConvTParams& p, const at::Tensor& x, const at::Tensor& grad_y) {
+// with_bias: grad_bias comes along where every phase has a tap (bias_phases > 0)
+std::optional<WeightGradProblem> plan_grad_weight(const ConvTParams& p, const at::Tensor& x, const at::Tensor& grad_y,
+                                                  bool with_bias) {
   if (!gemm_applies(p, x.scalar_type())) return std::nullopt;
   WeightGradProblem g{};
   g.batch = p.batch, g.groups = p.groups, g.cig = p.in_channels_per_group, g.cog = p.out_channels_per_group;
@@ -373,6 +375,12 @@ std::optional<WeightGradProblem> plan_grad_weight(const ConvTParams& p, const at
       for (size_t i = begin; i < end; ++i) g.group_tap[next++] = phase_taps[i];
     }
   }
+  // grad_bias along: every phase has a tap group; the first group of each phase adds its gy
+  std::fill(g.group_bias_rank, g.group_bias_rank + kMaxGemmTaps, -1);
+  int phases_with_taps = 0;
+  for (int q = 0; q < g.tap_groups; ++q)
+    if (q == 0 || g.group_phase[q] != g.group_phase[q - 1]) g.group_bias_rank[q] = phases_with_taps++;
+  g.bias_phases = with_bias && phases_with_taps == g.stride ? g.stride : 0;
   // copies of 16 bytes (4 floats or 8 16-bit values), or of 4 (16-bit pairs): the kernel's sizes
   const int element_size = int(x.element_size());
   g.x_copy_elements = widest_copy(x, g.x_batch_stride, g.x_channel_stride, g.x_length_stride, {16, 4});
@@ -401,43 +409,56 @@ std::optional<WeightGradProblem> plan_grad_weight(const ConvTParams& p, const at
   g.slices = std::clamp<int64_t>((target_blocks + g.tiles - 1) / g.tiles, 1, g.items);
   g.slices = std::max<int64_t>(1, std::min(g.slices, kWgScratchBytes / 4 / weight_elements));
   if (g.tiles * g.slices >= kGemmIndexLimit) return std::nullopt;
-  // two buffers of gy and x rows, in the input's type
+  // two buffers of gy and x rows, in the input's type, then the grad_bias slots (floats) if summed
   const int64_t buffer_elements = g.block_co * wg_gy_row(element_size) + g.block_ci * wg_x_row(g.x_row_elements, element_size);
-  g.smem_bytes = size_t(2 * buffer_elements * element_size);
+  const int64_t bias_slots = g.bias_phases > 0 ? g.block_co * kWgBiasSlots : 0;
+  g.smem_bytes = size_t(2 * buffer_elements * element_size + bias_slots * 4);
   if (g.smem_bytes > smem_budgets().one_block) return std::nullopt;  // wide tap groups (dilation in the hundreds)
   return g;
 }
 
+// grad_w, and grad_bias too where the plan has bias_phases
 template <typename T, Math kMath>
-void launch_grad_weight(const WeightGradProblem& g, const at::Tensor& x, const at::Tensor& grad_y, const at::Tensor& grad_w) {
+void launch_grad_weight(const WeightGradProblem& g, const at::Tensor& x, const at::Tensor& grad_y, const at::Tensor& grad_w,
+                        const at::Tensor& grad_bias) {
   auto as_t = [](const at::Tensor& tensor) { return reinterpret_cast<T*>(tensor.data_ptr()); };
   const auto stream = at::cuda::getCurrentCUDAStream();
   const int64_t elements = grad_w.numel();
   const at::Tensor partial = at::empty({g.slices * elements}, grad_w.options().dtype(at::kFloat));
+  const int64_t bias_slices = g.slices * g.bias_phases;  // bias_partial[slice][phase rank][co]
+  const at::Tensor bias_partial =
+      bias_slices > 0 ? at::empty({bias_slices * grad_bias.numel()}, grad_w.options().dtype(at::kFloat)) : at::Tensor();
   // the kernel of the tile: (ci warps, co warps) = (block_ci / 16, block_co / 32)
   const bool wide_ci = g.block_ci == 64, wide_co = g.block_co == 64;
   const auto kernel = wide_ci ? (wide_co ? grad_weight_gemm_kernel<T, kMath, 4, 2> : grad_weight_gemm_kernel<T, kMath, 4, 1>)
                               : (wide_co ? grad_weight_gemm_kernel<T, kMath, 2, 2> : grad_weight_gemm_kernel<T, kMath, 2, 1>);
   const int threads = 32 * (g.block_ci / 16) * (g.block_co / 32);
   C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(g.smem_bytes)));
-  kernel<<<unsigned(g.tiles * g.slices), threads, g.smem_bytes, stream>>>(as_t(x), as_t(grad_y),
-                                                                         partial.data_ptr<float>(), g);
+  kernel<<<unsigned(g.tiles * g.slices), threads, g.smem_bytes, stream>>>(
+      as_t(x), as_t(grad_y), partial.data_ptr<float>(), bias_slices > 0 ? bias_partial.data_ptr<float>() : nullptr, g);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   sum_slices(partial, grad_w, g.slices);
+  if (bias_slices > 0) sum_slices(bias_partial, grad_bias, bias_slices);
 }
 
-// grad_weight on tensor cores when a plan fits; false sends the caller to the direct kernel.
-bool run_grad_weight(const ConvTParams& p, const at::Tensor& x, const at::Tensor& grad_y, const at::Tensor& grad_w) {
-  const auto plan = plan_grad_weight(p, x, grad_y);
-  if (!plan) return false;
+// grad_weight on tensor cores when a plan fits (weight: false sends the caller to the direct
+// kernel), with grad_bias (if defined) where the plan takes it along (bias).
+struct GradWeightRun {
+  bool weight, bias;
+};
+GradWeightRun run_grad_weight(const ConvTParams& p, const at::Tensor& x, const at::Tensor& grad_y, const at::Tensor& grad_w,
+                              const at::Tensor& grad_bias) {
+  const auto plan = plan_grad_weight(p, x, grad_y, grad_bias.defined());
+  if (!plan) return {false, false};
+  const GradWeightRun run{true, plan->bias_phases > 0};
   switch (x.scalar_type()) {
     case at::kFloat:
-      tf32_allowed() ? launch_grad_weight<float, Math::kTF32>(*plan, x, grad_y, grad_w)
-                     : launch_grad_weight<float, Math::k3xTF32>(*plan, x, grad_y, grad_w);
-      return true;
-    case at::kHalf: launch_grad_weight<__half, Math::k16Bit>(*plan, x, grad_y, grad_w); return true;
-    case at::kBFloat16: launch_grad_weight<__nv_bfloat16, Math::k16Bit>(*plan, x, grad_y, grad_w); return true;
-    default: return false;
+      tf32_allowed() ? launch_grad_weight<float, Math::kTF32>(*plan, x, grad_y, grad_w, grad_bias)
+                     : launch_grad_weight<float, Math::k3xTF32>(*plan, x, grad_y, grad_w, grad_bias);
+      return run;
+    case at::kHalf: launch_grad_weight<__half, Math::k16Bit>(*plan, x, grad_y, grad_w, grad_bias); return run;
+    case at::kBFloat16: launch_grad_weight<__nv_bfloat16, Math::k16Bit>(*plan, x, grad_y, grad_w, grad_bias); return run;
+    default: return {false, false};
   }
 }
 
@@ -515,7 +536,9 @@ void backward(const at::Tensor& grad_y, const at::Tensor& x, const at::Tensor& w
   const bool grad_x_on_tensor_cores = grad_x.defined() && gemm_applies(p, x.scalar_type()) &&
                                      run_gemm(gemm_problem(p, /*forward=*/false), grad_y, w, gemm_weight(p, /*forward=*/false),
                                               at::Tensor(), grad_x);
-  const bool grad_w_on_tensor_cores = grad_w.defined() && run_grad_weight(p, x, grad_y, grad_w);
+  const GradWeightRun tensor_cores =
+      grad_w.defined() ? run_grad_weight(p, x, grad_y, grad_w, grad_bias) : GradWeightRun{false, false};
+  const bool grad_w_on_tensor_cores = tensor_cores.weight;
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "conv_transpose1d_backward_cuda", [&] {
     using acc_t = at::opmath_type<scalar_t>;
     const auto depthwise = depthwise_args(p, /*forward=*/false, x.element_size());
@@ -546,7 +569,7 @@ void backward(const at::Tensor& grad_y, const at::Tensor& x, const at::Tensor& w
               grad_y.data_ptr<scalar_t>(), x.data_ptr<scalar_t>(), grad_w.data_ptr<scalar_t>(), p);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     }
-    if (grad_bias.defined()) {
+    if (grad_bias.defined() && !tensor_cores.bias) {
       const int64_t rows = p.batch * p.out_channels;
       const at::Tensor row_sums = at::empty({rows}, grad_y.options().dtype(c10::CppTypeToScalarType<acc_t>::value));
       grad_y_row_sums_kernel<scalar_t, acc_t, kReduceThreads>

@@ -14,6 +14,12 @@
 // other rows one element at a time (asynchronously for float). A second kernel adds the slices in
 // order (sum_slices_kernel): no atomics, the same inputs give bit-identical gradients.
 //
+// grad_bias[co] = sum over n, j of gy[n, co, j] comes along where every phase has a tap: the blocks
+// of ci tile 0 and of the first tap group of a phase stage each gy position of that phase exactly
+// once. In the pass over a thread's landed copies (before TF32 rounding) they add each gy copy into
+// a shared slot of its own (bias_s[co][copy index within the row]), sum each co's slots in order at
+// the end and write bias_partial[slice][phase rank][co]; sum_slices adds those in order.
+//
 // float32 goes through TF32 mma (m16n8k8) as TF32 (rounded to nearest) or 3xTF32 (strict), as the
 // forward; bfloat16 and float16 through their own mma (m16n8k16, fp32 accumulation), two positions
 // to a 32-bit register. A tap whose x window starts at an odd position reads its A pairs as two
@@ -37,6 +43,7 @@ template <int kCiWarps, int kCoWarps>
 constexpr int kWgThreadsOf = 32 * kCiWarps * kCoWarps;
 constexpr int kWgPositions = 64;              // positions m per item: 8 k-steps
 constexpr int kWgGroupTaps = 4;
+constexpr int kWgBiasSlots = 33;  // per co: one per copy of a row (at most 32), padded against bank conflicts
 // Elements per staged row, in 32-bit words ≡ 4 (mod 8): the 8 ci or co rows x 4 columns of a fragment
 // load hit 32 different banks; rows stay 16-byte aligned. gy: kWgPositions plus 4 floats or 8 16-bit
 // values; x: x_row_elements (≡ 4 mod 32, planned for floats) plus 4 more 16-bit values.
@@ -66,6 +73,10 @@ struct WeightGradProblem {
   int64_t chunks_per_row;      // items per batch element: ceil(longest phase / kWgPositions)
   int64_t items;               // batch * chunks_per_row
   int64_t slices;              // item ranges; partial holds one grad_w per slice
+  // grad_bias: 0, or the stride when every phase has a tap and the sums come along (see above);
+  // group_bias_rank[q] is the phase's rank for the first tap group of each phase, else -1
+  int bias_phases;
+  int group_bias_rank[kMaxGemmTaps];
   size_t smem_bytes;
 };
 
@@ -84,7 +95,7 @@ __device__ __forceinline__ uint32_t fragment_word(const T* at, bool aligned) {
 template <typename T, Math kMath, int kCiWarps, int kCoWarps>
 __global__ void __launch_bounds__(kWgThreadsOf<kCiWarps, kCoWarps>)
     grad_weight_gemm_kernel(const T* __restrict__ x, const T* __restrict__ gy, float* __restrict__ partial,
-                            const __grid_constant__ WeightGradProblem p) {
+                            float* __restrict__ bias_partial, const __grid_constant__ WeightGradProblem p) {
   constexpr int kWgThreads = kWgThreadsOf<kCiWarps, kCoWarps>, kWgBlockCi = 16 * kCiWarps;
   constexpr int kWgBlockCo = kWgBlockCoOf<kCoWarps>;
   constexpr bool k16 = kMath == Math::k16Bit;
@@ -94,6 +105,7 @@ __global__ void __launch_bounds__(kWgThreadsOf<kCiWarps, kCoWarps>)
   extern __shared__ __align__(16) unsigned char wg_smem[];
   T* gy_buffers = reinterpret_cast<T*>(wg_smem);       // 2 x kWgBlockCo x kGyRow
   T* x_buffers = gy_buffers + 2 * kWgBlockCo * kGyRow;  // 2 x kWgBlockCi x x_row
+  float* bias_s = reinterpret_cast<float*>(x_buffers + 2 * kWgBlockCi * x_row);  // kWgBlockCo x kWgBiasSlots, if summed
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int warp_ci = (warp % kCiWarps) * 16, warp_co = (warp / kCiWarps) * kWgTilesN * 8;
 
@@ -109,6 +121,7 @@ __global__ void __launch_bounds__(kWgThreadsOf<kCiWarps, kCoWarps>)
   const int64_t ci_left = p.cig - int64_t(ci_tile) * kWgBlockCi, co_left = p.cog - int64_t(co_tile) * kWgBlockCo;
   const int ci_count = ci_left < kWgBlockCi ? int(ci_left) : kWgBlockCi;  // rows and columns of the tile inside
   const int co_count = co_left < kWgBlockCo ? int(co_left) : kWgBlockCo;
+  const bool sums_bias = p.bias_phases > 0 && ci_tile == 0 && p.group_bias_rank[tap_group] >= 0;  // (block-uniform)
 
   // x_s position q holds x position m0 - shift_max - x_lead + q; x_lead aligns the copies
   const int x_vector = p.x_copy_elements, gy_vector = p.gy_copy_elements;
@@ -136,8 +149,9 @@ __global__ void __launch_bounds__(kWgThreadsOf<kCiWarps, kCoWarps>)
   };
   // Stage item (n, m chunk) into buffer `buffer`: vector copies spread over the block, or one
   // element at a time with a warp per row and lanes along positions. The visitors get the shared
-  // slot, the source, and for vector copies the vector size and how many of its elements lie
-  // inside; the same walk serves the pass over this thread's landed copies below.
+  // slot, the source, for vector copies the vector size and how many of its elements lie inside,
+  // and the copy's grad_bias slot (gy; nullptr for x); the same walk serves the pass over this
+  // thread's landed copies below, so a bias slot always belongs to the same thread.
   auto for_each_copy = [&](int64_t item, int buffer, auto&& vector_copy, auto&& element_copy) {
     const int64_t n = item / p.chunks_per_row, m0 = item % p.chunks_per_row * kWgPositions;
     T* gy_s = gy_buffers + buffer * kWgBlockCo * kGyRow;
@@ -150,7 +164,8 @@ __global__ void __launch_bounds__(kWgThreadsOf<kCiWarps, kCoWarps>)
           const int co = index / kVectorsPerRow, q = index % kVectorsPerRow * kVector;
           const int64_t j = m0 + q;
           const int inside = co < co_count ? elements_inside(p.length_out - j, kVector) : 0;
-          vector_copy(gy_s + co * kGyRow + q, inside ? gy_n + co * p.gy_channel_stride + j : gy, kVector, inside);
+          vector_copy(gy_s + co * kGyRow + q, inside ? gy_n + co * p.gy_channel_stride + j : gy, kVector, inside,
+                      bias_s + co * kWgBiasSlots + index % kVectorsPerRow);
         }
       });
     } else {
@@ -158,7 +173,7 @@ __global__ void __launch_bounds__(kWgThreadsOf<kCiWarps, kCoWarps>)
         for (int q = lane; q < kWgPositions; q += 32) {
           const int64_t j = (m0 + q) * p.stride + phase;
           element_copy(gy_s + co * kGyRow + q, gy_n + co * p.gy_channel_stride + j * p.gy_length_stride,
-                       co < co_count && j < p.length_out);
+                       co < co_count && j < p.length_out, bias_s + co * kWgBiasSlots + lane);
         }
       }
     }
@@ -173,7 +188,7 @@ __global__ void __launch_bounds__(kWgThreadsOf<kCiWarps, kCoWarps>)
           const int ci = index / x_vectors_per_row, q = index % x_vectors_per_row * kVector;
           const int64_t i = first_position + q;
           const int inside = ci < ci_count && i >= 0 ? elements_inside(p.length_in - i, kVector) : 0;
-          vector_copy(x_s + ci * x_row + q, inside ? x_n + ci * p.x_channel_stride + i : x, kVector, inside);
+          vector_copy(x_s + ci * x_row + q, inside ? x_n + ci * p.x_channel_stride + i : x, kVector, inside, nullptr);
         }
       });
     } else {
@@ -181,7 +196,7 @@ __global__ void __launch_bounds__(kWgThreadsOf<kCiWarps, kCoWarps>)
         for (int q = lane; q < x_positions; q += 32) {
           const int64_t i = first_position + q;
           element_copy(x_s + ci * x_row + q, x_n + ci * p.x_channel_stride + i * p.x_length_stride,
-                       ci < ci_count && i >= 0 && i < p.length_in);
+                       ci < ci_count && i >= 0 && i < p.length_in, nullptr);
         }
       }
     }
@@ -189,21 +204,31 @@ __global__ void __launch_bounds__(kWgThreadsOf<kCiWarps, kCoWarps>)
   auto stage = [&](int64_t item, int buffer) {
     for_each_copy(
         item, buffer,
-        [&](T* to, const T* from, int vector, int inside) {
+        [&](T* to, const T* from, int vector, int inside, float*) {
           cp_async(to, from, vector * int(sizeof(T)), inside * int(sizeof(T)));
         },
-        [&](T* to, const T* from, bool inside) { copy(to, from, inside); });
+        [&](T* to, const T* from, bool inside, float*) { copy(to, from, inside); });
   };
 
-  // TF32: once this thread's copies have landed (cp.async.wait_group), round them to TF32 in place,
-  // once instead of at every fragment load.
-  auto round_own_copies = [&](int64_t item, int buffer) {
-    if constexpr (kMath == Math::kTF32) {
-      auto round = [](float* value) { *value = __uint_as_float(to_tf32(*value)); };
-      for_each_copy(
-          item, buffer, [&](float* to, const T*, int vector, int) { for (int e = 0; e < vector; ++e) round(to + e); },
-          [&](float* to, const T*, bool) { round(to); });
-    }
+  // Once this thread's copies have landed (cp.async.wait_group): a block that sums grad_bias adds
+  // each gy copy into its slot (before rounding), and TF32 rounds the copies in place, once instead
+  // of at every fragment load.
+  auto finish_own_copies = [&](int64_t item, int buffer) {
+    constexpr bool kRound = kMath == Math::kTF32;
+    if (!kRound && !sums_bias) return;
+    auto finish = [&](T* values, int count, float* bias_slot) {
+      if (sums_bias && bias_slot != nullptr) {
+        float sum = 0.0f;
+        for (int e = 0; e < count; ++e) sum += to_float(values[e]);
+        *bias_slot += sum;
+      }
+      if constexpr (kRound) {
+        for (int e = 0; e < count; ++e) values[e] = __uint_as_float(to_tf32(values[e]));
+      }
+    };
+    for_each_copy(
+        item, buffer, [&](T* to, const T*, int vector, int, float* bias_slot) { finish(to, vector, bias_slot); },
+        [&](T* to, const T*, bool, float* bias_slot) { finish(to, 1, bias_slot); });
   };
 
   Accumulator<kMath> acc[kWgGroupTaps][kWgTilesN];
@@ -212,6 +237,10 @@ __global__ void __launch_bounds__(kWgThreadsOf<kCiWarps, kCoWarps>)
 #pragma unroll
     for (int nt = 0; nt < kWgTilesN; ++nt) acc[t][nt].clear();
   const int64_t begin = slice * p.items / p.slices, end = (slice + 1) * p.items / p.slices;
+  if (sums_bias) {
+    for (int i = threadIdx.x; i < kWgBlockCo * kWgBiasSlots; i += kWgThreads) bias_s[i] = 0.0f;
+    __syncthreads();
+  }
   if (begin < end) stage(begin, 0);
   cp_async_commit();
   int buffer = 0;
@@ -219,7 +248,7 @@ __global__ void __launch_bounds__(kWgThreadsOf<kCiWarps, kCoWarps>)
     if (item + 1 < end) stage(item + 1, buffer ^ 1);
     cp_async_commit();
     cp_async_wait<1>();
-    round_own_copies(item, buffer);
+    finish_own_copies(item, buffer);
     __syncthreads();
     const T* gy_s = gy_buffers + buffer * kWgBlockCo * kGyRow;
     const T* x_s = x_buffers + buffer * kWgBlockCi * x_row;
@@ -286,6 +315,15 @@ __global__ void __launch_bounds__(kWgThreadsOf<kCiWarps, kCoWarps>)
     __syncthreads();  // this buffer is consumed before the item after next overwrites it
   }
   cp_async_wait<0>();
+
+  if (sums_bias) {  // each co's slots, in slot order
+    __syncthreads();
+    if (threadIdx.x < co_count) {
+      float total = 0.0f;
+      for (int slot = 0; slot < kWgBiasSlots; ++slot) total += bias_s[threadIdx.x * kWgBiasSlots + slot];
+      bias_partial[(slice * p.bias_phases + p.group_bias_rank[tap_group]) * p.groups * p.cog + first_co + threadIdx.x] = total;
+    }
+  }
 
   // partial[slice][(g*Cig + ci) * Cog + co][k]: element e of tile nt sits at ci row lane/4 (+8 for
   // e >= 2) and co column 2*(lane%4) + e%2.
