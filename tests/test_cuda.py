@@ -80,13 +80,16 @@ def test_wide_tiles_forward_and_backward(case, dtype, tf32):
 
 # grad_weight's four tile kernels (16 x 32 warp tiles): 32 or 64 ci x 32 or 64 co by the channels per
 # group, every tile part-empty, with stride 1 (vector copies of grad_y) and stride 2 (element copies).
-# grad_bias comes along where every phase has a tap (all but the last case), else from its own pass.
+# grad_bias comes along where every phase has a tap and its slots fit (the blocks of a phase take the
+# items in turns), else from its own pass (a phase without taps: the last case).
 GRAD_WEIGHT_TILE_CASES = [
     Case(4, 24, 20, 3, 900, padding=1),                 # 32 ci x 32 co
     Case(4, 40, 24, 4, 700, stride=2, padding=1),       # 64 ci x 32 co, strided
     Case(3, 20, 56, 5, 800, padding=3, dilation=2),     # 32 ci x 64 co
     Case(2, 80, 48, 3, 600, stride=2, groups=2),        # 64 ci x 32 co per group, two groups
-    Case(2, 24, 40, 10, 400, stride=2, padding=3),      # 5 taps a phase: two tap groups, the first sums the bias
+    Case(2, 24, 40, 10, 400, stride=2, padding=3),      # 5 taps a phase: two tap groups per phase
+    Case(2, 80, 40, 10, 400, stride=2, padding=3),      # two ci tiles x two tap groups take turns
+    Case(1, 80, 24, 10, 20, stride=2, padding=3),       # one item: fewer than the turns
     Case(3, 40, 24, 2, 500, stride=3, output_padding=2),  # a phase without taps
 ]
 

@@ -342,7 +342,7 @@ void sum_slices(const at::Tensor& partial, const at::Tensor& grad_w, int64_t sli
 
 constexpr int64_t kWgScratchBytes = int64_t(64) << 20;  // the most partial sums may take
 
-// with_bias: grad_bias comes along where every phase has a tap (bias_phases > 0)
+// with_bias: grad_bias may come along (sums_bias; see grad_weight_gemm.cuh)
 std::optional<WeightGradProblem> plan_grad_weight(const ConvTParams& p, const at::Tensor& x, const at::Tensor& grad_y,
                                                   bool with_bias) {
   if (!gemm_applies(p, x.scalar_type())) return std::nullopt;
@@ -375,12 +375,16 @@ std::optional<WeightGradProblem> plan_grad_weight(const ConvTParams& p, const at
       for (size_t i = begin; i < end; ++i) g.group_tap[next++] = phase_taps[i];
     }
   }
-  // grad_bias along: every phase has a tap group; the first group of each phase adds its gy
-  std::fill(g.group_bias_rank, g.group_bias_rank + kMaxGemmTaps, -1);
+  // the groups of a phase are consecutive: count and number them for grad_bias's turns
   int phases_with_taps = 0;
-  for (int q = 0; q < g.tap_groups; ++q)
-    if (q == 0 || g.group_phase[q] != g.group_phase[q - 1]) g.group_bias_rank[q] = phases_with_taps++;
-  g.bias_phases = with_bias && phases_with_taps == g.stride ? g.stride : 0;
+  for (int q = 0; q < g.tap_groups; ++q) {
+    const bool first_of_phase = q == 0 || g.group_phase[q] != g.group_phase[q - 1];
+    phases_with_taps += first_of_phase;
+    g.group_phase_index[q] = first_of_phase ? 0 : g.group_phase_index[q - 1] + 1;
+  }
+  for (int q = g.tap_groups - 1; q >= 0; --q)
+    g.group_phase_groups[q] = q + 1 < g.tap_groups && g.group_phase[q + 1] == g.group_phase[q] ? g.group_phase_groups[q + 1]
+                                                                                               : g.group_phase_index[q] + 1;
   // copies of 16 bytes (4 floats or 8 16-bit values), or of 4 (16-bit pairs): the kernel's sizes
   const int element_size = int(x.element_size());
   g.x_copy_elements = widest_copy(x, g.x_batch_stride, g.x_channel_stride, g.x_length_stride, {16, 4});
@@ -409,15 +413,25 @@ std::optional<WeightGradProblem> plan_grad_weight(const ConvTParams& p, const at
   g.slices = std::clamp<int64_t>((target_blocks + g.tiles - 1) / g.tiles, 1, g.items);
   g.slices = std::max<int64_t>(1, std::min(g.slices, kWgScratchBytes / 4 / weight_elements));
   if (g.tiles * g.slices >= kGemmIndexLimit) return std::nullopt;
-  // two buffers of gy and x rows, in the input's type, then the grad_bias slots (floats) if summed
+  // two buffers of gy and x rows, in the input's type
   const int64_t buffer_elements = g.block_co * wg_gy_row(element_size) + g.block_ci * wg_x_row(g.x_row_elements, element_size);
-  const int64_t bias_slots = g.bias_phases > 0 ? g.block_co * kWgBiasSlots : 0;
-  g.smem_bytes = size_t(2 * buffer_elements * element_size + bias_slots * 4);
+  g.smem_bytes = size_t(2 * buffer_elements * element_size);
   if (g.smem_bytes > smem_budgets().one_block) return std::nullopt;  // wide tap groups (dilation in the hundreds)
+  // grad_bias comes along (its slots, floats, after the buffers) where every phase has a tap, so no
+  // row-sum pass is left, and where the slots leave as many blocks per SM room in shared memory
+  // (session 9: grouped TF32 went from 6 to 5 blocks, fwd+bwd 1.327 -> 1.357 ms)
+  g.bias_slots = g.gy_copy_elements > 1 ? kWgPositions / g.gy_copy_elements : 32;
+  const size_t with_slots = g.smem_bytes + size_t(g.block_co * g.bias_slots * 4);
+  auto blocks_per_sm = [device = at::cuda::getCurrentDeviceProperties()](size_t smem_bytes) {
+    return device->sharedMemPerMultiprocessor / (smem_bytes + device->reservedSharedMemPerBlock);
+  };
+  g.sums_bias = with_bias && phases_with_taps == g.stride && with_slots <= smem_budgets().one_block &&
+                blocks_per_sm(with_slots) == blocks_per_sm(g.smem_bytes);
+  if (g.sums_bias) g.smem_bytes = with_slots;
   return g;
 }
 
-// grad_w, and grad_bias too where the plan has bias_phases
+// grad_w, and grad_bias too where the plan sums it
 template <typename T, Math kMath>
 void launch_grad_weight(const WeightGradProblem& g, const at::Tensor& x, const at::Tensor& grad_y, const at::Tensor& grad_w,
                         const at::Tensor& grad_bias) {
@@ -425,7 +439,7 @@ void launch_grad_weight(const WeightGradProblem& g, const at::Tensor& x, const a
   const auto stream = at::cuda::getCurrentCUDAStream();
   const int64_t elements = grad_w.numel();
   const at::Tensor partial = at::empty({g.slices * elements}, grad_w.options().dtype(at::kFloat));
-  const int64_t bias_slices = g.slices * g.bias_phases;  // bias_partial[slice][phase rank][co]
+  const int64_t bias_slices = g.sums_bias ? g.slices * g.ci_tiles * g.tap_groups : 0;  // bias_partial[slice][ci tile][tap group][co]
   const at::Tensor bias_partial =
       bias_slices > 0 ? at::empty({bias_slices * grad_bias.numel()}, grad_w.options().dtype(at::kFloat)) : at::Tensor();
   // the kernel of the tile: (ci warps, co warps) = (block_ci / 16, block_co / 32)
@@ -450,7 +464,7 @@ GradWeightRun run_grad_weight(const ConvTParams& p, const at::Tensor& x, const a
                               const at::Tensor& grad_bias) {
   const auto plan = plan_grad_weight(p, x, grad_y, grad_bias.defined());
   if (!plan) return {false, false};
-  const GradWeightRun run{true, plan->bias_phases > 0};
+  const GradWeightRun run{true, plan->sums_bias != 0};
   switch (x.scalar_type()) {
     case at::kFloat:
       tf32_allowed() ? launch_grad_weight<float, Math::kTF32>(*plan, x, grad_y, grad_w, grad_bias)

@@ -14,11 +14,12 @@
 // other rows one element at a time (asynchronously for float). A second kernel adds the slices in
 // order (sum_slices_kernel): no atomics, the same inputs give bit-identical gradients.
 //
-// grad_bias[co] = sum over n, j of gy[n, co, j] comes along where every phase has a tap: the blocks
-// of ci tile 0 and of the first tap group of a phase stage each gy position of that phase exactly
-// once. In the pass over a thread's landed copies (before TF32 rounding) they add each gy copy into
-// a shared slot of its own (bias_s[co][copy index within the row]), sum each co's slots in order at
-// the end and write bias_partial[slice][phase rank][co]; sum_slices adds those in order.
+// grad_bias[co] = sum over n, j of gy[n, co, j] comes along where every phase has a tap (sums_bias):
+// every block of a phase (ci tiles x the phase's tap groups) stages each of its slice's items, so
+// the items are dealt round robin to those blocks, and each block adds the gy copies of its own
+// items, in the pass over a thread's landed copies (before TF32 rounding), into a shared slot of
+// the thread's own (bias_s[co][copy index within the row]). At the end it sums each co's slots in
+// order into bias_partial[slice][ci tile][tap group][co]; sum_slices adds those in order.
 //
 // float32 goes through TF32 mma (m16n8k8) as TF32 (rounded to nearest) or 3xTF32 (strict), as the
 // forward; bfloat16 and float16 through their own mma (m16n8k16, fp32 accumulation), two positions
@@ -43,7 +44,6 @@ template <int kCiWarps, int kCoWarps>
 constexpr int kWgThreadsOf = 32 * kCiWarps * kCoWarps;
 constexpr int kWgPositions = 64;              // positions m per item: 8 k-steps
 constexpr int kWgGroupTaps = 4;
-constexpr int kWgBiasSlots = 33;  // per co: one per copy of a row (at most 32), padded against bank conflicts
 // Elements per staged row, in 32-bit words ≡ 4 (mod 8): the 8 ci or co rows x 4 columns of a fragment
 // load hit 32 different banks; rows stay 16-byte aligned. gy: kWgPositions plus 4 floats or 8 16-bit
 // values; x: x_row_elements (≡ 4 mod 32, planned for floats) plus 4 more 16-bit values.
@@ -73,10 +73,10 @@ struct WeightGradProblem {
   int64_t chunks_per_row;      // items per batch element: ceil(longest phase / kWgPositions)
   int64_t items;               // batch * chunks_per_row
   int64_t slices;              // item ranges; partial holds one grad_w per slice
-  // grad_bias: 0, or the stride when every phase has a tap and the sums come along (see above);
-  // group_bias_rank[q] is the phase's rank for the first tap group of each phase, else -1
-  int bias_phases;
-  int group_bias_rank[kMaxGemmTaps];
+  // grad_bias (see above): sums_bias; the tap groups of q's phase: group_phase_groups[q] of them,
+  // q the group_phase_index[q]-th; bias_slots per co row: one per copy of a row (16, 8 or 32)
+  int sums_bias, bias_slots;
+  int group_phase_groups[kMaxGemmTaps], group_phase_index[kMaxGemmTaps];
   size_t smem_bytes;
 };
 
@@ -105,7 +105,7 @@ __global__ void __launch_bounds__(kWgThreadsOf<kCiWarps, kCoWarps>)
   extern __shared__ __align__(16) unsigned char wg_smem[];
   T* gy_buffers = reinterpret_cast<T*>(wg_smem);       // 2 x kWgBlockCo x kGyRow
   T* x_buffers = gy_buffers + 2 * kWgBlockCo * kGyRow;  // 2 x kWgBlockCi x x_row
-  float* bias_s = reinterpret_cast<float*>(x_buffers + 2 * kWgBlockCi * x_row);  // kWgBlockCo x kWgBiasSlots, if summed
+  float* bias_s = reinterpret_cast<float*>(x_buffers + 2 * kWgBlockCi * x_row);  // kWgBlockCo x bias_slots, if summed
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int warp_ci = (warp % kCiWarps) * 16, warp_co = (warp / kCiWarps) * kWgTilesN * 8;
 
@@ -121,7 +121,9 @@ __global__ void __launch_bounds__(kWgThreadsOf<kCiWarps, kCoWarps>)
   const int64_t ci_left = p.cig - int64_t(ci_tile) * kWgBlockCi, co_left = p.cog - int64_t(co_tile) * kWgBlockCo;
   const int ci_count = ci_left < kWgBlockCi ? int(ci_left) : kWgBlockCi;  // rows and columns of the tile inside
   const int co_count = co_left < kWgBlockCo ? int(co_left) : kWgBlockCo;
-  const bool sums_bias = p.bias_phases > 0 && ci_tile == 0 && p.group_bias_rank[tap_group] >= 0;  // (block-uniform)
+  // grad_bias: this block's turn among bias_share blocks of the phase
+  const int bias_share = p.ci_tiles * p.group_phase_groups[tap_group];
+  const int bias_rank = ci_tile * p.group_phase_groups[tap_group] + p.group_phase_index[tap_group];
 
   // x_s position q holds x position m0 - shift_max - x_lead + q; x_lead aligns the copies
   const int x_vector = p.x_copy_elements, gy_vector = p.gy_copy_elements;
@@ -147,12 +149,12 @@ __global__ void __launch_bounds__(kWgThreadsOf<kCiWarps, kCoWarps>)
       cp_async_4(to, inside ? from : x, inside ? 4 : 0);
     }
   };
-  // Stage item (n, m chunk) into buffer `buffer`: vector copies spread over the block, or one
-  // element at a time with a warp per row and lanes along positions. The visitors get the shared
-  // slot, the source, for vector copies the vector size and how many of its elements lie inside,
-  // and the copy's grad_bias slot (gy; nullptr for x); the same walk serves the pass over this
-  // thread's landed copies below, so a bias slot always belongs to the same thread.
-  auto for_each_copy = [&](int64_t item, int buffer, auto&& vector_copy, auto&& element_copy) {
+  // Stage item (n, m chunk) into buffer `buffer` (gy, then x if with_x): vector copies spread over
+  // the block, or one element at a time with a warp per row and lanes along positions. The visitors
+  // get the shared slot, the source, for vector copies the vector size and how many of its elements
+  // lie inside, and the copy's grad_bias slot (gy; nullptr for x); the same walk serves the pass
+  // over this thread's landed copies below, so a bias slot always belongs to the same thread.
+  auto for_each_copy = [&](int64_t item, int buffer, bool with_x, auto&& vector_copy, auto&& element_copy) {
     const int64_t n = item / p.chunks_per_row, m0 = item % p.chunks_per_row * kWgPositions;
     T* gy_s = gy_buffers + buffer * kWgBlockCo * kGyRow;
     const T* gy_n = gy + n * p.gy_batch_stride + first_co * p.gy_channel_stride;
@@ -165,7 +167,7 @@ __global__ void __launch_bounds__(kWgThreadsOf<kCiWarps, kCoWarps>)
           const int64_t j = m0 + q;
           const int inside = co < co_count ? elements_inside(p.length_out - j, kVector) : 0;
           vector_copy(gy_s + co * kGyRow + q, inside ? gy_n + co * p.gy_channel_stride + j : gy, kVector, inside,
-                      bias_s + co * kWgBiasSlots + index % kVectorsPerRow);
+                      bias_s + index);  // slot co * bias_slots + index % kVectorsPerRow
         }
       });
     } else {
@@ -173,10 +175,11 @@ __global__ void __launch_bounds__(kWgThreadsOf<kCiWarps, kCoWarps>)
         for (int q = lane; q < kWgPositions; q += 32) {
           const int64_t j = (m0 + q) * p.stride + phase;
           element_copy(gy_s + co * kGyRow + q, gy_n + co * p.gy_channel_stride + j * p.gy_length_stride,
-                       co < co_count && j < p.length_out, bias_s + co * kWgBiasSlots + lane);
+                       co < co_count && j < p.length_out, bias_s + co * p.bias_slots + lane);
         }
       }
     }
+    if (!with_x) return;
     T* x_s = x_buffers + buffer * kWgBlockCi * x_row;
     const T* x_n = x + n * p.x_batch_stride + first_ci * p.x_channel_stride;
     const int64_t first_position = m0 - shift_max - x_lead;
@@ -203,21 +206,21 @@ __global__ void __launch_bounds__(kWgThreadsOf<kCiWarps, kCoWarps>)
   };
   auto stage = [&](int64_t item, int buffer) {
     for_each_copy(
-        item, buffer,
+        item, buffer, /*with_x=*/true,
         [&](T* to, const T* from, int vector, int inside, float*) {
           cp_async(to, from, vector * int(sizeof(T)), inside * int(sizeof(T)));
         },
         [&](T* to, const T* from, bool inside, float*) { copy(to, from, inside); });
   };
 
-  // Once this thread's copies have landed (cp.async.wait_group): a block that sums grad_bias adds
-  // each gy copy into its slot (before rounding), and TF32 rounds the copies in place, once instead
-  // of at every fragment load.
-  auto finish_own_copies = [&](int64_t item, int buffer) {
+  // Once this thread's copies have landed (cp.async.wait_group): on the block's grad_bias items
+  // (bias_item) it adds each gy copy into its slot (before rounding), and TF32 rounds the copies in
+  // place, once instead of at every fragment load.
+  auto finish_own_copies = [&](int64_t item, int buffer, bool bias_item) {
     constexpr bool kRound = kMath == Math::kTF32;
-    if (!kRound && !sums_bias) return;
+    if (!kRound && !bias_item) return;
     auto finish = [&](T* values, int count, float* bias_slot) {
-      if (sums_bias && bias_slot != nullptr) {
+      if (bias_item && bias_slot != nullptr) {
         float sum = 0.0f;
         for (int e = 0; e < count; ++e) sum += to_float(values[e]);
         *bias_slot += sum;
@@ -227,7 +230,7 @@ __global__ void __launch_bounds__(kWgThreadsOf<kCiWarps, kCoWarps>)
       }
     };
     for_each_copy(
-        item, buffer, [&](T* to, const T*, int vector, int, float* bias_slot) { finish(to, vector, bias_slot); },
+        item, buffer, /*with_x=*/kRound, [&](T* to, const T*, int vector, int, float* bias_slot) { finish(to, vector, bias_slot); },
         [&](T* to, const T*, bool, float* bias_slot) { finish(to, 1, bias_slot); });
   };
 
@@ -237,18 +240,20 @@ __global__ void __launch_bounds__(kWgThreadsOf<kCiWarps, kCoWarps>)
 #pragma unroll
     for (int nt = 0; nt < kWgTilesN; ++nt) acc[t][nt].clear();
   const int64_t begin = slice * p.items / p.slices, end = (slice + 1) * p.items / p.slices;
-  if (sums_bias) {
-    for (int i = threadIdx.x; i < kWgBlockCo * kWgBiasSlots; i += kWgThreads) bias_s[i] = 0.0f;
+  if (p.sums_bias) {
+    for (int i = threadIdx.x; i < kWgBlockCo * p.bias_slots; i += kWgThreads) bias_s[i] = 0.0f;
     __syncthreads();
   }
   if (begin < end) stage(begin, 0);
   cp_async_commit();
-  int buffer = 0;
+  int buffer = 0, bias_turn = bias_rank;  // items until this block's next grad_bias item
   for (int64_t item = begin; item < end; ++item, buffer ^= 1) {
     if (item + 1 < end) stage(item + 1, buffer ^ 1);
     cp_async_commit();
     cp_async_wait<1>();
-    finish_own_copies(item, buffer);
+    const bool bias_item = p.sums_bias && bias_turn == 0;
+    bias_turn = bias_turn == 0 ? bias_share - 1 : bias_turn - 1;
+    finish_own_copies(item, buffer, bias_item);
     __syncthreads();
     const T* gy_s = gy_buffers + buffer * kWgBlockCo * kGyRow;
     const T* x_s = x_buffers + buffer * kWgBlockCi * x_row;
@@ -316,12 +321,13 @@ __global__ void __launch_bounds__(kWgThreadsOf<kCiWarps, kCoWarps>)
   }
   cp_async_wait<0>();
 
-  if (sums_bias) {  // each co's slots, in slot order
+  if (p.sums_bias) {  // each co's slots, in slot order
     __syncthreads();
     if (threadIdx.x < co_count) {
       float total = 0.0f;
-      for (int slot = 0; slot < kWgBiasSlots; ++slot) total += bias_s[threadIdx.x * kWgBiasSlots + slot];
-      bias_partial[(slice * p.bias_phases + p.group_bias_rank[tap_group]) * p.groups * p.cog + first_co + threadIdx.x] = total;
+      for (int slot = 0; slot < p.bias_slots; ++slot) total += bias_s[threadIdx.x * p.bias_slots + slot];
+      const int64_t bias_slice = (slice * p.ci_tiles + ci_tile) * p.tap_groups + tap_group;
+      bias_partial[bias_slice * p.groups * p.cog + first_co + threadIdx.x] = total;
     }
   }
 
