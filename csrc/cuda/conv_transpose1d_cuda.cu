@@ -342,7 +342,7 @@ void sum_slices(const at::Tensor& partial, const at::Tensor& grad_w, int64_t sli
 
 constexpr int64_t kWgScratchBytes = int64_t(64) << 20;  // the most partial sums may take
 
-// with_bias: grad_bias may come along (sums_bias; see grad_weight_gemm.cuh)
+// with_bias: grad_bias may come along (TF32 only: sums_bias; see grad_weight_gemm.cuh)
 std::optional<WeightGradProblem> plan_grad_weight(const ConvTParams& p, const at::Tensor& x, const at::Tensor& grad_y,
                                                   bool with_bias) {
   if (!gemm_applies(p, x.scalar_type())) return std::nullopt;
@@ -462,7 +462,7 @@ struct GradWeightRun {
 };
 GradWeightRun run_grad_weight(const ConvTParams& p, const at::Tensor& x, const at::Tensor& grad_y, const at::Tensor& grad_w,
                               const at::Tensor& grad_bias) {
-  const auto plan = plan_grad_weight(p, x, grad_y, grad_bias.defined());
+  const auto plan = plan_grad_weight(p, x, grad_y, grad_bias.defined() && x.scalar_type() == at::kFloat && tf32_allowed());
   if (!plan) return {false, false};
   const GradWeightRun run{true, plan->sums_bias != 0};
   switch (x.scalar_type()) {

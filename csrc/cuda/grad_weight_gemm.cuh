@@ -14,8 +14,9 @@
 // other rows one element at a time (asynchronously for float). A second kernel adds the slices in
 // order (sum_slices_kernel): no atomics, the same inputs give bit-identical gradients.
 //
-// grad_bias[co] = sum over n, j of gy[n, co, j] comes along where every phase has a tap (sums_bias):
-// every block of a phase (ci tiles x the phase's tap groups) stages each of its slice's items, so
+// grad_bias[co] = sum over n, j of gy[n, co, j] comes along in TF32 where every phase has a tap
+// (sums_bias), in TF32's pass over the landed copies (16-bit has no such pass; one added for the
+// sums cost 1-4 % there even where it went unused, grouped bf16 fwd+bwd 1.122 -> 1.166 ms): every block of a phase (ci tiles x the phase's tap groups) stages each of its slice's items, so
 // the items are dealt round robin to those blocks, and each block adds the gy copies of its own
 // items, in the pass over a thread's landed copies (before TF32 rounding), into a shared slot of
 // the thread's own (bias_s[co][copy index within the row]). At the end it sums each co's slots in
@@ -149,12 +150,12 @@ __global__ void __launch_bounds__(kWgThreadsOf<kCiWarps, kCoWarps>)
       cp_async_4(to, inside ? from : x, inside ? 4 : 0);
     }
   };
-  // Stage item (n, m chunk) into buffer `buffer` (gy, then x if with_x): vector copies spread over
-  // the block, or one element at a time with a warp per row and lanes along positions. The visitors
-  // get the shared slot, the source, for vector copies the vector size and how many of its elements
-  // lie inside, and the copy's grad_bias slot (gy; nullptr for x); the same walk serves the pass
-  // over this thread's landed copies below, so a bias slot always belongs to the same thread.
-  auto for_each_copy = [&](int64_t item, int buffer, bool with_x, auto&& vector_copy, auto&& element_copy) {
+  // Stage item (n, m chunk) into buffer `buffer`: vector copies spread over the block, or one
+  // element at a time with a warp per row and lanes along positions. The visitors get the shared
+  // slot, the source, for vector copies the vector size and how many of its elements lie inside,
+  // and the copy's grad_bias slot (gy; nullptr for x); the same walk serves the pass over this
+  // thread's landed copies below, so a bias slot always belongs to the same thread.
+  auto for_each_copy = [&](int64_t item, int buffer, auto&& vector_copy, auto&& element_copy) {
     const int64_t n = item / p.chunks_per_row, m0 = item % p.chunks_per_row * kWgPositions;
     T* gy_s = gy_buffers + buffer * kWgBlockCo * kGyRow;
     const T* gy_n = gy + n * p.gy_batch_stride + first_co * p.gy_channel_stride;
@@ -179,7 +180,6 @@ __global__ void __launch_bounds__(kWgThreadsOf<kCiWarps, kCoWarps>)
         }
       }
     }
-    if (!with_x) return;
     T* x_s = x_buffers + buffer * kWgBlockCi * x_row;
     const T* x_n = x + n * p.x_batch_stride + first_ci * p.x_channel_stride;
     const int64_t first_position = m0 - shift_max - x_lead;
@@ -206,32 +206,31 @@ __global__ void __launch_bounds__(kWgThreadsOf<kCiWarps, kCoWarps>)
   };
   auto stage = [&](int64_t item, int buffer) {
     for_each_copy(
-        item, buffer, /*with_x=*/true,
+        item, buffer,
         [&](T* to, const T* from, int vector, int inside, float*) {
           cp_async(to, from, vector * int(sizeof(T)), inside * int(sizeof(T)));
         },
         [&](T* to, const T* from, bool inside, float*) { copy(to, from, inside); });
   };
 
-  // Once this thread's copies have landed (cp.async.wait_group): on the block's grad_bias items
-  // (bias_item) it adds each gy copy into its slot (before rounding), and TF32 rounds the copies in
-  // place, once instead of at every fragment load.
+  // TF32: once this thread's copies have landed (cp.async.wait_group), round them to TF32 in place,
+  // once instead of at every fragment load; on the block's grad_bias items (bias_item) add each gy
+  // copy into its slot first.
+  constexpr bool kTF32 = kMath == Math::kTF32;
   auto finish_own_copies = [&](int64_t item, int buffer, bool bias_item) {
-    constexpr bool kRound = kMath == Math::kTF32;
-    if (!kRound && !bias_item) return;
-    auto finish = [&](T* values, int count, float* bias_slot) {
-      if (bias_item && bias_slot != nullptr) {
-        float sum = 0.0f;
-        for (int e = 0; e < count; ++e) sum += to_float(values[e]);
-        *bias_slot += sum;
-      }
-      if constexpr (kRound) {
+    if constexpr (kTF32) {
+      auto finish = [&](float* values, int count, float* bias_slot) {
+        if (bias_item && bias_slot != nullptr) {
+          float sum = 0.0f;
+          for (int e = 0; e < count; ++e) sum += values[e];
+          *bias_slot += sum;
+        }
         for (int e = 0; e < count; ++e) values[e] = __uint_as_float(to_tf32(values[e]));
-      }
-    };
-    for_each_copy(
-        item, buffer, /*with_x=*/kRound, [&](T* to, const T*, int vector, int, float* bias_slot) { finish(to, vector, bias_slot); },
-        [&](T* to, const T*, bool, float* bias_slot) { finish(to, 1, bias_slot); });
+      };
+      for_each_copy(
+          item, buffer, [&](float* to, const T*, int vector, int, float* bias_slot) { finish(to, vector, bias_slot); },
+          [&](float* to, const T*, bool, float* bias_slot) { finish(to, 1, bias_slot); });
+    }
   };
 
   Accumulator<kMath> acc[kWgGroupTaps][kWgTilesN];
@@ -240,7 +239,8 @@ __global__ void __launch_bounds__(kWgThreadsOf<kCiWarps, kCoWarps>)
 #pragma unroll
     for (int nt = 0; nt < kWgTilesN; ++nt) acc[t][nt].clear();
   const int64_t begin = slice * p.items / p.slices, end = (slice + 1) * p.items / p.slices;
-  if (p.sums_bias) {
+  const bool sums_bias = kTF32 && p.sums_bias;
+  if (sums_bias) {
     for (int i = threadIdx.x; i < kWgBlockCo * p.bias_slots; i += kWgThreads) bias_s[i] = 0.0f;
     __syncthreads();
   }
@@ -251,7 +251,7 @@ __global__ void __launch_bounds__(kWgThreadsOf<kCiWarps, kCoWarps>)
     if (item + 1 < end) stage(item + 1, buffer ^ 1);
     cp_async_commit();
     cp_async_wait<1>();
-    const bool bias_item = p.sums_bias && bias_turn == 0;
+    const bool bias_item = sums_bias && bias_turn == 0;
     bias_turn = bias_turn == 0 ? bias_share - 1 : bias_turn - 1;
     finish_own_copies(item, buffer, bias_item);
     __syncthreads();
@@ -321,7 +321,7 @@ __global__ void __launch_bounds__(kWgThreadsOf<kCiWarps, kCoWarps>)
   }
   cp_async_wait<0>();
 
-  if (p.sums_bias) {  // each co's slots, in slot order
+  if (sums_bias) {  // each co's slots, in slot order
     __syncthreads();
     if (threadIdx.x < co_count) {
       float total = 0.0f;
