@@ -228,6 +228,10 @@ std::optional<GemmProblem> plan_gemm_tiles(GemmProblem g, const at::Tensor& in, 
     g.div_chunks = Divider(unsigned(g.chunks));
     g.div_in_phases = Divider(unsigned(g.in_phases));
     g.div_row_copies = Divider(unsigned(g.row_copies));
+    g.tile_parts = g.stage_output ? 1 : g.out_phases;
+    g.parts = g.tiles * g.tile_parts;
+    if (g.parts >= kGemmIndexLimit) return std::nullopt;
+    g.div_tile_parts = Divider(unsigned(g.tile_parts));
     return g;
   }
   return std::nullopt;
@@ -299,7 +303,7 @@ void launch_gemm(const GemmProblem& g, const at::Tensor& in, const at::Tensor& w
   int blocks_per_sm = 0;
   C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, kernel, kGemmThreads, g.smem_bytes));
   const int64_t resident_blocks = int64_t(std::max(blocks_per_sm, 1)) * sm_count();
-  const unsigned blocks = unsigned(std::min(g.tiles, resident_blocks));  // persistent: each block walks tiles
+  const unsigned blocks = unsigned(std::min(g.parts, resident_blocks));  // persistent: each block walks parts of tiles
   kernel<<<blocks, kGemmThreads, g.smem_bytes, stream>>>(as_t(in), packed_w, bias.defined() ? as_t(bias) : nullptr,
                                                        as_t(out), g);
   C10_CUDA_KERNEL_LAUNCH_CHECK();

@@ -14,7 +14,8 @@
 //
 // A tile is (n, group, block_m rows, block_n columns col0 + [0, block_n) of every out_phase), i.e.
 // block_n*out_step consecutive out positions. It runs in steps (out_phase, in_phase, chunk of
-// channels), visiting only phases that have taps; each step stages in shared memory
+// channels), visiting only phases that have taps; persistent blocks walk the tiles, or with direct
+// stores each out_phase of a tile on its own (a part: GemmProblem::tile_parts); each step stages in shared memory
 //   x_s[ch][pos]   in[n, ch, (col0 + first_offset - lead + pos)*in_step + in_phase], zero outside
 //   w_s[slot]      A of the step's taps, in mma fragment order (pack_gemm_weight_kernel)
 // and runs mma.sync on 8 warps (warp tiles of 16, 32 or 64 rows x 32 columns; see kBlockMOf). Steps are
@@ -85,7 +86,12 @@ struct GemmProblem {
   int y_row_elements;        // floats per row of y_s: block_n * out_step + one vector of slack
   int row_tiles, col_tiles;  // col_tiles covers the longest out_phase
   int64_t tiles;
-  Divider div_col_tiles, div_row_tiles, div_batch, div_groups, div_chunks, div_in_phases, div_row_copies;
+  // Blocks walk parts of tiles: a tile's out_phases write disjoint outputs, so with direct stores
+  // each out_phase is a part of its own (tile_parts = out_phases; finer work for the last wave);
+  // staged output keeps a tile whole (tile_parts = 1). part = tile * tile_parts + out_phase.
+  int tile_parts;
+  int64_t parts;
+  Divider div_col_tiles, div_row_tiles, div_batch, div_groups, div_chunks, div_in_phases, div_row_copies, div_tile_parts;
   size_t smem_bytes;
 };
 
@@ -289,6 +295,7 @@ __global__ void __launch_bounds__(kGemmThreads, kMath == Math::k3xTF32 ? 1 : 2) 
   const int warp_col = (warp / kWarpsM) * kWarpTilesN * 8;        // first column of this warp
   const int steps = p.out_phases * p.in_phases * p.chunks;          // reduction steps of a tile
   const int phase_steps = p.in_phases * p.chunks;                   // steps of one out_phase
+  const int part_steps = steps / p.tile_parts;                      // steps of one part
   const int64_t tile_words = int64_t(p.taps) * p.slot_words;        // one (g, row_tile, chunk) of packed_w
 
   // body(ch, copy) for this thread's copies of x_s: the chunk_channels x row_copies copies of a step
@@ -468,11 +475,14 @@ __global__ void __launch_bounds__(kGemmThreads, kMath == Math::k3xTF32 ? 1 : 2) 
 
   Accumulator<kMath> acc[kWarpTilesM][kWarpTilesN];
   int64_t resident_key = -1;
-  unsigned tile_index = blockIdx.x;
-  int step_index = 0, buffer = 0;
-  if (tile_index >= p.tiles) return;
-  GemmTile tile(tile_index, p);
-  stage(tile, GemmStep(0, p), 0);
+  // a part's tile, and its first step
+  auto tile_of = [&](unsigned part) { return GemmTile(p.div_tile_parts.div(part), p); };
+  auto first_step_of = [&](unsigned part) { return int(p.div_tile_parts.mod(part)) * part_steps; };
+  unsigned part_index = blockIdx.x;
+  if (part_index >= p.parts) return;
+  GemmTile tile = tile_of(part_index);
+  int step_index = first_step_of(part_index), buffer = 0;
+  stage(tile, GemmStep(step_index, p), 0);
   cp_async_commit();
   while (true) {
     if (p.resident && tile.weight_key() != resident_key) {  // (re)load the resident weight, and wait for it
@@ -484,14 +494,13 @@ __global__ void __launch_bounds__(kGemmThreads, kMath == Math::k3xTF32 ? 1 : 2) 
       resident_key = tile.weight_key();
     }
     // the next step, prefetched into the other buffer while this one computes
-    unsigned next_index = tile_index;
+    unsigned next_index = part_index;
     int next_step = step_index + 1;
-    if (next_step == steps) {
-      next_step = 0;
-      next_index += gridDim.x;
-    }
-    const bool has_next = next_index < p.tiles;
-    const GemmTile next = next_index == tile_index || !has_next ? tile : GemmTile(next_index, p);
+    const bool next_part = next_step % part_steps == 0;
+    if (next_part) next_index += gridDim.x;
+    const bool has_next = next_index < p.parts;
+    if (next_part && has_next) next_step = first_step_of(next_index);
+    const GemmTile next = next_part && has_next ? tile_of(next_index) : tile;
     if (has_next) stage(next, GemmStep(next_step, p), buffer ^ 1);
     cp_async_commit();
     cp_async_wait<1>();
@@ -538,7 +547,7 @@ __global__ void __launch_bounds__(kGemmThreads, kMath == Math::k3xTF32 ? 1 : 2) 
     }
     __syncthreads();  // this buffer (and y_s) is consumed: the next iteration may overwrite it
     if (!has_next) break;
-    tile_index = next_index;
+    part_index = next_index;
     step_index = next_step;
     tile = next;
     buffer ^= 1;
