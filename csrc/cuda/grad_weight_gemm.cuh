@@ -16,11 +16,12 @@
 //
 // grad_bias[co] = sum over n, j of gy[n, co, j] comes along in TF32 where every phase has a tap
 // (sums_bias), in TF32's pass over the landed copies (16-bit has no such pass; one added for the
-// sums cost 1-4 % there even where it went unused, grouped bf16 fwd+bwd 1.122 -> 1.166 ms): every block of a phase (ci tiles x the phase's tap groups) stages each of its slice's items, so
-// the items are dealt round robin to those blocks, and each block adds the gy copies of its own
-// items, in the pass over a thread's landed copies (before TF32 rounding), into a shared slot of
-// the thread's own (bias_s[co][copy index within the row]). At the end it sums each co's slots in
-// order into bias_partial[slice][ci tile][tap group][co]; sum_slices adds those in order.
+// sums cost 1-4 % even where it went unused: grouped bf16 fwd+bwd 1.122 -> 1.166 ms). Every block
+// of a phase (ci tiles x the phase's tap groups) stages each of its slice's items, so the items are
+// dealt round robin to those blocks; each block adds the gy copies of its own items, before TF32
+// rounding, into a shared slot of the thread's own (bias_s[co][copy index within the row]). At the
+// end it sums each co's slots in order into bias_partial[slice][ci tile][tap group][co], and
+// sum_slices adds those in order.
 //
 // float32 goes through TF32 mma (m16n8k8) as TF32 (rounded to nearest) or 3xTF32 (strict), as the
 // forward; bfloat16 and float16 through their own mma (m16n8k16, fp32 accumulation), two positions

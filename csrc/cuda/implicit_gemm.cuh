@@ -14,8 +14,8 @@
 //
 // A tile is (n, group, block_m rows, block_n columns col0 + [0, block_n) of every out_phase), i.e.
 // block_n*out_step consecutive out positions. It runs in steps (out_phase, in_phase, chunk of
-// channels), visiting only phases that have taps; persistent blocks walk the tiles, or with direct
-// stores each out_phase of a tile on its own (a part: GemmProblem::tile_parts); each step stages in shared memory
+// channels), visiting only phases that have taps (persistent blocks walk the tiles, or with direct
+// stores each out_phase of a tile on its own: GemmProblem::tile_parts). Each step stages in shared memory
 //   x_s[ch][pos]   in[n, ch, (col0 + first_offset - lead + pos)*in_step + in_phase], zero outside
 //   w_s[slot]      A of the step's taps, in mma fragment order (pack_gemm_weight_kernel)
 // and runs mma.sync on 8 warps (warp tiles of 16, 32 or 64 rows x 32 columns; see kBlockMOf). Steps are
