@@ -325,47 +325,49 @@ __global__ void __launch_bounds__(kGemmThreads, kMath == Math::k3xTF32 ? 1 : 2) 
     const int in_phase = p.in_phase_value[step.in_phase];
     const int64_t first_channel = int64_t(tile.g) * p.channels_per_group + int64_t(step.chunk) * p.chunk_channels;
     const T* in_chunk = in + tile.n * p.in_batch_stride + first_channel * p.in_channel_stride;
-    // one element: its source, or nullptr outside the channels or positions of `in`
-    auto element_source = [&](int ch, int pos) -> const T* {
-      const bool channel_inside = int64_t(step.chunk) * p.chunk_channels + ch < p.channels_per_group;
-      const int position = (first + pos) * p.in_step + in_phase;
-      const bool inside = channel_inside && position >= 0 && position < p.in_length;
-      return inside ? in_chunk + ch * p.in_channel_stride + position * p.in_length_stride : nullptr;
-    };
-    if (p.copy_elements == 1 && sizeof(T) == 2) {
-      // 16-bit one element at a time: synchronous loads, kLoadsInFlight of them issued before their
-      // stores (one at a time, each waited for its full latency)
-      constexpr int kLoadsInFlight = 4;
-      const int copies = p.chunk_channels * p.row_copies;
-      for (int first_index = threadIdx.x; first_index < copies; first_index += kGemmThreads * kLoadsInFlight) {
-        T values[kLoadsInFlight];
-        int slots[kLoadsInFlight];
+    auto channel_inside = [&](int ch) { return int64_t(step.chunk) * p.chunk_channels + ch < p.channels_per_group; };
+    // one element a copy (in_step > 1, or rows not aligned): pos of x_s reads this position of `in`
+    auto element_position = [&](int pos) { return (first + pos) * p.in_step + in_phase; };
+    auto element_inside = [&](int ch, int position) { return channel_inside(ch) && position >= 0 && position < p.in_length; };
+    if constexpr (sizeof(T) == 2) {
+      if (p.copy_elements == 1) {
+        // 16-bit elements have no asynchronous copy: synchronous loads, kLoadsInFlight of them issued
+        // before their stores (not one load and its store at a time, each waiting its full latency)
+        constexpr int kLoadsInFlight = 4;
+        const int copies = p.chunk_channels * p.row_copies;
+        for (int first_index = threadIdx.x; first_index < copies; first_index += kGemmThreads * kLoadsInFlight) {
+          T values[kLoadsInFlight];
+          int slots[kLoadsInFlight];
 #pragma unroll
-        for (int u = 0; u < kLoadsInFlight; ++u) {
-          const int index = first_index + u * kGemmThreads;
-          const auto q = p.div_row_copies.divmod(unsigned(index));
-          const T* from = index < copies ? element_source(int(q.div), int(q.mod)) : nullptr;
-          values[u] = from ? *from : from_float<T>(0.0f);
-          slots[u] = index < copies ? int(q.div) * p.x_row_elements + int(q.mod) : -1;
+          for (int u = 0; u < kLoadsInFlight; ++u) {
+            const int index = first_index + u * kGemmThreads;
+            const auto q = p.div_row_copies.divmod(unsigned(index));
+            const int ch = int(q.div), position = element_position(int(q.mod));
+            const bool inside = index < copies && element_inside(ch, position);
+            values[u] = inside ? in_chunk[ch * p.in_channel_stride + position * p.in_length_stride] : from_float<T>(0.0f);
+            slots[u] = index < copies ? ch * p.x_row_elements + int(q.mod) : -1;
+          }
+#pragma unroll
+          for (int u = 0; u < kLoadsInFlight; ++u)
+            if (slots[u] >= 0) x_s[slots[u]] = values[u];
         }
-#pragma unroll
-        for (int u = 0; u < kLoadsInFlight; ++u)
-          if (slots[u] >= 0) x_s[slots[u]] = values[u];
+        return;
       }
-      return;
     }
     for_each_x_copy([&](int ch, int copy) {
+      const T* in_row = in_chunk + ch * p.in_channel_stride;
       T* x_row = x_s + ch * p.x_row_elements;
       const int pos = copy * p.copy_elements;
       if (p.copy_elements > 1) {  // in_step 1, contiguous aligned rows, `first` a multiple of copy_elements
-        const bool channel_inside = int64_t(step.chunk) * p.chunk_channels + ch < p.channels_per_group;
         const int position = first + pos;
-        const int inside = channel_inside && position >= 0 ? max(0, min(p.copy_elements, p.in_length - position)) : 0;
-        const T* from = inside ? in_chunk + ch * p.in_channel_stride + position : in;
+        const int inside = channel_inside(ch) && position >= 0 ? max(0, min(p.copy_elements, p.in_length - position)) : 0;
+        const T* from = inside ? in_row + position : in;
         cp_async(x_row + pos, from, p.copy_elements * int(sizeof(T)), inside * int(sizeof(T)));
-      } else {  // float: asynchronous 4-byte copies
-        const T* from = element_source(ch, pos);
-        cp_async_4(x_row + pos, from ? from : in, from ? 4 : 0);
+      } else if constexpr (sizeof(T) == 4) {  // one float a copy (16-bit elements: above)
+        const int position = element_position(pos);
+        const bool inside = element_inside(ch, position);
+        const T* from = inside ? in_row + position * p.in_length_stride : in;
+        cp_async_4(x_row + pos, from, inside ? 4 : 0);
       }
     });
   };
