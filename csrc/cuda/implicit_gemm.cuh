@@ -30,6 +30,8 @@
 
 #include <ATen/cuda/detail/IntegerDivider.cuh>
 
+#include <type_traits>
+
 #include "convt.h"
 #include "cuda/mma.cuh"
 
@@ -547,9 +549,10 @@ __global__ void __launch_bounds__(kGemmThreads, kMath == Math::k3xTF32 ? 1 : 2) 
       const T* x_tap = x_s + warp_col + lane / 4 + p.tap_offset[t] - p.first_offset + p.lead;
       const int slot = p.resident ? step.chunk * p.taps + i : i - step.first_tap;
       const uint32_t* w_tap = w_s + slot * p.slot_words + warp_mtile * p.ksteps * kFragmentWords + lane * 4;
-      for (int kstep_pair = 0; kstep_pair < p.ksteps; kstep_pair += 2) {  // ksteps is even: two per turn
+      // k-steps `count` at a time (unrolled together: their loads can run ahead of the mma)
+      auto run_ksteps = [&](int first_kstep, auto count) {
 #pragma unroll
-        for (int kstep = kstep_pair; kstep < kstep_pair + 2; ++kstep) {
+        for (int kstep = first_kstep; kstep < first_kstep + decltype(count)::value; ++kstep) {
           uint32_t a[kWarpTilesM][4], b[kWarpTilesN][2];
 #pragma unroll
           for (int mt = 0; mt < kWarpTilesM; ++mt) {
@@ -565,6 +568,11 @@ __global__ void __launch_bounds__(kGemmThreads, kMath == Math::k3xTF32 ? 1 : 2) 
 #pragma unroll
             for (int nt = 0; nt < kWarpTilesN; ++nt) mma_step<T, kMath>(acc[mt][nt], a[mt], b[nt]);
         }
+      };
+      if (p.ksteps == 2) {  // ksteps is 2, 4 or 8
+        run_ksteps(0, std::integral_constant<int, 2>());
+      } else {
+        for (int kstep = 0; kstep < p.ksteps; kstep += 4) run_ksteps(kstep, std::integral_constant<int, 4>());
       }
     }
     if (phase_ends) {
