@@ -394,6 +394,12 @@ std::optional<WeightGradProblem> plan_grad_weight(const ConvTParams& p, const at
   g.x_copy_elements = widest_copy(x, g.x_batch_stride, g.x_channel_stride, g.x_length_stride, {16, 4});
   g.gy_copy_elements =
       g.stride == 1 ? widest_copy(grad_y, g.gy_batch_stride, g.gy_channel_stride, g.gy_length_stride, {16, 4}) : 1;
+  for (int q = 0; q < g.tap_groups; ++q) {
+    const int x_vector = g.x_copy_elements;
+    g.group_x_lead[q] = ((-g.group_shift_max[q]) % x_vector + x_vector) % x_vector;
+    const int x_positions = kWgPositions + g.group_span[q] + g.group_x_lead[q];
+    g.group_x_copies[q] = Divider(unsigned((x_positions + x_vector - 1) / x_vector));
+  }
   // whole copies of the widest window (x_lead < x_copy_elements), ≡ 4 (mod 32): conflict-free fragments
   const int x_copied = (kWgPositions + max_span + 2 * (g.x_copy_elements - 1)) / g.x_copy_elements * g.x_copy_elements;
   g.x_row_elements = (x_copied - 4 + 31) / 32 * 32 + 4;

@@ -64,6 +64,11 @@ struct WeightGradProblem {
   int group_phase[kMaxGemmTaps], group_first[kMaxGemmTaps], group_count[kMaxGemmTaps];
   int group_shift_max[kMaxGemmTaps], group_span[kMaxGemmTaps];  // the largest shift, and largest - smallest
   int group_tap[kMaxGemmTaps], tap_shift[kMaxGemmTaps];
+  // x_s of group q: x_lead positions ahead of its window, so that copies stay aligned
+  // ((m0 - group_shift_max - x_lead) ≡ 0 mod x_copy_elements), and its copies per row (a
+  // multiply-shift divider: the copy loops divide by it at every copy)
+  int group_x_lead[kMaxGemmTaps];
+  Divider group_x_copies[kMaxGemmTaps];
   int x_row_elements;          // elements per float x_s row: room for the widest group span and x_lead, ≡ 4 mod 32
   // elements per copy: 16 bytes' worth, or 2 (16-bit pairs), where rows are contiguous and aligned
   // (gy: stride 1 too); 1: element by element. A copy wholly outside reads nothing from its source,
@@ -127,11 +132,11 @@ __global__ void __launch_bounds__(kWgThreadsOf<kCiWarps, kCoWarps>)
   const int bias_share = p.ci_tiles * p.group_phase_groups[tap_group];
   const int bias_rank = ci_tile * p.group_phase_groups[tap_group] + p.group_phase_index[tap_group];
 
-  // x_s position q holds x position m0 - shift_max - x_lead + q; x_lead aligns the copies
+  // x_s position q holds x position m0 - shift_max - x_lead + q
   const int x_vector = p.x_copy_elements, gy_vector = p.gy_copy_elements;
-  const int x_lead = ((-shift_max) % x_vector + x_vector) % x_vector;  // m0 - shift_max - x_lead ≡ 0 (mod x_vector)
+  const int x_lead = p.group_x_lead[tap_group];
   const int x_positions = kWgPositions + p.group_span[tap_group] + x_lead;
-  const int x_vectors_per_row = (x_positions + x_vector - 1) / x_vector;
+  const Divider& x_vectors_per_row = p.group_x_copies[tap_group];  // ceil(x_positions / x_vector)
 
   // body(std::integral_constant<int, elements>) for the copy sizes there are (16 bytes' worth, or a
   // 16-bit pair): index math with constants in the staging loops
@@ -188,8 +193,9 @@ __global__ void __launch_bounds__(kWgThreadsOf<kCiWarps, kCoWarps>)
       with_vector_size(x_vector, [&](auto vector) {
         constexpr int kVector = decltype(vector)::value;
 #pragma unroll(k16 ? 1 : 4)
-        for (int index = threadIdx.x; index < kWgBlockCi * x_vectors_per_row; index += kWgThreads) {
-          const int ci = index / x_vectors_per_row, q = index % x_vectors_per_row * kVector;
+        for (int index = threadIdx.x; index < kWgBlockCi * int(x_vectors_per_row.divisor); index += kWgThreads) {
+          const auto row = x_vectors_per_row.divmod(unsigned(index));
+          const int ci = int(row.div), q = int(row.mod) * kVector;
           const int64_t i = first_position + q;
           const int inside = ci < ci_count && i >= 0 ? elements_inside(p.length_in - i, kVector) : 0;
           vector_copy(x_s + ci * x_row + q, inside ? x_n + ci * p.x_channel_stride + i : x, kVector, inside, nullptr);

@@ -30,6 +30,8 @@
 
 #include <ATen/cuda/detail/IntegerDivider.cuh>
 
+#include <type_traits>
+
 #include "convt.h"
 #include "cuda/mma.cuh"
 
@@ -70,7 +72,7 @@ struct GemmProblem {
   int first_offset, last_offset;  // min and max of tap_offset
   // ---- the tiling (plan_gemm) ----
   int chunk_channels;  // channels per step
-  int ksteps;          // mma k-steps per chunk (8 words each)
+  int ksteps;          // mma k-steps per chunk (8 words each): 2, 4 or 8
   int chunks;
   int copy_elements;   // elements per x copy: 16, 8 or 4 bytes' worth (at least 2), or 1 (see plan_gemm)
   int lead;            // x_s starts `lead` positions early so that copies stay aligned
@@ -230,8 +232,8 @@ __device__ __forceinline__ void load_b(uint32_t (&b)[2], const T* column, int ro
 }
 
 // A in fragment order, packed once per call: words
-//   packed[g][row_tile][chunk][tap][m16 tile][k-step][lane][4]
-// where lane's 4 words are rows (lane/4, lane/4 + 8) x word columns (lane%4, lane%4 + 4) of the
+//   packed[g][row_tile][chunk][slot][m16 tile][k-step][lane][4]
+// where slot i holds tap step_tap[i] (the taps of a step are consecutive slots) and lane's 4 words are rows (lane/4, lane/4 + 8) x word columns (lane%4, lane%4 + 4) of the
 // m16 x 8-word fragment (a0 a1 a2 a3 of mma.sync), each word one TF32 value (rounded to nearest for
 // kTF32, raw float32 bits for 3xTF32, split at use) or two 16-bit channels. Zero outside the problem.
 // A_t[row, ch] = w[a_group_stride*g + a_row_stride*row + a_channel_stride*ch + a_tap_stride*t].
@@ -251,7 +253,7 @@ __global__ void pack_gemm_weight_kernel(const T* __restrict__ w, uint32_t* __res
     rest /= p.ksteps;
     const int mtile = int(rest % (p.block_m / 16));
     rest /= p.block_m / 16;
-    const int t = int(rest % p.taps);
+    const int t = p.step_tap[rest % p.taps];  // slot i holds tap step_tap[i]
     rest /= p.taps;
     const int chunk = int(rest % p.chunks);
     rest /= p.chunks;
@@ -295,29 +297,30 @@ __global__ void __launch_bounds__(kGemmThreads, kMath == Math::k3xTF32 ? 1 : 2) 
   const int warp_col = (warp / kWarpsM) * kWarpTilesN * 8;        // first column of this warp
   const int steps = p.out_phases * p.in_phases * p.chunks;          // reduction steps of a tile
   const int phase_steps = p.in_phases * p.chunks;                   // steps of one out_phase
-  const int part_steps = steps / p.tile_parts;                      // steps of one part
+  const int part_steps = p.tile_parts == 1 ? steps : phase_steps;   // steps of one part (tile_parts: 1 or out_phases)
   const int64_t tile_words = int64_t(p.taps) * p.slot_words;        // one (g, row_tile, chunk) of packed_w
 
   // body(ch, copy) for this thread's copies of x_s: the chunk_channels x row_copies copies of a step
   // spread over the whole block (the staging and the rounding pass walk the same ones)
+  // (copy index = ch * row_copies + copy: thread, thread + kGemmThreads, ..., stepped without division)
   auto for_each_x_copy = [&](auto&& body) {
-    for (int index = threadIdx.x; index < p.chunk_channels * p.row_copies; index += kGemmThreads) {
-      const auto q = p.div_row_copies.divmod(unsigned(index));
-      body(int(q.div), int(q.mod));
+    const auto first = p.div_row_copies.divmod(threadIdx.x), stride = p.div_row_copies.divmod(kGemmThreads);
+    int ch = int(first.div), copy = int(first.mod);
+    while (ch < p.chunk_channels) {
+      body(ch, copy);
+      ch += int(stride.div), copy += int(stride.mod);
+      if (copy >= p.row_copies) copy -= p.row_copies, ++ch;
     }
   };
 
   // Stage x (and, unless resident, the step's taps of A) for (tile, step) into buffer `buffer`.
   auto stage = [&](const GemmTile& tile, const GemmStep& step, int buffer) {
-    if (!p.resident) {
-      const uint32_t* from =
-          packed_w + ((int64_t(tile.g) * p.row_tiles + tile.row_tile) * p.chunks + step.chunk) * tile_words;
+    if (!p.resident) {  // the step's taps are consecutive slots of packed_w
+      const uint32_t* from = packed_w +
+          ((int64_t(tile.g) * p.row_tiles + tile.row_tile) * p.chunks + step.chunk) * tile_words + step.first_tap * p.slot_words;
       uint32_t* to = w_buffers + buffer * p.weight_slots * p.slot_words;
-      for (int i = step.first_tap; i < step.end_tap; ++i) {
-        const uint32_t* tap_from = from + p.step_tap[i] * p.slot_words;
-        for (int v = threadIdx.x * 4; v < p.slot_words; v += kGemmThreads * 4) cp_async_16(to + v, tap_from + v);
-        to += p.slot_words;
-      }
+      const int words = (step.end_tap - step.first_tap) * p.slot_words;
+      for (int v = threadIdx.x * 4; v < words; v += kGemmThreads * 4) cp_async_16(to + v, from + v);
     }
     // x_s[ch][pos] = in[n, ch, position(pos)], copy_elements at a time
     T* x_s = x_buffers + buffer * x_buffer_elements;
@@ -325,25 +328,49 @@ __global__ void __launch_bounds__(kGemmThreads, kMath == Math::k3xTF32 ? 1 : 2) 
     const int in_phase = p.in_phase_value[step.in_phase];
     const int64_t first_channel = int64_t(tile.g) * p.channels_per_group + int64_t(step.chunk) * p.chunk_channels;
     const T* in_chunk = in + tile.n * p.in_batch_stride + first_channel * p.in_channel_stride;
+    auto channel_inside = [&](int ch) { return int64_t(step.chunk) * p.chunk_channels + ch < p.channels_per_group; };
+    // one element a copy (in_step > 1, or rows not aligned): pos of x_s reads this position of `in`
+    auto element_position = [&](int pos) { return (first + pos) * p.in_step + in_phase; };
+    auto element_inside = [&](int ch, int position) { return channel_inside(ch) && position >= 0 && position < p.in_length; };
+    if constexpr (sizeof(T) == 2) {
+      if (p.copy_elements == 1) {
+        // 16-bit elements have no asynchronous copy: synchronous loads, kLoadsInFlight of them issued
+        // before their stores (not one load and its store at a time, each waiting its full latency)
+        constexpr int kLoadsInFlight = 4;
+        const int copies = p.chunk_channels * p.row_copies;
+        for (int first_index = threadIdx.x; first_index < copies; first_index += kGemmThreads * kLoadsInFlight) {
+          T values[kLoadsInFlight];
+          int slots[kLoadsInFlight];
+#pragma unroll
+          for (int u = 0; u < kLoadsInFlight; ++u) {
+            const int index = first_index + u * kGemmThreads;
+            const auto q = p.div_row_copies.divmod(unsigned(index));
+            const int ch = int(q.div), position = element_position(int(q.mod));
+            const bool inside = index < copies && element_inside(ch, position);
+            values[u] = inside ? in_chunk[ch * p.in_channel_stride + position * p.in_length_stride] : from_float<T>(0.0f);
+            slots[u] = index < copies ? ch * p.x_row_elements + int(q.mod) : -1;
+          }
+#pragma unroll
+          for (int u = 0; u < kLoadsInFlight; ++u)
+            if (slots[u] >= 0) x_s[slots[u]] = values[u];
+        }
+        return;
+      }
+    }
     for_each_x_copy([&](int ch, int copy) {
-      const bool channel_inside = int64_t(step.chunk) * p.chunk_channels + ch < p.channels_per_group;
       const T* in_row = in_chunk + ch * p.in_channel_stride;
       T* x_row = x_s + ch * p.x_row_elements;
       const int pos = copy * p.copy_elements;
       if (p.copy_elements > 1) {  // in_step 1, contiguous aligned rows, `first` a multiple of copy_elements
         const int position = first + pos;
-        const int inside = channel_inside && position >= 0 ? max(0, min(p.copy_elements, p.in_length - position)) : 0;
+        const int inside = channel_inside(ch) && position >= 0 ? max(0, min(p.copy_elements, p.in_length - position)) : 0;
         const T* from = inside ? in_row + position : in;
         cp_async(x_row + pos, from, p.copy_elements * int(sizeof(T)), inside * int(sizeof(T)));
-      } else {
-        const int position = (first + pos) * p.in_step + in_phase;
-        const bool inside = channel_inside && position >= 0 && position < p.in_length;
+      } else if constexpr (sizeof(T) == 4) {  // one float a copy (16-bit elements: above)
+        const int position = element_position(pos);
+        const bool inside = element_inside(ch, position);
         const T* from = inside ? in_row + position * p.in_length_stride : in;
-        if constexpr (sizeof(T) == 4) {
-          cp_async_4(x_row + pos, from, inside ? 4 : 0);
-        } else {
-          x_row[pos] = inside ? *from : from_float<T>(0.0f);
-        }
+        cp_async_4(x_row + pos, from, inside ? 4 : 0);
       }
     });
   };
@@ -474,6 +501,12 @@ __global__ void __launch_bounds__(kGemmThreads, kMath == Math::k3xTF32 ? 1 : 2) 
   };
 
   Accumulator<kMath> acc[kWarpTilesM][kWarpTilesN];
+  auto clear_accumulators = [&] {
+#pragma unroll
+    for (int mt = 0; mt < kWarpTilesM; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < kWarpTilesN; ++nt) acc[mt][nt].clear();
+  };
   int64_t resident_key = -1;
   // a part's tile, and its first step
   auto tile_of = [&](unsigned part) { return GemmTile(p.div_tile_parts.div(part), p); };
@@ -481,10 +514,12 @@ __global__ void __launch_bounds__(kGemmThreads, kMath == Math::k3xTF32 ? 1 : 2) 
   unsigned part_index = blockIdx.x;
   if (part_index >= p.parts) return;
   GemmTile tile = tile_of(part_index);
-  int step_index = first_step_of(part_index), buffer = 0;
+  int step_index = first_step_of(part_index), phase_step = 0, buffer = 0;  // phase_step: of step_index's out_phase
   stage(tile, GemmStep(step_index, p), 0);
   cp_async_commit();
+  clear_accumulators();
   while (true) {
+    const bool phase_ends = phase_step == phase_steps - 1, tile_ends = step_index == steps - 1;
     if (p.resident && tile.weight_key() != resident_key) {  // (re)load the resident weight, and wait for it
       const int64_t words = p.chunks * tile_words;  // every chunk and tap of (g, row_tile)
       const uint32_t* from = packed_w + (int64_t(tile.g) * p.row_tiles + tile.row_tile) * words;
@@ -494,12 +529,10 @@ __global__ void __launch_bounds__(kGemmThreads, kMath == Math::k3xTF32 ? 1 : 2) 
       resident_key = tile.weight_key();
     }
     // the next step, prefetched into the other buffer while this one computes
-    unsigned next_index = part_index;
-    int next_step = step_index + 1;
-    const bool next_part = next_step % part_steps == 0;
-    if (next_part) next_index += gridDim.x;
+    const bool next_part = p.tile_parts > 1 ? phase_ends : tile_ends;
+    const unsigned next_index = next_part ? part_index + gridDim.x : part_index;
     const bool has_next = next_index < p.parts;
-    if (next_part && has_next) next_step = first_step_of(next_index);
+    const int next_step = next_part ? (has_next ? first_step_of(next_index) : 0) : step_index + 1;
     const GemmTile next = next_part && has_next ? tile_of(next_index) : tile;
     if (has_next) stage(next, GemmStep(next_step, p), buffer ^ 1);
     cp_async_commit();
@@ -508,40 +541,45 @@ __global__ void __launch_bounds__(kGemmThreads, kMath == Math::k3xTF32 ? 1 : 2) 
     __syncthreads();
 
     const GemmStep step(step_index, p);
-    if (step_index % phase_steps == 0) {
-#pragma unroll
-      for (int mt = 0; mt < kWarpTilesM; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < kWarpTilesN; ++nt) acc[mt][nt].clear();
-    }
     const uint32_t* w_s = w_buffers + (p.resident ? 0 : buffer * p.weight_slots * p.slot_words);
     const T* x_s = x_buffers + buffer * x_buffer_elements;
     for (int i = step.first_tap; i < step.end_tap; ++i) {
       const int t = p.step_tap[i];
       // column col of the tile reads x_s position (col - col0) + offset_t - first_offset + lead
       const T* x_tap = x_s + warp_col + lane / 4 + p.tap_offset[t] - p.first_offset + p.lead;
-      const int slot = p.resident ? step.chunk * p.taps + t : i - step.first_tap;
+      const int slot = p.resident ? step.chunk * p.taps + i : i - step.first_tap;
       const uint32_t* w_tap = w_s + slot * p.slot_words + warp_mtile * p.ksteps * kFragmentWords + lane * 4;
-#pragma unroll 4
-      for (int kstep = 0; kstep < p.ksteps; ++kstep) {
-        uint32_t a[kWarpTilesM][4], b[kWarpTilesN][2];
+      // k-steps `count` at a time (unrolled together: their loads can run ahead of the mma)
+      auto run_ksteps = [&](int first_kstep, auto count) {
 #pragma unroll
-        for (int mt = 0; mt < kWarpTilesM; ++mt) {
-          const uint4 v = *reinterpret_cast<const uint4*>(w_tap + (mt * p.ksteps + kstep) * kFragmentWords);
-          a[mt][0] = v.x, a[mt][1] = v.y, a[mt][2] = v.z, a[mt][3] = v.w;
+        for (int kstep = first_kstep; kstep < first_kstep + decltype(count)::value; ++kstep) {
+          uint32_t a[kWarpTilesM][4], b[kWarpTilesN][2];
+#pragma unroll
+          for (int mt = 0; mt < kWarpTilesM; ++mt) {
+            const uint4 v = *reinterpret_cast<const uint4*>(w_tap + (mt * p.ksteps + kstep) * kFragmentWords);
+            a[mt][0] = v.x, a[mt][1] = v.y, a[mt][2] = v.z, a[mt][3] = v.w;
+          }
+          const int first_channel = kstep * (kMath == Math::k16Bit ? 16 : 8);
+#pragma unroll
+          for (int nt = 0; nt < kWarpTilesN; ++nt)
+            load_b<T, kMath>(b[nt], x_tap + first_channel * p.x_row_elements + nt * 8, p.x_row_elements, lane % 4);
+#pragma unroll
+          for (int mt = 0; mt < kWarpTilesM; ++mt)
+#pragma unroll
+            for (int nt = 0; nt < kWarpTilesN; ++nt) mma_step<T, kMath>(acc[mt][nt], a[mt], b[nt]);
         }
-        const int first_channel = kstep * (kMath == Math::k16Bit ? 16 : 8);
-#pragma unroll
-        for (int nt = 0; nt < kWarpTilesN; ++nt)
-          load_b<T, kMath>(b[nt], x_tap + first_channel * p.x_row_elements + nt * 8, p.x_row_elements, lane % 4);
-#pragma unroll
-        for (int mt = 0; mt < kWarpTilesM; ++mt)
-#pragma unroll
-          for (int nt = 0; nt < kWarpTilesN; ++nt) mma_step<T, kMath>(acc[mt][nt], a[mt], b[nt]);
+      };
+      if (p.ksteps == 2) {  // ksteps is 2, 4 or 8
+        run_ksteps(0, std::integral_constant<int, 2>());
+      } else {
+        for (int kstep = 0; kstep < p.ksteps; kstep += 4) run_ksteps(kstep, std::integral_constant<int, 4>());
       }
     }
-    if ((step_index + 1) % phase_steps == 0) store_phase(tile, step.out_phase, acc);
-    if (step_index == steps - 1) {
+    if (phase_ends) {
+      store_phase(tile, step.out_phase, acc);
+      clear_accumulators();
+    }
+    if (tile_ends) {
       if (p.stage_output) __syncthreads();  // y_s complete
       finish_tile(tile);
     }
@@ -549,6 +587,7 @@ __global__ void __launch_bounds__(kGemmThreads, kMath == Math::k3xTF32 ? 1 : 2) 
     if (!has_next) break;
     part_index = next_index;
     step_index = next_step;
+    phase_step = phase_ends ? 0 : phase_step + 1;  // parts start with an out_phase
     tile = next;
     buffer ^= 1;
   }
