@@ -302,14 +302,10 @@ __global__ void __launch_bounds__(kGemmThreads, kMath == Math::k3xTF32 ? 1 : 2) 
 
   // body(ch, copy) for this thread's copies of x_s: the chunk_channels x row_copies copies of a step
   // spread over the whole block (the staging and the rounding pass walk the same ones)
-  // (copy index = ch * row_copies + copy: thread, thread + kGemmThreads, ..., stepped without division)
   auto for_each_x_copy = [&](auto&& body) {
-    const auto first = p.div_row_copies.divmod(threadIdx.x), stride = p.div_row_copies.divmod(kGemmThreads);
-    int ch = int(first.div), copy = int(first.mod);
-    while (ch < p.chunk_channels) {
-      body(ch, copy);
-      ch += int(stride.div), copy += int(stride.mod);
-      if (copy >= p.row_copies) copy -= p.row_copies, ++ch;
+    for (int index = threadIdx.x; index < p.chunk_channels * p.row_copies; index += kGemmThreads) {
+      const auto q = p.div_row_copies.divmod(unsigned(index));
+      body(int(q.div), int(q.mod));
     }
   };
 
