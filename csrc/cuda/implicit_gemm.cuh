@@ -152,15 +152,34 @@ __device__ __forceinline__ void cp_async_16(void* shared, const void* global, in
   const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(shared));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(address), "l"(global), "r"(bytes));
 }
-// A copy of `size` bytes (16, 8 or 4), the first `bytes` of them from global
-__device__ __forceinline__ void cp_async(void* shared, const void* global, int size, int bytes) {
-  if (size == 16) {
+// A copy of kSize bytes (16, 8 or 4), the first `bytes` of them from global
+template <int kSize>
+__device__ __forceinline__ void cp_async(void* shared, const void* global, int bytes) {
+  if constexpr (kSize == 16) {
     cp_async_16(shared, global, bytes);
-  } else if (size == 8) {
+  } else if constexpr (kSize == 8) {
     cp_async_8(shared, global, bytes);
   } else {
     cp_async_4(shared, global, bytes);
   }
+}
+// the same with the size known at run time
+__device__ __forceinline__ void cp_async(void* shared, const void* global, int size, int bytes) {
+  if (size == 16) {
+    cp_async<16>(shared, global, bytes);
+  } else if (size == 8) {
+    cp_async<8>(shared, global, bytes);
+  } else {
+    cp_async<4>(shared, global, bytes);
+  }
+}
+// `words` words global -> shared by the block, 16 bytes a thread at a time (16-byte aligned, words a
+// multiple of 4): one shared address and one pointer stepped per copy
+__device__ __forceinline__ void copy_words_async(uint32_t* shared, const uint32_t* global, int words) {
+  unsigned to = static_cast<unsigned>(__cvta_generic_to_shared(shared)) + threadIdx.x * 16;
+  const uint32_t* from = global + threadIdx.x * 4;
+  for (int v = threadIdx.x * 4; v < words; v += kGemmThreads * 4, to += kGemmThreads * 16, from += kGemmThreads * 4)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(to), "l"(from));
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int kPending>
@@ -316,7 +335,7 @@ __global__ void __launch_bounds__(kGemmThreads, kMath == Math::k3xTF32 ? 1 : 2) 
           ((int64_t(tile.g) * p.row_tiles + tile.row_tile) * p.chunks + step.chunk) * tile_words + step.first_tap * p.slot_words;
       uint32_t* to = w_buffers + buffer * p.weight_slots * p.slot_words;
       const int words = (step.end_tap - step.first_tap) * p.slot_words;
-      for (int v = threadIdx.x * 4; v < words; v += kGemmThreads * 4) cp_async_16(to + v, from + v);
+      copy_words_async(to, from, words);
     }
     // x_s[ch][pos] = in[n, ch, position(pos)], copy_elements at a time
     T* x_s = x_buffers + buffer * x_buffer_elements;
@@ -353,22 +372,31 @@ __global__ void __launch_bounds__(kGemmThreads, kMath == Math::k3xTF32 ? 1 : 2) 
         return;
       }
     }
-    for_each_x_copy([&](int ch, int copy) {
-      const T* in_row = in_chunk + ch * p.in_channel_stride;
-      T* x_row = x_s + ch * p.x_row_elements;
-      const int pos = copy * p.copy_elements;
-      if (p.copy_elements > 1) {  // in_step 1, contiguous aligned rows, `first` a multiple of copy_elements
-        const int position = first + pos;
-        const int inside = channel_inside(ch) && position >= 0 ? max(0, min(p.copy_elements, p.in_length - position)) : 0;
-        const T* from = inside ? in_row + position : in;
-        cp_async(x_row + pos, from, p.copy_elements * int(sizeof(T)), inside * int(sizeof(T)));
-      } else if constexpr (sizeof(T) == 4) {  // one float a copy (16-bit elements: above)
+    // in_step 1, contiguous aligned rows, `first` a multiple of copy_elements: copies of kBytes
+    auto copy_vectors = [&](auto bytes) {
+      constexpr int kBytes = decltype(bytes)::value, kElements = kBytes / int(sizeof(T));
+      for_each_x_copy([&](int ch, int copy) {
+        const int position = first + copy * kElements;
+        const int inside = channel_inside(ch) && position >= 0 ? max(0, min(kElements, p.in_length - position)) : 0;
+        const T* from = inside ? in_chunk + ch * p.in_channel_stride + position : in;
+        cp_async<kBytes>(x_s + ch * p.x_row_elements + copy * kElements, from, inside * int(sizeof(T)));
+      });
+    };
+    const int copy_bytes = p.copy_elements * int(sizeof(T));
+    if (copy_bytes == 16) {
+      copy_vectors(std::integral_constant<int, 16>());
+    } else if (copy_bytes == 8) {
+      copy_vectors(std::integral_constant<int, 8>());
+    } else if constexpr (sizeof(T) == 2) {  // pairs (single 16-bit elements: above)
+      copy_vectors(std::integral_constant<int, 4>());
+    } else {  // one float a copy
+      for_each_x_copy([&](int ch, int pos) {
         const int position = element_position(pos);
         const bool inside = element_inside(ch, position);
-        const T* from = inside ? in_row + position * p.in_length_stride : in;
-        cp_async_4(x_row + pos, from, inside ? 4 : 0);
-      }
-    });
+        const T* from = inside ? in_chunk + ch * p.in_channel_stride + position * p.in_length_stride : in;
+        cp_async_4(x_s + ch * p.x_row_elements + pos, from, inside ? 4 : 0);
+      });
+    }
   };
 
   // kTF32: round this thread's copies of x_s (landed: cp.async.wait_group) to TF32 in place, once
@@ -376,21 +404,24 @@ __global__ void __launch_bounds__(kGemmThreads, kMath == Math::k3xTF32 ? 1 : 2) 
   auto round_x = [&](int buffer) {
     if constexpr (kMath == Math::kTF32) {
       float* x_s = x_buffers + buffer * x_buffer_elements;
-      for_each_x_copy([&](int ch, int copy) {
-        float* values = x_s + ch * p.x_row_elements + copy * p.copy_elements;
-        if (p.copy_elements == 4) {
-          float4 v = *reinterpret_cast<float4*>(values);
-          v = make_float4(__uint_as_float(to_tf32(v.x)), __uint_as_float(to_tf32(v.y)), __uint_as_float(to_tf32(v.z)),
-                          __uint_as_float(to_tf32(v.w)));
-          *reinterpret_cast<float4*>(values) = v;
-        } else if (p.copy_elements == 2) {
-          float2 v = *reinterpret_cast<float2*>(values);
-          v = make_float2(__uint_as_float(to_tf32(v.x)), __uint_as_float(to_tf32(v.y)));
-          *reinterpret_cast<float2*>(values) = v;
-        } else {
-          values[0] = __uint_as_float(to_tf32(values[0]));
-        }
-      });
+      auto round_copies = [&](auto elements) {  // copies of kElements floats, in one shared load and store
+        constexpr int kElements = decltype(elements)::value;
+        struct alignas(4 * kElements) Copy { float v[kElements]; };
+        for_each_x_copy([&](int ch, int copy) {
+          Copy* values = reinterpret_cast<Copy*>(x_s + ch * p.x_row_elements + copy * kElements);
+          Copy c = *values;
+#pragma unroll
+          for (int e = 0; e < kElements; ++e) c.v[e] = __uint_as_float(to_tf32(c.v[e]));
+          *values = c;
+        });
+      };
+      if (p.copy_elements == 4) {
+        round_copies(std::integral_constant<int, 4>());
+      } else if (p.copy_elements == 2) {
+        round_copies(std::integral_constant<int, 2>());
+      } else {
+        round_copies(std::integral_constant<int, 1>());
+      }
     }
   };
 
@@ -519,7 +550,7 @@ __global__ void __launch_bounds__(kGemmThreads, kMath == Math::k3xTF32 ? 1 : 2) 
     if (p.resident && tile.weight_key() != resident_key) {  // (re)load the resident weight, and wait for it
       const int64_t words = p.chunks * tile_words;  // every chunk and tap of (g, row_tile)
       const uint32_t* from = packed_w + (int64_t(tile.g) * p.row_tiles + tile.row_tile) * words;
-      for (int v = threadIdx.x * 4; v < words; v += kGemmThreads * 4) cp_async_16(w_buffers + v, from + v);
+      copy_words_async(w_buffers, from, int(words));
       cp_async_commit();
       cp_async_wait<0>();
       resident_key = tile.weight_key();
