@@ -252,9 +252,10 @@ __device__ __forceinline__ void load_b(uint32_t (&b)[2], const T* column, int ro
 
 // A in fragment order, packed once per call: words
 //   packed[g][row_tile][chunk][slot][m16 tile][k-step][lane][4]
-// where slot i holds tap step_tap[i] (the taps of a step are consecutive slots) and lane's 4 words are rows (lane/4, lane/4 + 8) x word columns (lane%4, lane%4 + 4) of the
-// m16 x 8-word fragment (a0 a1 a2 a3 of mma.sync), each word one TF32 value (rounded to nearest for
-// kTF32, raw float32 bits for 3xTF32, split at use) or two 16-bit channels. Zero outside the problem.
+// where slot i holds tap step_tap[i] (the taps of a step are consecutive slots) and lane's 4 words
+// are rows (lane/4, lane/4 + 8) x word columns (lane%4, lane%4 + 4) of the m16 x 8-word fragment
+// (a0 a1 a2 a3 of mma.sync), each word one TF32 value (rounded to nearest for kTF32, raw float32
+// bits for 3xTF32, split at use) or two 16-bit channels. Zero outside the problem.
 // A_t[row, ch] = w[a_group_stride*g + a_row_stride*row + a_channel_stride*ch + a_tap_stride*t].
 struct GemmWeight {
   int64_t group_stride, row_stride, channel_stride, tap_stride;
