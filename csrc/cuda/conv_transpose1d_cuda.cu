@@ -416,6 +416,8 @@ std::optional<WeightGradProblem> plan_grad_weight(const ConvTParams& p, const at
   g.tiles = g.groups * g.ci_tiles * g.co_tiles * g.tap_groups;
   g.chunks_per_row = (phase_length(0, p.length_out, p.stride) + kWgPositions - 1) / kWgPositions;
   g.items = g.batch * g.chunks_per_row;
+  if (g.items >= kGemmIndexLimit) return std::nullopt;
+  g.div_chunks_per_row = Divider(unsigned(g.chunks_per_row));
   // about six blocks per SM in all (twelve of the two-warp 32 x 32 tiles), within the scratch budget
   const int64_t weight_elements = g.groups * g.cig * g.cog * g.taps;
   const int block_warps = (g.block_ci / 16) * (g.block_co / 32);

@@ -78,7 +78,8 @@ struct WeightGradProblem {
   int ci_tiles, co_tiles;
   int64_t tiles;
   int64_t chunks_per_row;      // items per batch element: ceil(longest phase / kWgPositions)
-  int64_t items;               // batch * chunks_per_row
+  int64_t items;               // batch * chunks_per_row (< kGemmIndexLimit)
+  Divider div_chunks_per_row;  // item -> (n, chunk) without a 64-bit division per item
   int64_t slices;              // item ranges; partial holds one grad_w per slice
   // grad_bias (see above): sums_bias; the tap groups of q's phase: group_phase_groups[q] of them,
   // q the group_phase_index[q]-th; bias_slots per co row: one per copy of a row (16, 8 or 32)
@@ -162,7 +163,8 @@ __global__ void __launch_bounds__(kWgThreadsOf<kCiWarps, kCoWarps>)
   // and the copy's grad_bias slot (gy; nullptr for x); the same walk serves the pass over this
   // thread's landed copies below, so a bias slot always belongs to the same thread.
   auto for_each_copy = [&](int64_t item, int buffer, auto&& vector_copy, auto&& element_copy) {
-    const int64_t n = item / p.chunks_per_row, m0 = item % p.chunks_per_row * kWgPositions;
+    const auto row = p.div_chunks_per_row.divmod(unsigned(item));
+    const int64_t n = row.div, m0 = int64_t(row.mod) * kWgPositions;
     T* gy_s = gy_buffers + buffer * kWgBlockCo * kGyRow;
     const T* gy_n = gy + n * p.gy_batch_stride + first_co * p.gy_channel_stride;
     if (gy_vector > 1) {  // stride 1: gy positions m0 + q
@@ -265,7 +267,7 @@ __global__ void __launch_bounds__(kWgThreadsOf<kCiWarps, kCoWarps>)
     const T* gy_s = gy_buffers + buffer * kWgBlockCo * kGyRow;
     const T* x_s = x_buffers + buffer * kWgBlockCi * x_row;
     const int r = lane / 4, c = lane % 4;
-    const int64_t m0 = item % p.chunks_per_row * kWgPositions;
+    const int64_t m0 = int64_t(p.div_chunks_per_row.mod(unsigned(item))) * kWgPositions;
     // A k-step covers kK positions. This lane's two registers of a fragment hold positions `first`
     // and first + kNext (TF32), or the pairs from there (16-bit, the lower position in the low half).
     constexpr int kK = k16 ? 16 : 8, kNext = kK / 2;
