@@ -122,7 +122,8 @@ def test_depthwise_long_rows_backward(case, dtype):
 
 
 # grad_bias by row sums (16-bit, and float32 where some phase has no tap: here phase 0): 16-byte loads
-# where rows start on 16-byte boundaries (8200 outputs a row), element loads elsewhere (8202)
+# from each row's first 16-byte boundary, with the elements before it and after the last whole vector
+# one at a time (8202 outputs a row: rows start at every alignment), or none (8200)
 @pytest.mark.parametrize("dtype,tf32", [(torch.float32, True), (torch.float32, False), (torch.bfloat16, True),
                                         (torch.float16, True)], ids=str, indirect=["tf32"])
 @pytest.mark.parametrize("length", [4099, 4100])

@@ -596,12 +596,9 @@ void backward(const at::Tensor& grad_y, const at::Tensor& x, const at::Tensor& w
     if (grad_bias.defined() && !tensor_cores.bias) {
       const int64_t rows = p.batch * p.out_channels;
       const at::Tensor row_sums = at::empty({rows}, grad_y.options().dtype(c10::CppTypeToScalarType<acc_t>::value));
-      constexpr int kVector = 16 / sizeof(scalar_t);
-      const bool vector_rows = p.y_length_stride == 1 && p.y_channel_stride % kVector == 0 &&
-                               p.y_batch_stride % kVector == 0 && reinterpret_cast<uintptr_t>(grad_y.data_ptr()) % 16 == 0;
       grad_y_row_sums_kernel<scalar_t, acc_t, kReduceThreads>
           <<<grid_size(rows * kReduceThreads, kReduceThreads), kReduceThreads, 0, stream>>>(
-              grad_y.data_ptr<scalar_t>(), row_sums.data_ptr<acc_t>(), p, vector_rows);
+              grad_y.data_ptr<scalar_t>(), row_sums.data_ptr<acc_t>(), p);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
       sum_slices(row_sums, grad_bias, p.batch);  // row_sums[n][co]: one slice per batch element
     }
