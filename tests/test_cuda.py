@@ -121,6 +121,18 @@ def test_depthwise_long_rows_backward(case, dtype):
     assert_gradients_deterministic(x, w, b, case)
 
 
+# grad_bias by row sums (16-bit, and float32 where some phase has no tap: here phase 0): 16-byte loads
+# from each row's first 16-byte boundary, with the elements before it and after the last whole vector
+# one at a time (8202 outputs a row: rows start at every alignment), or none (8200)
+@pytest.mark.parametrize("dtype,tf32", [(torch.float32, True), (torch.float32, False), (torch.bfloat16, True),
+                                        (torch.float16, True)], ids=str, indirect=["tf32"])
+@pytest.mark.parametrize("length", [4099, 4100])
+def test_grad_bias_row_sums(length, dtype, tf32):
+    case = Case(3, 16, 24, 3, length, stride=2, padding=1, output_padding=1, dilation=2)
+    x, w, b = assert_backward_matches_reference(case, dtype, "cuda")
+    assert_gradients_deterministic(x, w, b, case)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
 @pytest.mark.parametrize("length", [1, 2, 31, 32, 33, 63, 64, 65, 127, 128, 129, 257, 1021])
 @pytest.mark.parametrize("stride", [1, 2, 3, 8])

@@ -133,21 +133,43 @@ __global__ void grad_weight_direct_kernel(const scalar_t* __restrict__ grad_y, c
 // grad_bias in two fixed-order passes (no atomics). First row_sums[n*C_out + co] = sum over j of
 // grad_y[n, co, j], a block per row (coalesced along the row; each thread keeps kLoads sums, so
 // that kLoads loads are in flight, added in a fixed order); then sum_slices_kernel adds the rows
-// of the N batch elements (slices of C_out sums).
+// of the N batch elements (slices of C_out sums). A contiguous row goes in 16-byte loads from its
+// first 16-byte boundary; the elements before it and after its last whole vector one at a time.
 template <typename scalar_t, typename acc_t, int kThreads>
 __global__ void grad_y_row_sums_kernel(const scalar_t* __restrict__ grad_y, acc_t* __restrict__ row_sums, ConvTParams p) {
-  constexpr int kLoads = 4;
+  constexpr int kLoads = 4, kVector = 16 / sizeof(scalar_t);
+  struct alignas(16) Vector { scalar_t v[kVector]; };
   for (int64_t row = blockIdx.x; row < p.batch * p.out_channels; row += gridDim.x) {
     const int64_t n = row / p.out_channels, co = row % p.out_channels;
     const scalar_t* grad_y_row = grad_y + n * p.y_batch_stride + co * p.y_channel_stride;
-    auto value = [&](int64_t j) { return acc_t(grad_y_row[j * p.y_length_stride]); };
     acc_t sums[kLoads] = {};
-    int64_t j = threadIdx.x;
-    for (; j + (kLoads - 1) * kThreads < p.length_out; j += kLoads * kThreads) {
+    // sums[u] += value(j + u * kThreads) for this thread's j in [begin, end), kLoads at a time
+    auto add_all = [&](int64_t begin, int64_t end, auto&& value) {
+      int64_t j = begin + threadIdx.x;
+      for (; j + (kLoads - 1) * kThreads < end; j += kLoads * kThreads) {
 #pragma unroll
-      for (int u = 0; u < kLoads; ++u) sums[u] += value(j + u * kThreads);
+        for (int u = 0; u < kLoads; ++u) sums[u] += value(j + u * kThreads);
+      }
+      for (; j < end; j += kThreads) sums[0] += value(j);
+    };
+    auto element = [&](int64_t j) { return acc_t(grad_y_row[j * p.y_length_stride]); };
+    int64_t head = p.length_out, vectors = 0;  // elements before the first boundary; whole vectors after it
+    if (p.y_length_stride == 1) {
+      const int misalignment = int(reinterpret_cast<uintptr_t>(grad_y_row) % 16) / int(sizeof(scalar_t));
+      const int to_boundary = (kVector - misalignment) % kVector;
+      head = p.length_out < to_boundary ? p.length_out : to_boundary;
+      vectors = (p.length_out - head) / kVector;
     }
-    for (; j < p.length_out; j += kThreads) sums[0] += value(j);
+    const Vector* row_vectors = reinterpret_cast<const Vector*>(grad_y_row + head);
+    add_all(0, vectors, [&](int64_t v) {
+      const Vector values = row_vectors[v];
+      acc_t sum = acc_t(values.v[0]);
+#pragma unroll
+      for (int e = 1; e < kVector; ++e) sum += acc_t(values.v[e]);
+      return sum;
+    });
+    add_all(0, head, element);
+    add_all(head + vectors * kVector, p.length_out, element);
     acc_t acc = sums[0];
 #pragma unroll
     for (int u = 1; u < kLoads; ++u) acc += sums[u];
