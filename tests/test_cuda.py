@@ -83,11 +83,14 @@ def test_wide_tiles_forward_and_backward(case, dtype, tf32):
 
 
 # grad_weight's four tile kernels (16 x 32 warp tiles): 32 or 64 ci x 32 or 64 co by the channels per
-# group, every tile part-empty, with stride 1 (vector copies of grad_y) and stride 2 (element copies).
+# group, every tile part-empty, with stride 1 (vector copies of grad_y: 16 bytes, 8 bytes where rows
+# are 8-byte aligned only, 16-bit pairs) and stride 2 (element copies).
 # grad_bias comes along where every phase has a tap and its slots fit (the blocks of a phase take the
 # items in turns), else from its own pass (a phase without taps: the last case).
 GRAD_WEIGHT_TILE_CASES = [
     Case(4, 24, 20, 3, 900, padding=1),                 # 32 ci x 32 co
+    Case(3, 24, 40, 3, 902, padding=1),                 # rows of 902: float in 8-byte copies, 16-bit in pairs
+    Case(3, 40, 24, 3, 1004, padding=1),                # rows of 1004: float in 16-byte, 16-bit in 8-byte copies
     Case(4, 40, 24, 4, 700, stride=2, padding=1),       # 64 ci x 32 co, strided
     Case(3, 20, 56, 5, 800, padding=3, dilation=2),     # 32 ci x 64 co
     Case(2, 80, 48, 3, 600, stride=2, groups=2),        # 64 ci x 32 co per group, two groups

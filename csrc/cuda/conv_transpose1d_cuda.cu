@@ -357,6 +357,7 @@ std::optional<WeightGradProblem> plan_grad_weight(const ConvTParams& p, const at
   g.length_in = int(p.length_in), g.length_out = int(p.length_out), g.stride = int(p.stride), g.taps = int(p.kernel_size);
   // the taps of each phase in order of k (so of shift), cut into groups of up to kWgGroupTaps
   bool grouped[kMaxGemmTaps] = {};
+  int tap_shift[kMaxGemmTaps] = {};
   int max_span = 0, next = 0;
   for (int first = 0; first < g.taps; ++first) {
     if (grouped[first]) continue;
@@ -366,17 +367,20 @@ std::optional<WeightGradProblem> plan_grad_weight(const ConvTParams& p, const at
       const Tap tap = tap_of(k, p.stride, p.padding, p.dilation);
       if (tap.phase != phase) continue;
       phase_taps.push_back(k);
-      g.tap_shift[k] = int(tap.shift);
+      tap_shift[k] = int(tap.shift);
       grouped[k] = true;
     }
     for (size_t begin = 0; begin < phase_taps.size(); begin += kWgGroupTaps) {
       const size_t end = std::min(phase_taps.size(), begin + kWgGroupTaps);
       const int q = g.tap_groups++;
       g.group_phase[q] = int(phase), g.group_first[q] = next, g.group_count[q] = int(end - begin);
-      g.group_shift_max[q] = g.tap_shift[phase_taps[end - 1]];
-      g.group_span[q] = g.group_shift_max[q] - g.tap_shift[phase_taps[begin]];
+      g.group_shift_max[q] = tap_shift[phase_taps[end - 1]];
+      g.group_span[q] = g.group_shift_max[q] - tap_shift[phase_taps[begin]];
       max_span = std::max(max_span, g.group_span[q]);
-      for (size_t i = begin; i < end; ++i) g.group_tap[next++] = phase_taps[i];
+      for (size_t i = begin; i < end; ++i, ++next) {
+        g.group_tap[next] = phase_taps[i];
+        g.group_tap_shift[next] = tap_shift[phase_taps[i]];
+      }
     }
   }
   // the groups of a phase are consecutive: count and number them for grad_bias's turns
@@ -389,11 +393,12 @@ std::optional<WeightGradProblem> plan_grad_weight(const ConvTParams& p, const at
   for (int q = g.tap_groups - 1; q >= 0; --q)
     g.group_phase_groups[q] = q + 1 < g.tap_groups && g.group_phase[q + 1] == g.group_phase[q] ? g.group_phase_groups[q + 1]
                                                                                                : g.group_phase_index[q] + 1;
-  // copies of 16 bytes (4 floats or 8 16-bit values), or of 4 (16-bit pairs): the kernel's sizes
+  // copies of 16 or 8 bytes, or of 4 (16-bit pairs): the kernel's sizes (8: float rows of an odd
+  // even length, kb64's grad_y, were copied element by element)
   const int element_size = int(x.element_size());
-  g.x_copy_elements = widest_copy(x, g.x_batch_stride, g.x_channel_stride, g.x_length_stride, {16, 4});
+  g.x_copy_elements = widest_copy(x, g.x_batch_stride, g.x_channel_stride, g.x_length_stride, {16, 8, 4});
   g.gy_copy_elements =
-      g.stride == 1 ? widest_copy(grad_y, g.gy_batch_stride, g.gy_channel_stride, g.gy_length_stride, {16, 4}) : 1;
+      g.stride == 1 ? widest_copy(grad_y, g.gy_batch_stride, g.gy_channel_stride, g.gy_length_stride, {16, 8, 4}) : 1;
   for (int q = 0; q < g.tap_groups; ++q) {
     const int x_vector = g.x_copy_elements;
     g.group_x_lead[q] = ((-g.group_shift_max[q]) % x_vector + x_vector) % x_vector;

@@ -10,7 +10,7 @@
 //   x_s[ci][q]    x[n, ci, m0 + q - group_shift_max]         q in [0, kWgPositions + span)
 // (zero outside the tensors), double-buffered in the input's own type, runs mma.sync (4 or 8 warps,
 // 2 or 4 x 2, a 16 ci x 32 co warp tile per tap), and writes its fp32 sums to partial[slice].
-// Contiguous, aligned rows move in asynchronous copies of 16 bytes (or 4: pairs of 16-bit values),
+// Contiguous, aligned rows move in asynchronous copies of 16 or 8 bytes (or 4: pairs of 16-bit values),
 // other rows one element at a time (asynchronously for float). A second kernel adds the slices in
 // order (sum_slices_kernel): no atomics, the same inputs give bit-identical gradients.
 //
@@ -63,14 +63,14 @@ struct WeightGradProblem {
   int tap_groups;
   int group_phase[kMaxGemmTaps], group_first[kMaxGemmTaps], group_count[kMaxGemmTaps];
   int group_shift_max[kMaxGemmTaps], group_span[kMaxGemmTaps];  // the largest shift, and largest - smallest
-  int group_tap[kMaxGemmTaps], tap_shift[kMaxGemmTaps];
+  int group_tap[kMaxGemmTaps], group_tap_shift[kMaxGemmTaps];  // tap group_tap[i] has shift group_tap_shift[i]
   // x_s of group q: x_lead positions ahead of its window, so that copies stay aligned
   // ((m0 - group_shift_max - x_lead) ≡ 0 mod x_copy_elements), and its copies per row (a
   // multiply-shift divider: the copy loops divide by it at every copy)
   int group_x_lead[kMaxGemmTaps];
   Divider group_x_copies[kMaxGemmTaps];
   int x_row_elements;          // elements per float x_s row: room for the widest group span and x_lead, ≡ 4 mod 32
-  // elements per copy: 16 bytes' worth, or 2 (16-bit pairs), where rows are contiguous and aligned
+  // elements per copy: 16 or 8 bytes' worth, or 2 (16-bit pairs), where rows are contiguous and aligned
   // (gy: stride 1 too); 1: element by element. A copy wholly outside reads nothing from its source,
   // the tensor's (aligned) first element.
   int x_copy_elements, gy_copy_elements;
@@ -139,11 +139,13 @@ __global__ void __launch_bounds__(kWgThreadsOf<kCiWarps, kCoWarps>)
   const int x_positions = kWgPositions + p.group_span[tap_group] + x_lead;
   const Divider& x_vectors_per_row = p.group_x_copies[tap_group];  // ceil(x_positions / x_vector)
 
-  // body(std::integral_constant<int, elements>) for the copy sizes there are (16 bytes' worth, or a
-  // 16-bit pair): index math with constants in the staging loops
+  // body(std::integral_constant<int, elements>) for the copy sizes there are (16 or 8 bytes' worth,
+  // or a 16-bit pair): index math with constants in the staging loops
   auto with_vector_size = [](int elements, auto&& body) {
     if (elements == 16 / int(sizeof(T))) {
       body(std::integral_constant<int, 16 / sizeof(T)>{});
+    } else if (elements == 8 / int(sizeof(T))) {
+      body(std::integral_constant<int, 8 / sizeof(T)>{});
     } else if constexpr (sizeof(T) == 2) {
       body(std::integral_constant<int, 2>{});
     }
@@ -295,7 +297,7 @@ __global__ void __launch_bounds__(kWgThreadsOf<kCiWarps, kCoWarps>)
         for (int t = 0; t < kWgGroupTaps; ++t) {
           if (t >= count) break;
           // A = x shifted for tap t (m = ci, k = position): rows ci r and r + 8
-          const int shift = p.tap_shift[p.group_tap[p.group_first[tap_group] + t]];
+          const int shift = p.group_tap_shift[p.group_first[tap_group] + t];
           const int tap_lead = shift_max - shift + x_lead;  // x_s position of the item's position 0 for this tap
           const bool aligned = tap_lead % 2 == 0;            // (16-bit pairs: `first` is even)
           // (added as pointer steps: the k-step's offset stays an immediate; as one int sum it cost 32 registers)
