@@ -94,8 +94,9 @@ GRAD_WEIGHT_TILE_CASES = [
     Case(4, 40, 24, 4, 700, stride=2, padding=1),       # 64 ci x 32 co, strided
     Case(3, 20, 56, 5, 800, padding=3, dilation=2),     # 32 ci x 64 co
     Case(2, 80, 48, 3, 600, stride=2, groups=2),        # 64 ci x 32 co per group, two groups
-    Case(2, 24, 40, 10, 400, stride=2, padding=3),      # 5 taps a phase: two tap groups per phase
-    Case(2, 80, 40, 10, 400, stride=2, padding=3),      # two ci tiles x two tap groups take turns
+    Case(2, 24, 40, 10, 400, stride=2, padding=3),      # 5 taps a phase: one 8-tap group (two 4-tap in 3xTF32)
+    Case(2, 24, 40, 18, 400, stride=2, padding=5),      # 9 taps a phase: 8 + 1 (4 + 4 + 1 in 3xTF32)
+    Case(2, 80, 40, 10, 400, stride=2, padding=3),      # two ci tiles (x two tap groups in 3xTF32) take turns
     Case(1, 80, 24, 10, 20, stride=2, padding=3),       # one item: fewer than the turns
     Case(3, 40, 24, 2, 500, stride=3, output_padding=2),  # a phase without taps
 ]

@@ -348,38 +348,46 @@ constexpr int64_t kWgScratchBytes = int64_t(64) << 20;  // the most partial sums
 
 // with_bias: grad_bias may come along (TF32 only: sums_bias; see grad_weight_gemm.cuh)
 std::optional<WeightGradProblem> plan_grad_weight(const ConvTParams& p, const at::Tensor& x, const at::Tensor& grad_y,
-                                                  bool with_bias) {
+                                                  bool with_bias, bool wide_groups) {
   if (!gemm_applies(p, x.scalar_type())) return std::nullopt;
   WeightGradProblem g{};
   g.batch = p.batch, g.groups = p.groups, g.cig = p.in_channels_per_group, g.cog = p.out_channels_per_group;
   g.x_batch_stride = p.x_batch_stride, g.x_channel_stride = p.x_channel_stride, g.x_length_stride = p.x_length_stride;
   g.gy_batch_stride = p.y_batch_stride, g.gy_channel_stride = p.y_channel_stride, g.gy_length_stride = p.y_length_stride;
   g.length_in = int(p.length_in), g.length_out = int(p.length_out), g.stride = int(p.stride), g.taps = int(p.kernel_size);
-  // the taps of each phase in order of k (so of shift), cut into groups of up to kWgGroupTaps
-  bool grouped[kMaxGemmTaps] = {};
+  // the taps of each phase in order of k (so of shift), phases in order of their first tap
+  std::vector<std::vector<int>> phase_taps;
+  std::vector<int64_t> phase_of;
   int tap_shift[kMaxGemmTaps] = {};
-  int max_span = 0, next = 0;
-  for (int first = 0; first < g.taps; ++first) {
-    if (grouped[first]) continue;
-    const int64_t phase = tap_of(first, p.stride, p.padding, p.dilation).phase;
-    std::vector<int> phase_taps;
-    for (int k = first; k < g.taps; ++k) {
-      const Tap tap = tap_of(k, p.stride, p.padding, p.dilation);
-      if (tap.phase != phase) continue;
-      phase_taps.push_back(k);
-      tap_shift[k] = int(tap.shift);
-      grouped[k] = true;
+  for (int k = 0; k < g.taps; ++k) {
+    const Tap tap = tap_of(k, p.stride, p.padding, p.dilation);
+    tap_shift[k] = int(tap.shift);
+    const auto known = std::find(phase_of.begin(), phase_of.end(), tap.phase);
+    if (known == phase_of.end()) {
+      phase_of.push_back(tap.phase);
+      phase_taps.push_back({k});
+    } else {
+      phase_taps[known - phase_of.begin()].push_back(k);
     }
-    for (size_t begin = 0; begin < phase_taps.size(); begin += kWgGroupTaps) {
-      const size_t end = std::min(phase_taps.size(), begin + kWgGroupTaps);
+  }
+  // cut into groups of up to group_taps: kWgWideGroupTaps where a phase has more than kWgGroupTaps
+  // taps and the caller allows (each group stages its own copy of x and grad_y)
+  size_t most_taps = 0;
+  for (const auto& taps : phase_taps) most_taps = std::max(most_taps, taps.size());
+  g.group_taps = wide_groups && most_taps > size_t(kWgGroupTaps) ? kWgWideGroupTaps : kWgGroupTaps;
+  int max_span = 0, next = 0;
+  for (size_t phase = 0; phase < phase_taps.size(); ++phase) {
+    const std::vector<int>& taps = phase_taps[phase];
+    for (size_t begin = 0; begin < taps.size(); begin += g.group_taps) {
+      const size_t end = std::min(taps.size(), begin + g.group_taps);
       const int q = g.tap_groups++;
-      g.group_phase[q] = int(phase), g.group_first[q] = next, g.group_count[q] = int(end - begin);
-      g.group_shift_max[q] = tap_shift[phase_taps[end - 1]];
-      g.group_span[q] = g.group_shift_max[q] - tap_shift[phase_taps[begin]];
+      g.group_phase[q] = int(phase_of[phase]), g.group_first[q] = next, g.group_count[q] = int(end - begin);
+      g.group_shift_max[q] = tap_shift[taps[end - 1]];
+      g.group_span[q] = g.group_shift_max[q] - tap_shift[taps[begin]];
       max_span = std::max(max_span, g.group_span[q]);
       for (size_t i = begin; i < end; ++i, ++next) {
-        g.group_tap[next] = phase_taps[i];
-        g.group_tap_shift[next] = tap_shift[phase_taps[i]];
+        g.group_tap[next] = taps[i];
+        g.group_tap_shift[next] = tap_shift[taps[i]];
       }
     }
   }
@@ -459,10 +467,17 @@ void launch_grad_weight(const WeightGradProblem& g, const at::Tensor& x, const a
   const int64_t bias_slices = g.sums_bias ? g.slices * g.ci_tiles * g.tap_groups : 0;  // bias_partial[slice][ci tile][tap group][co]
   const at::Tensor bias_partial =
       bias_slices > 0 ? at::empty({bias_slices * grad_bias.numel()}, grad_w.options().dtype(at::kFloat)) : at::Tensor();
-  // the kernel of the tile: (ci warps, co warps) = (block_ci / 16, block_co / 32)
-  const bool wide_ci = g.block_ci == 64, wide_co = g.block_co == 64;
-  const auto kernel = wide_ci ? (wide_co ? grad_weight_gemm_kernel<T, kMath, 4, 2> : grad_weight_gemm_kernel<T, kMath, 4, 1>)
-                              : (wide_co ? grad_weight_gemm_kernel<T, kMath, 2, 2> : grad_weight_gemm_kernel<T, kMath, 2, 1>);
+  // the kernel of the tile, (ci warps, co warps) = (block_ci / 16, block_co / 32), and of the group taps
+  auto tile_kernel = [&](auto group_taps) {
+    constexpr int kTaps = decltype(group_taps)::value;
+    const bool wide_ci = g.block_ci == 64, wide_co = g.block_co == 64;
+    return wide_ci ? (wide_co ? grad_weight_gemm_kernel<T, kMath, 4, 2, kTaps> : grad_weight_gemm_kernel<T, kMath, 4, 1, kTaps>)
+                   : (wide_co ? grad_weight_gemm_kernel<T, kMath, 2, 2, kTaps> : grad_weight_gemm_kernel<T, kMath, 2, 1, kTaps>);
+  };
+  auto kernel = tile_kernel(std::integral_constant<int, kWgGroupTaps>{});
+  if constexpr (kMath != Math::k3xTF32) {
+    if (g.group_taps == kWgWideGroupTaps) kernel = tile_kernel(std::integral_constant<int, kWgWideGroupTaps>{});
+  }
   const int threads = 32 * (g.block_ci / 16) * (g.block_co / 32);
   C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(g.smem_bytes)));
   kernel<<<unsigned(g.tiles * g.slices), threads, g.smem_bytes, stream>>>(
@@ -479,7 +494,8 @@ struct GradWeightRun {
 };
 GradWeightRun run_grad_weight(const ConvTParams& p, const at::Tensor& x, const at::Tensor& grad_y, const at::Tensor& grad_w,
                               const at::Tensor& grad_bias) {
-  const auto plan = plan_grad_weight(p, x, grad_y, grad_bias.defined() && x.scalar_type() == at::kFloat && tf32_allowed());
+  const bool strict = x.scalar_type() == at::kFloat && !tf32_allowed();  // 3xTF32: no wide tap groups
+  const auto plan = plan_grad_weight(p, x, grad_y, grad_bias.defined() && x.scalar_type() == at::kFloat && !strict, !strict);
   if (!plan) return {false, false};
   const GradWeightRun run{true, plan->sums_bias != 0};
   switch (x.scalar_type()) {

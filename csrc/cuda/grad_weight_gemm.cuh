@@ -4,7 +4,7 @@
 //
 // is, for each tap, a GEMM with M = ci, N = co and the reduction over positions (n, m). Taps of one
 // phase read the same gy positions, so they are handled together in tap groups of up to
-// kWgGroupTaps (the x window of the group covers every shift). A block owns one output tile
+// 4 or 8 (kGroupTaps; the x window of the group covers every shift). A block owns one output tile
 // (group, 32 or 64 ci, 32 or 64 co, tap group) and one slice of the (n, m-chunk) items; it stages per item
 //   gy_s[co][q]   gy[n, co, (m0 + q)*stride + phase]       q in [0, kWgPositions)
 //   x_s[ci][q]    x[n, ci, m0 + q - group_shift_max]         q in [0, kWgPositions + span)
@@ -45,7 +45,9 @@ constexpr int kWgBlockCoOf = kCoWarps * kWgTilesN * 8;
 template <int kCiWarps, int kCoWarps>
 constexpr int kWgThreadsOf = 32 * kCiWarps * kCoWarps;
 constexpr int kWgPositions = 64;              // positions m per item: 8 k-steps
-constexpr int kWgGroupTaps = 4;
+// taps per tap group: kWgGroupTaps, or kWgWideGroupTaps where a phase has more taps (TF32 and 16-bit:
+// 3xTF32's kernels have no room for twice the accumulators)
+constexpr int kWgGroupTaps = 4, kWgWideGroupTaps = 8;
 // Elements per staged row, in 32-bit words ≡ 4 (mod 8): the 8 ci or co rows x 4 columns of a fragment
 // load hit 32 different banks; rows stay 16-byte aligned. gy: kWgPositions plus 4 floats or 8 16-bit
 // values; x: x_row_elements (≡ 4 mod 32, planned for floats) plus 4 more 16-bit values.
@@ -60,7 +62,7 @@ struct WeightGradProblem {
   int64_t gy_batch_stride, gy_channel_stride, gy_length_stride;
   int length_in, length_out, stride, taps;
   // tap groups: taps group_tap[group_first[q], + group_count[q]) share phase group_phase[q]
-  int tap_groups;
+  int tap_groups, group_taps;  // group_taps: the most taps of a group, the kernel's kGroupTaps
   int group_phase[kMaxGemmTaps], group_first[kMaxGemmTaps], group_count[kMaxGemmTaps];
   int group_shift_max[kMaxGemmTaps], group_span[kMaxGemmTaps];  // the largest shift, and largest - smallest
   int group_tap[kMaxGemmTaps], group_tap_shift[kMaxGemmTaps];  // tap group_tap[i] has shift group_tap_shift[i]
@@ -100,7 +102,7 @@ __device__ __forceinline__ uint32_t fragment_word(const T* at, bool aligned) {
   }
 }
 
-template <typename T, Math kMath, int kCiWarps, int kCoWarps>
+template <typename T, Math kMath, int kCiWarps, int kCoWarps, int kGroupTaps>
 __global__ void __launch_bounds__(kWgThreadsOf<kCiWarps, kCoWarps>)
     grad_weight_gemm_kernel(const T* __restrict__ x, const T* __restrict__ gy, float* __restrict__ partial,
                             float* __restrict__ bias_partial, const __grid_constant__ WeightGradProblem p) {
@@ -244,9 +246,9 @@ __global__ void __launch_bounds__(kWgThreadsOf<kCiWarps, kCoWarps>)
     }
   };
 
-  Accumulator<kMath> acc[kWgGroupTaps][kWgTilesN];
+  Accumulator<kMath> acc[kGroupTaps][kWgTilesN];
 #pragma unroll
-  for (int t = 0; t < kWgGroupTaps; ++t)
+  for (int t = 0; t < kGroupTaps; ++t)
 #pragma unroll
     for (int nt = 0; nt < kWgTilesN; ++nt) acc[t][nt].clear();
   const int64_t begin = slice * p.items / p.slices, end = (slice + 1) * p.items / p.slices;
@@ -294,7 +296,7 @@ __global__ void __launch_bounds__(kWgThreadsOf<kCiWarps, kCoWarps>)
           b[nt][0] = d[0], b[nt][1] = d[1], b[nt + 1][0] = d[2], b[nt + 1][1] = d[3];
         }
 #pragma unroll
-        for (int t = 0; t < kWgGroupTaps; ++t) {
+        for (int t = 0; t < kGroupTaps; ++t) {
           if (t >= count) break;
           // A = x shifted for tap t (m = ci, k = position): rows ci r and r + 8
           const int shift = p.group_tap_shift[p.group_first[tap_group] + t];
@@ -346,7 +348,7 @@ __global__ void __launch_bounds__(kWgThreadsOf<kCiWarps, kCoWarps>)
   // e >= 2) and co column 2*(lane%4) + e%2.
   float* out = partial + slice * (p.groups * p.cig * p.cog * p.taps);
 #pragma unroll
-  for (int t = 0; t < kWgGroupTaps; ++t) {
+  for (int t = 0; t < kGroupTaps; ++t) {
     if (t >= count) break;
     const int k = p.group_tap[p.group_first[tap_group] + t];
 #pragma unroll
