@@ -174,7 +174,10 @@ __global__ void __launch_bounds__(kWgThreadsOf<kCiWarps, kCoWarps>)
     if (gy_vector > 1) {  // stride 1: gy positions m0 + q
       with_vector_size(gy_vector, [&](auto vector) {
         constexpr int kVector = decltype(vector)::value, kVectorsPerRow = kWgPositions / kVector;
-#pragma unroll(k16 ? 1 : 4)  // 16-bit rolled: unrolled, the pair copies' loops took 32 more registers
+        // float's 16-byte copies unrolled; the rest rolled (unrolled, 16-bit pair copies took 32 more
+        // registers and float's 8-byte copies 30 to 38: TF32 kernels 128 -> 166)
+        constexpr int kUnroll = !k16 && kVector == 4 ? 4 : 1;
+#pragma unroll(kUnroll)
         for (int index = threadIdx.x; index < kWgBlockCo * kVectorsPerRow; index += kWgThreads) {
           const int co = index / kVectorsPerRow, q = index % kVectorsPerRow * kVector;
           const int64_t j = m0 + q;
@@ -198,7 +201,8 @@ __global__ void __launch_bounds__(kWgThreadsOf<kCiWarps, kCoWarps>)
     if (x_vector > 1) {  // first_position is a multiple of x_vector: copies lie wholly inside or outside [0, L_in) but at the end
       with_vector_size(x_vector, [&](auto vector) {
         constexpr int kVector = decltype(vector)::value;
-#pragma unroll(k16 ? 1 : 4)
+        constexpr int kUnroll = !k16 && kVector == 4 ? 4 : 1;
+#pragma unroll(kUnroll)
         for (int index = threadIdx.x; index < kWgBlockCi * int(x_vectors_per_row.divisor); index += kWgThreads) {
           const auto row = x_vectors_per_row.divmod(unsigned(index));
           const int ci = int(row.div), q = int(row.mod) * kVector;
