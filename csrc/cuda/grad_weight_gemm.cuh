@@ -29,6 +29,7 @@
 // 16-bit loads.
 #pragma once
 
+#include <algorithm>
 #include <type_traits>
 
 #include "convt.h"
@@ -102,8 +103,13 @@ __device__ __forceinline__ uint32_t fragment_word(const T* at, bool aligned) {
   }
 }
 
+// 8-tap groups: at least 384 threads an SM (170 registers a thread; uncapped they took 228, two
+// 128-thread blocks an SM)
+template <int kCiWarps, int kCoWarps, int kGroupTaps>
+constexpr int kWgMinBlocksOf = kGroupTaps == 8 ? std::max(1, 384 / kWgThreadsOf<kCiWarps, kCoWarps>) : 1;
+
 template <typename T, Math kMath, int kCiWarps, int kCoWarps, int kGroupTaps>
-__global__ void __launch_bounds__(kWgThreadsOf<kCiWarps, kCoWarps>)
+__global__ void __launch_bounds__(kWgThreadsOf<kCiWarps, kCoWarps>, (kWgMinBlocksOf<kCiWarps, kCoWarps, kGroupTaps>))
     grad_weight_gemm_kernel(const T* __restrict__ x, const T* __restrict__ gy, float* __restrict__ partial,
                             float* __restrict__ bias_partial, const __grid_constant__ WeightGradProblem p) {
   constexpr int kWgThreads = kWgThreadsOf<kCiWarps, kCoWarps>, kWgBlockCi = 16 * kCiWarps;
