@@ -29,7 +29,6 @@
 // 16-bit loads.
 #pragma once
 
-#include <algorithm>
 #include <type_traits>
 
 #include "convt.h"
@@ -103,13 +102,19 @@ __device__ __forceinline__ uint32_t fragment_word(const T* at, bool aligned) {
   }
 }
 
-// 8-tap groups: at least 384 threads an SM (170 registers a thread; uncapped they took 228, two
-// 128-thread blocks an SM)
-template <int kCiWarps, int kCoWarps, int kGroupTaps>
-constexpr int kWgMinBlocksOf = kGroupTaps == 8 ? std::max(1, 384 / kWgThreadsOf<kCiWarps, kCoWarps>) : 1;
+// Registers by the threads an SM must hold (ptxas's own choice was 128 for every 4-tap kernel and
+// 224-228 for the 8-tap ones; H100 fwd+bwd): 256-thread blocks of 4 taps two an SM, at most 128
+// registers (at 150-156: kb64 TF32 14.7 -> 17.8 ms, hifigan_up1 3.76 -> 4.16); the other kernels
+// 384 threads an SM, at most 170 (4 taps, 128 -> 150-156: kb79 bf16 2.06 -> 1.96, grouped bf16
+// 0.92 -> 0.88; 8 taps, 228 -> 168: kb74 TF32 3.99 -> 3.52); 256-thread blocks of 8 taps one an SM.
+// 3xTF32 one block (its 216 registers: capped at 128 they spill).
+template <Math kMath, int kCiWarps, int kCoWarps, int kGroupTaps>
+constexpr int kWgMinBlocksOf = kMath == Math::k3xTF32                   ? 1
+                               : kWgThreadsOf<kCiWarps, kCoWarps> == 256 ? (kGroupTaps == kWgGroupTaps ? 2 : 1)
+                                                                         : 384 / kWgThreadsOf<kCiWarps, kCoWarps>;
 
 template <typename T, Math kMath, int kCiWarps, int kCoWarps, int kGroupTaps>
-__global__ void __launch_bounds__(kWgThreadsOf<kCiWarps, kCoWarps>, (kWgMinBlocksOf<kCiWarps, kCoWarps, kGroupTaps>))
+__global__ void __launch_bounds__(kWgThreadsOf<kCiWarps, kCoWarps>, (kWgMinBlocksOf<kMath, kCiWarps, kCoWarps, kGroupTaps>))
     grad_weight_gemm_kernel(const T* __restrict__ x, const T* __restrict__ gy, float* __restrict__ partial,
                             float* __restrict__ bias_partial, const __grid_constant__ WeightGradProblem p) {
   constexpr int kWgThreads = kWgThreadsOf<kCiWarps, kCoWarps>, kWgBlockCi = 16 * kCiWarps;
