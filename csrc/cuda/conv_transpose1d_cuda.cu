@@ -346,7 +346,8 @@ void sum_slices(const at::Tensor& partial, const at::Tensor& grad_w, int64_t sli
 
 constexpr int64_t kWgScratchBytes = int64_t(64) << 20;  // the most partial sums may take
 
-// with_bias: grad_bias may come along (TF32 only: sums_bias; see grad_weight_gemm.cuh)
+// with_bias: grad_bias may come along (TF32 only: sums_bias; see grad_weight_gemm.cuh); wide_groups:
+// tap groups of up to kWgWideGroupTaps may be planned (not for 3xTF32)
 std::optional<WeightGradProblem> plan_grad_weight(const ConvTParams& p, const at::Tensor& x, const at::Tensor& grad_y,
                                                   bool with_bias, bool wide_groups) {
   if (!gemm_applies(p, x.scalar_type())) return std::nullopt;
@@ -401,8 +402,8 @@ std::optional<WeightGradProblem> plan_grad_weight(const ConvTParams& p, const at
   for (int q = g.tap_groups - 1; q >= 0; --q)
     g.group_phase_groups[q] = q + 1 < g.tap_groups && g.group_phase[q + 1] == g.group_phase[q] ? g.group_phase_groups[q + 1]
                                                                                                : g.group_phase_index[q] + 1;
-  // copies of 16 or 8 bytes, or of 4 (16-bit pairs): the kernel's sizes (8: float rows of an odd
-  // even length, kb64's grad_y, were copied element by element)
+  // copies of 16 or 8 bytes, or of 4 (16-bit pairs): the kernel's sizes (8 bytes: float rows of an
+  // even length not divisible by 4, such as kb64's grad_y, went element by element before)
   const int element_size = int(x.element_size());
   g.x_copy_elements = widest_copy(x, g.x_batch_stride, g.x_channel_stride, g.x_length_stride, {16, 8, 4});
   g.gy_copy_elements =
