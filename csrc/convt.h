@@ -117,6 +117,8 @@ C10_HOST_DEVICE inline int64_t floor_div(int64_t a, int64_t b) {
   const int64_t q = a / b;
   return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
 }
+// a - floor_div(a, b) * b: in [0, b) for b > 0
+C10_HOST_DEVICE inline int64_t floor_mod(int64_t a, int64_t b) { return a - floor_div(a, b) * b; }
 
 struct Tap {
   int64_t phase;  // the output phase j mod stride that this tap feeds

@@ -153,7 +153,7 @@ std::optional<GemmProblem> plan_gemm_tiles(GemmProblem g, const at::Tensor& in, 
   const int taps_per_step = most_taps_per_step(g);
   g.copy_elements =
       g.in_step == 1 ? widest_copy(in, g.in_batch_stride, g.in_channel_stride, g.in_length_stride, {16, 8, 4}) : 1;
-  g.lead = ((g.first_offset % g.copy_elements) + g.copy_elements) % g.copy_elements;
+  g.lead = int(floor_mod(g.first_offset, g.copy_elements));
   g.block_m = block_m;
   g.block_n = block_n;
   const int64_t x_rows = int64_t(g.block_n) + g.last_offset - g.first_offset + g.lead;
@@ -410,7 +410,7 @@ std::optional<WeightGradProblem> plan_grad_weight(const ConvTParams& p, const at
       g.stride == 1 ? widest_copy(grad_y, g.gy_batch_stride, g.gy_channel_stride, g.gy_length_stride, {16, 8, 4}) : 1;
   for (int q = 0; q < g.tap_groups; ++q) {
     const int x_vector = g.x_copy_elements;
-    g.group_x_lead[q] = ((-g.group_shift_max[q]) % x_vector + x_vector) % x_vector;
+    g.group_x_lead[q] = int(floor_mod(-g.group_shift_max[q], x_vector));
     const int x_positions = kWgPositions + g.group_span[q] + g.group_x_lead[q];
     g.group_x_copies[q] = Divider(unsigned((x_positions + x_vector - 1) / x_vector));
   }

@@ -193,7 +193,7 @@ __global__ void __launch_bounds__(kWgThreadsOf<kCiWarps, kCoWarps>, (kWgMinBlock
           const int co = index / kVectorsPerRow, q = index % kVectorsPerRow * kVector;
           const int64_t j = m0 + q;
           const int inside = co < co_count ? elements_inside(p.length_out - j, kVector) : 0;
-          vector_copy(gy_s + co * kGyRow + q, inside ? gy_n + co * p.gy_channel_stride + j : gy, kVector, inside,
+          vector_copy(gy_s + co * kGyRow + q, inside ? gy_n + co * p.gy_channel_stride + j : gy, vector, inside,
                       bias_s + index);  // slot co * bias_slots + index % kVectorsPerRow
         }
       });
@@ -219,7 +219,7 @@ __global__ void __launch_bounds__(kWgThreadsOf<kCiWarps, kCoWarps>, (kWgMinBlock
           const int ci = int(row.div), q = int(row.mod) * kVector;
           const int64_t i = first_position + q;
           const int inside = ci < ci_count && i >= 0 ? elements_inside(p.length_in - i, kVector) : 0;
-          vector_copy(x_s + ci * x_row + q, inside ? x_n + ci * p.x_channel_stride + i : x, kVector, inside, nullptr);
+          vector_copy(x_s + ci * x_row + q, inside ? x_n + ci * p.x_channel_stride + i : x, vector, inside, nullptr);
         }
       });
     } else {
@@ -235,8 +235,8 @@ __global__ void __launch_bounds__(kWgThreadsOf<kCiWarps, kCoWarps>, (kWgMinBlock
   auto stage = [&](int64_t item, int buffer) {
     for_each_copy(
         item, buffer,
-        [&](T* to, const T* from, int vector, int inside, float*) {
-          cp_async(to, from, vector * int(sizeof(T)), inside * int(sizeof(T)));
+        [&](T* to, const T* from, auto vector, int inside, float*) {
+          cp_async<decltype(vector)::value * int(sizeof(T))>(to, from, inside * int(sizeof(T)));
         },
         [&](T* to, const T* from, bool inside, float*) { copy(to, from, inside); });
   };

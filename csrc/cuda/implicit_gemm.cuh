@@ -163,16 +163,6 @@ __device__ __forceinline__ void cp_async(void* shared, const void* global, int b
     cp_async_4(shared, global, bytes);
   }
 }
-// the same with the size known at run time
-__device__ __forceinline__ void cp_async(void* shared, const void* global, int size, int bytes) {
-  if (size == 16) {
-    cp_async<16>(shared, global, bytes);
-  } else if (size == 8) {
-    cp_async<8>(shared, global, bytes);
-  } else {
-    cp_async<4>(shared, global, bytes);
-  }
-}
 // `words` words global -> shared by the block, 16 bytes a thread at a time (16-byte aligned, words a
 // multiple of 4): one shared address and one pointer stepped per copy
 __device__ __forceinline__ void copy_words_async(uint32_t* shared, const uint32_t* global, int words) {
