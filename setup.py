@@ -33,11 +33,15 @@ def extension():
     if not want_cuda():
         return CppExtension("torch_convt_op._C", cpp_sources, include_dirs=[os.path.join(ROOT, "csrc")],
                             extra_compile_args={"cxx": cxx_flags}, extra_link_args=openmp, py_limited_api=True)
-    os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "8.0;9.0")
-    nvcc_flags = ["-O3", "-lineinfo", "--expt-relaxed-constexpr", "-DCONVT_WITH_CUDA"]
+    # Hopper is built as sm_90a (runs on every sm_90 GPU) for the warpgroup (wgmma) kernels
+    archs = os.environ.get("TORCH_CUDA_ARCH_LIST", "8.0;9.0").replace(" ", ";").split(";")
+    archs = ["9.0a" + arch[3:] if arch.split("+")[0] == "9.0" else arch for arch in archs]
+    os.environ["TORCH_CUDA_ARCH_LIST"] = ";".join(archs)
+    defines = ["-DCONVT_WITH_CUDA"] + (["-DCONVT_WGMMA"] if any(a.startswith("9.0a") for a in archs) else [])
+    nvcc_flags = ["-O3", "-lineinfo", "--expt-relaxed-constexpr"] + defines
     return CUDAExtension("torch_convt_op._C", cpp_sources + sources("csrc/cuda/*.cu") + sources("csrc/cuda/*.cpp"),
                          include_dirs=[os.path.join(ROOT, "csrc")],
-                         extra_compile_args={"cxx": cxx_flags + ["-DCONVT_WITH_CUDA"], "nvcc": nvcc_flags},
+                         extra_compile_args={"cxx": cxx_flags + defines, "nvcc": nvcc_flags},
                          extra_link_args=openmp, py_limited_api=True)
 
 

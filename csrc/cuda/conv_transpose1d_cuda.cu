@@ -145,7 +145,7 @@ int most_taps_per_step(const GemmProblem& g) {
 
 // Chunk size, shared-memory layout and tile counts for block_m x block_n tiles: the first (chunk, staged
 // output) that fits.
-std::optional<GemmProblem> plan_gemm_tiles(GemmProblem g, const at::Tensor& in, int block_m, int block_n) {
+std::optional<GemmProblem> plan_gemm_tiles(GemmProblem g, const at::Tensor& in, int block_m, int block_n, bool warpgroups) {
   const int element_size = int(in.element_size());
   const int channels_per_word = 4 / element_size;
   const int64_t channel_words = (g.channels_per_group + channels_per_word - 1) / channels_per_word;
@@ -156,6 +156,7 @@ std::optional<GemmProblem> plan_gemm_tiles(GemmProblem g, const at::Tensor& in, 
   g.lead = int(floor_mod(g.first_offset, g.copy_elements));
   g.block_m = block_m;
   g.block_n = block_n;
+  g.warpgroups = warpgroups;
   const int64_t x_rows = int64_t(g.block_n) + g.last_offset - g.first_offset + g.lead;
   if (x_rows > kMaxGemmXRow) return std::nullopt;  // could not fit in shared memory anyway
   g.x_rows = int(x_rows);
@@ -195,12 +196,14 @@ std::optional<GemmProblem> plan_gemm_tiles(GemmProblem g, const at::Tensor& in, 
   std::vector<Candidate> candidates;
   for (const int chunk_words : {64, 32, 16}) {
     if (mostly_padding(chunk_words) || (chunk_words == 64 && !few_tiles)) continue;
+    if (warpgroups && chunk_words != 32) continue;  // a weight slot row is one 128-byte swizzle row
     for (const bool stage_output : {true, false})
       for (const bool two_blocks : {true, false})
         if (few_tiles || stage_output || two_blocks) candidates.push_back({chunk_words, stage_output, two_blocks});
   }
   for (const int chunk_words : {32, 16})
-    if (!few_tiles && !mostly_padding(chunk_words)) candidates.push_back({chunk_words, false, false});
+    if (!few_tiles && !mostly_padding(chunk_words) && (!warpgroups || chunk_words == 32))
+      candidates.push_back({chunk_words, false, false});
   for (const Candidate& candidate : candidates) {
     const int chunk_words = candidate.chunk_words;
     g.ksteps = chunk_words / 8;
@@ -249,12 +252,20 @@ std::optional<GemmProblem> plan_gemm_tiles(GemmProblem g, const at::Tensor& in, 
 // 3xTF32 keeps 32-row warp tiles (64 x 128 in place of 64 x 256 and 128 x 128).
 struct TileShape {
   int block_m, block_n;
+  bool warpgroups;
 };
+// Warpgroup tiles (wgmma) run on sm_90 devices when the library was built for sm_90a.
+bool wgmma_usable() {
+  const cudaDeviceProp* device = at::cuda::getCurrentDeviceProperties();
+  return wgmma_built() && device->major == 9 && device->minor == 0;
+}
 std::optional<GemmProblem> plan_gemm(const GemmProblem& g, const at::Tensor& in, Math math) {
   const bool wide_warp_tiles = math != Math::k3xTF32;
   std::vector<TileShape> shapes;
+  if (wide_warp_tiles && wgmma_usable() && g.rows_per_group > 32)
+    shapes.push_back({g.rows_per_group <= 64 ? 64 : 128, 128, true});
   if (g.rows_per_group <= 32) {
-    shapes = {{32, 128}};
+    shapes.push_back({32, 128});
   } else if (g.rows_per_group <= 64) {
     if (wide_warp_tiles) shapes.push_back({64, 256});
     shapes.push_back({64, 128});
@@ -262,13 +273,14 @@ std::optional<GemmProblem> plan_gemm(const GemmProblem& g, const at::Tensor& in,
     if (wide_warp_tiles) shapes.push_back({128, 128});
     shapes.push_back({64, 128});
   } else {
-    shapes = {{128, 64}, {64, 128}};
+    shapes.push_back({128, 64});
+    shapes.push_back({64, 128});
   }
   // a shape whose tiles do not fill the SMs gives way to the next, smaller one (`small` TF32:
   // 64 x 256 0.041 ms, 64 x 128 0.030)
   std::optional<GemmProblem> plan;
   for (const TileShape& shape : shapes) {
-    if (auto shape_plan = plan_gemm_tiles(g, in, shape.block_m, shape.block_n)) {
+    if (auto shape_plan = plan_gemm_tiles(g, in, shape.block_m, shape.block_n, shape.warpgroups)) {
       plan = shape_plan;
       if (plan->tiles >= sm_count()) break;
     }
@@ -280,6 +292,7 @@ std::optional<GemmProblem> plan_gemm(const GemmProblem& g, const at::Tensor& in,
 template <typename T, Math kMath>
 auto gemm_kernel(const GemmProblem& g) {
   if constexpr (kMath != Math::k3xTF32) {
+    if (g.warpgroups) return g.block_m == 128 ? implicit_gemm_kernel<T, kMath, 4, 2, true> : implicit_gemm_kernel<T, kMath, 2, 2, true>;
     if (g.block_m == 64 && g.block_n == 256) return implicit_gemm_kernel<T, kMath, 4, 1>;
     if (g.block_m == 128 && g.block_n == 128) return implicit_gemm_kernel<T, kMath, 4, 2>;
   }

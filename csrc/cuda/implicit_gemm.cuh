@@ -34,6 +34,7 @@
 
 #include "convt.h"
 #include "cuda/mma.cuh"
+#include "cuda/wgmma.cuh"
 
 namespace convt::cuda {
 
@@ -41,6 +42,10 @@ namespace convt::cuda {
 // mma tiles: 32 x 128 (<1, 2>), 64 x 128 (<2, 2>), 128 x 64 (<2, 4>), 64 x 256 (<4, 1>) or
 // 128 x 128 (<4, 2>) rows x columns. The last two (64-row warp tiles) are for TF32 and 16-bit only:
 // 3xTF32's two sets of accumulators would spill.
+// Warpgroup tiles (wgmma, sm_90a; TF32 and 16-bit): 64 x 128 (<2, 2>) or 128 x 128 (<4, 2>) with the
+// roles of the operands turned around, out^T = in^T A^T: each of the two warpgroups computes 64 columns
+// x every row of the tile, in^T (64 columns x 8 or 16 channels) from registers loaded out of x_s, A^T
+// from the step's weight slot in shared memory (the swizzled layout of wgmma.cuh, pack_gemm_weight_kernel).
 constexpr int kGemmWarps = 8, kGemmThreads = 32 * kGemmWarps;
 constexpr int kWarpTilesN = 4;
 template <int kWarpTilesM, int kWarpsM>
@@ -80,6 +85,7 @@ struct GemmProblem {
   int x_rows;          // positions of x_s
   int x_row_elements;  // elements per channel row of x_s (≡ 8 mod 16: conflict-free B fragments)
   int x_words;         // words of one x_s buffer
+  bool warpgroups;     // warpgroup tiles (wgmma): ksteps 4 (a weight slot row is one 128-byte swizzle row)
   int block_m, block_n; // rows x columns per tile: one of the tile shapes above (plan_gemm)
   int slot_words;      // words of one tap of w_s: (block_m / 16) * ksteps fragments
   int weight_slots;    // taps w_s holds: every (chunk, tap) (resident) or the most of one step
@@ -240,12 +246,15 @@ __device__ __forceinline__ void load_b(uint32_t (&b)[2], const T* column, int ro
   }
 }
 
-// A in fragment order, packed once per call: words
-//   packed[g][row_tile][chunk][slot][m16 tile][k-step][lane][4]
-// where slot i holds tap step_tap[i] (the taps of a step are consecutive slots) and lane's 4 words
-// are rows (lane/4, lane/4 + 8) x word columns (lane%4, lane%4 + 4) of the m16 x 8-word fragment
-// (a0 a1 a2 a3 of mma.sync), each word one TF32 value (rounded to nearest for kTF32, raw float32
-// bits for 3xTF32, split at use) or two 16-bit channels. Zero outside the problem.
+// A packed once per call: words packed[g][row_tile][chunk][slot][slot_words], where slot i holds tap
+// step_tap[i] (the taps of a step are consecutive slots), each word one TF32 value (rounded to nearest
+// for kTF32, raw float32 bits for 3xTF32, split at use) or two 16-bit channels. Zero outside the
+// problem. Within a slot, (row, word) of the block_m x (8 * ksteps)-word tile sits
+//   mma.sync tiles:  in fragment order [m16 tile][k-step][lane][4], lane's 4 words rows (lane/4,
+//                    lane/4 + 8) x word columns (lane%4, lane%4 + 4) of the m16 x 8-word fragment
+//                    (a0 a1 a2 a3 of mma.sync)
+//   warpgroup tiles: as B of wgmma (A^T, K-major, 128-byte swizzle; wgmma.cuh): byte k of row n at
+//                    (n / 8) * 1024 + (n % 8) * 128 + ((k / 16) ^ (n % 8)) * 16 + k % 16
 // A_t[row, ch] = w[a_group_stride*g + a_row_stride*row + a_channel_stride*ch + a_tap_stride*t].
 struct GemmWeight {
   int64_t group_stride, row_stride, channel_stride, tap_stride;
@@ -256,21 +265,25 @@ __global__ void pack_gemm_weight_kernel(const T* __restrict__ w, uint32_t* __res
                                         GemmWeight a, int64_t words) {
   constexpr int kChannelsPerWord = kMath == Math::k16Bit ? 2 : 1;
   for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < words; e += int64_t(blockDim.x) * gridDim.x) {
-    int64_t rest = e / 4;
-    const int part = int(e % 4), lane = int(rest % 32);
-    rest /= 32;
-    const int kstep = int(rest % p.ksteps);
-    rest /= p.ksteps;
-    const int mtile = int(rest % (p.block_m / 16));
-    rest /= p.block_m / 16;
+    const int in_slot = int(e % p.slot_words);
+    int tile_row, word;  // of the slot's block_m x (8 * ksteps)-word tile
+    if (p.warpgroups) {
+      const int byte = in_slot * 4, atom_row = byte % kSwizzleAtomBytes / kSwizzleRowBytes;
+      tile_row = byte / kSwizzleAtomBytes * 8 + atom_row;
+      word = (((byte % kSwizzleRowBytes / 16) ^ atom_row) * 16 + byte % 16) / 4;
+    } else {
+      const int part = in_slot % 4, lane = in_slot / 4 % 32, kstep = in_slot / 128 % p.ksteps;
+      tile_row = in_slot / (128 * p.ksteps) * 16 + lane / 4 + (part % 2) * 8;
+      word = kstep * 8 + lane % 4 + (part / 2) * 4;
+    }
+    int64_t rest = e / p.slot_words;
     const int t = p.step_tap[rest % p.taps];  // slot i holds tap step_tap[i]
     rest /= p.taps;
     const int chunk = int(rest % p.chunks);
     rest /= p.chunks;
     const int row_tile = int(rest % p.row_tiles);
     const int64_t g = rest / p.row_tiles;
-    const int64_t row = int64_t(row_tile) * p.block_m + mtile * 16 + lane / 4 + (part % 2) * 8;
-    const int word = kstep * 8 + lane % 4 + (part / 2) * 4;
+    const int64_t row = int64_t(row_tile) * p.block_m + tile_row;
     uint32_t value = 0;
     for (int half = 0; half < kChannelsPerWord; ++half) {
       const int64_t ch = int64_t(chunk) * p.chunk_channels + word * kChannelsPerWord + half;
@@ -291,12 +304,13 @@ __global__ void pack_gemm_weight_kernel(const T* __restrict__ w, uint32_t* __res
 
 // ---- the kernel ----------------------------------------------------------------------------------
 
-template <typename T, Math kMath, int kWarpTilesM, int kWarpsM>
+template <typename T, Math kMath, int kWarpTilesM, int kWarpsM, bool kWarpgroups = false>
 __global__ void __launch_bounds__(kGemmThreads, kMath == Math::k3xTF32 ? 1 : 2)  // 3xTF32: room for two accumulators
     implicit_gemm_kernel(const T* __restrict__ in, const uint32_t* __restrict__ packed_w, const T* __restrict__ bias,
                          T* __restrict__ out, const __grid_constant__ GemmProblem p) {
   constexpr int kBlockM = kBlockMOf<kWarpTilesM, kWarpsM>, kBlockN = kBlockNOf<kWarpsM>;
-  extern __shared__ __align__(16) uint32_t smem[];
+  static_assert(!kWarpgroups || (kMath != Math::k3xTF32 && kBlockN == 128 && (kBlockM == 64 || kBlockM == 128)));
+  extern __shared__ __align__(kSwizzleAtomBytes) uint32_t smem[];  // weight slots first: swizzle atoms aligned
   const int weight_buffers = p.resident ? 1 : 2;
   uint32_t* w_buffers = smem;                                                  // weight_buffers x slots x slot_words
   T* x_buffers = reinterpret_cast<T*>(smem + weight_buffers * p.weight_slots * p.slot_words);  // 2 x x_words
@@ -435,11 +449,44 @@ __global__ void __launch_bounds__(kGemmThreads, kMath == Math::k3xTF32 ? 1 : 2) 
       *reinterpret_cast<float4*>(y_s + v) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   }
 
+  Accumulator<kMath> acc[kWarpTilesM][kWarpTilesN];  // mma.sync tiles
+  float wg_acc[kWarpgroups ? kBlockM / 2 : 1];         // warpgroup tiles (wgmma.cuh's d)
+  auto clear_accumulators = [&] {
+    if constexpr (kWarpgroups) {
+#pragma unroll
+      for (int e = 0; e < kBlockM / 2; ++e) wg_acc[e] = 0.0f;
+    } else {
+#pragma unroll
+      for (int mt = 0; mt < kWarpTilesM; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < kWarpTilesN; ++nt) acc[mt][nt].clear();
+    }
+  };
   // The accumulators of one out_phase: to y_s, or straight to out (plus bias). Element e of tile
   // (mt, nt) sits at row lane/4 (+8 for e >= 2) and column 2*(lane%4) + e%2 of the tile.
-  auto store_phase = [&](const GemmTile& tile, int out_phase, const Accumulator<kMath> (&acc)[kWarpTilesM][kWarpTilesN]) {
+  auto store_phase = [&](const GemmTile& tile, int out_phase) {
     const int phase = p.out_phase_value[out_phase];
     const int columns = p.out_length > phase ? (p.out_length - phase + p.out_step - 1) / p.out_step : 0;
+    if constexpr (kWarpgroups) {  // wg_acc[4j + e]: row 8j + 2c + e % 2, column (this warp's 16) g + 8 * (e / 2)
+      const int warp_first_col = (warp / 4) * 64 + (warp % 4) * 16 + lane / 4;
+#pragma unroll
+      for (int j = 0; j < kBlockM / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int tile_row = 8 * j + 2 * (lane % 4) + e % 2, tile_col = warp_first_col + 8 * (e / 2);
+          const int row = tile.row_tile * kBlockM + tile_row;
+          T* out_positions = out_row(tile, row);
+          if (p.stage_output) {
+            y_s[tile_row * p.y_row_elements + shift_of(out_positions + first_position(tile)) + phase + tile_col * p.out_step] =
+                wg_acc[4 * j + e];
+            continue;
+          }
+          const int col = tile.col_tile * kBlockN + tile_col;
+          if (row < p.rows_per_group && col < columns)
+            out_positions[int64_t(col) * p.out_step + phase] = from_float<T>(wg_acc[4 * j + e] + bias_of(tile, row));
+        }
+      return;
+    }
     const bool paired = p.out_step == 1 && p.out_length % 2 == 0;  // two adjacent columns, one aligned store
 #pragma unroll
     for (int mt = 0; mt < kWarpTilesM; ++mt)
@@ -518,13 +565,6 @@ __global__ void __launch_bounds__(kGemmThreads, kMath == Math::k3xTF32 ? 1 : 2) 
     }
   };
 
-  Accumulator<kMath> acc[kWarpTilesM][kWarpTilesN];
-  auto clear_accumulators = [&] {
-#pragma unroll
-    for (int mt = 0; mt < kWarpTilesM; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < kWarpTilesN; ++nt) acc[mt][nt].clear();
-  };
   int64_t resident_key = -1;
   // a part's tile, and its first step
   auto tile_of = [&](unsigned part) { return GemmTile(p.div_tile_parts.div(part), p); };
@@ -556,6 +596,7 @@ __global__ void __launch_bounds__(kGemmThreads, kMath == Math::k3xTF32 ? 1 : 2) 
     cp_async_commit();
     cp_async_wait<1>();
     round_x(buffer);
+    if constexpr (kWarpgroups) fence_async_shared();  // the weight slots (cp.async) are read by wgmma
     __syncthreads();
 
     const GemmStep step(step_index, p);
@@ -563,9 +604,32 @@ __global__ void __launch_bounds__(kGemmThreads, kMath == Math::k3xTF32 ? 1 : 2) 
     const T* x_s = x_buffers + buffer * x_buffer_elements;
     for (int i = step.first_tap; i < step.end_tap; ++i) {
       const int t = p.step_tap[i];
+      const int slot = p.resident ? step.chunk * p.taps + i : i - step.first_tap;
+      if constexpr (kWarpgroups) {
+        // in^T fragments (this warp's 16 columns, from x_s like mma.sync's B of columns g and g + 8),
+        // then 4 k-steps of wgmma on the slot's A^T
+        constexpr int kKsteps = 4;
+        using Kind = std::conditional_t<std::is_same_v<T, float>, Tf32, T>;
+        const T* x_tap = x_s + (warp / 4) * 64 + (warp % 4) * 16 + lane / 4 + p.tap_offset[t] - p.first_offset + p.lead;
+        const char* w_slot = reinterpret_cast<const char*>(w_s + slot * p.slot_words);
+        uint32_t a[kKsteps][4];
+#pragma unroll
+        for (int kstep = 0; kstep < kKsteps; ++kstep) {
+          uint32_t low[2], high[2];  // columns g and g + 8
+          const T* x_kstep = x_tap + kstep * (kMath == Math::k16Bit ? 16 : 8) * p.x_row_elements;
+          load_b<T, kMath>(low, x_kstep, p.x_row_elements, lane % 4);
+          load_b<T, kMath>(high, x_kstep + 8, p.x_row_elements, lane % 4);
+          a[kstep][0] = low[0], a[kstep][1] = high[0], a[kstep][2] = low[1], a[kstep][3] = high[1];
+        }
+        wgmma_fence();
+#pragma unroll
+        for (int kstep = 0; kstep < kKsteps; ++kstep)
+          wgmma_kstep(wg_acc, a[kstep], swizzled_b_descriptor(w_slot + kstep * 32), Kind{});
+        wgmma_commit_and_wait();
+        continue;
+      }
       // column col of the tile reads x_s position (col - col0) + offset_t - first_offset + lead
       const T* x_tap = x_s + warp_col + lane / 4 + p.tap_offset[t] - p.first_offset + p.lead;
-      const int slot = p.resident ? step.chunk * p.taps + i : i - step.first_tap;
       const uint32_t* w_tap = w_s + slot * p.slot_words + warp_mtile * p.ksteps * kFragmentWords + lane * 4;
       // k-steps `count` at a time (unrolled together: their loads can run ahead of the mma)
       auto run_ksteps = [&](int first_kstep, auto count) {
@@ -594,7 +658,7 @@ __global__ void __launch_bounds__(kGemmThreads, kMath == Math::k3xTF32 ? 1 : 2) 
       }
     }
     if (phase_ends) {
-      store_phase(tile, step.out_phase, acc);
+      store_phase(tile, step.out_phase);
       clear_accumulators();
     }
     if (tile_ends) {
