@@ -196,14 +196,13 @@ std::optional<GemmProblem> plan_gemm_tiles(GemmProblem g, const at::Tensor& in, 
   std::vector<Candidate> candidates;
   for (const int chunk_words : {64, 32, 16}) {
     if (mostly_padding(chunk_words) || (chunk_words == 64 && !few_tiles)) continue;
-    if (warpgroups && chunk_words != 32) continue;  // a weight slot row is one 128-byte swizzle row
+    if (warpgroups && chunk_words == 64) continue;  // slot rows of 64 or 128 bytes (wgmma.cuh)
     for (const bool stage_output : {true, false})
       for (const bool two_blocks : {true, false})
         if (few_tiles || stage_output || two_blocks) candidates.push_back({chunk_words, stage_output, two_blocks});
   }
   for (const int chunk_words : {32, 16})
-    if (!few_tiles && !mostly_padding(chunk_words) && (!warpgroups || chunk_words == 32))
-      candidates.push_back({chunk_words, false, false});
+    if (!few_tiles && !mostly_padding(chunk_words)) candidates.push_back({chunk_words, false, false});
   for (const Candidate& candidate : candidates) {
     const int chunk_words = candidate.chunk_words;
     g.ksteps = chunk_words / 8;

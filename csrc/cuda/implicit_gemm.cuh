@@ -85,7 +85,7 @@ struct GemmProblem {
   int x_rows;          // positions of x_s
   int x_row_elements;  // elements per channel row of x_s (≡ 8 mod 16: conflict-free B fragments)
   int x_words;         // words of one x_s buffer
-  bool warpgroups;     // warpgroup tiles (wgmma): ksteps 4 (a weight slot row is one 128-byte swizzle row)
+  bool warpgroups;     // warpgroup tiles (wgmma): ksteps 2 or 4 (slot rows of 64 or 128 bytes, wgmma.cuh)
   int block_m, block_n; // rows x columns per tile: one of the tile shapes above (plan_gemm)
   int slot_words;      // words of one tap of w_s: (block_m / 16) * ksteps fragments
   int weight_slots;    // taps w_s holds: every (chunk, tap) (resident) or the most of one step
@@ -253,8 +253,7 @@ __device__ __forceinline__ void load_b(uint32_t (&b)[2], const T* column, int ro
 //   mma.sync tiles:  in fragment order [m16 tile][k-step][lane][4], lane's 4 words rows (lane/4,
 //                    lane/4 + 8) x word columns (lane%4, lane%4 + 4) of the m16 x 8-word fragment
 //                    (a0 a1 a2 a3 of mma.sync)
-//   warpgroup tiles: as B of wgmma (A^T, K-major, 128-byte swizzle; wgmma.cuh): byte k of row n at
-//                    (n / 8) * 1024 + (n % 8) * 128 + ((k / 16) ^ (n % 8)) * 16 + k % 16
+//   warpgroup tiles: as B of wgmma (A^T, K-major, swizzled rows of 32 * ksteps bytes; wgmma.cuh)
 // A_t[row, ch] = w[a_group_stride*g + a_row_stride*row + a_channel_stride*ch + a_tap_stride*t].
 struct GemmWeight {
   int64_t group_stride, row_stride, channel_stride, tap_stride;
@@ -268,9 +267,9 @@ __global__ void pack_gemm_weight_kernel(const T* __restrict__ w, uint32_t* __res
     const int in_slot = int(e % p.slot_words);
     int tile_row, word;  // of the slot's block_m x (8 * ksteps)-word tile
     if (p.warpgroups) {
-      const int byte = in_slot * 4, atom_row = byte % kSwizzleAtomBytes / kSwizzleRowBytes;
-      tile_row = byte / kSwizzleAtomBytes * 8 + atom_row;
-      word = (((byte % kSwizzleRowBytes / 16) ^ atom_row) * 16 + byte % 16) / 4;
+      const int row_bytes = p.ksteps * 32, byte = in_slot * 4, atom_row = byte / row_bytes % 8;
+      tile_row = byte / row_bytes;
+      word = (((byte % row_bytes / 16) ^ swizzle_of_row(atom_row, row_bytes)) * 16 + byte % 16) / 4;
     } else {
       const int part = in_slot % 4, lane = in_slot / 4 % 32, kstep = in_slot / 128 % p.ksteps;
       tile_row = in_slot / (128 * p.ksteps) * 16 + lane / 4 + (part % 2) * 8;
@@ -310,7 +309,7 @@ __global__ void __launch_bounds__(kGemmThreads, kMath == Math::k3xTF32 ? 1 : 2) 
                          T* __restrict__ out, const __grid_constant__ GemmProblem p) {
   constexpr int kBlockM = kBlockMOf<kWarpTilesM, kWarpsM>, kBlockN = kBlockNOf<kWarpsM>;
   static_assert(!kWarpgroups || (kMath != Math::k3xTF32 && kBlockN == 128 && (kBlockM == 64 || kBlockM == 128)));
-  extern __shared__ __align__(kSwizzleAtomBytes) uint32_t smem[];  // weight slots first: swizzle atoms aligned
+  extern __shared__ __align__(kMaxSwizzleAtomBytes) uint32_t smem[];  // weight slots first: swizzle atoms aligned
   const int weight_buffers = p.resident ? 1 : 2;
   uint32_t* w_buffers = smem;                                                  // weight_buffers x slots x slot_words
   T* x_buffers = reinterpret_cast<T*>(smem + weight_buffers * p.weight_slots * p.slot_words);  // 2 x x_words
@@ -606,26 +605,35 @@ __global__ void __launch_bounds__(kGemmThreads, kMath == Math::k3xTF32 ? 1 : 2) 
       const int t = p.step_tap[i];
       const int slot = p.resident ? step.chunk * p.taps + i : i - step.first_tap;
       if constexpr (kWarpgroups) {
-        // in^T fragments (this warp's 16 columns, from x_s like mma.sync's B of columns g and g + 8),
-        // then 4 k-steps of wgmma on the slot's A^T
-        constexpr int kKsteps = 4;
-        using Kind = std::conditional_t<std::is_same_v<T, float>, Tf32, T>;
-        const T* x_tap = x_s + (warp / 4) * 64 + (warp % 4) * 16 + lane / 4 + p.tap_offset[t] - p.first_offset + p.lead;
-        const char* w_slot = reinterpret_cast<const char*>(w_s + slot * p.slot_words);
-        uint32_t a[kKsteps][4];
+        // in^T fragments of this warp's 16 columns (from x_s like mma.sync's B of columns g and g + 8),
+        // then the k-steps of wgmma on the slot's A^T as one group, which runs while the next tap's
+        // fragments load (all groups are done before the step's accumulators or buffers are used)
+        auto run_tap = [&](auto ksteps) {
+          constexpr int kKsteps = decltype(ksteps)::value;
+          using Kind = std::conditional_t<std::is_same_v<T, float>, Tf32, T>;
+          const T* x_tap = x_s + (warp / 4) * 64 + (warp % 4) * 16 + lane / 4 + p.tap_offset[t] - p.first_offset + p.lead;
+          const char* w_slot = reinterpret_cast<const char*>(w_s + slot * p.slot_words);
+          uint32_t a[kKsteps][4];
 #pragma unroll
-        for (int kstep = 0; kstep < kKsteps; ++kstep) {
-          uint32_t low[2], high[2];  // columns g and g + 8
-          const T* x_kstep = x_tap + kstep * (kMath == Math::k16Bit ? 16 : 8) * p.x_row_elements;
-          load_b<T, kMath>(low, x_kstep, p.x_row_elements, lane % 4);
-          load_b<T, kMath>(high, x_kstep + 8, p.x_row_elements, lane % 4);
-          a[kstep][0] = low[0], a[kstep][1] = high[0], a[kstep][2] = low[1], a[kstep][3] = high[1];
+          for (int kstep = 0; kstep < kKsteps; ++kstep) {
+            uint32_t low[2], high[2];  // columns g and g + 8
+            const T* x_kstep = x_tap + kstep * (kMath == Math::k16Bit ? 16 : 8) * p.x_row_elements;
+            load_b<T, kMath>(low, x_kstep, p.x_row_elements, lane % 4);
+            load_b<T, kMath>(high, x_kstep + 8, p.x_row_elements, lane % 4);
+            a[kstep][0] = low[0], a[kstep][1] = high[0], a[kstep][2] = low[1], a[kstep][3] = high[1];
+          }
+          wgmma_fence();
+#pragma unroll
+          for (int kstep = 0; kstep < kKsteps; ++kstep)
+            wgmma_kstep(wg_acc, a[kstep], swizzled_b_descriptor<kKsteps * 32>(w_slot + kstep * 32), Kind{});
+          wgmma_commit();
+          wgmma_wait<1>();
+        };
+        if (p.ksteps == 4) {  // 2 or 4
+          run_tap(std::integral_constant<int, 4>());
+        } else {
+          run_tap(std::integral_constant<int, 2>());
         }
-        wgmma_fence();
-#pragma unroll
-        for (int kstep = 0; kstep < kKsteps; ++kstep)
-          wgmma_kstep(wg_acc, a[kstep], swizzled_b_descriptor(w_slot + kstep * 32), Kind{});
-        wgmma_commit_and_wait();
         continue;
       }
       // column col of the tile reads x_s position (col - col0) + offset_t - first_offset + lead
@@ -657,6 +665,7 @@ __global__ void __launch_bounds__(kGemmThreads, kMath == Math::k3xTF32 ? 1 : 2) 
         for (int kstep = 0; kstep < p.ksteps; kstep += 4) run_ksteps(kstep, std::integral_constant<int, 4>());
       }
     }
+    if constexpr (kWarpgroups) wgmma_wait<0>();
     if (phase_ends) {
       store_phase(tile, step.out_phase);
       clear_accumulators();

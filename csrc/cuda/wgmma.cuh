@@ -28,23 +28,29 @@ constexpr bool wgmma_built() {
 #endif
 }
 
-// B in shared memory, K-major with the 128-byte swizzle: for each group of 8 B columns (n) an atom
-// of 8 rows x 128 bytes along K (1024 bytes, 1024-byte aligned), atoms of consecutive column groups
-// 1024 bytes apart. Byte `k_byte` of column n sits at
-//   (n / 8) * 1024 + (n % 8) * 128 + ((k_byte / 16) ^ (n % 8)) * 16 + k_byte % 16.
-// One k-step (32 bytes of K: 8 TF32 or 16 16-bit values) starts 32 bytes further along the row.
-constexpr int kSwizzleAtomBytes = 1024, kSwizzleRowBytes = 128;
+// B in shared memory, K-major and swizzled, in rows of kRowBytes = 64 or 128 bytes along K: for each
+// group of 8 B columns (n) an atom of 8 rows (8 * kRowBytes bytes, aligned to its size), atoms of
+// consecutive column groups adjacent. Byte k of column n sits at
+//   (n / 8) * 8 * kRowBytes + (n % 8) * kRowBytes + ((k / 16) ^ swizzle(n % 8)) * 16 + k % 16,
+// swizzle(r) = r for 128-byte rows, r / 2 for 64-byte rows (the hardware XORs address bits 7-9, or
+// 7-8, into bits 4-6, or 4-5). One k-step (32 bytes of K: 8 TF32 or 16 16-bit values) starts 32 bytes
+// further along the row.
+constexpr int kMaxSwizzleAtomBytes = 1024;
+__host__ __device__ constexpr int swizzle_of_row(int atom_row, int row_bytes) { return atom_row / (128 / row_bytes); }
 // The descriptor of such a B starting at `b` (+ 32 bytes per k-step)
+template <int kRowBytes>
 __device__ __forceinline__ uint64_t swizzled_b_descriptor(const void* b) {
+  static_assert(kRowBytes == 64 || kRowBytes == 128);
   const uint32_t address = static_cast<uint32_t>(__cvta_generic_to_shared(b));
-  return uint64_t((address & 0x3FFFF) >> 4)          // start address / 16
-         | uint64_t(1) << 16                          // leading-dimension offset (unused when swizzled)
-         | uint64_t(kSwizzleAtomBytes >> 4) << 32     // stride between column groups / 16
-         | uint64_t(1) << 62;                         // 128-byte swizzle
+  return uint64_t((address & 0x3FFFF) >> 4)                 // start address / 16
+         | uint64_t(1) << 16                                 // leading-dimension offset (unused when swizzled)
+         | uint64_t(8 * kRowBytes >> 4) << 32                // stride between column groups / 16
+         | uint64_t(kRowBytes == 128 ? 1 : 2) << 62;         // 128- or 64-byte swizzle
 }
 
 // Ordering: registers (A, accumulators) written before a wgmma need wgmma_fence(); a batch of wgmma
-// is committed as one group and waited for before its accumulators or A registers are touched.
+// is committed as one group and waited for before its accumulators are read or B's shared memory
+// is overwritten (ptxas keeps a group's A registers until it completes).
 // B written to shared memory by ordinary stores or cp.async needs fence_async_shared() in each
 // writing thread before the barrier that precedes the wgmma.
 __device__ __forceinline__ void wgmma_fence() {
@@ -52,10 +58,16 @@ __device__ __forceinline__ void wgmma_fence() {
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #endif
 }
-__device__ __forceinline__ void wgmma_commit_and_wait() {
+__device__ __forceinline__ void wgmma_commit() {
 #if CONVT_WGMMA_AVAILABLE
   asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+#endif
+}
+// wait until at most kPending committed groups are still running
+template <int kPending>
+__device__ __forceinline__ void wgmma_wait() {
+#if CONVT_WGMMA_AVAILABLE
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
 #endif
 }
 __device__ __forceinline__ void fence_async_shared() {
