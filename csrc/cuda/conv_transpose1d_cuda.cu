@@ -261,8 +261,7 @@ bool wgmma_usable() {
 std::optional<GemmProblem> plan_gemm(const GemmProblem& g, const at::Tensor& in, Math math) {
   const bool wide_warp_tiles = math != Math::k3xTF32;
   std::vector<TileShape> shapes;
-  if (wide_warp_tiles && wgmma_usable() && g.rows_per_group > 32)
-    shapes.push_back({g.rows_per_group <= 64 ? 64 : 128, 128, true});
+  if (wide_warp_tiles && wgmma_usable() && g.rows_per_group > 64) shapes.push_back({128, 128, true});
   if (g.rows_per_group <= 32) {
     shapes.push_back({32, 128});
   } else if (g.rows_per_group <= 64) {
@@ -291,7 +290,7 @@ std::optional<GemmProblem> plan_gemm(const GemmProblem& g, const at::Tensor& in,
 template <typename T, Math kMath>
 auto gemm_kernel(const GemmProblem& g) {
   if constexpr (kMath != Math::k3xTF32) {
-    if (g.warpgroups) return g.block_m == 128 ? implicit_gemm_kernel<T, kMath, 4, 2, true> : implicit_gemm_kernel<T, kMath, 2, 2, true>;
+    if (g.warpgroups) return implicit_gemm_kernel<T, kMath, 4, 2, true>;
     if (g.block_m == 64 && g.block_n == 256) return implicit_gemm_kernel<T, kMath, 4, 1>;
     if (g.block_m == 128 && g.block_n == 128) return implicit_gemm_kernel<T, kMath, 4, 2>;
   }

@@ -42,9 +42,8 @@ namespace convt::cuda {
 // mma tiles: 32 x 128 (<1, 2>), 64 x 128 (<2, 2>), 128 x 64 (<2, 4>), 64 x 256 (<4, 1>) or
 // 128 x 128 (<4, 2>) rows x columns. The last two (64-row warp tiles) are for TF32 and 16-bit only:
 // 3xTF32's two sets of accumulators would spill.
-// Warpgroup tiles (wgmma, sm_90a; TF32 and 16-bit): 64 x 128 (<2, 2>) or 128 x 128 (<4, 2>) with the
-// roles of the operands turned around, out^T = in^T A^T: each of the two warpgroups computes 64 columns
-// x every row of the tile, in^T (64 columns x 8 or 16 channels) from registers loaded out of x_s, A^T
+// Warpgroup tiles (wgmma, sm_90a; TF32 and 16-bit): 128 x 128 (<4, 2>) with the roles of the operands
+// turned around, out^T = in^T A^T: each of the two warpgroups computes 64 columns x the 128 rows, in^T (64 columns x 8 or 16 channels) from registers loaded out of x_s, A^T
 // from the step's weight slot in shared memory (the swizzled layout of wgmma.cuh, pack_gemm_weight_kernel).
 constexpr int kGemmWarps = 8, kGemmThreads = 32 * kGemmWarps;
 constexpr int kWarpTilesN = 4;
@@ -308,7 +307,7 @@ __global__ void __launch_bounds__(kGemmThreads, kMath == Math::k3xTF32 ? 1 : 2) 
     implicit_gemm_kernel(const T* __restrict__ in, const uint32_t* __restrict__ packed_w, const T* __restrict__ bias,
                          T* __restrict__ out, const __grid_constant__ GemmProblem p) {
   constexpr int kBlockM = kBlockMOf<kWarpTilesM, kWarpsM>, kBlockN = kBlockNOf<kWarpsM>;
-  static_assert(!kWarpgroups || (kMath != Math::k3xTF32 && kBlockN == 128 && (kBlockM == 64 || kBlockM == 128)));
+  static_assert(!kWarpgroups || (kMath != Math::k3xTF32 && kBlockM == 128 && kBlockN == 128));
   extern __shared__ __align__(kMaxSwizzleAtomBytes) uint32_t smem[];  // weight slots first: swizzle atoms aligned
   const int weight_buffers = p.resident ? 1 : 2;
   uint32_t* w_buffers = smem;                                                  // weight_buffers x slots x slot_words
@@ -606,8 +605,8 @@ __global__ void __launch_bounds__(kGemmThreads, kMath == Math::k3xTF32 ? 1 : 2) 
       const int slot = p.resident ? step.chunk * p.taps + i : i - step.first_tap;
       if constexpr (kWarpgroups) {
         // in^T fragments of this warp's 16 columns (from x_s like mma.sync's B of columns g and g + 8),
-        // then the k-steps of wgmma on the slot's A^T as one group, which runs while the next tap's
-        // fragments load (all groups are done before the step's accumulators or buffers are used)
+        // then the k-steps of wgmma on the slot's A^T as one group, waited for before the next tap's
+        // fragments load (ptxas may give them the registers of this tap's fragments)
         auto run_tap = [&](auto ksteps) {
           constexpr int kKsteps = decltype(ksteps)::value;
           using Kind = std::conditional_t<std::is_same_v<T, float>, Tf32, T>;
@@ -626,8 +625,7 @@ __global__ void __launch_bounds__(kGemmThreads, kMath == Math::k3xTF32 ? 1 : 2) 
 #pragma unroll
           for (int kstep = 0; kstep < kKsteps; ++kstep)
             wgmma_kstep(wg_acc, a[kstep], swizzled_b_descriptor<kKsteps * 32>(w_slot + kstep * 32), Kind{});
-          wgmma_commit();
-          wgmma_wait<1>();
+          wgmma_commit_and_wait();
         };
         if (p.ksteps == 4) {  // 2 or 4
           run_tap(std::integral_constant<int, 4>());
@@ -665,7 +663,6 @@ __global__ void __launch_bounds__(kGemmThreads, kMath == Math::k3xTF32 ? 1 : 2) 
         for (int kstep = 0; kstep < p.ksteps; kstep += 4) run_ksteps(kstep, std::integral_constant<int, 4>());
       }
     }
-    if constexpr (kWarpgroups) wgmma_wait<0>();
     if (phase_ends) {
       store_phase(tile, step.out_phase);
       clear_accumulators();

@@ -49,8 +49,9 @@ __device__ __forceinline__ uint64_t swizzled_b_descriptor(const void* b) {
 }
 
 // Ordering: registers (A, accumulators) written before a wgmma need wgmma_fence(); a batch of wgmma
-// is committed as one group and waited for before its accumulators are read or B's shared memory
-// is overwritten (ptxas keeps a group's A registers until it completes).
+// is committed as one group and waited for before its accumulators are read, B's shared memory is
+// overwritten or its A registers are reused (ptxas does not keep them: loading the next batch's A
+// while one ran gave wrong sums, session 12).
 // B written to shared memory by ordinary stores or cp.async needs fence_async_shared() in each
 // writing thread before the barrier that precedes the wgmma.
 __device__ __forceinline__ void wgmma_fence() {
@@ -58,16 +59,10 @@ __device__ __forceinline__ void wgmma_fence() {
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #endif
 }
-__device__ __forceinline__ void wgmma_commit() {
+__device__ __forceinline__ void wgmma_commit_and_wait() {
 #if CONVT_WGMMA_AVAILABLE
   asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-#endif
-}
-// wait until at most kPending committed groups are still running
-template <int kPending>
-__device__ __forceinline__ void wgmma_wait() {
-#if CONVT_WGMMA_AVAILABLE
-  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
 #endif
 }
 __device__ __forceinline__ void fence_async_shared() {
@@ -76,54 +71,12 @@ __device__ __forceinline__ void fence_async_shared() {
 #endif
 }
 
-// One k-step, d (64 x N, f32) += a (64 x K) * b (K x N), N = 64 or 128 (d's size), K = 8 (TF32) or
-// 16 (16-bit). Overloads by N and the element type (Tf32 tags float data in TF32 mode). Fragments per
+// One k-step, d (64 x 128, f32) += a (64 x K) * b (K x 128), K = 8 (TF32) or 16 (16-bit). Overloads by
+// the element type (Tf32 tags float data in TF32 mode). Fragments per
 // warp w of the warpgroup, g = lane / 4, c = lane % 4:
 //   A: rows 16w + (g, g + 8), the same registers as mma.sync's m16n8k8 (TF32) / m16n8k16 (16-bit) A
 //   d: d[4j + e] = row 16w + g + 8 * (e / 2), column 8j + 2c + e % 2
 struct Tf32 {};
-
-__device__ __forceinline__ void wgmma_kstep(float (&d)[32], const uint32_t (&a)[4], uint64_t b, Tf32) {
-#if CONVT_WGMMA_AVAILABLE
-  asm volatile(
-      "{\n.reg .pred accumulate;\nsetp.ne.b32 accumulate, %37, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-      "{%32, %33, %34, %35}, %36, accumulate, 1, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
-#else
-  __trap();
-#endif
-}
-
-__device__ __forceinline__ void wgmma_kstep(float (&d)[32], const uint32_t (&a)[4], uint64_t b, __nv_bfloat16) {
-#if CONVT_WGMMA_AVAILABLE
-  asm volatile(
-      "{\n.reg .pred accumulate;\nsetp.ne.b32 accumulate, %37, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-      "{%32, %33, %34, %35}, %36, accumulate, 1, 1, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
-#else
-  __trap();
-#endif
-}
-
-__device__ __forceinline__ void wgmma_kstep(float (&d)[32], const uint32_t (&a)[4], uint64_t b, __half) {
-#if CONVT_WGMMA_AVAILABLE
-  asm volatile(
-      "{\n.reg .pred accumulate;\nsetp.ne.b32 accumulate, %37, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-      "{%32, %33, %34, %35}, %36, accumulate, 1, 1, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
-#else
-  __trap();
-#endif
-}
 
 __device__ __forceinline__ void wgmma_kstep(float (&d)[64], const uint32_t (&a)[4], uint64_t b, Tf32) {
 #if CONVT_WGMMA_AVAILABLE
