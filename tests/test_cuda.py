@@ -62,10 +62,12 @@ def test_strict_float32_is_float32_accurate(case, tf32):
 
 
 # Problems with enough tiles to fill an H100's 132 SMs with the 64-row warp tiles (plan_gemm gives
-# problems with fewer tiles smaller ones): 64 x 256 tiles for 33-64 rows, 128 x 128 for more rows with
-# 3 taps a step; in the forward and in grad_input (rows = C_in there). Strided upsampling with direct
-# stores (no room to stage a tile's interleaved output) has blocks walk each tile's out_phases as
-# parts of their own, several parts per block, with and without phases no tap reaches (bias only).
+# problems with fewer tiles smaller ones): 64 x 256 tiles for 33-64 rows, and for more rows 128 x 128
+# (3 taps a step) or 128 x 64 (strided upsampling); on an H100 or H200 every group of more than 64
+# rows runs on 128 x 128 warpgroup tiles (wgmma) instead. In the forward and in grad_input (rows =
+# C_in there). Strided upsampling with direct stores (no room to stage a tile's interleaved output)
+# has blocks walk each tile's out_phases as parts of their own, several parts per block, with and
+# without phases no tap reaches (bias only).
 WIDE_TILE_CASES = [
     Case(8, 36, 50, 5, 4500, padding=2, dilation=2),  # 64 x 256, adjacent stores, part-empty m16 tiles
     Case(8, 48, 40, 4, 4500, stride=2, padding=1),    # 64 x 256, staged interleaved output
