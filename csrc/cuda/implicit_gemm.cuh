@@ -465,23 +465,34 @@ __global__ void __launch_bounds__(kGemmThreads, kMath == Math::k3xTF32 ? 1 : 2) 
   auto store_phase = [&](const GemmTile& tile, int out_phase) {
     const int phase = p.out_phase_value[out_phase];
     const int columns = p.out_length > phase ? (p.out_length - phase + p.out_step - 1) / p.out_step : 0;
-    if constexpr (kWarpgroups) {  // wg_acc[4j + e]: row 8j + 2c + e % 2, column (this warp's 16) g + 8 * (e / 2)
+    if constexpr (kWarpgroups) {
+      // wg_acc[4j + e] is row 8j + 2c + e % 2, column (this warp's 16) g + 8 * (e / 2): per row, two
+      // columns. Row pointers and bounds from this thread's first row (64-bit math once, not per row).
       const int warp_first_col = (warp / 4) * 64 + (warp % 4) * 16 + lane / 4;
+      const int col = tile.col_tile * kBlockN + warp_first_col;
+      const int first_row = tile.row_tile * kBlockM + 2 * (lane % 4);
+      const int64_t rows_left = p.rows_per_group - first_row;
+      T* const first_row_positions = out_row(tile, first_row);
+      const T* const first_row_bias = bias ? bias + tile.g * p.rows_per_group + first_row : nullptr;
 #pragma unroll
       for (int j = 0; j < kBlockM / 8; ++j)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int tile_row = 8 * j + 2 * (lane % 4) + e % 2, tile_col = warp_first_col + 8 * (e / 2);
-          const int row = tile.row_tile * kBlockM + tile_row;
-          T* out_positions = out_row(tile, row);
+        for (int half = 0; half < 2; ++half) {
+          const int row = 8 * j + half;  // from first_row
+          const float first = wg_acc[4 * j + half], second = wg_acc[4 * j + 2 + half];  // columns col, col + 8
+          T* out_positions = first_row_positions + int64_t(row) * p.out_length;
           if (p.stage_output) {
-            y_s[tile_row * p.y_row_elements + shift_of(out_positions + first_position(tile)) + phase + tile_col * p.out_step] =
-                wg_acc[4 * j + e];
+            float* y = y_s + (row + 2 * (lane % 4)) * p.y_row_elements + shift_of(out_positions + first_position(tile)) +
+                       phase + warp_first_col * p.out_step;
+            y[0] = first;
+            y[8 * p.out_step] = second;
             continue;
           }
-          const int col = tile.col_tile * kBlockN + tile_col;
-          if (row < p.rows_per_group && col < columns)
-            out_positions[int64_t(col) * p.out_step + phase] = from_float<T>(wg_acc[4 * j + e] + bias_of(tile, row));
+          if (row >= rows_left) continue;
+          const float bias_value = first_row_bias ? to_float(first_row_bias[row]) : 0.0f;
+          T* out_first = out_positions + int64_t(col) * p.out_step + phase;
+          if (col < columns) out_first[0] = from_float<T>(first + bias_value);
+          if (col + 8 < columns) out_first[8 * p.out_step] = from_float<T>(second + bias_value);
         }
       return;
     }
