@@ -274,13 +274,13 @@ std::optional<GemmProblem> plan_gemm(const GemmProblem& g, const at::Tensor& in,
     shapes.push_back({128, 64});
     shapes.push_back({64, 128});
   }
-  // a shape whose tiles do not fill the SMs gives way to the next, smaller one (`small` TF32:
-  // 64 x 256 0.041 ms, 64 x 128 0.030)
+  // a shape whose work parts (tiles, or with direct stores their out_phases) do not fill the SMs gives
+  // way to the next, smaller one (`small` TF32: 64 x 256 0.041 ms, 64 x 128 0.030)
   std::optional<GemmProblem> plan;
   for (const TileShape& shape : shapes) {
     if (auto shape_plan = plan_gemm_tiles(g, in, shape.block_m, shape.block_n, shape.warpgroups)) {
       plan = shape_plan;
-      if (plan->tiles >= sm_count()) break;
+      if (plan->parts >= sm_count()) break;
     }
   }
   return plan;
