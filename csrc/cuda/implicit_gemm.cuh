@@ -43,8 +43,9 @@ namespace convt::cuda {
 // 128 x 128 (<4, 2>) rows x columns. The last two (64-row warp tiles) are for TF32 and 16-bit only:
 // 3xTF32's two sets of accumulators would spill.
 // Warpgroup tiles (wgmma, sm_90a; TF32 and 16-bit): 128 x 128 (<4, 2>) with the roles of the operands
-// turned around, out^T = in^T A^T: each of the two warpgroups computes 64 columns x the 128 rows, in^T (64 columns x 8 or 16 channels) from registers loaded out of x_s, A^T
-// from the step's weight slot in shared memory (the swizzled layout of wgmma.cuh, pack_gemm_weight_kernel).
+// turned around, out^T = in^T A^T: each of the two warpgroups computes 64 columns x the 128 rows,
+// in^T (64 columns x 8 or 16 channels) from registers loaded out of x_s, A^T from the step's weight
+// slot in shared memory (the swizzled layout of wgmma.cuh, pack_gemm_weight_kernel).
 constexpr int kGemmWarps = 8, kGemmThreads = 32 * kGemmWarps;
 constexpr int kWarpTilesN = 4;
 template <int kWarpTilesM, int kWarpsM>
