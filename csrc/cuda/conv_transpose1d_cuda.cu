@@ -249,6 +249,10 @@ std::optional<GemmProblem> plan_gemm_tiles(GemmProblem g, const at::Tensor& in, 
 //                             0.83 / 0.48 against 128 x 128's 1.73 / 0.96 and 1.02 / 0.51
 //   32 x 128 for <= 32 rows:  hifigan_up3 0.58 / 0.31, grouped 0.41 / 0.28 (32 x 256: 0.53 / 0.34, 0.55 / 0.23)
 // 3xTF32 keeps 32-row warp tiles (64 x 128 in place of 64 x 256 and 128 x 128).
+// On sm_90, 128 x 128 warpgroup tiles (wgmma) come first for > 64 rows (session 12, H200: kb64
+// 3.82 -> 3.32 / 2.14 -> 1.87, hifigan_up1 1.02 -> 0.74 / 0.68 -> 0.38); 64 x 128 warpgroup tiles
+// for 33-64 rows lost to 64 x 256 mma.sync tiles (kb74 0.81 -> 0.83 / 0.61 -> 0.67, kb79 TF32
+// 0.66 -> 0.93) though hifigan_up2 gained (0.475 -> 0.391 / 0.301 -> 0.218), so they are not used.
 struct TileShape {
   int block_m, block_n;
   bool warpgroups;
