@@ -85,7 +85,7 @@ def test_wide_tiles_forward_and_backward(case, dtype, tf32):
 
 
 # grad_weight's four tile kernels (16 x 32 warp tiles): 32 or 64 ci x 32 or 64 co by the channels per
-# group, every tile part-empty, with stride 1 (vector copies of grad_y: 16 bytes, 8 bytes where rows
+# group, and on sm_90 its warpgroup tiles (the last three cases), every tile part-empty, with stride 1 (vector copies of grad_y: 16 bytes, 8 bytes where rows
 # are 8-byte aligned only, 16-bit pairs) and stride 2 (element copies).
 # grad_bias comes along where every phase has a tap and its slots fit (the blocks of a phase take the
 # items in turns), else from its own pass (a phase without taps: the last case).
@@ -101,6 +101,10 @@ GRAD_WEIGHT_TILE_CASES = [
     Case(2, 80, 40, 10, 400, stride=2, padding=3),      # two ci tiles (x two tap groups in 3xTF32) take turns
     Case(1, 80, 24, 10, 20, stride=2, padding=3),       # one item: fewer than the turns
     Case(3, 40, 24, 2, 500, stride=3, output_padding=2),  # a phase without taps
+    # warpgroup tiles (sm_90; C_in and C_out per group above 32): 64 co x 64 ci, items of x positions
+    Case(3, 40, 72, 3, 902, padding=1),                 # part-empty tiles; float x and gy in 8-byte copies, 16-bit pairs
+    Case(2, 72, 40, 4, 1001, stride=2, padding=1),      # x rows of odd length: element copies; gy de-interleaved
+    Case(2, 96, 80, 5, 700, padding=2, dilation=3, groups=2),  # 5 taps a phase: 4 + 1, a window of span 12
 ]
 
 

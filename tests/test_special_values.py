@@ -9,6 +9,7 @@ from conftest import DTYPES, Case, case_id, make_inputs, ours, reference
 TENSOR_CORES = [
     Case(2, 32, 24, 3, 33, stride=2, padding=1, dilation=2),              # strided
     Case(2, 16, 24, 2, 70, stride=6, dilation=2, output_padding=5),       # phases without taps
+    Case(2, 40, 48, 3, 70, padding=1),                                    # sm_90: warpgroup grad_weight
 ]
 SPECIAL_CASES = [
     Case(2, 4, 6, 3, 9),                                                  # direct kernels

@@ -14,6 +14,7 @@
 #include "cuda/depthwise.cuh"
 #include "cuda/direct.cuh"
 #include "cuda/grad_weight_gemm.cuh"
+#include "cuda/grad_weight_wgmma.cuh"
 #include "cuda/implicit_gemm.cuh"
 
 namespace convt::cuda {
@@ -361,12 +362,15 @@ void sum_slices(const at::Tensor& partial, const at::Tensor& grad_w, int64_t sli
 
 constexpr int64_t kWgScratchBytes = int64_t(64) << 20;  // the most partial sums may take
 
-// with_bias: grad_bias may come along (TF32 only: sums_bias; see grad_weight_gemm.cuh); wide_groups:
-// tap groups of up to kWgWideGroupTaps may be planned (not for 3xTF32)
+// with_bias: grad_bias may come along (TF32 only: sums_bias; see grad_weight_gemm.cuh); one_pass: the
+// math is TF32 or 16-bit, not 3xTF32, so tap groups of up to kWgWideGroupTaps and warpgroup tiles
+// may be planned
 std::optional<WeightGradProblem> plan_grad_weight(const ConvTParams& p, const at::Tensor& x, const at::Tensor& grad_y,
-                                                  bool with_bias, bool wide_groups) {
+                                                  bool with_bias, bool one_pass) {
   if (!gemm_applies(p, x.scalar_type())) return std::nullopt;
   WeightGradProblem g{};
+  // warpgroup tiles (grad_weight_wgmma.cuh) where their 64 x 64 tiles are full
+  g.warpgroups = one_pass && wgmma_usable() && p.in_channels_per_group > 32 && p.out_channels_per_group > 32;
   g.batch = p.batch, g.groups = p.groups, g.cig = p.in_channels_per_group, g.cog = p.out_channels_per_group;
   g.x_batch_stride = p.x_batch_stride, g.x_channel_stride = p.x_channel_stride, g.x_length_stride = p.x_length_stride;
   g.gy_batch_stride = p.y_batch_stride, g.gy_channel_stride = p.y_channel_stride, g.gy_length_stride = p.y_length_stride;
@@ -390,7 +394,9 @@ std::optional<WeightGradProblem> plan_grad_weight(const ConvTParams& p, const at
   // taps and the caller allows (each group stages its own copy of x and grad_y)
   size_t most_taps = 0;
   for (const auto& taps : phase_taps) most_taps = std::max(most_taps, taps.size());
-  g.group_taps = wide_groups && most_taps > size_t(kWgGroupTaps) ? kWgWideGroupTaps : kWgGroupTaps;
+  // (warpgroup tiles: the most taps of a phase, up to kWgGroupTaps: every group has that many slots)
+  g.group_taps = g.warpgroups ? int(std::min(most_taps, size_t(kWgGroupTaps)))
+                 : one_pass && most_taps > size_t(kWgGroupTaps) ? kWgWideGroupTaps : kWgGroupTaps;
   int max_span = 0, next = 0;
   for (size_t phase = 0; phase < phase_taps.size(); ++phase) {
     const std::vector<int>& taps = phase_taps[phase];
@@ -423,41 +429,56 @@ std::optional<WeightGradProblem> plan_grad_weight(const ConvTParams& p, const at
   g.x_copy_elements = widest_copy(x, g.x_batch_stride, g.x_channel_stride, g.x_length_stride, {16, 8, 4});
   g.gy_copy_elements =
       g.stride == 1 ? widest_copy(grad_y, g.gy_batch_stride, g.gy_channel_stride, g.gy_length_stride, {16, 8, 4}) : 1;
+  // the window: x from m0 - shift_max (x_s), or in warpgroup tiles gy from i0 + shift_min (gy_s), its
+  // start moved back by the lead to a multiple of the copy size
+  const int window_vector = g.warpgroups ? g.gy_copy_elements : g.x_copy_elements;
   for (int q = 0; q < g.tap_groups; ++q) {
-    const int x_vector = g.x_copy_elements;
-    g.group_x_lead[q] = int(floor_mod(-g.group_shift_max[q], x_vector));
-    const int x_positions = kWgPositions + g.group_span[q] + g.group_x_lead[q];
-    g.group_x_copies[q] = Divider(unsigned((x_positions + x_vector - 1) / x_vector));
+    const int start = g.warpgroups ? g.group_shift_max[q] - g.group_span[q] : -g.group_shift_max[q];
+    g.group_lead[q] = int(floor_mod(start, window_vector));
+    const int positions = kWgPositions + g.group_span[q] + g.group_lead[q];
+    g.group_window_copies[q] = Divider(unsigned((positions + window_vector - 1) / window_vector));
   }
-  // whole copies of the widest window (x_lead < x_copy_elements), ≡ 4 (mod 32): conflict-free fragments
-  const int x_copied = (kWgPositions + max_span + 2 * (g.x_copy_elements - 1)) / g.x_copy_elements * g.x_copy_elements;
-  g.x_row_elements = (x_copied - 4 + 31) / 32 * 32 + 4;
-  if (g.x_row_elements > 1024) return std::nullopt;
+  // whole copies of the widest window (lead < window_vector), ≡ 4 (mod 32): conflict-free fragments
+  const int copied = (kWgPositions + max_span + 2 * (window_vector - 1)) / window_vector * window_vector;
+  g.window_row_elements = (copied - 4 + 31) / 32 * 32 + 4;
+  if (g.window_row_elements > 1024) return std::nullopt;
   // 64-ci tiles where C_in per group > 32 (H200 fwd+bwd: kb64 TF32 23.2 -> 20.9 ms, hifigan_up1 bf16
   // 5.86 -> 4.76, EnCodec bf16 3.32 -> 2.65); 32-ci tiles where it is at most 32 (64-ci tiles, half
   // empty there: kb74 TF32 5.43 -> 6.80, grouped 1.55 -> 1.86)
-  g.block_ci = g.cig > 32 ? 64 : 32;
+  g.block_ci = g.cig > 32 || g.warpgroups ? 64 : 32;
   g.ci_tiles = int((g.cig + g.block_ci - 1) / g.block_ci);
   // likewise 32-co tiles where C_out per group is at most 32 (hifigan_up3 TF32 fwd+bwd 1.61 -> 1.39 ms,
   // grouped 1.48 -> 1.33)
-  g.block_co = g.cog > 32 ? 64 : 32;
+  g.block_co = g.cog > 32 || g.warpgroups ? 64 : 32;
   g.co_tiles = int((g.cog + g.block_co - 1) / g.block_co);
   g.tiles = g.groups * g.ci_tiles * g.co_tiles * g.tap_groups;
-  g.chunks_per_row = (phase_length(0, p.length_out, p.stride) + kWgPositions - 1) / kWgPositions;
+  // items: chunks of the phase positions m (of the longest phase), in warpgroup tiles of the x positions
+  const int64_t item_positions = g.warpgroups ? p.length_in : phase_length(0, p.length_out, p.stride);
+  g.chunks_per_row = (item_positions + kWgPositions - 1) / kWgPositions;
   g.items = g.batch * g.chunks_per_row;
   if (g.items >= kGemmIndexLimit) return std::nullopt;
   g.div_chunks_per_row = Divider(unsigned(g.chunks_per_row));
-  // about six blocks per SM in all (twelve of the two-warp 32 x 32 tiles), within the scratch budget
-  const int64_t weight_elements = g.groups * g.cig * g.cog * g.taps;
-  const int block_warps = (g.block_ci / 16) * (g.block_co / 32);
-  const int64_t target_blocks = sm_count() * std::max(6, 24 / block_warps);
-  g.slices = std::clamp<int64_t>((target_blocks + g.tiles - 1) / g.tiles, 1, g.items);
-  g.slices = std::max<int64_t>(1, std::min(g.slices, kWgScratchBytes / 4 / weight_elements));
-  if (g.tiles * g.slices >= kGemmIndexLimit) return std::nullopt;
-  // two buffers of gy and x rows, in the input's type
-  const int64_t buffer_elements = g.block_co * wg_gy_row(element_size) + g.block_ci * wg_x_row(g.x_row_elements, element_size);
+  // two buffers of gy and x rows, in the input's type (warpgroup tiles: x rows of kWgPositions, gy the window)
+  const int64_t window_elements = wg_window_row(g.window_row_elements, element_size);
+  const int64_t buffer_elements = g.warpgroups ? kWgmmaBlockCi * kWgPositions + kWgmmaBlockCo * window_elements
+                                               : g.block_co * wg_gy_row(element_size) + g.block_ci * window_elements;
   g.smem_bytes = size_t(2 * buffer_elements * element_size);
   if (g.smem_bytes > smem_budgets().one_block) return std::nullopt;  // wide tap groups (dilation in the hundreds)
+  // Slices, within the scratch budget: about six blocks per SM in all (twelve of the two-warp 32 x 32
+  // tiles); warpgroup tiles at most two full waves of the blocks an SM holds (the slices are equal
+  // work: a third wave of a few blocks takes as long as a full one)
+  const int64_t weight_elements = g.groups * g.cig * g.cog * g.taps;
+  if (g.warpgroups) {
+    const auto device = at::cuda::getCurrentDeviceProperties();
+    const int64_t by_smem = device->sharedMemPerMultiprocessor / (g.smem_bytes + device->reservedSharedMemPerBlock);
+    const int64_t resident = sm_count() * std::min<int64_t>(wgmma_min_blocks(g.group_taps), by_smem);
+    g.slices = std::clamp<int64_t>(2 * resident / g.tiles, 1, g.items);
+  } else {
+    const int64_t target_blocks = sm_count() * std::max(6, 24 / ((g.block_ci / 16) * (g.block_co / 32)));
+    g.slices = std::clamp<int64_t>((target_blocks + g.tiles - 1) / g.tiles, 1, g.items);
+  }
+  g.slices = std::max<int64_t>(1, std::min(g.slices, kWgScratchBytes / 4 / weight_elements));
+  if (g.tiles * g.slices >= kGemmIndexLimit) return std::nullopt;
   // grad_bias comes along (its slots, floats, after the buffers) where every phase has a tap, so no
   // row-sum pass is left, and where the slots leave as many blocks per SM room in shared memory
   // (session 9: grouped TF32 went from 6 to 5 blocks, fwd+bwd 1.327 -> 1.357 ms)
@@ -466,7 +487,7 @@ std::optional<WeightGradProblem> plan_grad_weight(const ConvTParams& p, const at
   auto blocks_per_sm = [device = at::cuda::getCurrentDeviceProperties()](size_t smem_bytes) {
     return device->sharedMemPerMultiprocessor / (smem_bytes + device->reservedSharedMemPerBlock);
   };
-  g.sums_bias = with_bias && phases_with_taps == g.stride && with_slots <= smem_budgets().one_block &&
+  g.sums_bias = with_bias && !g.warpgroups && phases_with_taps == g.stride && with_slots <= smem_budgets().one_block &&
                 blocks_per_sm(with_slots) == blocks_per_sm(g.smem_bytes);
   if (g.sums_bias) g.smem_bytes = with_slots;
   return g;
@@ -491,10 +512,17 @@ void launch_grad_weight(const WeightGradProblem& g, const at::Tensor& x, const a
                    : (wide_co ? grad_weight_gemm_kernel<T, kMath, 2, 2, kTaps> : grad_weight_gemm_kernel<T, kMath, 2, 1, kTaps>);
   };
   auto kernel = tile_kernel(std::integral_constant<int, kWgGroupTaps>{});
+  int threads = 32 * (g.block_ci / 16) * (g.block_co / 32);
   if constexpr (kMath != Math::k3xTF32) {
     if (g.group_taps == kWgWideGroupTaps) kernel = tile_kernel(std::integral_constant<int, kWgWideGroupTaps>{});
+    if (g.warpgroups) {
+      kernel = g.group_taps == 1   ? grad_weight_wgmma_kernel<T, 1>
+               : g.group_taps == 2 ? grad_weight_wgmma_kernel<T, 2>
+               : g.group_taps == 3 ? grad_weight_wgmma_kernel<T, 3>
+                                   : grad_weight_wgmma_kernel<T, 4>;
+      threads = kWgmmaThreads;
+    }
   }
-  const int threads = 32 * (g.block_ci / 16) * (g.block_co / 32);
   C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(g.smem_bytes)));
   kernel<<<unsigned(g.tiles * g.slices), threads, g.smem_bytes, stream>>>(
       as_t(x), as_t(grad_y), partial.data_ptr<float>(), bias_slices > 0 ? bias_partial.data_ptr<float>() : nullptr, g);

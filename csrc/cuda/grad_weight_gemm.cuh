@@ -50,10 +50,11 @@ constexpr int kWgPositions = 64;              // positions m per item: 8 k-steps
 constexpr int kWgGroupTaps = 4, kWgWideGroupTaps = 8;
 // Elements per staged row, in 32-bit words ≡ 4 (mod 8): the 8 ci or co rows x 4 columns of a fragment
 // load hit 32 different banks; rows stay 16-byte aligned. gy: kWgPositions plus 4 floats or 8 16-bit
-// values; x: x_row_elements (≡ 4 mod 32, planned for floats) plus 4 more 16-bit values.
+// values; the window (the operand read at each tap's shift: x here, gy in the warpgroup kernel):
+// window_row_elements (≡ 4 mod 32, planned for floats) plus 4 more 16-bit values.
 __host__ __device__ constexpr int wg_gy_row(int element_size) { return kWgPositions + (element_size == 2 ? 8 : 4); }
-__host__ __device__ constexpr int wg_x_row(int x_row_elements, int element_size) {
-  return x_row_elements + (element_size == 2 ? 4 : 0);
+__host__ __device__ constexpr int wg_window_row(int window_row_elements, int element_size) {
+  return window_row_elements + (element_size == 2 ? 4 : 0);
 }
 
 struct WeightGradProblem {
@@ -66,17 +67,19 @@ struct WeightGradProblem {
   int group_phase[kMaxGemmTaps], group_first[kMaxGemmTaps], group_count[kMaxGemmTaps];
   int group_shift_max[kMaxGemmTaps], group_span[kMaxGemmTaps];  // the largest shift, and largest - smallest
   int group_tap[kMaxGemmTaps], group_tap_shift[kMaxGemmTaps];  // tap group_tap[i] has shift group_tap_shift[i]
-  // x_s of group q: x_lead positions ahead of its window, so that copies stay aligned
-  // ((m0 - group_shift_max - x_lead) ≡ 0 mod x_copy_elements), and its copies per row (a
-  // multiply-shift divider: the copy loops divide by it at every copy)
-  int group_x_lead[kMaxGemmTaps];
-  Divider group_x_copies[kMaxGemmTaps];
-  int x_row_elements;          // elements per float x_s row: room for the widest group span and x_lead, ≡ 4 mod 32
+  // The window of group q (x_s here; gy_s in the warpgroup kernel) starts group_lead[q] positions
+  // early so that its copies stay aligned (here (m0 - group_shift_max - lead) ≡ 0 mod
+  // x_copy_elements), and has group_window_copies[q] copies per row (a multiply-shift divider: the
+  // copy loops divide by it at every copy)
+  int group_lead[kMaxGemmTaps];
+  Divider group_window_copies[kMaxGemmTaps];
+  int window_row_elements;     // elements per float window row: room for the widest group span and lead, ≡ 4 mod 32
   // elements per copy: 16 or 8 bytes' worth, or 2 (16-bit pairs), where rows are contiguous and aligned
   // (gy: stride 1 too); 1: element by element. A copy wholly outside reads nothing from its source,
   // the tensor's (aligned) first element.
   int x_copy_elements, gy_copy_elements;
-  int block_ci, block_co;     // ci and co per tile: 16 * kCiWarps, 32 * kCoWarps
+  bool warpgroups;            // grad_weight_wgmma_kernel's tiles (64 x 64, items of x positions, no grad_bias)
+  int block_ci, block_co;     // ci and co per tile: 16 * kCiWarps, 32 * kCoWarps (64 x 64: warpgroups)
   int ci_tiles, co_tiles;
   int64_t tiles;
   int64_t chunks_per_row;      // items per batch element: ceil(longest phase / kWgPositions)
@@ -122,7 +125,7 @@ __global__ void __launch_bounds__(kWgThreadsOf<kCiWarps, kCoWarps>, (kWgMinBlock
   constexpr bool k16 = kMath == Math::k16Bit;
   static_assert(k16 == (sizeof(T) == 2), "16-bit inputs use the 16-bit mma, float32 TF32 or 3xTF32");
   constexpr int kGyRow = wg_gy_row(sizeof(T));
-  const int x_row = wg_x_row(p.x_row_elements, sizeof(T));
+  const int x_row = wg_window_row(p.window_row_elements, sizeof(T));
   extern __shared__ __align__(16) unsigned char wg_smem[];
   T* gy_buffers = reinterpret_cast<T*>(wg_smem);       // 2 x kWgBlockCo x kGyRow
   T* x_buffers = gy_buffers + 2 * kWgBlockCo * kGyRow;  // 2 x kWgBlockCi x x_row
@@ -148,9 +151,9 @@ __global__ void __launch_bounds__(kWgThreadsOf<kCiWarps, kCoWarps>, (kWgMinBlock
 
   // x_s position q holds x position m0 - shift_max - x_lead + q
   const int x_vector = p.x_copy_elements, gy_vector = p.gy_copy_elements;
-  const int x_lead = p.group_x_lead[tap_group];
+  const int x_lead = p.group_lead[tap_group];
   const int x_positions = kWgPositions + p.group_span[tap_group] + x_lead;
-  const Divider& x_vectors_per_row = p.group_x_copies[tap_group];  // ceil(x_positions / x_vector)
+  const Divider& x_vectors_per_row = p.group_window_copies[tap_group];  // ceil(x_positions / x_vector)
 
   // body(std::integral_constant<int, elements>) for the copy sizes there are (16 or 8 bytes' worth,
   // or a 16-bit pair): index math with constants in the staging loops

@@ -636,7 +636,7 @@ __global__ void __launch_bounds__(kGemmThreads, kMath == Math::k3xTF32 ? 1 : 2) 
           wgmma_fence();
 #pragma unroll
           for (int kstep = 0; kstep < kKsteps; ++kstep)
-            wgmma_kstep<Kind>(wg_acc, a[kstep], swizzled_b_descriptor<kKsteps * 32>(w_slot + kstep * 32));
+            wgmma_kstep<Kind, kBlockM>(wg_acc, a[kstep], swizzled_b_descriptor<kKsteps * 32>(w_slot + kstep * 32));
           wgmma_commit_and_wait();
         };
         if (p.ksteps == 4) {  // 2 or 4

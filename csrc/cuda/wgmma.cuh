@@ -60,6 +60,11 @@ __device__ __forceinline__ void wgmma_fence() {
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #endif
 }
+// Holds computed A registers in place before wgmma_fence(): otherwise the compiler may finish them
+// (16-bit pair merges, masks) after the fence, and ptxas then injects a wait before each wgmma
+__device__ __forceinline__ void wgmma_fence_operand(uint32_t (&a)[4]) {
+  asm volatile("" : "+r"(a[0]), "+r"(a[1]), "+r"(a[2]), "+r"(a[3])::"memory");
+}
 __device__ __forceinline__ void wgmma_commit_and_wait() {
 #if CONVT_WGMMA_AVAILABLE
   asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
@@ -72,12 +77,12 @@ __device__ __forceinline__ void fence_async_shared() {
 #endif
 }
 
-// One k-step, d (64 x 128, f32) += a (64 x K) * b (K x 128), K = 8 (TF32) or 16 (16-bit), for the
-// element type Kind (Tf32 tags float data in TF32 mode). Fragments per warp w of the warpgroup,
-// g = lane / 4, c = lane % 4:
+// One k-step, d (64 x kN, f32) += a (64 x K) * b (K x kN), kN = 64 or 128, K = 8 (TF32) or 16
+// (16-bit), for the element type Kind (Tf32 tags float data in TF32 mode). Fragments per warp w of
+// the warpgroup, g = lane / 4, c = lane % 4:
 //   A: rows 16w + (g, g + 8), the same registers as mma.sync's m16n8k8 (TF32) / m16n8k16 (16-bit) A
 //   d: d[4j + e] = row 16w + g + 8 * (e / 2), column 8j + 2c + e % 2
-// scale-d is a predicate set from 1 (accumulate: the kernel clears its accumulators itself).
+// scale-d is a predicate set from 1 (accumulate: the kernels clear their accumulators themselves).
 struct Tf32 {};
 
 #define CONVT_WGMMA_M64N128(SHAPE_AND_TYPES, TRANSPOSE_B)                                              \
@@ -89,20 +94,40 @@ struct Tf32 {};
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]) \
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1))
 
-template <typename Kind>
-__device__ __forceinline__ void wgmma_kstep(float (&d)[64], const uint32_t (&a)[4], uint64_t b) {
+#define CONVT_WGMMA_M64N64(SHAPE_AND_TYPES, TRANSPOSE_B)                                              \
+  asm volatile(                                                                                       \
+      "{\n.reg .pred accumulate;\nsetp.ne.b32 accumulate, %37, 0;\n"                                 \
+      "wgmma.mma_async.sync.aligned." SHAPE_AND_TYPES " "                                             \
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "                                                                                        \
+      "{%32, %33, %34, %35}, %36, accumulate, 1, 1" TRANSPOSE_B ";\n}\n"                             \
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]) \
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1))
+
+// the instruction's shape and types; B not transposed (K-major) for 16-bit (TF32 has no transpose)
+#define CONVT_WGMMA_KSTEP(N)                                          \
+  if constexpr (std::is_same_v<Kind, Tf32>) {                         \
+    CONVT_WGMMA_M64N##N("m64n" #N "k8.f32.tf32.tf32", "");           \
+  } else if constexpr (std::is_same_v<Kind, __nv_bfloat16>) {         \
+    CONVT_WGMMA_M64N##N("m64n" #N "k16.f32.bf16.bf16", ", 0");       \
+  } else {                                                            \
+    CONVT_WGMMA_M64N##N("m64n" #N "k16.f32.f16.f16", ", 0");         \
+  }
+
+template <typename Kind, int kN>
+__device__ __forceinline__ void wgmma_kstep(float (&d)[kN / 2], const uint32_t (&a)[4], uint64_t b) {
+  static_assert(kN == 64 || kN == 128);
 #if CONVT_WGMMA_AVAILABLE
-  if constexpr (std::is_same_v<Kind, Tf32>) {
-    CONVT_WGMMA_M64N128("m64n128k8.f32.tf32.tf32", "");
-  } else if constexpr (std::is_same_v<Kind, __nv_bfloat16>) {
-    CONVT_WGMMA_M64N128("m64n128k16.f32.bf16.bf16", ", 0");  // B not transposed (K-major)
+  if constexpr (kN == 128) {
+    CONVT_WGMMA_KSTEP(128)
   } else {
-    CONVT_WGMMA_M64N128("m64n128k16.f32.f16.f16", ", 0");
+    CONVT_WGMMA_KSTEP(64)
   }
 #else
   __trap();
 #endif
 }
+#undef CONVT_WGMMA_KSTEP
+#undef CONVT_WGMMA_M64N64
 #undef CONVT_WGMMA_M64N128
 
 }  // namespace convt::cuda

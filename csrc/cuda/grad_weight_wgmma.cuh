@@ -1,0 +1,259 @@
+// Warpgroup grad_weight (wgmma, sm_90a: TF32 and 16-bit, C_in and C_out per group above 32). The sum
+// of grad_weight_gemm.cuh with the roles of x and gy turned around, the reduction over x positions i:
+//
+//   grad_w[g*Cig + ci, co, k] = sum over n, i of gy[n, g*Cog + co, (i + shift_k)*stride + phase_k] * x[n, g*Cig + ci, i]
+//
+// For each tap a GEMM with M = co (A, 64 x K, from registers: each tap reads gy at its own shift) and
+// N = ci (B, K x 64, from shared memory by descriptor). A block is one warpgroup; it owns one output
+// tile (group, 64 co, 64 ci, tap group: kTaps slots for up to kTaps taps of one phase; a group with
+// fewer computes its first tap in the empty slots and does not write them: no branch between the
+// wgmma of a k-step, where ptxas would inject waits) and one slice of the items (n, chunk of kWgPositions x positions from i0). Per item it stages
+//   x_s[ci][q]    x[n, ci, i0 + q]                                      q in [0, kWgPositions)
+//   gy_s[co][q]   gy[n, co, (i0 + shift_min - lead + q)*stride + phase]  q in [0, kWgPositions + span + lead)
+// (zero outside the tensors), double-buffered in the input's type: x_s as wgmma's B (K-major rows of
+// 128 bytes, swizzled: wgmma.cuh; float rows are two such halves), gy_s in padded rows. Tap t's A at
+// k-step position q reads gy_s[co][q + shift_t - shift_min + lead]. Items cover x positions [0, L_in)
+// only, so every product lies inside x; in the last chunk of a row the A values of positions
+// i >= L_in are dropped (x_s holds 0 there, but 0 x Inf or NaN in gy is NaN). Float copies are
+// rounded to TF32 in place once landed. The fp32 sums go to partial[slice] as in grad_weight_gemm.cuh,
+// added by sum_slices_kernel in a fixed order.
+#pragma once
+
+#include <type_traits>
+
+#include "cuda/grad_weight_gemm.cuh"
+#include "cuda/wgmma.cuh"
+
+namespace convt::cuda {
+
+constexpr int kWgmmaBlockCo = 64, kWgmmaBlockCi = 64;  // M and N of a tile
+constexpr int kWgmmaThreads = 128;                     // one warpgroup
+constexpr int kWgmmaRowBytes = 128;                    // x_s rows of a swizzle atom
+// Blocks an SM by the tap slots (registers: 32 accumulators a slot): three up to three taps (at most
+// 168 registers; at two, H100 kb64 fwd+bwd TF32 13.97 -> 12.56 ms, bf16 7.70 -> 7.10), else two
+__host__ __device__ constexpr int wgmma_min_blocks(int taps) { return taps <= 3 ? 3 : 2; }
+
+// Bytes of one x_s buffer: sizeof(T) / 2 halves (along positions) of kWgmmaBlockCi rows of 128 bytes
+template <typename T>
+constexpr int kWgmmaXBytesOf = kWgmmaBlockCi * kWgPositions * int(sizeof(T));
+
+template <typename T, int kTaps>
+__global__ void __launch_bounds__(kWgmmaThreads, wgmma_min_blocks(kTaps))
+    grad_weight_wgmma_kernel(const T* __restrict__ x, const T* __restrict__ gy, float* __restrict__ partial,
+                             float* /* grad_bias never comes along */, const __grid_constant__ WeightGradProblem p) {
+  constexpr bool k16 = sizeof(T) == 2;
+  using Kind = std::conditional_t<k16, T, Tf32>;
+  constexpr int kXBytes = kWgmmaXBytesOf<T>, kHalfBytes = kWgmmaBlockCi * kWgmmaRowBytes;
+  const int gy_row = wg_window_row(p.window_row_elements, sizeof(T));
+  extern __shared__ __align__(kMaxSwizzleAtomBytes) unsigned char wgmma_smem[];  // x buffers first: atoms aligned
+  unsigned char* x_buffers = wgmma_smem;                                          // 2 x kXBytes
+  T* gy_buffers = reinterpret_cast<T*>(wgmma_smem + 2 * kXBytes);                // 2 x kWgmmaBlockCo x gy_row
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+
+  // tile = ((g * ci_tiles + ci_tile) * co_tiles + co_tile) * tap_groups + tap_group
+  const int64_t tile = blockIdx.x % p.tiles, slice = blockIdx.x / p.tiles;
+  const int tap_group = int(tile % p.tap_groups);
+  const int co_tile = int(tile / p.tap_groups % p.co_tiles);
+  const int ci_tile = int(tile / p.tap_groups / p.co_tiles % p.ci_tiles);
+  const int64_t g = tile / p.tap_groups / p.co_tiles / p.ci_tiles;
+  const int phase = p.group_phase[tap_group], count = p.group_count[tap_group];
+  const int shift_min = p.group_shift_max[tap_group] - p.group_span[tap_group], lead = p.group_lead[tap_group];
+  const int64_t first_ci = g * p.cig + int64_t(ci_tile) * kWgmmaBlockCi, first_co = g * p.cog + int64_t(co_tile) * kWgmmaBlockCo;
+  const int64_t ci_left = p.cig - int64_t(ci_tile) * kWgmmaBlockCi, co_left = p.cog - int64_t(co_tile) * kWgmmaBlockCo;
+  const int ci_count = ci_left < kWgmmaBlockCi ? int(ci_left) : kWgmmaBlockCi;  // rows and columns of the tile inside
+  const int co_count = co_left < kWgmmaBlockCo ? int(co_left) : kWgmmaBlockCo;
+  const int x_vector = p.x_copy_elements, gy_vector = p.gy_copy_elements;
+  const int gy_positions = kWgPositions + p.group_span[tap_group] + lead;
+  const Divider& gy_vectors_per_row = p.group_window_copies[tap_group];  // ceil(gy_positions / gy_vector)
+
+  // x_s element (ci, q): byte b = q * sizeof(T) of the row lies in half b / 128, at 16-byte chunk
+  // (b % 128) / 16 swizzled by the row's place in its atom of 8 (wgmma.cuh)
+  auto x_slot = [&](unsigned char* x_s, int ci, int q) {
+    const int byte = q * int(sizeof(T)), in_row = byte % kWgmmaRowBytes;
+    return reinterpret_cast<T*>(x_s + byte / kWgmmaRowBytes * kHalfBytes + ci * kWgmmaRowBytes +
+                                ((in_row / 16) ^ swizzle_of_row(ci % 8, kWgmmaRowBytes)) * 16 + in_row % 16);
+  };
+  // body(std::integral_constant<int, elements>) for the copy sizes there are (16 or 8 bytes' worth,
+  // or a 16-bit pair): index math with constants in the staging loops
+  auto with_vector_size = [](int elements, auto&& body) {
+    if (elements == 16 / int(sizeof(T))) {
+      body(std::integral_constant<int, 16 / sizeof(T)>{});
+    } else if (elements == 8 / int(sizeof(T))) {
+      body(std::integral_constant<int, 8 / sizeof(T)>{});
+    } else if constexpr (k16) {
+      body(std::integral_constant<int, 2>{});
+    }
+  };
+  auto elements_inside = [](int64_t left, int vector) { return left <= 0 ? 0 : left >= vector ? vector : int(left); };
+  // Item (n, chunk) into buffer `buffer`: vector copies spread over the block, or one element at a
+  // time with a warp per row and lanes along positions. The visitors get the shared slot, the source,
+  // for vector copies the vector size, and how many elements lie inside (or whether the element
+  // does); the same walk serves the TF32 pass over this thread's landed copies.
+  auto for_each_copy = [&](int64_t item, int buffer, auto&& vector_copy, auto&& element_copy) {
+    const auto row = p.div_chunks_per_row.divmod(unsigned(item));
+    const int64_t n = row.div, i0 = int64_t(row.mod) * kWgPositions;
+    unsigned char* x_s = x_buffers + buffer * kXBytes;
+    const T* x_n = x + n * p.x_batch_stride + first_ci * p.x_channel_stride;
+    if (x_vector > 1) {  // i0 is a multiple of every vector size: a copy stays in one 16-byte chunk
+      with_vector_size(x_vector, [&](auto vector) {
+        constexpr int kVector = decltype(vector)::value, kVectorsPerRow = kWgPositions / kVector;
+#pragma unroll 1
+        for (int index = threadIdx.x; index < kWgmmaBlockCi * kVectorsPerRow; index += kWgmmaThreads) {
+          const int ci = index / kVectorsPerRow, q = index % kVectorsPerRow * kVector;
+          const int64_t i = i0 + q;
+          const int inside = ci < ci_count ? elements_inside(p.length_in - i, kVector) : 0;
+          vector_copy(x_slot(x_s, ci, q), inside ? x_n + ci * p.x_channel_stride + i : x, vector, inside);
+        }
+      });
+    } else {
+#pragma unroll 1
+      for (int ci = warp; ci < kWgmmaBlockCi; ci += kWgmmaThreads / 32) {
+        for (int q = lane; q < kWgPositions; q += 32) {
+          const int64_t i = i0 + q;
+          element_copy(x_slot(x_s, ci, q), x_n + ci * p.x_channel_stride + i * p.x_length_stride,
+                       ci < ci_count && i < p.length_in);
+        }
+      }
+    }
+    T* gy_s = gy_buffers + buffer * kWgmmaBlockCo * gy_row;
+    const T* gy_n = gy + n * p.gy_batch_stride + first_co * p.gy_channel_stride;
+    const int64_t first_position = i0 + shift_min - lead;  // phase position m of gy_s position 0
+    if (gy_vector > 1) {  // stride 1 (phase 0), first_position a multiple of gy_vector: copies wholly inside or outside [0, L_out) but at the end
+      with_vector_size(gy_vector, [&](auto vector) {
+        constexpr int kVector = decltype(vector)::value;
+#pragma unroll 1
+        for (int index = threadIdx.x; index < kWgmmaBlockCo * int(gy_vectors_per_row.divisor); index += kWgmmaThreads) {
+          const auto row = gy_vectors_per_row.divmod(unsigned(index));
+          const int co = int(row.div), q = int(row.mod) * kVector;
+          const int64_t j = first_position + q;
+          const int inside = co < co_count && j >= 0 ? elements_inside(p.length_out - j, kVector) : 0;
+          vector_copy(gy_s + co * gy_row + q, inside ? gy_n + co * p.gy_channel_stride + j : gy, vector, inside);
+        }
+      });
+    } else {  // rows kRowsInFlight at a time: a 16-bit copy is a synchronous load, several in flight before their stores
+      constexpr int kRowsInFlight = 4, kWarps = kWgmmaThreads / 32;
+      for (int first_co = warp; first_co < kWgmmaBlockCo; first_co += kWarps * kRowsInFlight) {
+        for (int q = lane; q < gy_positions; q += 32) {
+          const int64_t m = first_position + q, j = m * p.stride + phase;
+#pragma unroll
+          for (int r = 0; r < kRowsInFlight; ++r) {
+            const int co = first_co + r * kWarps;
+            element_copy(gy_s + co * gy_row + q, gy_n + co * p.gy_channel_stride + j * p.gy_length_stride,
+                         co < co_count && m >= 0 && j < p.length_out);
+          }
+        }
+      }
+    }
+  };
+  auto stage = [&](int64_t item, int buffer) {
+    for_each_copy(
+        item, buffer,
+        [&](T* to, const T* from, auto vector, int inside) {
+          cp_async<decltype(vector)::value * int(sizeof(T))>(to, from, inside * int(sizeof(T)));
+        },
+        [&](T* to, const T* from, bool inside) {
+          if constexpr (k16) {
+            *to = inside ? *from : from_float<T>(0.0f);
+          } else {
+            cp_async_4(to, inside ? from : x, inside ? 4 : 0);
+          }
+        });
+  };
+  // TF32: round this thread's landed copies in place, once instead of at every fragment load
+  auto round_own_copies = [&](int64_t item, int buffer) {
+    if constexpr (!k16) {
+      auto round = [](T* values, int elements) {
+        for (int e = 0; e < elements; ++e) values[e] = __uint_as_float(to_tf32(values[e]));
+      };
+      for_each_copy(
+          item, buffer, [&](T* to, const T*, auto vector, int) { round(to, decltype(vector)::value); },
+          [&](T* to, const T*, bool) { round(to, 1); });
+    }
+  };
+
+  float acc[kTaps][kWgmmaBlockCi / 2];  // wgmma.cuh's d of each tap slot
+#pragma unroll
+  for (int t = 0; t < kTaps; ++t)
+#pragma unroll
+    for (int e = 0; e < kWgmmaBlockCi / 2; ++e) acc[t][e] = 0.0f;
+  const int64_t begin = slice * p.items / p.slices, end = (slice + 1) * p.items / p.slices;
+  if (begin < end) stage(begin, 0);
+  cp_async_commit();
+  int buffer = 0;
+  for (int64_t item = begin; item < end; ++item, buffer ^= 1) {
+    if (item + 1 < end) stage(item + 1, buffer ^ 1);
+    cp_async_commit();
+    cp_async_wait<1>();
+    round_own_copies(item, buffer);
+    fence_async_shared();  // x_s (cp.async and the rounding stores) is read by wgmma
+    __syncthreads();
+    const unsigned char* x_s = x_buffers + buffer * kXBytes;
+    const T* gy_s = gy_buffers + buffer * kWgmmaBlockCo * gy_row;
+    const int64_t i0 = int64_t(p.div_chunks_per_row.mod(unsigned(item))) * kWgPositions;
+    // A k-step covers kK positions (32 bytes of an x_s row). This lane's two registers of a fragment
+    // hold positions `first` and first + kNext (TF32), or the pairs from there (16-bit, the lower
+    // position in the low half); its rows are co 16 * warp + lane / 4 and 8 more.
+    constexpr int kK = k16 ? 16 : 8, kNext = kK / 2;
+    const int lane_position = k16 ? 2 * (lane % 4) : lane % 4;
+    const T* gy_rows = gy_s + (16 * warp + lane / 4) * gy_row + lane_position + lead - shift_min;
+    // kEdge: the item reaches past L_in; the A values of positions i >= L_in are dropped
+    const int positions_inside = int(min(int64_t(kWgPositions), p.length_in - i0));
+    auto multiply = [&](auto edge) {
+      constexpr bool kEdge = decltype(edge)::value;
+#pragma unroll
+      for (int kstep = 0; kstep < kWgPositions / kK; ++kstep) {
+        uint32_t a[kTaps][4];
+#pragma unroll
+        for (int t = 0; t < kTaps; ++t) {
+          const int shift = p.group_tap_shift[p.group_first[tap_group] + (t < count ? t : 0)];
+          const bool aligned = (lead - shift_min + shift) % 2 == 0;  // (16-bit pairs: lane_position is even)
+          const T* at = gy_rows + shift + kstep * kK;
+          a[t][0] = fragment_word(at, aligned), a[t][1] = fragment_word(at + 8 * gy_row, aligned);
+          a[t][2] = fragment_word(at + kNext, aligned), a[t][3] = fragment_word(at + 8 * gy_row + kNext, aligned);
+          if constexpr (kEdge) {
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+              const int q = kstep * kK + lane_position + kNext * half;  // item position of register half * 2 (and + 1)
+              uint32_t keep = q < positions_inside ? ~0u : 0u;          // 16-bit: the low half, then the high one
+              if constexpr (k16) keep = (keep & 0xffffu) | (q + 1 < positions_inside ? 0xffff0000u : 0u);
+              a[t][2 * half] &= keep, a[t][2 * half + 1] &= keep;
+            }
+          }
+        }
+        // B: the k-step's 32 bytes of the x_s rows
+        const int byte = kstep * 32;
+        const uint64_t b = swizzled_b_descriptor<kWgmmaRowBytes>(x_s + byte / kWgmmaRowBytes * kHalfBytes + byte % kWgmmaRowBytes);
+#pragma unroll
+        for (int t = 0; t < kTaps; ++t) wgmma_fence_operand(a[t]);
+        wgmma_fence();
+#pragma unroll
+        for (int t = 0; t < kTaps; ++t) wgmma_kstep<Kind, kWgmmaBlockCi>(acc[t], a[t], b);
+        wgmma_commit_and_wait();  // before the next k-step's A takes these registers
+      }
+    };
+    if (positions_inside < kWgPositions) {
+      multiply(std::true_type{});
+    } else {
+      multiply(std::false_type{});
+    }
+    __syncthreads();  // this buffer is consumed before the item after next overwrites it
+  }
+  cp_async_wait<0>();
+
+  // partial[slice][(g*Cig + ci) * Cog + co][k]: acc[t][4j + e] is co 16 * warp + lane / 4 + 8 * (e / 2),
+  // ci 8j + 2 * (lane % 4) + e % 2 (wgmma.cuh)
+  float* out = partial + slice * (p.groups * p.cig * p.cog * p.taps);
+#pragma unroll
+  for (int t = 0; t < kTaps; ++t) {
+    if (t >= count) break;
+    const int k = p.group_tap[p.group_first[tap_group] + t];
+#pragma unroll
+    for (int e = 0; e < kWgmmaBlockCi / 2; ++e) {
+      const int co = 16 * warp + lane / 4 + 8 * (e % 4 / 2), ci = 8 * (e / 4) + 2 * (lane % 4) + e % 2;
+      if (ci < ci_count && co < co_count)
+        out[((first_ci + ci) * p.cog + (first_co - g * p.cog + co)) * p.taps + k] = acc[t][e];
+    }
+  }
+}
+
+}  // namespace convt::cuda
