@@ -17,7 +17,7 @@ TOOLS = ["memcheck", "racecheck", "initcheck", "synccheck"]
 
 # (N, C_in, C_out, K, L_in, stride, padding, output_padding, groups, dilation, channels_last input)
 SHAPES = [
-    (2, 80, 72, 3, 300, 1, 1, 0, 1, 1, False),   # tensor cores: several channel chunks, out_step 1
+    (2, 80, 72, 3, 300, 1, 1, 0, 1, 1, False),   # tensor cores: several channel chunks, out_step 1 (sm_90: wgmma grad_weight)
     (2, 40, 48, 3, 128, 1, 1, 0, 1, 1, False),   # rows of a multiple of 8 elements: 16-byte copies in every dtype
     (1, 24, 40, 7, 129, 3, 2, 1, 1, 2, False),   # staged interleaved output
     (2, 64, 32, 4, 257, 2, 1, 0, 2, 1, False),   # groups, 32-row tiles

@@ -6,8 +6,9 @@
 // For each tap a GEMM with M = co (A, 64 x K, from registers: each tap reads gy at its own shift) and
 // N = ci (B, K x 64, from shared memory by descriptor). A block is one warpgroup; it owns one output
 // tile (group, 64 co, 64 ci, tap group: kTaps slots for up to kTaps taps of one phase; a group with
-// fewer computes its first tap in the empty slots and does not write them: no branch between the
-// wgmma of a k-step, where ptxas would inject waits) and one slice of the items (n, chunk of kWgPositions x positions from i0). Per item it stages
+// fewer computes its first tap in the empty slots and does not write them, so that no branch lies
+// between the wgmma of a k-step, where ptxas would inject waits) and one slice of the items (n,
+// chunk of kWgPositions x positions from i0). Per item it stages
 //   x_s[ci][q]    x[n, ci, i0 + q]                                      q in [0, kWgPositions)
 //   gy_s[co][q]   gy[n, co, (i0 + shift_min - lead + q)*stride + phase]  q in [0, kWgPositions + span + lead)
 // (zero outside the tensors), double-buffered in the input's type: x_s as wgmma's B (K-major rows of
@@ -86,9 +87,10 @@ __global__ void __launch_bounds__(kWgmmaThreads, wgmma_min_blocks(kTaps))
   };
   auto elements_inside = [](int64_t left, int vector) { return left <= 0 ? 0 : left >= vector ? vector : int(left); };
   // Item (n, chunk) into buffer `buffer`: vector copies spread over the block, or one element at a
-  // time with a warp per row and lanes along positions. The visitors get the shared slot, the source,
-  // for vector copies the vector size, and how many elements lie inside (or whether the element
-  // does); the same walk serves the TF32 pass over this thread's landed copies.
+  // time with a warp per row and lanes along positions. The visitors get the shared slot, the
+  // source, for vector copies the vector size, and how many elements lie inside (or whether the
+  // element does); the same walk serves the TF32 pass over this thread's landed copies. The loops
+  // stay rolled (unrolled, the addresses they hoisted out of the item loop took 40-56 registers).
   auto for_each_copy = [&](int64_t item, int buffer, auto&& vector_copy, auto&& element_copy) {
     const auto row = p.div_chunks_per_row.divmod(unsigned(item));
     const int64_t n = row.div, i0 = int64_t(row.mod) * kWgPositions;
