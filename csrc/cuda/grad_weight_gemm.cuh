@@ -105,6 +105,47 @@ __device__ __forceinline__ uint32_t fragment_word(const T* at, bool aligned) {
   }
 }
 
+// Where block blockIdx.x works (both grad_weight kernels): block = slice * tiles + tile, tile =
+// ((g * ci_tiles + ci_tile) * co_tiles + co_tile) * tap_groups + tap_group; the tile's first ci and
+// co, and how many of its block_ci x block_co rows and columns lie inside the group
+struct WeightGradTile {
+  int64_t slice, g, first_ci, first_co;
+  int tap_group, ci_tile, ci_count, co_count;
+  __device__ __forceinline__ WeightGradTile(const WeightGradProblem& p, int block_ci, int block_co) {
+    const int64_t tile = blockIdx.x % p.tiles;
+    slice = blockIdx.x / p.tiles;
+    tap_group = int(tile % p.tap_groups);
+    const int co_tile = int(tile / p.tap_groups % p.co_tiles);
+    ci_tile = int(tile / p.tap_groups / p.co_tiles % p.ci_tiles);
+    g = tile / p.tap_groups / p.co_tiles / p.ci_tiles;
+    first_ci = g * p.cig + int64_t(ci_tile) * block_ci, first_co = g * p.cog + int64_t(co_tile) * block_co;
+    const int64_t ci_left = p.cig - int64_t(ci_tile) * block_ci, co_left = p.cog - int64_t(co_tile) * block_co;
+    ci_count = ci_left < block_ci ? int(ci_left) : block_ci;
+    co_count = co_left < block_co ? int(co_left) : block_co;
+  }
+  // partial's index of (ci, co) of the tile, tap k (partial[slice][(g*Cig + ci) * Cog + co][k])
+  __device__ __forceinline__ int64_t partial_index(const WeightGradProblem& p, int ci, int co, int k) const {
+    return ((first_ci + ci) * p.cog + (first_co - g * p.cog + co)) * p.taps + k;
+  }
+};
+
+// body(std::integral_constant<int, elements>) for the copy sizes there are (16 or 8 bytes' worth of
+// T, or a 16-bit pair): the staging loops' index math with constants
+template <typename T, typename Body>
+__device__ __forceinline__ void with_copy_size(int elements, Body&& body) {
+  if (elements == 16 / int(sizeof(T))) {
+    body(std::integral_constant<int, 16 / sizeof(T)>{});
+  } else if (elements == 8 / int(sizeof(T))) {
+    body(std::integral_constant<int, 8 / sizeof(T)>{});
+  } else if constexpr (sizeof(T) == 2) {
+    body(std::integral_constant<int, 2>{});
+  }
+}
+// elements of a `vector`-element copy inside a row that has `left` elements from its start
+__device__ __forceinline__ int elements_inside(int64_t left, int vector) {
+  return left <= 0 ? 0 : left >= vector ? vector : int(left);
+}
+
 // Registers by the threads an SM must hold (ptxas's own choice was 128 for every 4-tap kernel and
 // 224-228 for the 8-tap ones; H100 fwd+bwd): 256-thread blocks of 4 taps two an SM, at most 128
 // registers (at 150-156: kb64 TF32 14.7 -> 17.8 ms, hifigan_up1 3.76 -> 4.16); the other kernels
@@ -133,18 +174,11 @@ __global__ void __launch_bounds__(kWgThreadsOf<kCiWarps, kCoWarps>, (kWgMinBlock
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int warp_ci = (warp % kCiWarps) * 16, warp_co = (warp / kCiWarps) * kWgTilesN * 8;
 
-  // tile = ((g * ci_tiles + ci_tile) * co_tiles + co_tile) * tap_groups + tap_group
-  const int64_t tile = blockIdx.x % p.tiles, slice = blockIdx.x / p.tiles;
-  const int tap_group = int(tile % p.tap_groups);
-  const int co_tile = int(tile / p.tap_groups % p.co_tiles);
-  const int ci_tile = int(tile / p.tap_groups / p.co_tiles % p.ci_tiles);
-  const int64_t g = tile / p.tap_groups / p.co_tiles / p.ci_tiles;
+  const WeightGradTile tile(p, kWgBlockCi, kWgBlockCo);
+  const int64_t slice = tile.slice, g = tile.g, first_ci = tile.first_ci, first_co = tile.first_co;
+  const int tap_group = tile.tap_group, ci_tile = tile.ci_tile, ci_count = tile.ci_count, co_count = tile.co_count;
   const int phase = p.group_phase[tap_group], count = p.group_count[tap_group];
   const int shift_max = p.group_shift_max[tap_group];
-  const int64_t first_ci = g * p.cig + int64_t(ci_tile) * kWgBlockCi, first_co = g * p.cog + int64_t(co_tile) * kWgBlockCo;
-  const int64_t ci_left = p.cig - int64_t(ci_tile) * kWgBlockCi, co_left = p.cog - int64_t(co_tile) * kWgBlockCo;
-  const int ci_count = ci_left < kWgBlockCi ? int(ci_left) : kWgBlockCi;  // rows and columns of the tile inside
-  const int co_count = co_left < kWgBlockCo ? int(co_left) : kWgBlockCo;
   // grad_bias: this block's turn among bias_share blocks of the phase
   const int bias_share = p.ci_tiles * p.group_phase_groups[tap_group];
   const int bias_rank = ci_tile * p.group_phase_groups[tap_group] + p.group_phase_index[tap_group];
@@ -155,19 +189,6 @@ __global__ void __launch_bounds__(kWgThreadsOf<kCiWarps, kCoWarps>, (kWgMinBlock
   const int x_positions = kWgPositions + p.group_span[tap_group] + x_lead;
   const Divider& x_vectors_per_row = p.group_window_copies[tap_group];  // ceil(x_positions / x_vector)
 
-  // body(std::integral_constant<int, elements>) for the copy sizes there are (16 or 8 bytes' worth,
-  // or a 16-bit pair): index math with constants in the staging loops
-  auto with_vector_size = [](int elements, auto&& body) {
-    if (elements == 16 / int(sizeof(T))) {
-      body(std::integral_constant<int, 16 / sizeof(T)>{});
-    } else if (elements == 8 / int(sizeof(T))) {
-      body(std::integral_constant<int, 8 / sizeof(T)>{});
-    } else if constexpr (sizeof(T) == 2) {
-      body(std::integral_constant<int, 2>{});
-    }
-  };
-  // elements of a `vector`-element copy inside a row that has `left` elements from its start
-  auto elements_inside = [](int64_t left, int vector) { return left <= 0 ? 0 : left >= vector ? vector : int(left); };
   auto copy = [&](T* to, const T* from, bool inside) {
     if constexpr (k16) {
       *to = inside ? *from : from_float<T>(0.0f);
@@ -186,7 +207,7 @@ __global__ void __launch_bounds__(kWgThreadsOf<kCiWarps, kCoWarps>, (kWgMinBlock
     T* gy_s = gy_buffers + buffer * kWgBlockCo * kGyRow;
     const T* gy_n = gy + n * p.gy_batch_stride + first_co * p.gy_channel_stride;
     if (gy_vector > 1) {  // stride 1: gy positions m0 + q
-      with_vector_size(gy_vector, [&](auto vector) {
+      with_copy_size<T>(gy_vector, [&](auto vector) {
         constexpr int kVector = decltype(vector)::value, kVectorsPerRow = kWgPositions / kVector;
         // float's 16-byte copies unrolled; the rest rolled (unrolled, 16-bit pair copies took 32 more
         // registers and float's 8-byte copies 30 to 38: TF32 kernels 128 -> 166)
@@ -213,7 +234,7 @@ __global__ void __launch_bounds__(kWgThreadsOf<kCiWarps, kCoWarps>, (kWgMinBlock
     const T* x_n = x + n * p.x_batch_stride + first_ci * p.x_channel_stride;
     const int64_t first_position = m0 - shift_max - x_lead;
     if (x_vector > 1) {  // first_position is a multiple of x_vector: copies lie wholly inside or outside [0, L_in) but at the end
-      with_vector_size(x_vector, [&](auto vector) {
+      with_copy_size<T>(x_vector, [&](auto vector) {
         constexpr int kVector = decltype(vector)::value;
         constexpr int kUnroll = !k16 && kVector == 4 ? 4 : 1;
 #pragma unroll(kUnroll)
@@ -375,7 +396,7 @@ __global__ void __launch_bounds__(kWgThreadsOf<kCiWarps, kCoWarps>, (kWgMinBlock
       for (int e = 0; e < 4; ++e) {
         const int ci = warp_ci + lane / 4 + (e / 2) * 8, co = warp_co + nt * 8 + 2 * (lane % 4) + e % 2;
         if (ci < ci_count && co < co_count)
-          out[((first_ci + ci) * p.cog + (first_co - g * p.cog + co)) * p.taps + k] = acc[t][nt].value(e);
+          out[tile.partial_index(p, ci, co, k)] = acc[t][nt].value(e);
       }
   }
 }

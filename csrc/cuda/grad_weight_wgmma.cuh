@@ -51,18 +51,10 @@ __global__ void __launch_bounds__(kWgmmaThreads, wgmma_min_blocks(kTaps))
   T* gy_buffers = reinterpret_cast<T*>(wgmma_smem + 2 * kXBytes);                // 2 x kWgmmaBlockCo x gy_row
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
 
-  // tile = ((g * ci_tiles + ci_tile) * co_tiles + co_tile) * tap_groups + tap_group
-  const int64_t tile = blockIdx.x % p.tiles, slice = blockIdx.x / p.tiles;
-  const int tap_group = int(tile % p.tap_groups);
-  const int co_tile = int(tile / p.tap_groups % p.co_tiles);
-  const int ci_tile = int(tile / p.tap_groups / p.co_tiles % p.ci_tiles);
-  const int64_t g = tile / p.tap_groups / p.co_tiles / p.ci_tiles;
+  const WeightGradTile tile(p, kWgmmaBlockCi, kWgmmaBlockCo);
+  const int tap_group = tile.tap_group, ci_count = tile.ci_count, co_count = tile.co_count;
   const int phase = p.group_phase[tap_group], count = p.group_count[tap_group];
   const int shift_min = p.group_shift_max[tap_group] - p.group_span[tap_group], lead = p.group_lead[tap_group];
-  const int64_t first_ci = g * p.cig + int64_t(ci_tile) * kWgmmaBlockCi, first_co = g * p.cog + int64_t(co_tile) * kWgmmaBlockCo;
-  const int64_t ci_left = p.cig - int64_t(ci_tile) * kWgmmaBlockCi, co_left = p.cog - int64_t(co_tile) * kWgmmaBlockCo;
-  const int ci_count = ci_left < kWgmmaBlockCi ? int(ci_left) : kWgmmaBlockCi;  // rows and columns of the tile inside
-  const int co_count = co_left < kWgmmaBlockCo ? int(co_left) : kWgmmaBlockCo;
   const int x_vector = p.x_copy_elements, gy_vector = p.gy_copy_elements;
   const int gy_positions = kWgPositions + p.group_span[tap_group] + lead;
   const Divider& gy_vectors_per_row = p.group_window_copies[tap_group];  // ceil(gy_positions / gy_vector)
@@ -74,18 +66,6 @@ __global__ void __launch_bounds__(kWgmmaThreads, wgmma_min_blocks(kTaps))
     return reinterpret_cast<T*>(x_s + byte / kWgmmaRowBytes * kHalfBytes + ci * kWgmmaRowBytes +
                                 ((in_row / 16) ^ swizzle_of_row(ci % 8, kWgmmaRowBytes)) * 16 + in_row % 16);
   };
-  // body(std::integral_constant<int, elements>) for the copy sizes there are (16 or 8 bytes' worth,
-  // or a 16-bit pair): index math with constants in the staging loops
-  auto with_vector_size = [](int elements, auto&& body) {
-    if (elements == 16 / int(sizeof(T))) {
-      body(std::integral_constant<int, 16 / sizeof(T)>{});
-    } else if (elements == 8 / int(sizeof(T))) {
-      body(std::integral_constant<int, 8 / sizeof(T)>{});
-    } else if constexpr (k16) {
-      body(std::integral_constant<int, 2>{});
-    }
-  };
-  auto elements_inside = [](int64_t left, int vector) { return left <= 0 ? 0 : left >= vector ? vector : int(left); };
   // Item (n, chunk) into buffer `buffer`: vector copies spread over the block, or one element at a
   // time with a warp per row and lanes along positions. The visitors get the shared slot, the
   // source, for vector copies the vector size, and how many elements lie inside (or whether the
@@ -95,9 +75,9 @@ __global__ void __launch_bounds__(kWgmmaThreads, wgmma_min_blocks(kTaps))
     const auto row = p.div_chunks_per_row.divmod(unsigned(item));
     const int64_t n = row.div, i0 = int64_t(row.mod) * kWgPositions;
     unsigned char* x_s = x_buffers + buffer * kXBytes;
-    const T* x_n = x + n * p.x_batch_stride + first_ci * p.x_channel_stride;
+    const T* x_n = x + n * p.x_batch_stride + tile.first_ci * p.x_channel_stride;
     if (x_vector > 1) {  // i0 is a multiple of every vector size: a copy stays in one 16-byte chunk
-      with_vector_size(x_vector, [&](auto vector) {
+      with_copy_size<T>(x_vector, [&](auto vector) {
         constexpr int kVector = decltype(vector)::value, kVectorsPerRow = kWgPositions / kVector;
 #pragma unroll 1
         for (int index = threadIdx.x; index < kWgmmaBlockCi * kVectorsPerRow; index += kWgmmaThreads) {
@@ -118,10 +98,10 @@ __global__ void __launch_bounds__(kWgmmaThreads, wgmma_min_blocks(kTaps))
       }
     }
     T* gy_s = gy_buffers + buffer * kWgmmaBlockCo * gy_row;
-    const T* gy_n = gy + n * p.gy_batch_stride + first_co * p.gy_channel_stride;
+    const T* gy_n = gy + n * p.gy_batch_stride + tile.first_co * p.gy_channel_stride;
     const int64_t first_position = i0 + shift_min - lead;  // phase position m of gy_s position 0
     if (gy_vector > 1) {  // stride 1 (phase 0), first_position a multiple of gy_vector: copies wholly inside or outside [0, L_out) but at the end
-      with_vector_size(gy_vector, [&](auto vector) {
+      with_copy_size<T>(gy_vector, [&](auto vector) {
         constexpr int kVector = decltype(vector)::value;
 #pragma unroll 1
         for (int index = threadIdx.x; index < kWgmmaBlockCo * int(gy_vectors_per_row.divisor); index += kWgmmaThreads) {
@@ -134,12 +114,12 @@ __global__ void __launch_bounds__(kWgmmaThreads, wgmma_min_blocks(kTaps))
       });
     } else {  // rows kRowsInFlight at a time: a 16-bit copy is a synchronous load, several in flight before their stores
       constexpr int kRowsInFlight = 4, kWarps = kWgmmaThreads / 32;
-      for (int first_co = warp; first_co < kWgmmaBlockCo; first_co += kWarps * kRowsInFlight) {
+      for (int first_row = warp; first_row < kWgmmaBlockCo; first_row += kWarps * kRowsInFlight) {
         for (int q = lane; q < gy_positions; q += 32) {
           const int64_t m = first_position + q, j = m * p.stride + phase;
 #pragma unroll
           for (int r = 0; r < kRowsInFlight; ++r) {
-            const int co = first_co + r * kWarps;
+            const int co = first_row + r * kWarps;
             element_copy(gy_s + co * gy_row + q, gy_n + co * p.gy_channel_stride + j * p.gy_length_stride,
                          co < co_count && m >= 0 && j < p.length_out);
           }
@@ -178,7 +158,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, wgmma_min_blocks(kTaps))
   for (int t = 0; t < kTaps; ++t)
 #pragma unroll
     for (int e = 0; e < kWgmmaBlockCi / 2; ++e) acc[t][e] = 0.0f;
-  const int64_t begin = slice * p.items / p.slices, end = (slice + 1) * p.items / p.slices;
+  const int64_t begin = tile.slice * p.items / p.slices, end = (tile.slice + 1) * p.items / p.slices;
   if (begin < end) stage(begin, 0);
   cp_async_commit();
   int buffer = 0;
@@ -244,7 +224,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, wgmma_min_blocks(kTaps))
 
   // partial[slice][(g*Cig + ci) * Cog + co][k]: acc[t][4j + e] is co 16 * warp + lane / 4 + 8 * (e / 2),
   // ci 8j + 2 * (lane % 4) + e % 2 (wgmma.cuh)
-  float* out = partial + slice * (p.groups * p.cig * p.cog * p.taps);
+  float* out = partial + tile.slice * (p.groups * p.cig * p.cog * p.taps);
 #pragma unroll
   for (int t = 0; t < kTaps; ++t) {
     if (t >= count) break;
@@ -253,7 +233,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, wgmma_min_blocks(kTaps))
     for (int e = 0; e < kWgmmaBlockCi / 2; ++e) {
       const int co = 16 * warp + lane / 4 + 8 * (e % 4 / 2), ci = 8 * (e / 4) + 2 * (lane % 4) + e % 2;
       if (ci < ci_count && co < co_count)
-        out[((first_ci + ci) * p.cog + (first_co - g * p.cog + co)) * p.taps + k] = acc[t][e];
+        out[tile.partial_index(p, ci, co, k)] = acc[t][e];
     }
   }
 }
