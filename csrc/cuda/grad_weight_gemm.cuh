@@ -13,6 +13,8 @@
 // Contiguous, aligned rows move in asynchronous copies of 16 or 8 bytes (or 4: pairs of 16-bit values),
 // other rows one element at a time (asynchronously for float). A second kernel adds the slices in
 // order (sum_slices_kernel): no atomics, the same inputs give bit-identical gradients.
+// On sm_90, where C_in and C_out per group exceed 32, grad_weight_wgmma.cuh computes the same sums
+// on warpgroup MMA instead (plan_grad_weight: WeightGradProblem::warpgroups).
 //
 // grad_bias[co] = sum over n, j of gy[n, co, j] comes along in TF32 where every phase has a tap
 // (sums_bias), in TF32's pass over the landed copies (16-bit has no such pass; one added for the
@@ -82,7 +84,8 @@ struct WeightGradProblem {
   int block_ci, block_co;     // ci and co per tile: 16 * kCiWarps, 32 * kCoWarps (64 x 64: warpgroups)
   int ci_tiles, co_tiles;
   int64_t tiles;
-  int64_t chunks_per_row;      // items per batch element: ceil(longest phase / kWgPositions)
+  // items per batch element: ceil(longest phase / kWgPositions); warpgroups: ceil(L_in / kWgPositions)
+  int64_t chunks_per_row;
   int64_t items;               // batch * chunks_per_row (< kGemmIndexLimit)
   Divider div_chunks_per_row;  // item -> (n, chunk) without a 64-bit division per item
   int64_t slices;              // item ranges; partial holds one grad_w per slice
