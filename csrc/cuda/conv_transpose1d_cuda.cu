@@ -445,11 +445,11 @@ std::optional<WeightGradProblem> plan_grad_weight(const ConvTParams& p, const at
   // 64-ci tiles where C_in per group > 32 (H200 fwd+bwd: kb64 TF32 23.2 -> 20.9 ms, hifigan_up1 bf16
   // 5.86 -> 4.76, EnCodec bf16 3.32 -> 2.65); 32-ci tiles where it is at most 32 (64-ci tiles, half
   // empty there: kb74 TF32 5.43 -> 6.80, grouped 1.55 -> 1.86)
-  g.block_ci = g.cig > 32 || g.warpgroups ? 64 : 32;
+  g.block_ci = g.cig > 32 ? 64 : 32;  // (64 x 64 for warpgroup tiles, which need C_in and C_out per group > 32)
   g.ci_tiles = int((g.cig + g.block_ci - 1) / g.block_ci);
   // likewise 32-co tiles where C_out per group is at most 32 (hifigan_up3 TF32 fwd+bwd 1.61 -> 1.39 ms,
   // grouped 1.48 -> 1.33)
-  g.block_co = g.cog > 32 || g.warpgroups ? 64 : 32;
+  g.block_co = g.cog > 32 ? 64 : 32;
   g.co_tiles = int((g.cog + g.block_co - 1) / g.block_co);
   g.tiles = g.groups * g.ci_tiles * g.co_tiles * g.tap_groups;
   // items: chunks of the phase positions m (of the longest phase), in warpgroup tiles of the x positions
@@ -460,7 +460,7 @@ std::optional<WeightGradProblem> plan_grad_weight(const ConvTParams& p, const at
   g.div_chunks_per_row = Divider(unsigned(g.chunks_per_row));
   // two buffers of gy and x rows, in the input's type (warpgroup tiles: x rows of kWgPositions, gy the window)
   const int64_t window_elements = wg_window_row(g.window_row_elements, element_size);
-  const int64_t buffer_elements = g.warpgroups ? kWgmmaBlockCi * kWgPositions + kWgmmaBlockCo * window_elements
+  const int64_t buffer_elements = g.warpgroups ? g.block_ci * kWgPositions + g.block_co * window_elements
                                                : g.block_co * wg_gy_row(element_size) + g.block_ci * window_elements;
   g.smem_bytes = size_t(2 * buffer_elements * element_size);
   if (g.smem_bytes > smem_budgets().one_block) return std::nullopt;  // wide tap groups (dilation in the hundreds)
@@ -468,10 +468,11 @@ std::optional<WeightGradProblem> plan_grad_weight(const ConvTParams& p, const at
   // tiles); warpgroup tiles at most two full waves of the blocks an SM holds (the slices are equal
   // work: a third wave of a few blocks takes as long as a full one)
   const int64_t weight_elements = g.groups * g.cig * g.cog * g.taps;
+  auto blocks_per_sm = [device = at::cuda::getCurrentDeviceProperties()](size_t smem_bytes) {
+    return int64_t(device->sharedMemPerMultiprocessor / (smem_bytes + device->reservedSharedMemPerBlock));
+  };
   if (g.warpgroups) {
-    const auto device = at::cuda::getCurrentDeviceProperties();
-    const int64_t by_smem = device->sharedMemPerMultiprocessor / (g.smem_bytes + device->reservedSharedMemPerBlock);
-    const int64_t resident = sm_count() * std::min<int64_t>(wgmma_min_blocks(g.group_taps), by_smem);
+    const int64_t resident = sm_count() * std::min<int64_t>(wgmma_min_blocks(g.group_taps), blocks_per_sm(g.smem_bytes));
     g.slices = std::clamp<int64_t>(2 * resident / g.tiles, 1, g.items);
   } else {
     const int64_t target_blocks = sm_count() * std::max(6, 24 / ((g.block_ci / 16) * (g.block_co / 32)));
@@ -484,9 +485,6 @@ std::optional<WeightGradProblem> plan_grad_weight(const ConvTParams& p, const at
   // (session 9: grouped TF32 went from 6 to 5 blocks, fwd+bwd 1.327 -> 1.357 ms)
   g.bias_slots = g.gy_copy_elements > 1 ? kWgPositions / g.gy_copy_elements : 32;
   const size_t with_slots = g.smem_bytes + size_t(g.block_co * g.bias_slots * 4);
-  auto blocks_per_sm = [device = at::cuda::getCurrentDeviceProperties()](size_t smem_bytes) {
-    return device->sharedMemPerMultiprocessor / (smem_bytes + device->reservedSharedMemPerBlock);
-  };
   g.sums_bias = with_bias && !g.warpgroups && phases_with_taps == g.stride && with_slots <= smem_budgets().one_block &&
                 blocks_per_sm(with_slots) == blocks_per_sm(g.smem_bytes);
   if (g.sums_bias) g.smem_bytes = with_slots;

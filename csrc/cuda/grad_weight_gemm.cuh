@@ -144,6 +144,17 @@ __device__ __forceinline__ void with_copy_size(int elements, Body&& body) {
     body(std::integral_constant<int, 2>{});
   }
 }
+// One element global -> shared, 0 where !inside: a synchronous load of a 16-bit value, or an
+// asynchronous 4-byte copy of a float (from `aligned`, an aligned address it does not read, where
+// !inside)
+template <typename T>
+__device__ __forceinline__ void copy_element(T* to, const T* from, bool inside, const T* aligned) {
+  if constexpr (sizeof(T) == 2) {
+    *to = inside ? *from : from_float<T>(0.0f);
+  } else {
+    cp_async_4(to, inside ? from : aligned, inside ? 4 : 0);
+  }
+}
 // elements of a `vector`-element copy inside a row that has `left` elements from its start
 __device__ __forceinline__ int elements_inside(int64_t left, int vector) {
   return left <= 0 ? 0 : left >= vector ? vector : int(left);
@@ -192,13 +203,6 @@ __global__ void __launch_bounds__(kWgThreadsOf<kCiWarps, kCoWarps>, (kWgMinBlock
   const int x_positions = kWgPositions + p.group_span[tap_group] + x_lead;
   const Divider& x_vectors_per_row = p.group_window_copies[tap_group];  // ceil(x_positions / x_vector)
 
-  auto copy = [&](T* to, const T* from, bool inside) {
-    if constexpr (k16) {
-      *to = inside ? *from : from_float<T>(0.0f);
-    } else {
-      cp_async_4(to, inside ? from : x, inside ? 4 : 0);
-    }
-  };
   // Stage item (n, m chunk) into buffer `buffer`: vector copies spread over the block, or one
   // element at a time with a warp per row and lanes along positions. The visitors get the shared
   // slot, the source, for vector copies the vector size and how many of its elements lie inside,
@@ -265,7 +269,7 @@ __global__ void __launch_bounds__(kWgThreadsOf<kCiWarps, kCoWarps>, (kWgMinBlock
         [&](T* to, const T* from, auto vector, int inside, float*) {
           cp_async<decltype(vector)::value * int(sizeof(T))>(to, from, inside * int(sizeof(T)));
         },
-        [&](T* to, const T* from, bool inside, float*) { copy(to, from, inside); });
+        [&](T* to, const T* from, bool inside, float*) { copy_element(to, from, inside, x); });
   };
 
   // TF32: once this thread's copies have landed (cp.async.wait_group), round them to TF32 in place,

@@ -100,7 +100,9 @@ __global__ void __launch_bounds__(kWgmmaThreads, wgmma_min_blocks(kTaps))
     T* gy_s = gy_buffers + buffer * kWgmmaBlockCo * gy_row;
     const T* gy_n = gy + n * p.gy_batch_stride + tile.first_co * p.gy_channel_stride;
     const int64_t first_position = i0 + shift_min - lead;  // phase position m of gy_s position 0
-    if (gy_vector > 1) {  // stride 1 (phase 0), first_position a multiple of gy_vector: copies wholly inside or outside [0, L_out) but at the end
+    // stride 1 (phase 0), first_position a multiple of gy_vector: copies wholly inside or outside
+    // [0, L_out) but at the end
+    if (gy_vector > 1) {
       with_copy_size<T>(gy_vector, [&](auto vector) {
         constexpr int kVector = decltype(vector)::value;
 #pragma unroll 1
@@ -133,13 +135,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, wgmma_min_blocks(kTaps))
         [&](T* to, const T* from, auto vector, int inside) {
           cp_async<decltype(vector)::value * int(sizeof(T))>(to, from, inside * int(sizeof(T)));
         },
-        [&](T* to, const T* from, bool inside) {
-          if constexpr (k16) {
-            *to = inside ? *from : from_float<T>(0.0f);
-          } else {
-            cp_async_4(to, inside ? from : x, inside ? 4 : 0);
-          }
-        });
+        [&](T* to, const T* from, bool inside) { copy_element(to, from, inside, x); });
   };
   // TF32: round this thread's landed copies in place, once instead of at every fragment load
   auto round_own_copies = [&](int64_t item, int buffer) {

@@ -1,6 +1,7 @@
 // Warpgroup tensor-core building blocks (wgmma, sm_90a: H100 / H200), used by the implicit GEMM's
-// warpgroup tiles (implicit_gemm.cuh). A warpgroup is 4 consecutive warps; one wgmma.m64nNkK computes
-// a 64 x N tile, A (64 x K) from registers, B (K x N) from shared memory through a descriptor.
+// warpgroup tiles (implicit_gemm.cuh) and the warpgroup grad_weight (grad_weight_wgmma.cuh). A
+// warpgroup is 4 consecutive warps; one wgmma.m64nNkK computes a 64 x N tile, A (64 x K) from
+// registers, B (K x N) from shared memory through a descriptor.
 //
 // Compiled only for sm_90a (setup.py builds 9.0 as 9.0a): elsewhere the wrappers trap, and the host
 // never picks warpgroup tiles (wgmma_built()).
