@@ -179,22 +179,28 @@ __global__ void __launch_bounds__(kWgmmaThreads, wgmma_min_blocks(kTaps))
     auto multiply = [&](auto edge) {
       constexpr bool kEdge = decltype(edge)::value;
 #pragma unroll
+      // Two sets of A registers: k-step s loads set s % 2 while the wgmma of k-step s - 1 (set
+      // (s + 1) % 2) may still run; the wait for at most one running group after each commit frees
+      // the set loaded next. The sets and the accumulators are pinned by empty asm operands so that
+      // the compiler neither reuses nor copies them while a group runs.
+      uint32_t a[2][kTaps][4];
+#pragma unroll
       for (int kstep = 0; kstep < kWgPositions / kK; ++kstep) {
-        uint32_t a[kTaps][4];
+        uint32_t (&set)[kTaps][4] = a[kstep % 2];
 #pragma unroll
         for (int t = 0; t < kTaps; ++t) {
           const int shift = p.group_tap_shift[p.group_first[tap_group] + (t < count ? t : 0)];
           const bool aligned = (lead - shift_min + shift) % 2 == 0;  // (16-bit pairs: lane_position is even)
           const T* at = gy_rows + shift + kstep * kK;
-          a[t][0] = fragment_word(at, aligned), a[t][1] = fragment_word(at + 8 * gy_row, aligned);
-          a[t][2] = fragment_word(at + kNext, aligned), a[t][3] = fragment_word(at + 8 * gy_row + kNext, aligned);
+          set[t][0] = fragment_word(at, aligned), set[t][1] = fragment_word(at + 8 * gy_row, aligned);
+          set[t][2] = fragment_word(at + kNext, aligned), set[t][3] = fragment_word(at + 8 * gy_row + kNext, aligned);
           if constexpr (kEdge) {
 #pragma unroll
             for (int half = 0; half < 2; ++half) {
               const int q = kstep * kK + lane_position + kNext * half;  // item position of register half * 2 (and + 1)
               uint32_t keep = q < positions_inside ? ~0u : 0u;          // 16-bit: the low half, then the high one
               if constexpr (k16) keep = (keep & 0xffffu) | (q + 1 < positions_inside ? 0xffff0000u : 0u);
-              a[t][2 * half] &= keep, a[t][2 * half + 1] &= keep;
+              set[t][2 * half] &= keep, set[t][2 * half + 1] &= keep;
             }
           }
         }
@@ -202,11 +208,24 @@ __global__ void __launch_bounds__(kWgmmaThreads, wgmma_min_blocks(kTaps))
         const int byte = kstep * 32;
         const uint64_t b = swizzled_b_descriptor<kWgmmaRowBytes>(x_s + byte / kWgmmaRowBytes * kHalfBytes + byte % kWgmmaRowBytes);
 #pragma unroll
-        for (int t = 0; t < kTaps; ++t) wgmma_fence_operand(a[t]);
+        for (int t = 0; t < kTaps; ++t) wgmma_fence_operand(set[t]), wgmma_fence_accumulators(acc[t]);
         wgmma_fence();
 #pragma unroll
-        for (int t = 0; t < kTaps; ++t) wgmma_kstep<Kind, kWgmmaBlockCi>(acc[t], a[t], b);
-        wgmma_commit_and_wait();  // before the next k-step's A takes these registers
+        for (int t = 0; t < kTaps; ++t) wgmma_kstep<Kind, kWgmmaBlockCi>(acc[t], set[t], b);
+        wgmma_commit();
+#pragma unroll
+        for (int t = 0; t < kTaps; ++t) wgmma_fence_accumulators(acc[t]);
+        wgmma_wait<1>();  // k-step s - 1 is done: its set is loaded next
+        if (kstep > 0) {
+#pragma unroll
+          for (int t = 0; t < kTaps; ++t) wgmma_fence_operand(a[(kstep + 1) % 2][t]);
+        }
+      }
+      wgmma_wait<0>();  // before the buffer's next use and before the accumulators are read
+#pragma unroll
+      for (int t = 0; t < kTaps; ++t) {
+        wgmma_fence_operand(a[(kWgPositions / kK - 1) % 2][t]);
+        wgmma_fence_accumulators(acc[t]);
       }
     };
     if (positions_inside < kWgPositions) {

@@ -66,6 +66,24 @@ __device__ __forceinline__ void wgmma_fence() {
 __device__ __forceinline__ void wgmma_fence_operand(uint32_t (&a)[4]) {
   asm volatile("" : "+r"(a[0]), "+r"(a[1]), "+r"(a[2]), "+r"(a[3])::"memory");
 }
+// The accumulators of wgmma still running stay where they are (no compiler copies while it runs)
+template <int N>
+__device__ __forceinline__ void wgmma_fence_accumulators(float (&d)[N]) {
+#pragma unroll
+  for (int e = 0; e < N; ++e) asm volatile("" : "+f"(d[e])::"memory");
+}
+__device__ __forceinline__ void wgmma_commit() {
+#if CONVT_WGMMA_AVAILABLE
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#endif
+}
+// Wait until at most kPending committed groups are still running
+template <int kPending>
+__device__ __forceinline__ void wgmma_wait() {
+#if CONVT_WGMMA_AVAILABLE
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+#endif
+}
 __device__ __forceinline__ void wgmma_commit_and_wait() {
 #if CONVT_WGMMA_AVAILABLE
   asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
