@@ -450,6 +450,7 @@ __global__ void __launch_bounds__(kGemmThreads, kMath == Math::k3xTF32 ? 1 : 2) 
 
   Accumulator<kMath> acc[kWarpTilesM][kWarpTilesN];  // mma.sync tiles
   float wg_acc[kWarpgroups ? kBlockM / 2 : 1];         // warpgroup tiles (wgmma.cuh's d)
+  uint32_t wg_sets[kWarpgroups ? 2 * 2 * 4 : 1];      // warpgroup tiles: two sets of A fragments (run_tap)
   auto clear_accumulators = [&] {
     if constexpr (kWarpgroups) {
 #pragma unroll
@@ -617,27 +618,39 @@ __global__ void __launch_bounds__(kGemmThreads, kMath == Math::k3xTF32 ? 1 : 2) 
       const int slot = p.resident ? step.chunk * p.taps + i : i - step.first_tap;
       if constexpr (kWarpgroups) {
         // in^T fragments of this warp's 16 columns (from x_s like mma.sync's B of columns g and g + 8),
-        // then the k-steps of wgmma on the slot's A^T as one group, waited for before the next tap's
-        // fragments load (ptxas may give them the registers of this tap's fragments)
+        // then the k-steps of wgmma on the slot's A^T, in two groups of half the k-steps: one group's
+        // fragments load while the other's wgmma runs (two register sets, wg_set[half]; a group is
+        // waited for when at most the next one runs, before its set loads again two groups later;
+        // the sets and the accumulators are pinned by empty asm operands meanwhile)
         auto run_tap = [&](auto ksteps) {
-          constexpr int kKsteps = decltype(ksteps)::value;
+          constexpr int kKsteps = decltype(ksteps)::value, kHalf = kKsteps / 2;
           using Kind = std::conditional_t<std::is_same_v<T, float>, Tf32, T>;
           const T* x_tap = x_s + (warp / 4) * 64 + (warp % 4) * 16 + lane / 4 + p.tap_offset[t] - p.first_offset + p.lead;
           const char* w_slot = reinterpret_cast<const char*>(w_s + slot * p.slot_words);
-          uint32_t a[kKsteps][4];
+          uint32_t (&sets)[2][kHalf][4] = *reinterpret_cast<uint32_t(*)[2][kHalf][4]>(wg_sets);
 #pragma unroll
-          for (int kstep = 0; kstep < kKsteps; ++kstep) {
-            uint32_t low[2], high[2];  // columns g and g + 8
-            const T* x_kstep = x_tap + kstep * (kMath == Math::k16Bit ? 16 : 8) * p.x_row_elements;
-            load_b<T, kMath>(low, x_kstep, p.x_row_elements, lane % 4);
-            load_b<T, kMath>(high, x_kstep + 8, p.x_row_elements, lane % 4);
-            a[kstep][0] = low[0], a[kstep][1] = high[0], a[kstep][2] = low[1], a[kstep][3] = high[1];
+          for (int half = 0; half < 2; ++half) {
+            uint32_t (&a)[kHalf][4] = sets[half];
+#pragma unroll
+            for (int k = 0; k < kHalf; ++k) {
+              uint32_t low[2], high[2];  // columns g and g + 8
+              const T* x_kstep = x_tap + (half * kHalf + k) * (kMath == Math::k16Bit ? 16 : 8) * p.x_row_elements;
+              load_b<T, kMath>(low, x_kstep, p.x_row_elements, lane % 4);
+              load_b<T, kMath>(high, x_kstep + 8, p.x_row_elements, lane % 4);
+              a[k][0] = low[0], a[k][1] = high[0], a[k][2] = low[1], a[k][3] = high[1];
+              wgmma_fence_operand(a[k]);
+            }
+            wgmma_fence_accumulators(wg_acc);
+            wgmma_fence();
+#pragma unroll
+            for (int k = 0; k < kHalf; ++k)
+              wgmma_kstep<Kind, kBlockM>(wg_acc, a[k], swizzled_b_descriptor<kKsteps * 32>(w_slot + (half * kHalf + k) * 32));
+            wgmma_commit();
+            wgmma_fence_accumulators(wg_acc);
+            wgmma_wait<1>();  // the group before is done: the other set may load
+#pragma unroll
+            for (int k = 0; k < kHalf; ++k) wgmma_fence_operand(sets[half ^ 1][k]);
           }
-          wgmma_fence();
-#pragma unroll
-          for (int kstep = 0; kstep < kKsteps; ++kstep)
-            wgmma_kstep<Kind, kBlockM>(wg_acc, a[kstep], swizzled_b_descriptor<kKsteps * 32>(w_slot + kstep * 32));
-          wgmma_commit_and_wait();
         };
         if (p.ksteps == 4) {  // 2 or 4
           run_tap(std::integral_constant<int, 4>());
@@ -674,6 +687,12 @@ __global__ void __launch_bounds__(kGemmThreads, kMath == Math::k3xTF32 ? 1 : 2) 
       } else {
         for (int kstep = 0; kstep < p.ksteps; kstep += 4) run_ksteps(kstep, std::integral_constant<int, 4>());
       }
+    }
+    if constexpr (kWarpgroups) {  // the step's last group, before the accumulators are read or the buffers reused
+      wgmma_wait<0>();
+#pragma unroll
+      for (int w = 0; w < 4; ++w) asm volatile("" : "+r"(wg_sets[4 * w]), "+r"(wg_sets[4 * w + 1]), "+r"(wg_sets[4 * w + 2]), "+r"(wg_sets[4 * w + 3])::"memory");
+      wgmma_fence_accumulators(wg_acc);
     }
     if (phase_ends) {
       store_phase(tile, step.out_phase);
