@@ -103,7 +103,9 @@ GRAD_WEIGHT_TILE_CASES = [
     Case(1, 80, 24, 10, 20, stride=2, padding=3),       # one item: fewer than the turns
     Case(3, 40, 24, 2, 500, stride=3, output_padding=2),  # a phase without taps
     # warpgroup tiles (sm_90; C_in and C_out per group above 32): 64 co x 64 ci, items of x positions
-    Case(3, 40, 72, 3, 902, padding=1),                 # part-empty tiles; float x and gy in 8-byte copies, 16-bit pairs
+    Case(3, 40, 72, 3, 902, padding=1),                 # part-empty tiles; x in 8-byte copies (float) or pairs;
+                                                        # gy in chunks from windows at every offset (16-bit: odd ones)
+    Case(2, 48, 40, 3, 1000),                           # x in 16-byte copies; gy in chunks, 16-bit windows at even offsets
     Case(2, 72, 40, 4, 1001, stride=2, padding=1),      # x rows of odd length: element copies; gy de-interleaved
     Case(2, 96, 80, 5, 700, padding=2, dilation=3, groups=2),  # 5 taps a phase: 4 + 1, a window of span 12
 ]

@@ -424,21 +424,30 @@ std::optional<WeightGradProblem> plan_grad_weight(const ConvTParams& p, const at
     g.group_phase_groups[q] = q + 1 < g.tap_groups && g.group_phase[q + 1] == g.group_phase[q] ? g.group_phase_groups[q + 1]
                                                                                                : g.group_phase_index[q] + 1;
   // copies of 16 or 8 bytes, or of 4 (16-bit pairs): the kernel's sizes (8 bytes: float rows of an
-  // even length not divisible by 4, such as kb64's grad_y, went element by element before)
+  // even length not divisible by 4, such as kb64's grad_y, went element by element before). Warpgroup
+  // tiles copy gy in 16-byte chunks from each window start's aligned-down address where the rows are
+  // contiguous positions (stride 1) of whole 32-bit words (16-bit: the windows' offsets share a
+  // parity). H100 kb64 fwd+bwd (pairs and 8-byte copies before): see BENCHMARKS b18.
   const int element_size = int(x.element_size());
   g.x_copy_elements = widest_copy(x, g.x_batch_stride, g.x_channel_stride, g.x_length_stride, {16, 8, 4});
-  g.gy_copy_elements =
-      g.stride == 1 ? widest_copy(grad_y, g.gy_batch_stride, g.gy_channel_stride, g.gy_length_stride, {16, 8, 4}) : 1;
-  // the window: x from m0 - shift_max (x_s), or in warpgroup tiles gy from i0 + shift_min (gy_s), its
-  // start moved back by the lead to a multiple of the copy size
+  if (g.warpgroups) {
+    const bool chunks = g.stride == 1 && rows_aligned(grad_y, g.gy_batch_stride, g.gy_channel_stride, g.gy_length_stride,
+                                                     4 / element_size);
+    g.gy_copy_elements = chunks ? 16 / element_size : 1;
+  } else {
+    g.gy_copy_elements =
+        g.stride == 1 ? widest_copy(grad_y, g.gy_batch_stride, g.gy_channel_stride, g.gy_length_stride, {16, 8, 4}) : 1;
+  }
+  // the window: x from m0 - shift_max, its start moved back by the lead to a multiple of the copy
+  // size; in warpgroup tiles gy from i0 + shift_min, in chunks from up to a chunk less one before it
   const int window_vector = g.warpgroups ? g.gy_copy_elements : g.x_copy_elements;
   for (int q = 0; q < g.tap_groups; ++q) {
-    const int start = g.warpgroups ? g.group_shift_max[q] - g.group_span[q] : -g.group_shift_max[q];
-    g.group_lead[q] = int(floor_mod(start, window_vector));
-    const int positions = kWgPositions + g.group_span[q] + g.group_lead[q];
+    g.group_lead[q] = g.warpgroups ? 0 : int(floor_mod(-g.group_shift_max[q], window_vector));
+    const int positions = kWgPositions + g.group_span[q] + (g.warpgroups ? window_vector - 1 : g.group_lead[q]);
     g.group_window_copies[q] = Divider(unsigned((positions + window_vector - 1) / window_vector));
   }
-  // whole copies of the widest window (lead < window_vector), ≡ 4 (mod 32): conflict-free fragments
+  // whole copies of the widest window (its start < window_vector into the first), ≡ 4 (mod 32):
+  // conflict-free fragments
   const int copied = (kWgPositions + max_span + 2 * (window_vector - 1)) / window_vector * window_vector;
   g.window_row_elements = (copied - 4 + 31) / 32 * 32 + 4;
   if (g.window_row_elements > 1024) return std::nullopt;

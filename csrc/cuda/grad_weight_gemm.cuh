@@ -69,16 +69,17 @@ struct WeightGradProblem {
   int group_phase[kMaxGemmTaps], group_first[kMaxGemmTaps], group_count[kMaxGemmTaps];
   int group_shift_max[kMaxGemmTaps], group_span[kMaxGemmTaps];  // the largest shift, and largest - smallest
   int group_tap[kMaxGemmTaps], group_tap_shift[kMaxGemmTaps];  // tap group_tap[i] has shift group_tap_shift[i]
-  // The window of group q (x_s here; gy_s in the warpgroup kernel) starts group_lead[q] positions
-  // early so that its copies stay aligned (here (m0 - group_shift_max - lead) ≡ 0 mod
-  // x_copy_elements), and has group_window_copies[q] copies per row (a multiply-shift divider: the
-  // copy loops divide by it at every copy)
+  // The window of group q (x_s here; gy_s in the warpgroup kernel) has group_window_copies[q] copies
+  // per row (a multiply-shift divider: the copy loops divide by it at every copy). Here it starts
+  // group_lead[q] positions early so that its copies stay aligned ((m0 - group_shift_max - lead) ≡ 0
+  // mod x_copy_elements); the warpgroup kernel's chunks start up to a chunk less one early (lead 0).
   int group_lead[kMaxGemmTaps];
   Divider group_window_copies[kMaxGemmTaps];
-  int window_row_elements;     // elements per float window row: room for the widest group span and lead, ≡ 4 mod 32
+  int window_row_elements;     // elements per float window row: room for the widest group's copies, ≡ 4 mod 32
   // elements per copy: 16 or 8 bytes' worth, or 2 (16-bit pairs), where rows are contiguous and aligned
   // (gy: stride 1 too); 1: element by element. A copy wholly outside reads nothing from its source,
-  // the tensor's (aligned) first element.
+  // the tensor's (aligned) first element. Warpgroup tiles: gy_copy_elements is 16 bytes' worth where
+  // gy goes in chunks (grad_weight_wgmma.cuh), else 1.
   int x_copy_elements, gy_copy_elements;
   bool warpgroups;            // grad_weight_wgmma_kernel's tiles (64 x 64, items of x positions, no grad_bias)
   int block_ci, block_co;     // ci and co per tile: 16 * kCiWarps, 32 * kCoWarps (64 x 64: warpgroups)

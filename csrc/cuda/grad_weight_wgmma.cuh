@@ -9,11 +9,12 @@
 // fewer computes its first tap in the empty slots and does not write them, so that no branch lies
 // between the wgmma of a k-step, where ptxas would inject waits) and one slice of the items (n,
 // chunk of kWgPositions x positions from i0). Per item it stages
-//   x_s[ci][q]    x[n, ci, i0 + q]                                      q in [0, kWgPositions)
-//   gy_s[co][q]   gy[n, co, (i0 + shift_min - lead + q)*stride + phase]  q in [0, kWgPositions + span + lead)
+//   x_s[ci][q]             x[n, ci, i0 + q]                                 q in [0, kWgPositions)
+//   gy_s[co][offset + q]   gy[n, co, (i0 + shift_min + q)*stride + phase]   q in [0, kWgPositions + span)
 // (zero outside the tensors), double-buffered in the input's type: x_s as wgmma's B (K-major rows of
-// 128 bytes, swizzled: wgmma.cuh; float rows are two such halves), gy_s in padded rows. Tap t's A at
-// k-step position q reads gy_s[co][q + shift_t - shift_min + lead]. Items cover x positions [0, L_in)
+// 128 bytes, swizzled: wgmma.cuh; float rows are two such halves), gy_s in padded rows, each window
+// at its row's offset (0, or where 16-byte chunks put it: the window start's misalignment). Tap t's A
+// at k-step position q reads gy_s[co][offset + q + shift_t - shift_min]. Items cover x positions [0, L_in)
 // only, so every product lies inside x; in the last chunk of a row the A values of positions
 // i >= L_in are dropped (x_s holds 0 there, but 0 x Inf or NaN in gy is NaN). Float copies are
 // rounded to TF32 in place once landed. The fp32 sums go to partial[slice] as in grad_weight_gemm.cuh,
@@ -54,10 +55,20 @@ __global__ void __launch_bounds__(kWgmmaThreads, wgmma_min_blocks(kTaps))
   const WeightGradTile tile(p, kWgmmaBlockCi, kWgmmaBlockCo);
   const int tap_group = tile.tap_group, ci_count = tile.ci_count, co_count = tile.co_count;
   const int phase = p.group_phase[tap_group], count = p.group_count[tap_group];
-  const int shift_min = p.group_shift_max[tap_group] - p.group_span[tap_group], lead = p.group_lead[tap_group];
-  const int x_vector = p.x_copy_elements, gy_vector = p.gy_copy_elements;
-  const int gy_positions = kWgPositions + p.group_span[tap_group] + lead;
-  const Divider& gy_vectors_per_row = p.group_window_copies[tap_group];  // ceil(gy_positions / gy_vector)
+  const int shift_min = p.group_shift_max[tap_group] - p.group_span[tap_group];
+  const int gy_positions = kWgPositions + p.group_span[tap_group];
+  // gy rows go in 16-byte chunks from the window start's aligned-down address (gy_s row position
+  // window_offset) where the plan allows (gy_copy_elements = kChunk: stride 1, rows of whole 32-bit
+  // words) and the item's chunks lie inside the rows; else element by element from position 0
+  constexpr int kChunk = 16 / int(sizeof(T));
+  const Divider& gy_chunks_per_row = p.group_window_copies[tap_group];  // ceil((kChunk - 1 + gy_positions) / kChunk)
+  const int gy_chunk_elements = int(gy_chunks_per_row.divisor) * kChunk;
+  auto chunked = [&](int64_t first_position) {
+    return p.gy_copy_elements == kChunk && first_position >= kChunk - 1 && first_position + gy_chunk_elements <= p.length_out;
+  };
+  auto window_offset = [&](const T* window, bool chunks) {
+    return chunks ? int(reinterpret_cast<uintptr_t>(window) % 16 / sizeof(T)) : 0;
+  };
 
   // x_s element (ci, q): byte b = q * sizeof(T) of the row lies in half b / 128, at 16-byte chunk
   // (b % 128) / 16 swizzled by the row's place in its atom of 8 (wgmma.cuh)
@@ -66,8 +77,9 @@ __global__ void __launch_bounds__(kWgmmaThreads, wgmma_min_blocks(kTaps))
     return reinterpret_cast<T*>(x_s + byte / kWgmmaRowBytes * kHalfBytes + ci * kWgmmaRowBytes +
                                 ((in_row / 16) ^ swizzle_of_row(ci % 8, kWgmmaRowBytes)) * 16 + in_row % 16);
   };
-  // Item (n, chunk) into buffer `buffer`: vector copies spread over the block, or one element at a
-  // time with a warp per row and lanes along positions. The visitors get the shared slot, the
+  // Item (n, chunk) into buffer `buffer`: x in vector copies (a thread keeps its column q and steps
+  // through the rows) or one element at a time with a warp per row and lanes along positions; gy in
+  // chunks spread over the block or element by element. The visitors get the shared slot, the
   // source, for vector copies the vector size, and how many elements lie inside (or whether the
   // element does); the same walk serves the TF32 pass over this thread's landed copies. The loops
   // stay rolled (unrolled, the addresses they hoisted out of the item loop took 40-56 registers).
@@ -76,15 +88,15 @@ __global__ void __launch_bounds__(kWgmmaThreads, wgmma_min_blocks(kTaps))
     const int64_t n = row.div, i0 = int64_t(row.mod) * kWgPositions;
     unsigned char* x_s = x_buffers + buffer * kXBytes;
     const T* x_n = x + n * p.x_batch_stride + tile.first_ci * p.x_channel_stride;
-    if (x_vector > 1) {  // i0 is a multiple of every vector size: a copy stays in one 16-byte chunk
-      with_copy_size<T>(x_vector, [&](auto vector) {
+    if (p.x_copy_elements > 1) {  // i0 is a multiple of every vector size: a copy stays in one 16-byte chunk
+      with_copy_size<T>(p.x_copy_elements, [&](auto vector) {
         constexpr int kVector = decltype(vector)::value, kVectorsPerRow = kWgPositions / kVector;
+        const int q = threadIdx.x % kVectorsPerRow * kVector;
+        const int inside_row = elements_inside(p.length_in - (i0 + q), kVector);
 #pragma unroll 1
-        for (int index = threadIdx.x; index < kWgmmaBlockCi * kVectorsPerRow; index += kWgmmaThreads) {
-          const int ci = index / kVectorsPerRow, q = index % kVectorsPerRow * kVector;
-          const int64_t i = i0 + q;
-          const int inside = ci < ci_count ? elements_inside(p.length_in - i, kVector) : 0;
-          vector_copy(x_slot(x_s, ci, q), inside ? x_n + ci * p.x_channel_stride + i : x, vector, inside);
+        for (int ci = threadIdx.x / kVectorsPerRow; ci < kWgmmaBlockCi; ci += kWgmmaThreads / kVectorsPerRow) {
+          const int inside = ci < ci_count ? inside_row : 0;
+          vector_copy(x_slot(x_s, ci, q), inside ? x_n + ci * p.x_channel_stride + i0 + q : x, vector, inside);
         }
       });
     } else {
@@ -99,21 +111,16 @@ __global__ void __launch_bounds__(kWgmmaThreads, wgmma_min_blocks(kTaps))
     }
     T* gy_s = gy_buffers + buffer * kWgmmaBlockCo * gy_row;
     const T* gy_n = gy + n * p.gy_batch_stride + tile.first_co * p.gy_channel_stride;
-    const int64_t first_position = i0 + shift_min - lead;  // phase position m of gy_s position 0
-    // stride 1 (phase 0), first_position a multiple of gy_vector: copies wholly inside or outside
-    // [0, L_out) but at the end
-    if (gy_vector > 1) {
-      with_copy_size<T>(gy_vector, [&](auto vector) {
-        constexpr int kVector = decltype(vector)::value;
+    const int64_t first_position = i0 + shift_min;  // phase position m of the window's start
+    if (chunked(first_position)) {  // (rows past co_count: zeros, from row 0's first chunk)
 #pragma unroll 1
-        for (int index = threadIdx.x; index < kWgmmaBlockCo * int(gy_vectors_per_row.divisor); index += kWgmmaThreads) {
-          const auto row = gy_vectors_per_row.divmod(unsigned(index));
-          const int co = int(row.div), q = int(row.mod) * kVector;
-          const int64_t j = first_position + q;
-          const int inside = co < co_count && j >= 0 ? elements_inside(p.length_out - j, kVector) : 0;
-          vector_copy(gy_s + co * gy_row + q, inside ? gy_n + co * p.gy_channel_stride + j : gy, vector, inside);
-        }
-      });
+      for (int index = threadIdx.x; index < kWgmmaBlockCo * int(gy_chunks_per_row.divisor); index += kWgmmaThreads) {
+        const auto chunk = gy_chunks_per_row.divmod(unsigned(index));
+        const int co = int(chunk.div), q = int(chunk.mod) * kChunk, inside = co < co_count ? kChunk : 0;
+        const T* window = gy_n + (inside ? co : 0) * p.gy_channel_stride + first_position;
+        vector_copy(gy_s + co * gy_row + q, window - window_offset(window, true) + q,
+                    std::integral_constant<int, kChunk>{}, inside);
+      }
     } else {  // rows kRowsInFlight at a time: a 16-bit copy is a synchronous load, several in flight before their stores
       constexpr int kRowsInFlight = 4, kWarps = kWgmmaThreads / 32;
       for (int first_row = warp; first_row < kWgmmaBlockCo; first_row += kWarps * kRowsInFlight) {
@@ -140,12 +147,9 @@ __global__ void __launch_bounds__(kWgmmaThreads, wgmma_min_blocks(kTaps))
   // TF32: round this thread's landed copies in place, once instead of at every fragment load
   auto round_own_copies = [&](int64_t item, int buffer) {
     if constexpr (!k16) {
-      auto round = [](T* values, int elements) {
-        for (int e = 0; e < elements; ++e) values[e] = __uint_as_float(to_tf32(values[e]));
-      };
       for_each_copy(
-          item, buffer, [&](T* to, const T*, auto vector, int) { round(to, decltype(vector)::value); },
-          [&](T* to, const T*, bool) { round(to, 1); });
+          item, buffer, [&](T* to, const T*, auto vector, int) { round_to_tf32<decltype(vector)::value>(to); },
+          [&](T* to, const T*, bool) { round_to_tf32<1>(to); });
     }
   };
 
@@ -167,18 +171,28 @@ __global__ void __launch_bounds__(kWgmmaThreads, wgmma_min_blocks(kTaps))
     __syncthreads();
     const unsigned char* x_s = x_buffers + buffer * kXBytes;
     const T* gy_s = gy_buffers + buffer * kWgmmaBlockCo * gy_row;
-    const int64_t i0 = int64_t(p.div_chunks_per_row.mod(unsigned(item))) * kWgPositions;
+    const auto row = p.div_chunks_per_row.divmod(unsigned(item));
+    const int64_t i0 = int64_t(row.mod) * kWgPositions, first_position = i0 + shift_min;
     // A k-step covers kK positions (32 bytes of an x_s row). This lane's two registers of a fragment
     // hold positions `first` and first + kNext (TF32), or the pairs from there (16-bit, the lower
-    // position in the low half); its rows are co 16 * warp + lane / 4 and 8 more.
+    // position in the low half); its rows are co 16 * warp + lane / 4 and 8 more, each from its
+    // window's offset in gy_s
     constexpr int kK = k16 ? 16 : 8, kNext = kK / 2;
     const int lane_position = k16 ? 2 * (lane % 4) : lane % 4;
-    const T* gy_rows = gy_s + (16 * warp + lane / 4) * gy_row + lane_position + lead - shift_min;
+    const bool chunks = chunked(first_position);
+    const T* gy_rows[2];
+    int window_parity = 0;  // of every row's offset (16-bit chunks: rows of whole 32-bit words)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int co = 16 * warp + lane / 4 + 8 * half;
+      const int offset = window_offset(gy + row.div * p.gy_batch_stride + (tile.first_co + co) * p.gy_channel_stride + first_position, chunks);
+      gy_rows[half] = gy_s + co * gy_row + offset + lane_position - shift_min;
+      window_parity = offset % 2;
+    }
     // kEdge: the item reaches past L_in; the A values of positions i >= L_in are dropped
     const int positions_inside = int(min(int64_t(kWgPositions), p.length_in - i0));
     auto multiply = [&](auto edge) {
       constexpr bool kEdge = decltype(edge)::value;
-#pragma unroll
       // Two sets of A registers: k-step s loads set s % 2 while the wgmma of k-step s - 1 (set
       // (s + 1) % 2) may still run; the wait for at most one running group after each commit frees
       // the set loaded next. The sets and the accumulators are pinned by empty asm operands so that
@@ -190,10 +204,11 @@ __global__ void __launch_bounds__(kWgmmaThreads, wgmma_min_blocks(kTaps))
 #pragma unroll
         for (int t = 0; t < kTaps; ++t) {
           const int shift = p.group_tap_shift[p.group_first[tap_group] + (t < count ? t : 0)];
-          const bool aligned = (lead - shift_min + shift) % 2 == 0;  // (16-bit pairs: lane_position is even)
-          const T* at = gy_rows + shift + kstep * kK;
-          set[t][0] = fragment_word(at, aligned), set[t][1] = fragment_word(at + 8 * gy_row, aligned);
-          set[t][2] = fragment_word(at + kNext, aligned), set[t][3] = fragment_word(at + 8 * gy_row + kNext, aligned);
+          const bool aligned = (window_parity - shift_min + shift) % 2 == 0;  // (16-bit pairs: lane_position is even)
+          const T* at = gy_rows[0] + shift + kstep * kK;
+          const T* at_below = gy_rows[1] + shift + kstep * kK;  // 8 rows down
+          set[t][0] = fragment_word(at, aligned), set[t][1] = fragment_word(at_below, aligned);
+          set[t][2] = fragment_word(at + kNext, aligned), set[t][3] = fragment_word(at_below + kNext, aligned);
           if constexpr (kEdge) {
 #pragma unroll
             for (int half = 0; half < 2; ++half) {

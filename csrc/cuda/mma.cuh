@@ -63,6 +63,18 @@ __device__ __forceinline__ uint32_t to_tf32(float value) {
   asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(result) : "f"(value));
   return result;
 }
+// kElements (1, 2 or 4) floats at `values` (aligned to their size) rounded to TF32 in place, in one
+// load and one store
+template <int kElements>
+__device__ __forceinline__ void round_to_tf32(float* values) {
+  using Vector = std::conditional_t<kElements == 4, float4, std::conditional_t<kElements == 2, float2, float>>;
+  static_assert(sizeof(Vector) == kElements * sizeof(float));
+  Vector vector = *reinterpret_cast<Vector*>(values);
+  float* elements = reinterpret_cast<float*>(&vector);
+#pragma unroll
+  for (int e = 0; e < kElements; ++e) elements[e] = __uint_as_float(to_tf32(elements[e]));
+  *reinterpret_cast<Vector*>(values) = vector;
+}
 
 // Four 8 x 8 matrices of 16-bit values (or 8 x 4 of 32-bit ones) from shared memory, one register
 // each: lanes 8m to 8m + 7 give the 16-byte aligned row addresses of matrix m; lane l receives
