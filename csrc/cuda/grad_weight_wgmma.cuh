@@ -62,7 +62,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, wgmma_min_blocks(kTaps))
   // words) and the item's chunks lie inside the rows; else element by element from position 0
   constexpr int kChunk = 16 / int(sizeof(T));
   const Divider& gy_chunks_per_row = p.group_window_copies[tap_group];  // ceil((kChunk - 1 + gy_positions) / kChunk)
-  const int gy_chunk_elements = int(gy_chunks_per_row.divisor) * kChunk;
+  const int gy_chunks = int(gy_chunks_per_row.divisor), gy_chunk_elements = gy_chunks * kChunk;
   auto chunked = [&](int64_t first_position) {
     return p.gy_copy_elements == kChunk && first_position >= kChunk - 1 && first_position + gy_chunk_elements <= p.length_out;
   };
@@ -91,12 +91,17 @@ __global__ void __launch_bounds__(kWgmmaThreads, wgmma_min_blocks(kTaps))
     if (p.x_copy_elements > 1) {  // i0 is a multiple of every vector size: a copy stays in one 16-byte chunk
       with_copy_size<T>(p.x_copy_elements, [&](auto vector) {
         constexpr int kVector = decltype(vector)::value, kVectorsPerRow = kWgPositions / kVector;
-        const int q = threadIdx.x % kVectorsPerRow * kVector;
+        constexpr int kRowsApart = kWgmmaThreads / kVectorsPerRow;  // a multiple of 8: the same swizzle
+        const int q = threadIdx.x % kVectorsPerRow * kVector, first_ci = threadIdx.x / kVectorsPerRow;
         const int inside_row = elements_inside(p.length_in - (i0 + q), kVector);
+        T* const first_slot = x_slot(x_s, first_ci, q);
+        const T* from = x_n + first_ci * p.x_channel_stride + i0 + q;
 #pragma unroll 1
-        for (int ci = threadIdx.x / kVectorsPerRow; ci < kWgmmaBlockCi; ci += kWgmmaThreads / kVectorsPerRow) {
+        for (int ci = first_ci; ci < kWgmmaBlockCi; ci += kRowsApart, from += kRowsApart * p.x_channel_stride) {
           const int inside = ci < ci_count ? inside_row : 0;
-          vector_copy(x_slot(x_s, ci, q), inside ? x_n + ci * p.x_channel_stride + i0 + q : x, vector, inside);
+          T* const slot = kRowsApart % 8 == 0 ? first_slot + (ci - first_ci) * (kWgmmaRowBytes / int(sizeof(T)))
+                                              : x_slot(x_s, ci, q);
+          vector_copy(slot, inside ? from : x, vector, inside);
         }
       });
     } else {
@@ -113,13 +118,20 @@ __global__ void __launch_bounds__(kWgmmaThreads, wgmma_min_blocks(kTaps))
     const T* gy_n = gy + n * p.gy_batch_stride + tile.first_co * p.gy_channel_stride;
     const int64_t first_position = i0 + shift_min;  // phase position m of the window's start
     if (chunked(first_position)) {  // (rows past co_count: zeros, from row 0's first chunk)
+      // a walk over the 64 x gy_chunks chunks: this thread's first (row, chunk), and the step to the
+      // next one, kWgmmaThreads chunks on (no division in the loop; held across items instead, the
+      // four values cost the 3-tap kernels 8-16 more bytes of stack)
+      const auto first_chunk = gy_chunks_per_row.divmod(threadIdx.x), step = gy_chunks_per_row.divmod(kWgmmaThreads);
+      const int rows_step = int(step.div), chunks_step = int(step.mod);
+      int co = int(first_chunk.div), chunk = int(first_chunk.mod);
 #pragma unroll 1
-      for (int index = threadIdx.x; index < kWgmmaBlockCo * int(gy_chunks_per_row.divisor); index += kWgmmaThreads) {
-        const auto chunk = gy_chunks_per_row.divmod(unsigned(index));
-        const int co = int(chunk.div), q = int(chunk.mod) * kChunk, inside = co < co_count ? kChunk : 0;
+      while (co < kWgmmaBlockCo) {
+        const int inside = co < co_count ? kChunk : 0;
         const T* window = gy_n + (inside ? co : 0) * p.gy_channel_stride + first_position;
-        vector_copy(gy_s + co * gy_row + q, window - window_offset(window, true) + q,
+        vector_copy(gy_s + co * gy_row + chunk * kChunk, window - window_offset(window, true) + chunk * kChunk,
                     std::integral_constant<int, kChunk>{}, inside);
+        co += rows_step, chunk += chunks_step;
+        if (chunk >= gy_chunks) chunk -= gy_chunks, ++co;
       }
     } else {  // rows kRowsInFlight at a time: a 16-bit copy is a synchronous load, several in flight before their stores
       constexpr int kRowsInFlight = 4, kWarps = kWgmmaThreads / 32;
