@@ -446,11 +446,12 @@ std::optional<WeightGradProblem> plan_grad_weight(const ConvTParams& p, const at
     const int positions = kWgPositions + g.group_span[q] + (g.warpgroups ? window_vector - 1 : g.group_lead[q]);
     g.group_window_copies[q] = Divider(unsigned((positions + window_vector - 1) / window_vector));
   }
-  // whole copies of the widest window (its start < window_vector into the first), ≡ 4 (mod 16):
-  // conflict-free fragments (mod 32 before: H100 kb64 TF32's wgmma grad_weight held two blocks an SM
-  // instead of three once gy came in chunks)
+  // whole copies of the widest window (its start < window_vector into the first), ≡ 4 (mod 32), in
+  // warpgroup tiles ≡ 4 (mod 16): conflict-free fragments (H100: at mod 32 kb64 TF32's gy chunks left
+  // room for two blocks an SM instead of three; at mod 16 kb74 TF32 fwd+bwd went 3.52 -> 3.84 ms)
   const int copied = (kWgPositions + max_span + 2 * (window_vector - 1)) / window_vector * window_vector;
-  g.window_row_elements = (copied - 4 + 15) / 16 * 16 + 4;
+  const int row_multiple = g.warpgroups ? 16 : 32;
+  g.window_row_elements = (copied - 4 + row_multiple - 1) / row_multiple * row_multiple + 4;
   if (g.window_row_elements > 1024) return std::nullopt;
   // 64-ci tiles where C_in per group > 32 (H200 fwd+bwd: kb64 TF32 23.2 -> 20.9 ms, hifigan_up1 bf16
   // 5.86 -> 4.76, EnCodec bf16 3.32 -> 2.65); 32-ci tiles where it is at most 32 (64-ci tiles, half

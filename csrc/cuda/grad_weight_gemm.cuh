@@ -53,7 +53,7 @@ constexpr int kWgGroupTaps = 4, kWgWideGroupTaps = 8;
 // Elements per staged row, in 32-bit words ≡ 4 (mod 8): the 8 ci or co rows x 4 columns of a fragment
 // load hit 32 different banks; rows stay 16-byte aligned. gy: kWgPositions plus 4 floats or 8 16-bit
 // values; the window (the operand read at each tap's shift: x here, gy in the warpgroup kernel):
-// window_row_elements (≡ 4 mod 16, planned for floats) plus 4 more 16-bit values.
+// window_row_elements (≡ 4 mod 32, or mod 16 in warpgroup tiles; planned for floats) plus 4 more 16-bit values.
 __host__ __device__ constexpr int wg_gy_row(int element_size) { return kWgPositions + (element_size == 2 ? 8 : 4); }
 __host__ __device__ constexpr int wg_window_row(int window_row_elements, int element_size) {
   return window_row_elements + (element_size == 2 ? 4 : 0);
@@ -75,7 +75,7 @@ struct WeightGradProblem {
   // mod x_copy_elements); the warpgroup kernel's chunks start up to a chunk less one early (lead 0).
   int group_lead[kMaxGemmTaps];
   Divider group_window_copies[kMaxGemmTaps];
-  int window_row_elements;     // elements per float window row: room for the widest group's copies, ≡ 4 mod 16
+  int window_row_elements;     // elements per float window row: room for the widest group's copies, ≡ 4 mod 32 (16)
   // elements per copy: 16 or 8 bytes' worth, or 2 (16-bit pairs), where rows are contiguous and aligned
   // (gy: stride 1 too); 1: element by element. A copy wholly outside reads nothing from its source,
   // the tensor's (aligned) first element. Warpgroup tiles: gy_copy_elements is 16 bytes' worth where
