@@ -216,11 +216,21 @@ __global__ void __launch_bounds__(kWgmmaThreads, wgmma_min_blocks(kTaps))
 #pragma unroll
         for (int t = 0; t < kTaps; ++t) {
           const int shift = p.group_tap_shift[p.group_first[tap_group] + (t < count ? t : 0)];
-          const bool aligned = (window_parity - shift_min + shift) % 2 == 0;  // (16-bit pairs: lane_position is even)
-          const T* at = gy_rows[0] + shift + kstep * kK;
-          const T* at_below = gy_rows[1] + shift + kstep * kK;  // 8 rows down
-          set[t][0] = fragment_word(at, aligned), set[t][1] = fragment_word(at_below, aligned);
-          set[t][2] = fragment_word(at + kNext, aligned), set[t][3] = fragment_word(at_below + kNext, aligned);
+          // 16-bit: odd, the pairs start at odd elements (lane_position is even); each is cut from the
+          // two aligned words around it (two loads and a funnel shift, the same for both cases)
+          const int odd = k16 ? (window_parity - shift_min + shift) & 1 : 0;
+          const T* at = gy_rows[0] + shift + kstep * kK - odd;
+          const T* at_below = gy_rows[1] + shift + kstep * kK - odd;  // 8 rows down
+          auto word = [&](const T* aligned_at) {
+            if constexpr (k16) {
+              const uint32_t* words = reinterpret_cast<const uint32_t*>(aligned_at);
+              return __funnelshift_r(words[0], words[1], 16 * odd);
+            } else {
+              return __float_as_uint(*aligned_at);
+            }
+          };
+          set[t][0] = word(at), set[t][1] = word(at_below);
+          set[t][2] = word(at + kNext), set[t][3] = word(at_below + kNext);
           if constexpr (kEdge) {
 #pragma unroll
             for (int half = 0; half < 2; ++half) {
