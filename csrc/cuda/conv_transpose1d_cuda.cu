@@ -427,7 +427,7 @@ std::optional<WeightGradProblem> plan_grad_weight(const ConvTParams& p, const at
   // even length not divisible by 4, such as kb64's grad_y, went element by element before). Warpgroup
   // tiles copy gy in 16-byte chunks from each window start's aligned-down address where the rows are
   // contiguous positions (stride 1) of whole 32-bit words (16-bit: the windows' offsets share a
-  // parity). H100 kb64 fwd+bwd (pairs and 8-byte copies before): see BENCHMARKS b18.
+  // parity): H100 kb64 fwd+bwd TF32 12.55 -> 11.52 ms, bf16 7.05 -> 5.98 (8-byte and pair copies before).
   const int element_size = int(x.element_size());
   g.x_copy_elements = widest_copy(x, g.x_batch_stride, g.x_channel_stride, g.x_length_stride, {16, 8, 4});
   if (g.warpgroups) {
