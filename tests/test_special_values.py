@@ -32,10 +32,11 @@ def _inputs(case, dtype, device, requires_grad=False):
     return [t if t is None else t.clone().requires_grad_(requires_grad) for t in (x, w, b)]
 
 
-def _plant(t: torch.Tensor, value: float) -> torch.Tensor:
-    """t with `value` at [0, 0, 1] (one channel of the first group) and -value at its last element."""
+def _plant(t: torch.Tensor, value: float, position: int = 1) -> torch.Tensor:
+    """t with `value` at [0, 0, position] (one channel of the first group) and -value at its last
+    element."""
     t = t.detach().clone()
-    t[0, 0, 1] = value
+    t[0, 0, position] = value
     t[-1, -1, -1] = -value
     return t
 
@@ -82,11 +83,25 @@ def test_gradients_propagate_like_torch(case, dtype, value, device, tf32):
     """Inf/NaN in grad_output reach grad_input and grad_weight where torch puts them. (Not planted in
     the input: torch's grad_weight also turns NaN where a tap of a NaN input element falls outside the
     output, as 0 x NaN of its padding; ours leaves out the products that do not exist.)"""
+    _assert_gradients_propagate(case, dtype, value, device, position=1)
+
+
+def _assert_gradients_propagate(case, dtype, value, device, position):
     x, w, b = _inputs(case, dtype, device, requires_grad=True)
     y = ours(x, w, b, case)
     expected, (x64, w64, _) = reference(x, w, b, case)
-    grad_y = _plant(torch.randn(expected.shape, dtype=torch.float64), value)
+    grad_y = _plant(torch.randn(expected.shape, dtype=torch.float64), value, position)
     grads = torch.autograd.grad(y, (x, w), grad_y.to(device=device, dtype=dtype))
     expected_grads = torch.autograd.grad(expected, (x64, w64), grad_y)
     for grad, expected_grad in zip(grads, expected_grads):
         assert torch.equal(_classes(grad), _classes(expected_grad))
+
+
+@pytest.mark.parametrize(**VALUES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("tf32", [True, False], ids=["tf32", "strict"], indirect=True)
+def test_mid_row_gradients_propagate_like_torch(dtype, value, device, tf32):
+    """The same with the value in the middle of a long grad_output row, which the sm_90 warpgroup
+    grad_weight stages in 16-byte chunks (the rows' ends go element by element)."""
+    case = Case(2, 40, 48, 3, 300, padding=1)
+    _assert_gradients_propagate(case, dtype, value, device, position=case.l_out // 2)
