@@ -91,7 +91,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, wgmma_min_blocks(kTaps))
     if (p.x_copy_elements > 1) {  // i0 is a multiple of every vector size: a copy stays in one 16-byte chunk
       with_copy_size<T>(p.x_copy_elements, [&](auto vector) {
         constexpr int kVector = decltype(vector)::value, kVectorsPerRow = kWgPositions / kVector;
-        constexpr int kRowsApart = kWgmmaThreads / kVectorsPerRow;  // a multiple of 8: the same swizzle
+        constexpr int kRowsApart = kWgmmaThreads / kVectorsPerRow;  // 16-byte copies: 8 or 16, the same swizzle
         const int q = threadIdx.x % kVectorsPerRow * kVector, first_ci = threadIdx.x / kVectorsPerRow;
         const int inside_row = elements_inside(p.length_in - (i0 + q), kVector);
         T* const first_slot = x_slot(x_s, first_ci, q);
@@ -119,8 +119,8 @@ __global__ void __launch_bounds__(kWgmmaThreads, wgmma_min_blocks(kTaps))
     const int64_t first_position = i0 + shift_min;  // phase position m of the window's start
     if (chunked(first_position)) {  // (rows past co_count: zeros, from row 0's first chunk)
       // a walk over the 64 x gy_chunks chunks: this thread's first (row, chunk), and the step to the
-      // next one, kWgmmaThreads chunks on (no division in the loop; held across items instead, the
-      // four values cost the 3-tap kernels 8-16 more bytes of stack)
+      // next one, kWgmmaThreads chunks on (no division in the loop; computed per item: held across
+      // items, the four values cost the 3-tap kernels 8-16 more bytes of stack)
       const auto first_chunk = gy_chunks_per_row.divmod(threadIdx.x), step = gy_chunks_per_row.divmod(kWgmmaThreads);
       const int rows_step = int(step.div), chunks_step = int(step.mod);
       int co = int(first_chunk.div), chunk = int(first_chunk.mod);
