@@ -691,7 +691,7 @@ __global__ void __launch_bounds__(kGemmThreads, kMath == Math::k3xTF32 ? 1 : 2) 
     if constexpr (kWarpgroups) {  // the step's last group, before the accumulators are read or the buffers reused
       wgmma_wait<0>();
 #pragma unroll
-      for (int w = 0; w < 4; ++w) asm volatile("" : "+r"(wg_sets[4 * w]), "+r"(wg_sets[4 * w + 1]), "+r"(wg_sets[4 * w + 2]), "+r"(wg_sets[4 * w + 3])::"memory");
+      for (int w = 0; w < 4; ++w) wgmma_fence_operand(*reinterpret_cast<uint32_t(*)[4]>(wg_sets + 4 * w));
       wgmma_fence_accumulators(wg_acc);
     }
     if (phase_ends) {

@@ -84,12 +84,6 @@ __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
 #endif
 }
-__device__ __forceinline__ void wgmma_commit_and_wait() {
-#if CONVT_WGMMA_AVAILABLE
-  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-#endif
-}
 __device__ __forceinline__ void fence_async_shared() {
 #if CONVT_WGMMA_AVAILABLE
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
