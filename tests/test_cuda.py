@@ -85,11 +85,11 @@ def test_wide_tiles_forward_and_backward(case, dtype, tf32):
 
 
 # grad_weight's four tile kernels (16 x 32 warp tiles): 32 or 64 ci x 32 or 64 co by the channels per
-# group, and on sm_90 its warpgroup tiles (the last three cases), every tile part-empty, with stride 1
-# (vector copies of grad_y: 16 bytes, 8 bytes where rows are 8-byte aligned only, 16-bit pairs) and
-# stride 2 (element copies).
+# group, and on sm_90 its warpgroup tiles (the cases after their comment), every tile part-empty, with
+# stride 1 (vector copies of grad_y: 16 bytes, 8 bytes where rows are 8-byte aligned only, 16-bit
+# pairs) and stride 2 (element copies).
 # grad_bias comes along where every phase has a tap and its slots fit (the blocks of a phase take the
-# items in turns), else from its own pass (a phase without taps: the last case).
+# items in turns), else from its own pass (a phase without taps; the warpgroup tiles).
 GRAD_WEIGHT_TILE_CASES = [
     Case(4, 24, 20, 3, 900, padding=1),                 # 32 ci x 32 co
     Case(3, 24, 40, 3, 902, padding=1),                 # rows of 902: float in 8-byte copies, 16-bit in pairs
