@@ -88,8 +88,10 @@ def test_wide_tiles_forward_and_backward(case, dtype, tf32):
 # group, and on sm_90 its warpgroup tiles (the cases after their comment), every tile part-empty, with
 # stride 1 (vector copies of grad_y: 16 bytes, 8 bytes where rows are 8-byte aligned only, 16-bit
 # pairs) and stride 2 (element copies).
-# grad_bias comes along where every phase has a tap and its slots fit (the blocks of a phase take the
-# items in turns), else from its own pass (a phase without taps; the warpgroup tiles).
+# grad_bias comes along where every phase has a tap: in the mma.sync tiles in TF32 where its slots fit
+# (the blocks of a phase take the items in turns), in the warpgroup tiles from the A values of each
+# phase's smallest shift (slice 0 adds the positions those skip: a phase whose smallest shift is
+# above 0, output_padding); else from its own pass (a phase without taps; 16-bit mma.sync tiles).
 GRAD_WEIGHT_TILE_CASES = [
     Case(4, 24, 20, 3, 900, padding=1),                 # 32 ci x 32 co
     Case(3, 24, 40, 3, 902, padding=1),                 # rows of 902: float in 8-byte copies, 16-bit in pairs
@@ -108,6 +110,8 @@ GRAD_WEIGHT_TILE_CASES = [
     Case(2, 48, 40, 3, 1000),                           # x in 16-byte copies; gy in chunks, 16-bit windows at even offsets
     Case(2, 72, 40, 4, 1001, stride=2, padding=1),      # x rows of odd length: element copies; gy de-interleaved
     Case(2, 96, 80, 5, 700, padding=2, dilation=3, groups=2),  # 5 taps a phase: 4 + 1, a window of span 12
+    Case(2, 72, 40, 3, 500, stride=2, output_padding=1, dilation=3),  # phase 1's shifts start at 1
+    Case(4, 64, 96, 3, 20000, padding=1),               # slices of several items
 ]
 
 

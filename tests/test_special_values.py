@@ -80,7 +80,7 @@ def _reads_padding(case) -> torch.Tensor:
 @pytest.mark.parametrize("case", SPECIAL_CASES, ids=case_id)
 @pytest.mark.parametrize("tf32", [True, False], ids=["tf32", "strict"], indirect=True)
 def test_gradients_propagate_like_torch(case, dtype, value, device, tf32):
-    """Inf/NaN in grad_output reach grad_input and grad_weight where torch puts them. (Not planted in
+    """Inf/NaN in grad_output reach grad_input, grad_weight and grad_bias where torch puts them. (Not planted in
     the input: torch's grad_weight also turns NaN where a tap of a NaN input element falls outside the
     output, as 0 x NaN of its padding; ours leaves out the products that do not exist.)"""
     _assert_gradients_propagate(case, dtype, value, device, position=1)
@@ -89,10 +89,10 @@ def test_gradients_propagate_like_torch(case, dtype, value, device, tf32):
 def _assert_gradients_propagate(case, dtype, value, device, position):
     x, w, b = _inputs(case, dtype, device, requires_grad=True)
     y = ours(x, w, b, case)
-    expected, (x64, w64, _) = reference(x, w, b, case)
+    expected, inputs64 = reference(x, w, b, case)
     grad_y = _plant(torch.randn(expected.shape, dtype=torch.float64), value, position)
-    grads = torch.autograd.grad(y, (x, w), grad_y.to(device=device, dtype=dtype))
-    expected_grads = torch.autograd.grad(expected, (x64, w64), grad_y)
+    grads = torch.autograd.grad(y, [t for t in (x, w, b) if t is not None], grad_y.to(device=device, dtype=dtype))
+    expected_grads = torch.autograd.grad(expected, [t for t in inputs64 if t is not None], grad_y)
     for grad, expected_grad in zip(grads, expected_grads):
         assert torch.equal(_classes(grad), _classes(expected_grad))
 

@@ -362,7 +362,8 @@ void sum_slices(const at::Tensor& partial, const at::Tensor& grad_w, int64_t sli
 
 constexpr int64_t kWgScratchBytes = int64_t(64) << 20;  // the most partial sums may take
 
-// with_bias: grad_bias may come along (TF32 only: sums_bias; see grad_weight_gemm.cuh); one_pass: the
+// with_bias: grad_bias may come along (sums_bias: in warpgroup tiles, else in TF32 only; see the
+// kernels' header comments); one_pass: the
 // math is TF32 or 16-bit, not 3xTF32, so tap groups of up to kWgWideGroupTaps and warpgroup tiles
 // may be planned
 std::optional<WeightGradProblem> plan_grad_weight(const ConvTParams& p, const at::Tensor& x, const at::Tensor& grad_y,
@@ -491,12 +492,19 @@ std::optional<WeightGradProblem> plan_grad_weight(const ConvTParams& p, const at
   }
   g.slices = std::max<int64_t>(1, std::min(g.slices, kWgScratchBytes / 4 / weight_elements));
   if (g.tiles * g.slices >= kGemmIndexLimit) return std::nullopt;
-  // grad_bias comes along (its slots, floats, after the buffers) where every phase has a tap, so no
-  // row-sum pass is left, and where the slots leave as many blocks per SM room in shared memory
-  // (session 9: grouped TF32 went from 6 to 5 blocks, fwd+bwd 1.327 -> 1.357 ms)
+  // grad_bias comes along where every phase has a tap, so that no row-sum pass is left: in warpgroup
+  // tiles from tap slot 0's A values (grad_weight_wgmma.cuh); in the mma.sync kernel in TF32's rounding pass, into slots
+  // (floats, after the buffers) where they leave as many blocks per SM room in shared memory (session
+  // 9: grouped TF32 went from 6 to 5 blocks, fwd+bwd 1.327 -> 1.357 ms)
+  if (g.warpgroups) {
+    g.sums_bias = with_bias && phases_with_taps == g.stride;
+    // 16-bit: each x_s buffer holds the ones column's rows too (kWgmmaXBytesOf)
+    if (g.sums_bias && element_size == 2) g.smem_bytes += size_t(2 * kWgmmaOnesRows * kWgPositions * element_size);
+    return g;
+  }
   g.bias_slots = g.gy_copy_elements > 1 ? kWgPositions / g.gy_copy_elements : 32;
   const size_t with_slots = g.smem_bytes + size_t(g.block_co * g.bias_slots * 4);
-  g.sums_bias = with_bias && !g.warpgroups && phases_with_taps == g.stride && with_slots <= smem_budgets().one_block &&
+  g.sums_bias = with_bias && element_size == 4 && phases_with_taps == g.stride && with_slots <= smem_budgets().one_block &&
                 blocks_per_sm(with_slots) == blocks_per_sm(g.smem_bytes);
   if (g.sums_bias) g.smem_bytes = with_slots;
   return g;
@@ -510,7 +518,8 @@ void launch_grad_weight(const WeightGradProblem& g, const at::Tensor& x, const a
   const auto stream = at::cuda::getCurrentCUDAStream();
   const int64_t elements = grad_w.numel();
   const at::Tensor partial = at::empty({g.slices * elements}, grad_w.options().dtype(at::kFloat));
-  const int64_t bias_slices = g.sums_bias ? g.slices * g.ci_tiles * g.tap_groups : 0;  // bias_partial[slice][ci tile][tap group][co]
+  // bias_partial[slice][phase][co] (warpgroup tiles) or [slice][ci tile][tap group][co]
+  const int64_t bias_slices = !g.sums_bias ? 0 : g.warpgroups ? g.slices * g.stride : g.slices * g.ci_tiles * g.tap_groups;
   const at::Tensor bias_partial =
       bias_slices > 0 ? at::empty({bias_slices * grad_bias.numel()}, grad_w.options().dtype(at::kFloat)) : at::Tensor();
   // the kernel of the tile, (ci warps, co warps) = (block_ci / 16, block_co / 32), and of the group taps
@@ -525,10 +534,14 @@ void launch_grad_weight(const WeightGradProblem& g, const at::Tensor& x, const a
   if constexpr (kMath != Math::k3xTF32) {
     if (g.group_taps == kWgWideGroupTaps) kernel = tile_kernel(std::integral_constant<int, kWgWideGroupTaps>{});
     if (g.warpgroups) {
-      kernel = g.group_taps == 1   ? grad_weight_wgmma_kernel<T, 1>
-               : g.group_taps == 2 ? grad_weight_wgmma_kernel<T, 2>
-               : g.group_taps == 3 ? grad_weight_wgmma_kernel<T, 3>
-                                   : grad_weight_wgmma_kernel<T, 4>;
+      auto wgmma_kernel = [&](auto sums_bias) {
+        constexpr bool kSumsBias = decltype(sums_bias)::value;
+        return g.group_taps == 1   ? grad_weight_wgmma_kernel<T, 1, kSumsBias>
+               : g.group_taps == 2 ? grad_weight_wgmma_kernel<T, 2, kSumsBias>
+               : g.group_taps == 3 ? grad_weight_wgmma_kernel<T, 3, kSumsBias>
+                                   : grad_weight_wgmma_kernel<T, 4, kSumsBias>;
+      };
+      kernel = g.sums_bias ? wgmma_kernel(std::true_type{}) : wgmma_kernel(std::false_type{});
       threads = kWgmmaThreads;
     }
   }
@@ -548,7 +561,7 @@ struct GradWeightRun {
 GradWeightRun run_grad_weight(const ConvTParams& p, const at::Tensor& x, const at::Tensor& grad_y, const at::Tensor& grad_w,
                               const at::Tensor& grad_bias) {
   const bool strict = x.scalar_type() == at::kFloat && !tf32_allowed();  // 3xTF32: no wide tap groups
-  const auto plan = plan_grad_weight(p, x, grad_y, grad_bias.defined() && x.scalar_type() == at::kFloat && !strict, !strict);
+  const auto plan = plan_grad_weight(p, x, grad_y, grad_bias.defined() && !strict, !strict);
   if (!plan) return {false, false};
   const GradWeightRun run{true, plan->sums_bias != 0};
   switch (x.scalar_type()) {

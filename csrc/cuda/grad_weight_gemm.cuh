@@ -81,7 +81,7 @@ struct WeightGradProblem {
   // the tensor's (aligned) first element. Warpgroup tiles: gy_copy_elements is 16 bytes' worth where
   // gy goes in chunks (grad_weight_wgmma.cuh), else 1.
   int x_copy_elements, gy_copy_elements;
-  bool warpgroups;            // grad_weight_wgmma_kernel's tiles (64 x 64, items of x positions, no grad_bias)
+  bool warpgroups;            // grad_weight_wgmma_kernel's tiles (64 x 64, items of x positions)
   int block_ci, block_co;     // ci and co per tile: 16 * kCiWarps, 32 * kCoWarps (64 x 64: warpgroups)
   int ci_tiles, co_tiles;
   int64_t tiles;
@@ -90,8 +90,9 @@ struct WeightGradProblem {
   int64_t items;               // batch * chunks_per_row (< kGemmIndexLimit)
   Divider div_chunks_per_row;  // item -> (n, chunk) without a 64-bit division per item
   int64_t slices;              // item ranges; partial holds one grad_w per slice
-  // grad_bias (see above): sums_bias; the tap groups of q's phase: group_phase_groups[q] of them,
-  // q the group_phase_index[q]-th; bias_slots per co row: one per copy of a row (16, 8 or 32)
+  // grad_bias (see above, and grad_weight_wgmma.cuh): sums_bias; the tap groups of q's phase:
+  // group_phase_groups[q] of them, q the group_phase_index[q]-th; bias_slots per co row: one per copy
+  // of a row (16, 8 or 32; this kernel's)
   int sums_bias, bias_slots;
   int group_phase_groups[kMaxGemmTaps], group_phase_index[kMaxGemmTaps];
   size_t smem_bytes;

@@ -19,6 +19,20 @@
 // i >= L_in are dropped (x_s holds 0 there, but 0 x Inf or NaN in gy is NaN). Float copies are
 // rounded to TF32 in place once landed. The fp32 sums go to partial[slice] as in grad_weight_gemm.cuh,
 // added by sum_slices_kernel in a fixed order.
+//
+// grad_bias[co] = sum over n, j of gy[n, co, j] comes along (kSumsBias) where every phase has a tap:
+// tap slot 0 of a phase's first tap group has the phase's smallest shift, so over all items its A
+// values cover the phase positions m in [shift_min, L_in + shift_min) once each (the edge items'
+// dropped values included: they lie past that range). The blocks of ci tile 0 and of each phase's
+// first group (bias blocks) add those values up; slice 0's add the positions outside that range,
+// [0, shift_min) and [L_in + shift_min, phase length), from global memory. The sums take gy as it is:
+//  - 16-bit: slot 0's wgmma is m64n72, its B 8 more rows (the ones column: a row of 1.0, seven of
+//    0) in every block, so column 64 of its accumulators sums A exactly (fp32 products of 16-bit
+//    values and 1.0, fp32 accumulation) at no instruction an item;
+//  - TF32 (whose A would be rounded): bias blocks add slot 0's A registers as they load them, and
+//    leave gy_s unrounded and round their A registers instead.
+// Each thread holds the sums of its two rows; the four lanes of a row add theirs in a fixed order
+// into bias_partial[slice][phase][co], which sum_slices adds in order.
 #pragma once
 
 #include <type_traits>
@@ -35,17 +49,21 @@ constexpr int kWgmmaRowBytes = 128;                    // x_s rows of a swizzle 
 // 168 registers; at two, H100 kb64 fwd+bwd TF32 13.97 -> 12.56 ms, bf16 7.70 -> 7.10), else two
 __host__ __device__ constexpr int wgmma_min_blocks(int taps) { return taps <= 3 ? 3 : 2; }
 
-// Bytes of one x_s buffer: sizeof(T) / 2 halves (along positions) of kWgmmaBlockCi rows of 128 bytes
-template <typename T>
-constexpr int kWgmmaXBytesOf = kWgmmaBlockCi * kWgPositions * int(sizeof(T));
+// Bytes of one x_s buffer: sizeof(T) / 2 halves (along positions) of kWgmmaBlockCi rows of 128 bytes,
+// with the ones column kWgmmaOnesRows more rows (16-bit: one half)
+constexpr int kWgmmaOnesRows = 8;
+template <typename T, bool kOnesColumn>
+constexpr int kWgmmaXBytesOf = (kWgmmaBlockCi + (kOnesColumn ? kWgmmaOnesRows : 0)) * kWgPositions * int(sizeof(T));
 
-template <typename T, int kTaps>
+template <typename T, int kTaps, bool kSumsBias>
 __global__ void __launch_bounds__(kWgmmaThreads, wgmma_min_blocks(kTaps))
     grad_weight_wgmma_kernel(const T* __restrict__ x, const T* __restrict__ gy, float* __restrict__ partial,
-                             float* /* grad_bias never comes along */, const __grid_constant__ WeightGradProblem p) {
+                             float* __restrict__ bias_partial, const __grid_constant__ WeightGradProblem p) {
   constexpr bool k16 = sizeof(T) == 2;
   using Kind = std::conditional_t<k16, T, Tf32>;
-  constexpr int kXBytes = kWgmmaXBytesOf<T>, kHalfBytes = kWgmmaBlockCi * kWgmmaRowBytes;
+  // grad_bias by the ones column (16-bit) or by register sums in bias blocks (TF32)
+  constexpr bool kOnesColumn = kSumsBias && k16, kRegisterSums = kSumsBias && !k16;
+  constexpr int kXBytes = kWgmmaXBytesOf<T, kOnesColumn>, kHalfBytes = kWgmmaBlockCi * kWgmmaRowBytes;
   const int gy_row = wg_window_row(p.window_row_elements, sizeof(T));
   extern __shared__ __align__(kMaxSwizzleAtomBytes) unsigned char wgmma_smem[];  // x buffers first: atoms aligned
   unsigned char* x_buffers = wgmma_smem;                                          // 2 x kXBytes
@@ -57,6 +75,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, wgmma_min_blocks(kTaps))
   const int phase = p.group_phase[tap_group], count = p.group_count[tap_group];
   const int shift_min = p.group_shift_max[tap_group] - p.group_span[tap_group];
   const int gy_positions = kWgPositions + p.group_span[tap_group];
+  const bool bias_block = kSumsBias && tile.ci_tile == 0 && p.group_phase_index[tap_group] == 0;
   // gy rows go in 16-byte chunks from the window start's aligned-down address (gy_s row position
   // window_offset) where the plan allows (gy_copy_elements = kChunk: stride 1, rows of whole 32-bit
   // words) and the item's chunks lie inside the rows; else element by element from position 0
@@ -83,7 +102,8 @@ __global__ void __launch_bounds__(kWgmmaThreads, wgmma_min_blocks(kTaps))
   // source, for vector copies the vector size, and how many elements lie inside (or whether the
   // element does); the same walk serves the TF32 pass over this thread's landed copies. The loops
   // stay rolled (unrolled, the addresses they hoisted out of the item loop took 40-56 registers).
-  auto for_each_copy = [&](int64_t item, int buffer, auto&& vector_copy, auto&& element_copy) {
+  // gy_copies false: x's copies only.
+  auto for_each_copy = [&](int64_t item, int buffer, auto&& vector_copy, auto&& element_copy, bool gy_copies) {
     const auto row = p.div_chunks_per_row.divmod(unsigned(item));
     const int64_t n = row.div, i0 = int64_t(row.mod) * kWgPositions;
     unsigned char* x_s = x_buffers + buffer * kXBytes;
@@ -114,6 +134,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, wgmma_min_blocks(kTaps))
         }
       }
     }
+    if (!gy_copies) return;
     T* gy_s = gy_buffers + buffer * kWgmmaBlockCo * gy_row;
     const T* gy_n = gy + n * p.gy_batch_stride + tile.first_co * p.gy_channel_stride;
     const int64_t first_position = i0 + shift_min;  // phase position m of the window's start
@@ -154,14 +175,15 @@ __global__ void __launch_bounds__(kWgmmaThreads, wgmma_min_blocks(kTaps))
         [&](T* to, const T* from, auto vector, int inside) {
           cp_async<decltype(vector)::value * int(sizeof(T))>(to, from, inside * int(sizeof(T)));
         },
-        [&](T* to, const T* from, bool inside) { copy_element(to, from, inside, x); });
+        [&](T* to, const T* from, bool inside) { copy_element(to, from, inside, x); }, true);
   };
-  // TF32: round this thread's landed copies in place, once instead of at every fragment load
+  // TF32: round this thread's landed copies in place, once instead of at every fragment load (gy's
+  // but in bias blocks)
   auto round_own_copies = [&](int64_t item, int buffer) {
     if constexpr (!k16) {
       for_each_copy(
           item, buffer, [&](T* to, const T*, auto vector, int) { round_to_tf32<decltype(vector)::value>(to); },
-          [&](T* to, const T*, bool) { round_to_tf32<1>(to); });
+          [&](T* to, const T*, bool) { round_to_tf32<1>(to); }, !(kRegisterSums && bias_block));
     }
   };
 
@@ -170,6 +192,18 @@ __global__ void __launch_bounds__(kWgmmaThreads, wgmma_min_blocks(kTaps))
   for (int t = 0; t < kTaps; ++t)
 #pragma unroll
     for (int e = 0; e < kWgmmaBlockCi / 2; ++e) acc[t][e] = 0.0f;
+  float bias_sums[2] = {0.0f, 0.0f};  // TF32 bias blocks: rows co 16 * warp + lane / 4 and 8 more
+  float ones_acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // 16-bit: slot 0's columns 64-71 (column 64: the sums)
+  if constexpr (kOnesColumn) {  // rows 64-71 of both x_s buffers: 1.0, then zeros (16 bytes a thread)
+    const T one = from_float<T>(1.0f);
+    uint16_t one_bits;
+    memcpy(&one_bits, &one, sizeof(one));
+    const uint32_t one_pair = one_bits * 0x10001u;
+    const int buffer = threadIdx.x / 64, byte = threadIdx.x % 64 * 16;  // byte of the buffer's 8 rows
+    const uint32_t word = byte < kWgmmaRowBytes ? one_pair : 0u;
+    *reinterpret_cast<uint4*>(x_buffers + buffer * kXBytes + kWgmmaBlockCi * kWgmmaRowBytes + byte) =
+        make_uint4(word, word, word, word);
+  }
   const int64_t begin = tile.slice * p.items / p.slices, end = (tile.slice + 1) * p.items / p.slices;
   if (begin < end) stage(begin, 0);
   cp_async_commit();
@@ -203,8 +237,9 @@ __global__ void __launch_bounds__(kWgmmaThreads, wgmma_min_blocks(kTaps))
     }
     // kEdge: the item reaches past L_in; the A values of positions i >= L_in are dropped
     const int positions_inside = int(min(int64_t(kWgPositions), p.length_in - i0));
-    auto multiply = [&](auto edge) {
-      constexpr bool kEdge = decltype(edge)::value;
+    // kBias: a TF32 bias block (its register sums, and the rounding of A)
+    auto multiply = [&](auto edge, auto bias) {
+      constexpr bool kEdge = decltype(edge)::value, kBias = decltype(bias)::value;
       // Two sets of A registers: k-step s loads set s % 2 while the wgmma of k-step s - 1 (set
       // (s + 1) % 2) may still run; the wait for at most one running group after each commit frees
       // the set loaded next. The sets and the accumulators are pinned by empty asm operands so that
@@ -240,18 +275,36 @@ __global__ void __launch_bounds__(kWgmmaThreads, wgmma_min_blocks(kTaps))
               set[t][2 * half] &= keep, set[t][2 * half + 1] &= keep;
             }
           }
+          if constexpr (kBias) {  // slot 0's sums (registers 0, 2: row g; 1, 3: row g + 8), then TF32 rounding
+            if (t == 0) {
+#pragma unroll
+              for (int half = 0; half < 2; ++half) bias_sums[half] += __uint_as_float(set[0][half]) + __uint_as_float(set[0][half + 2]);
+            }
+#pragma unroll
+            for (int e = 0; e < 4; ++e) set[t][e] = to_tf32(__uint_as_float(set[t][e]));
+          }
         }
         // B: the k-step's 32 bytes of the x_s rows
         const int byte = kstep * 32;
         const uint64_t b = swizzled_b_descriptor<kWgmmaRowBytes>(x_s + byte / kWgmmaRowBytes * kHalfBytes + byte % kWgmmaRowBytes);
 #pragma unroll
         for (int t = 0; t < kTaps; ++t) wgmma_fence_operand(set[t]), wgmma_fence_accumulators(acc[t]);
+        if constexpr (kOnesColumn) wgmma_fence_accumulators(ones_acc);
         wgmma_fence();
 #pragma unroll
-        for (int t = 0; t < kTaps; ++t) wgmma_kstep<Kind, kWgmmaBlockCi>(acc[t], set[t], b);
+        for (int t = 0; t < kTaps; ++t) {
+          if constexpr (kOnesColumn) {
+            if (t == 0) {
+              wgmma_kstep_n72<Kind>(acc[0], ones_acc, set[0], b);
+              continue;
+            }
+          }
+          wgmma_kstep<Kind, kWgmmaBlockCi>(acc[t], set[t], b);
+        }
         wgmma_commit();
 #pragma unroll
         for (int t = 0; t < kTaps; ++t) wgmma_fence_accumulators(acc[t]);
+        if constexpr (kOnesColumn) wgmma_fence_accumulators(ones_acc);
         wgmma_wait<1>();  // k-step s - 1 is done: its set is loaded next
         if (kstep > 0) {
 #pragma unroll
@@ -264,15 +317,56 @@ __global__ void __launch_bounds__(kWgmmaThreads, wgmma_min_blocks(kTaps))
         wgmma_fence_operand(a[(kWgPositions / kK - 1) % 2][t]);
         wgmma_fence_accumulators(acc[t]);
       }
+      if constexpr (kOnesColumn) wgmma_fence_accumulators(ones_acc);
     };
-    if (positions_inside < kWgPositions) {
-      multiply(std::true_type{});
+    if (kRegisterSums && bias_block) {
+      if (positions_inside < kWgPositions) {
+        multiply(std::true_type{}, std::bool_constant<kRegisterSums>{});
+      } else {
+        multiply(std::false_type{}, std::bool_constant<kRegisterSums>{});
+      }
+    } else if (positions_inside < kWgPositions) {
+      multiply(std::true_type{}, std::false_type{});
     } else {
-      multiply(std::false_type{});
+      multiply(std::false_type{}, std::false_type{});
     }
     __syncthreads();  // this buffer is consumed before the item after next overwrites it
   }
   cp_async_wait<0>();
+
+  if (bias_block) {
+    if constexpr (kOnesColumn) {  // column 64: lanes 4g's accumulators 0 (row g) and 2 (row g + 8)
+      bias_sums[0] = lane % 4 == 0 ? ones_acc[0] : 0.0f;
+      bias_sums[1] = lane % 4 == 0 ? ones_acc[2] : 0.0f;
+    }
+    // slice 0: the phase positions outside slot 0's range, [0, covered_begin) and [covered_end,
+    // phase_length), lanes of a row taking every fourth of the (n, position) pairs
+    if (tile.slice == 0) {
+      const int64_t phase_length = (int64_t(p.length_out) - phase + p.stride - 1) / p.stride;
+      const int64_t covered_begin = std::clamp<int64_t>(shift_min, 0, phase_length);
+      const int64_t covered_end = std::clamp<int64_t>(int64_t(p.length_in) + shift_min, covered_begin, phase_length);
+      const int64_t head = covered_begin, per_row = head + phase_length - covered_end;
+      for (int64_t index = lane % 4; index < p.batch * per_row; index += 4) {
+        const int64_t n = index / per_row, r = index % per_row, m = r < head ? r : covered_end + (r - head);
+        const T* at = gy + n * p.gy_batch_stride + tile.first_co * p.gy_channel_stride + (m * p.stride + phase) * p.gy_length_stride;
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int co = 16 * warp + lane / 4 + 8 * half;
+          if (co < co_count) bias_sums[half] += to_float(at[co * p.gy_channel_stride]);
+        }
+      }
+    }
+    // bias_partial[slice][phase][g*Cog + co]: the four lanes of each row added in a fixed order
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      float sum = bias_sums[half];
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      const int co = 16 * warp + lane / 4 + 8 * half;
+      if (lane % 4 == 0 && co < co_count)
+        bias_partial[(tile.slice * p.stride + phase) * (p.groups * p.cog) + tile.first_co + co] = sum;
+    }
+  }
 
   // partial[slice][(g*Cig + ci) * Cog + co][k]: acc[t][4j + e] is co 16 * warp + lane / 4 + 8 * (e / 2),
   // ci 8j + 2 * (lane % 4) + e % 2 (wgmma.cuh)

@@ -116,6 +116,16 @@ struct Tf32 {};
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]) \
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1))
 
+// m64n72: the first 64 columns' accumulators in d, the last 8 columns' in `extra`
+#define CONVT_WGMMA_M64N72(SHAPE_AND_TYPES, TRANSPOSE_B)                                              \
+  asm volatile(                                                                                       \
+      "{\n.reg .pred accumulate;\nsetp.ne.b32 accumulate, %41, 0;\n"                                 \
+      "wgmma.mma_async.sync.aligned." SHAPE_AND_TYPES " "                                             \
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35}, "                                                                                   \
+      "{%36, %37, %38, %39}, %40, accumulate, 1, 1" TRANSPOSE_B ";\n}\n"                             \
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(extra[0]), "+f"(extra[1]), "+f"(extra[2]), "+f"(extra[3]) \
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1))
+
 // the instruction's shape and types; B not transposed (K-major) for 16-bit (TF32 has no transpose)
 #define CONVT_WGMMA_KSTEP(N)                                          \
   if constexpr (std::is_same_v<Kind, Tf32>) {                         \
@@ -139,7 +149,23 @@ __device__ __forceinline__ void wgmma_kstep(float (&d)[kN / 2], const uint32_t (
   __trap();
 #endif
 }
+// A 16-bit k-step of 72 columns (bfloat16 or half): the 64 of d and 8 more in `extra` (extra[e] as
+// d[32 + e] of the layout above: columns 64 + 2c + e % 2)
+template <typename Kind>
+__device__ __forceinline__ void wgmma_kstep_n72(float (&d)[32], float (&extra)[4], const uint32_t (&a)[4], uint64_t b) {
+  static_assert(!std::is_same_v<Kind, Tf32>);
+#if CONVT_WGMMA_AVAILABLE
+  if constexpr (std::is_same_v<Kind, __nv_bfloat16>) {
+    CONVT_WGMMA_M64N72("m64n72k16.f32.bf16.bf16", ", 0");
+  } else {
+    CONVT_WGMMA_M64N72("m64n72k16.f32.f16.f16", ", 0");
+  }
+#else
+  __trap();
+#endif
+}
 #undef CONVT_WGMMA_KSTEP
+#undef CONVT_WGMMA_M64N72
 #undef CONVT_WGMMA_M64N64
 #undef CONVT_WGMMA_M64N128
 
