@@ -110,6 +110,7 @@ GRAD_WEIGHT_TILE_CASES = [
     Case(2, 48, 40, 3, 1000),                           # x in 16-byte copies; gy in chunks, 16-bit windows at even offsets
     Case(2, 72, 40, 4, 1001, stride=2, padding=1),      # x rows of odd length: element copies; gy de-interleaved
     Case(2, 96, 80, 5, 700, padding=2, dilation=3, groups=2),  # 5 taps a phase: 4 + 1, a window of span 12
+    Case(2, 40, 72, 4, 777, padding=2),                 # 4 taps at consecutive shifts (16-bit: shared A words)
     Case(2, 72, 40, 3, 500, stride=2, output_padding=1, dilation=3),  # phase 1's shifts start at 1
     Case(4, 64, 96, 3, 20000, padding=1),               # slices of several items
 ]

@@ -76,6 +76,12 @@ __global__ void __launch_bounds__(kWgmmaThreads, wgmma_min_blocks(kTaps))
   const int shift_min = p.group_shift_max[tap_group] - p.group_span[tap_group];
   const int gy_positions = kWgPositions + p.group_span[tap_group];
   const bool bias_block = kSumsBias && tile.ci_tile == 0 && p.group_phase_index[tap_group] == 0;
+  // 16-bit groups of 3 taps at consecutive shifts share their A words (multiply's kPairs; H100 kb64
+  // bf16 grad_weight 1.63 -> 1.27 ms with grad_bias's ones column; 2-tap groups measured slower,
+  // hifigan_up1 bf16 0.90 -> 0.98 ms, and 4-tap groups unmeasured: both read each tap's words apart)
+  bool consecutive = k16 && kTaps == 3 && count == kTaps;
+#pragma unroll
+  for (int t = 1; t < kTaps; ++t) consecutive = consecutive && p.group_tap_shift[p.group_first[tap_group] + t] == shift_min + t;
   // gy rows go in 16-byte chunks from the window start's aligned-down address (gy_s row position
   // window_offset) where the plan allows (gy_copy_elements = kChunk: stride 1, rows of whole 32-bit
   // words) and the item's chunks lie inside the rows; else element by element from position 0
@@ -237,9 +243,12 @@ __global__ void __launch_bounds__(kWgmmaThreads, wgmma_min_blocks(kTaps))
     }
     // kEdge: the item reaches past L_in; the A values of positions i >= L_in are dropped
     const int positions_inside = int(min(int64_t(kWgPositions), p.length_in - i0));
-    // kBias: a TF32 bias block (its register sums, and the rounding of A)
-    auto multiply = [&](auto edge, auto bias) {
+    // kBias: a TF32 bias block (its register sums, and the rounding of A). kPairs >= 0: 16-bit taps at
+    // consecutive shifts, whose pairs start kPairs + t elements past tap 0's aligned word (kPairs:
+    // window_parity): the words of each register place load once for all taps (kWords of them).
+    auto multiply = [&](auto edge, auto bias, auto pairs) {
       constexpr bool kEdge = decltype(edge)::value, kBias = decltype(bias)::value;
+      constexpr int kPairs = decltype(pairs)::value, kWords = kPairs < 0 ? 1 : (kPairs + kTaps) / 2 + 1;
       // Two sets of A registers: k-step s loads set s % 2 while the wgmma of k-step s - 1 (set
       // (s + 1) % 2) may still run; the wait for at most one running group after each commit frees
       // the set loaded next. The sets and the accumulators are pinned by empty asm operands so that
@@ -248,6 +257,15 @@ __global__ void __launch_bounds__(kWgmmaThreads, wgmma_min_blocks(kTaps))
 #pragma unroll
       for (int kstep = 0; kstep < kWgPositions / kK; ++kstep) {
         uint32_t (&set)[kTaps][4] = a[kstep % 2];
+        uint32_t words[4][kWords];  // kPairs >= 0: register place r (as set[t][r]) from the aligned word of tap 0's pair
+        if constexpr (kPairs >= 0) {
+#pragma unroll
+          for (int r = 0; r < 4; ++r) {
+            const uint32_t* aligned = reinterpret_cast<const uint32_t*>(gy_rows[r % 2] + shift_min + kstep * kK - kPairs + kNext * (r / 2));
+#pragma unroll
+            for (int w = 0; w < kWords; ++w) words[r][w] = aligned[w];
+          }
+        }
 #pragma unroll
         for (int t = 0; t < kTaps; ++t) {
           const int shift = p.group_tap_shift[p.group_first[tap_group] + (t < count ? t : 0)];
@@ -264,8 +282,14 @@ __global__ void __launch_bounds__(kWgmmaThreads, wgmma_min_blocks(kTaps))
               return __float_as_uint(*aligned_at);
             }
           };
-          set[t][0] = word(at), set[t][1] = word(at_below);
-          set[t][2] = word(at + kNext), set[t][3] = word(at_below + kNext);
+          if constexpr (kPairs >= 0) {
+            const int o = kPairs + t, w = o / 2;  // tap t's pair: element o past the aligned word
+#pragma unroll
+            for (int r = 0; r < 4; ++r) set[t][r] = o % 2 == 0 ? words[r][w] : __funnelshift_r(words[r][w], words[r][min(w + 1, kWords - 1)], 16);
+          } else {
+            set[t][0] = word(at), set[t][1] = word(at_below);
+            set[t][2] = word(at + kNext), set[t][3] = word(at_below + kNext);
+          }
           if constexpr (kEdge) {
 #pragma unroll
             for (int half = 0; half < 2; ++half) {
@@ -319,16 +343,25 @@ __global__ void __launch_bounds__(kWgmmaThreads, wgmma_min_blocks(kTaps))
       }
       if constexpr (kOnesColumn) wgmma_fence_accumulators(ones_acc);
     };
-    if (kRegisterSums && bias_block) {
-      if (positions_inside < kWgPositions) {
-        multiply(std::true_type{}, std::bool_constant<kRegisterSums>{});
-      } else {
-        multiply(std::false_type{}, std::bool_constant<kRegisterSums>{});
+    auto multiply_item = [&](auto edge) {
+      using Generic = std::integral_constant<int, -1>;
+      if (kRegisterSums && bias_block) {
+        multiply(edge, std::bool_constant<kRegisterSums>{}, Generic{});
+        return;
       }
-    } else if (positions_inside < kWgPositions) {
-      multiply(std::true_type{}, std::false_type{});
+      if constexpr (k16) {
+        if (consecutive) {
+          window_parity ? multiply(edge, std::false_type{}, std::integral_constant<int, 1>{})
+                        : multiply(edge, std::false_type{}, std::integral_constant<int, 0>{});
+          return;
+        }
+      }
+      multiply(edge, std::false_type{}, Generic{});
+    };
+    if (positions_inside < kWgPositions) {
+      multiply_item(std::true_type{});
     } else {
-      multiply(std::false_type{}, std::false_type{});
+      multiply_item(std::false_type{});
     }
     __syncthreads();  // this buffer is consumed before the item after next overwrites it
   }
