@@ -67,11 +67,15 @@ def test_strict_float32_is_float32_accurate(case, tf32):
 # rows runs on 128 x 128 warpgroup tiles (wgmma) instead. In the forward and in grad_input (rows =
 # C_in there). Strided upsampling with direct stores (no room to stage a tile's interleaved output)
 # has blocks walk each tile's out_phases as parts of their own, several parts per block, with and
-# without phases no tap reaches (bias only).
+# without phases no tap reaches (bias only). Warpgroup tiles take rows that do not start 16-byte
+# aligned in 16-byte chunks, each row's window at its own shift (the first column tile of a row
+# element by element).
 WIDE_TILE_CASES = [
     Case(8, 36, 50, 5, 4500, padding=2, dilation=2),  # 64 x 256, adjacent stores, part-empty m16 tiles
     Case(8, 48, 40, 4, 4500, stride=2, padding=1),    # 64 x 256, staged interleaved output
     Case(4, 96, 160, 3, 4200, padding=1),             # 128 x 128, a part-empty row tile
+    Case(4, 96, 160, 3, 4202, padding=1),             # rows 8-byte (float) or 4-byte (16-bit) aligned: shifted windows
+    Case(3, 160, 96, 4, 2001, padding=1),             # rows of an odd length: windows at odd shifts
     Case(4, 64, 160, 16, 2000, stride=8, padding=4),  # 128 x 64, 2048 parts, every phase reached
     Case(3, 48, 160, 5, 1500, stride=8, padding=2),   # 128 x 64, 5 of 8 phases reached
 ]

@@ -154,11 +154,16 @@ std::optional<GemmProblem> plan_gemm_tiles(GemmProblem g, const at::Tensor& in, 
   const int taps_per_step = most_taps_per_step(g);
   g.copy_elements =
       g.in_step == 1 ? widest_copy(in, g.in_batch_stride, g.in_channel_stride, g.in_length_stride, {16, 8, 4}) : 1;
-  g.lead = int(floor_mod(g.first_offset, g.copy_elements));
+  // Warpgroup tiles load x_s into registers, so a row may sit at its own shift: rows that do not all
+  // start 16-byte aligned (kb64's grad_input, grad_y rows of 65538) go in 16-byte chunks from each
+  // window start rounded down (row_offsets) instead of narrower copies
+  g.row_offsets = warpgroups && g.in_step == 1 && g.in_length_stride == 1 && g.copy_elements * element_size < 16;
+  if (g.row_offsets) g.copy_elements = 16 / element_size;
+  g.lead = g.row_offsets ? 0 : int(floor_mod(g.first_offset, g.copy_elements));
   g.block_m = block_m;
   g.block_n = block_n;
   g.warpgroups = warpgroups;
-  const int64_t x_rows = int64_t(g.block_n) + g.last_offset - g.first_offset + g.lead;
+  const int64_t x_rows = int64_t(g.block_n) + g.last_offset - g.first_offset + g.lead + (g.row_offsets ? g.copy_elements - 1 : 0);
   if (x_rows > kMaxGemmXRow) return std::nullopt;  // could not fit in shared memory anyway
   g.x_rows = int(x_rows);
   g.row_copies = (g.x_rows + g.copy_elements - 1) / g.copy_elements;
@@ -295,7 +300,7 @@ std::optional<GemmProblem> plan_gemm(const GemmProblem& g, const at::Tensor& in,
 template <typename T, Math kMath>
 auto gemm_kernel(const GemmProblem& g) {
   if constexpr (kMath != Math::k3xTF32) {
-    if (g.warpgroups) return implicit_gemm_kernel<T, kMath, 4, 2, true>;
+    if (g.warpgroups) return g.row_offsets ? implicit_gemm_kernel<T, kMath, 4, 2, true, true> : implicit_gemm_kernel<T, kMath, 4, 2, true>;
     if (g.block_m == 64 && g.block_n == 256) return implicit_gemm_kernel<T, kMath, 4, 1>;
     if (g.block_m == 128 && g.block_n == 128) return implicit_gemm_kernel<T, kMath, 4, 2>;
   }

@@ -86,6 +86,12 @@ struct GemmProblem {
   int x_row_elements;  // elements per channel row of x_s (≡ 8 mod 16: conflict-free B fragments)
   int x_words;         // words of one x_s buffer
   bool warpgroups;     // warpgroup tiles (wgmma): ksteps 2 or 4 (slot rows of 64 or 128 bytes, wgmma.cuh)
+  // Warpgroup tiles whose rows do not all start 16-byte aligned (in_step 1): each x_s row holds its
+  // window from the window start rounded down to 16 bytes, so position pos of the tile sits at x_s
+  // position pos + row_shift(ch) (copy_elements: 16 bytes' worth, lead 0; the fragment loads add
+  // each lane's rows' shifts). Tiles whose window starts within a chunk of position 0 go element by
+  // element (shift 0).
+  bool row_offsets;
   int block_m, block_n; // rows x columns per tile: one of the tile shapes above (plan_gemm)
   int slot_words;      // words of one tap of w_s: (block_m / 16) * ksteps fragments
   int weight_slots;    // taps w_s holds: every (chunk, tap) (resident) or the most of one step
@@ -231,18 +237,21 @@ __device__ __forceinline__ void mma_step(Accumulator<kMath>& d, const uint32_t (
 // B fragment of one n8 tile and k-step from x_s[ch][pos]. `column` points at channel 0 of this lane's
 // column (lane / 4); c = lane % 4. TF32 (k8): b0 = X[c][col], b1 = X[c + 4][col] (x_s is already rounded).
 // 16-bit (k16): b0 = X[2c, 2c + 1][col], b1 = X[2c + 8, 2c + 9][col], the lower channel in the low half.
+// With row_offsets, rows 2c and 2c + 8 (TF32: c and c + 4) sit shifted by shift_low, rows 2c + 1 and
+// 2c + 9 by shift_high (row shifts repeat every 4 (float) or 8 (16-bit) channels: GemmProblem).
 template <typename T, Math kMath>
-__device__ __forceinline__ void load_b(uint32_t (&b)[2], const T* column, int row_elements, int c) {
+__device__ __forceinline__ void load_b(uint32_t (&b)[2], const T* column, int row_elements, int c, int shift_low = 0,
+                                       int shift_high = 0) {
   if constexpr (kMath == Math::k16Bit) {
     const unsigned short* x16 = reinterpret_cast<const unsigned short*>(column);
     auto pair = [&](int ch) {
-      return uint32_t(x16[ch * row_elements]) | (uint32_t(x16[(ch + 1) * row_elements]) << 16);
+      return uint32_t(x16[ch * row_elements + shift_low]) | (uint32_t(x16[(ch + 1) * row_elements + shift_high]) << 16);
     };
     b[0] = pair(2 * c);
     b[1] = pair(2 * c + 8);
   } else {
-    b[0] = __float_as_uint(column[c * row_elements]);
-    b[1] = __float_as_uint(column[(c + 4) * row_elements]);
+    b[0] = __float_as_uint(column[c * row_elements + shift_low]);
+    b[1] = __float_as_uint(column[(c + 4) * row_elements + shift_low]);
   }
 }
 
@@ -303,7 +312,9 @@ __global__ void pack_gemm_weight_kernel(const T* __restrict__ w, uint32_t* __res
 
 // ---- the kernel ----------------------------------------------------------------------------------
 
-template <typename T, Math kMath, int kWarpTilesM, int kWarpsM, bool kWarpgroups = false>
+// kShiftedRows: a warpgroup problem with row_offsets (its own instantiation: the shifts' code in the
+// tap loop slowed the aligned rows' forward by 2.5-8 %, session 15)
+template <typename T, Math kMath, int kWarpTilesM, int kWarpsM, bool kWarpgroups = false, bool kShiftedRows = false>
 __global__ void __launch_bounds__(kGemmThreads, kMath == Math::k3xTF32 ? 1 : 2)  // 3xTF32: room for two accumulators
     implicit_gemm_kernel(const T* __restrict__ in, const uint32_t* __restrict__ packed_w, const T* __restrict__ bias,
                          T* __restrict__ out, const __grid_constant__ GemmProblem p) {
@@ -332,6 +343,11 @@ __global__ void __launch_bounds__(kGemmThreads, kMath == Math::k3xTF32 ? 1 : 2) 
     }
   };
 
+  // row_offsets: the shift (elements) of the row whose window starts at `window` (not read), and
+  // whether a tile's windows, starting at position `first`, go in chunks
+  auto row_shift = [](const T* window) { return int(reinterpret_cast<uintptr_t>(window) % 16 / sizeof(T)); };
+  auto chunked_rows = [](int first) { return first >= 16 / int(sizeof(T)) - 1; };
+
   // Stage x (and, unless resident, the step's taps of A) for (tile, step) into buffer `buffer`.
   auto stage = [&](const GemmTile& tile, const GemmStep& step, int buffer) {
     if (!p.resident) {  // the step's taps are consecutive slots of packed_w
@@ -351,6 +367,37 @@ __global__ void __launch_bounds__(kGemmThreads, kMath == Math::k3xTF32 ? 1 : 2) 
     // one element a copy (in_step > 1, or rows not aligned): pos of x_s reads this position of `in`
     auto element_position = [&](int pos) { return (first + pos) * p.in_step + in_phase; };
     auto element_inside = [&](int ch, int position) { return channel_inside(ch) && position >= 0 && position < p.in_length; };
+    if constexpr (kShiftedRows) {  // (in_step 1, copy_elements 16 bytes' worth)
+      constexpr int kChunk = 16 / int(sizeof(T));
+      if (chunked_rows(first)) {  // each row from its window start rounded down to 16 bytes
+        for_each_x_copy([&](int ch, int copy) {
+          const int position = first - row_shift(in_chunk + ch * p.in_channel_stride + first) + copy * kChunk;
+          const int inside = channel_inside(ch) ? max(0, min(kChunk, p.in_length - position)) : 0;
+          const T* from = inside ? in_chunk + ch * p.in_channel_stride + position : in;
+          cp_async<16>(x_s + ch * p.x_row_elements + copy * kChunk, from, inside * int(sizeof(T)));
+        });
+      } else {  // the row start is within a chunk: element by element, unshifted
+        for_each_x_copy([&](int ch, int copy) {
+          T values[kChunk];
+#pragma unroll
+          for (int e = 0; e < kChunk; ++e) {
+            const int position = first + copy * kChunk + e;
+            const bool inside = element_inside(ch, position);
+            if constexpr (sizeof(T) == 2) {
+              values[e] = inside ? in_chunk[ch * p.in_channel_stride + position] : from_float<T>(0.0f);
+            } else {
+              cp_async_4(x_s + ch * p.x_row_elements + copy * kChunk + e, inside ? in_chunk + ch * p.in_channel_stride + position : in,
+                         inside ? 4 : 0);
+            }
+          }
+          if constexpr (sizeof(T) == 2) {
+#pragma unroll
+            for (int e = 0; e < kChunk; ++e) x_s[ch * p.x_row_elements + copy * kChunk + e] = values[e];
+          }
+        });
+      }
+      return;
+    }
     if constexpr (sizeof(T) == 2) {
       if (p.copy_elements == 1) {
         // 16-bit elements have no asynchronous copy: synchronous loads, kLoadsInFlight of them issued
@@ -613,6 +660,17 @@ __global__ void __launch_bounds__(kGemmThreads, kMath == Math::k3xTF32 ? 1 : 2) 
     const GemmStep step(step_index, p);
     const uint32_t* w_s = w_buffers + (p.resident ? 0 : buffer * p.weight_slots * p.slot_words);
     const T* x_s = x_buffers + buffer * x_buffer_elements;
+    // row_offsets: this lane's rows' shifts in this step's x_s (load_b; 0 where the tile went element by element)
+    int shift_low = 0, shift_high = 0;
+    if constexpr (kShiftedRows) {
+      const int first = tile.col_tile * kBlockN + p.first_offset - p.lead;
+      if (chunked_rows(first)) {
+        const int64_t first_channel = int64_t(tile.g) * p.channels_per_group + int64_t(step.chunk) * p.chunk_channels;
+        const int low = kMath == Math::k16Bit ? 2 * (lane % 4) : lane % 4;
+        const T* window = in + tile.n * p.in_batch_stride + (first_channel + low) * p.in_channel_stride + first;
+        shift_low = row_shift(window), shift_high = row_shift(window + p.in_channel_stride);
+      }
+    }
     for (int i = step.first_tap; i < step.end_tap; ++i) {
       const int t = p.step_tap[i];
       const int slot = p.resident ? step.chunk * p.taps + i : i - step.first_tap;
@@ -635,8 +693,8 @@ __global__ void __launch_bounds__(kGemmThreads, kMath == Math::k3xTF32 ? 1 : 2) 
             for (int k = 0; k < kHalf; ++k) {
               uint32_t low[2], high[2];  // columns g and g + 8
               const T* x_kstep = x_tap + (half * kHalf + k) * (kMath == Math::k16Bit ? 16 : 8) * p.x_row_elements;
-              load_b<T, kMath>(low, x_kstep, p.x_row_elements, lane % 4);
-              load_b<T, kMath>(high, x_kstep + 8, p.x_row_elements, lane % 4);
+              load_b<T, kMath>(low, x_kstep, p.x_row_elements, lane % 4, shift_low, shift_high);
+              load_b<T, kMath>(high, x_kstep + 8, p.x_row_elements, lane % 4, shift_low, shift_high);
               a[k][0] = low[0], a[k][1] = high[0], a[k][2] = low[1], a[k][3] = high[1];
               wgmma_fence_operand(a[k]);
             }
