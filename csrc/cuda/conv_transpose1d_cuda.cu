@@ -368,9 +368,8 @@ void sum_slices(const at::Tensor& partial, const at::Tensor& grad_w, int64_t sli
 constexpr int64_t kWgScratchBytes = int64_t(64) << 20;  // the most partial sums may take
 
 // with_bias: grad_bias may come along (sums_bias: in warpgroup tiles, else in TF32 only; see the
-// kernels' header comments); one_pass: the
-// math is TF32 or 16-bit, not 3xTF32, so tap groups of up to kWgWideGroupTaps and warpgroup tiles
-// may be planned
+// kernels' header comments); one_pass: the math is TF32 or 16-bit, not 3xTF32, so tap groups of up
+// to kWgWideGroupTaps and warpgroup tiles may be planned
 std::optional<WeightGradProblem> plan_grad_weight(const ConvTParams& p, const at::Tensor& x, const at::Tensor& grad_y,
                                                   bool with_bias, bool one_pass) {
   if (!gemm_applies(p, x.scalar_type())) return std::nullopt;
@@ -498,9 +497,9 @@ std::optional<WeightGradProblem> plan_grad_weight(const ConvTParams& p, const at
   g.slices = std::max<int64_t>(1, std::min(g.slices, kWgScratchBytes / 4 / weight_elements));
   if (g.tiles * g.slices >= kGemmIndexLimit) return std::nullopt;
   // grad_bias comes along where every phase has a tap, so that no row-sum pass is left: in warpgroup
-  // tiles from tap slot 0's A values (grad_weight_wgmma.cuh); in the mma.sync kernel in TF32's rounding pass, into slots
-  // (floats, after the buffers) where they leave as many blocks per SM room in shared memory (session
-  // 9: grouped TF32 went from 6 to 5 blocks, fwd+bwd 1.327 -> 1.357 ms)
+  // tiles from tap slot 0's A values (grad_weight_wgmma.cuh); in the mma.sync kernel in TF32's
+  // rounding pass, into slots (floats, after the buffers) where they leave as many blocks per SM room
+  // in shared memory (session 9: grouped TF32 went from 6 to 5 blocks, fwd+bwd 1.327 -> 1.357 ms)
   if (g.warpgroups) {
     g.sums_bias = with_bias && phases_with_taps == g.stride;
     // 16-bit: each x_s buffer holds the ones column's rows too (kWgmmaXBytesOf)

@@ -91,9 +91,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, wgmma_min_blocks(kTaps))
   auto chunked = [&](int64_t first_position) {
     return p.gy_copy_elements == kChunk && first_position >= kChunk - 1 && first_position + gy_chunk_elements <= p.length_out;
   };
-  auto window_offset = [&](const T* window, bool chunks) {
-    return chunks ? int(reinterpret_cast<uintptr_t>(window) % 16 / sizeof(T)) : 0;
-  };
+  auto window_offset = [&](const T* window, bool chunks) { return chunks ? elements_past_16_bytes(window) : 0; };
 
   // x_s element (ci, q): byte b = q * sizeof(T) of the row lies in half b / 128, at 16-byte chunk
   // (b % 128) / 16 swizzled by the row's place in its atom of 8 (wgmma.cuh)
@@ -268,25 +266,25 @@ __global__ void __launch_bounds__(kWgmmaThreads, wgmma_min_blocks(kTaps))
         }
 #pragma unroll
         for (int t = 0; t < kTaps; ++t) {
-          const int shift = p.group_tap_shift[p.group_first[tap_group] + (t < count ? t : 0)];
-          // 16-bit: odd, the pairs start at odd elements (lane_position is even); each is cut from the
-          // two aligned words around it (two loads and a funnel shift, the same for both cases)
-          const int odd = k16 ? (window_parity - shift_min + shift) & 1 : 0;
-          const T* at = gy_rows[0] + shift + kstep * kK - odd;
-          const T* at_below = gy_rows[1] + shift + kstep * kK - odd;  // 8 rows down
-          auto word = [&](const T* aligned_at) {
-            if constexpr (k16) {
-              const uint32_t* words = reinterpret_cast<const uint32_t*>(aligned_at);
-              return __funnelshift_r(words[0], words[1], 16 * odd);
-            } else {
-              return __float_as_uint(*aligned_at);
-            }
-          };
           if constexpr (kPairs >= 0) {
             const int o = kPairs + t, w = o / 2;  // tap t's pair: element o past the aligned word
 #pragma unroll
             for (int r = 0; r < 4; ++r) set[t][r] = o % 2 == 0 ? words[r][w] : __funnelshift_r(words[r][w], words[r][min(w + 1, kWords - 1)], 16);
           } else {
+            const int shift = p.group_tap_shift[p.group_first[tap_group] + (t < count ? t : 0)];
+            // 16-bit: odd, the pairs start at odd elements (lane_position is even); each is cut from the
+            // two aligned words around it (two loads and a funnel shift, the same for both cases)
+            const int odd = k16 ? (window_parity - shift_min + shift) & 1 : 0;
+            const T* at = gy_rows[0] + shift + kstep * kK - odd;
+            const T* at_below = gy_rows[1] + shift + kstep * kK - odd;  // 8 rows down
+            auto word = [&](const T* aligned_at) {
+              if constexpr (k16) {
+                const uint32_t* words = reinterpret_cast<const uint32_t*>(aligned_at);
+                return __funnelshift_r(words[0], words[1], 16 * odd);
+              } else {
+                return __float_as_uint(*aligned_at);
+              }
+            };
             set[t][0] = word(at), set[t][1] = word(at_below);
             set[t][2] = word(at + kNext), set[t][3] = word(at_below + kNext);
           }

@@ -343,9 +343,8 @@ __global__ void __launch_bounds__(kGemmThreads, kMath == Math::k3xTF32 ? 1 : 2) 
     }
   };
 
-  // row_offsets: the shift (elements) of the row whose window starts at `window` (not read), and
-  // whether a tile's windows, starting at position `first`, go in chunks
-  auto row_shift = [](const T* window) { return int(reinterpret_cast<uintptr_t>(window) % 16 / sizeof(T)); };
+  // row_offsets: whether a tile's windows, starting at position `first`, go in chunks (a row's shift
+  // is elements_past_16_bytes of its window start)
   auto chunked_rows = [](int first) { return first >= 16 / int(sizeof(T)) - 1; };
 
   // Stage x (and, unless resident, the step's taps of A) for (tile, step) into buffer `buffer`.
@@ -371,7 +370,7 @@ __global__ void __launch_bounds__(kGemmThreads, kMath == Math::k3xTF32 ? 1 : 2) 
       constexpr int kChunk = 16 / int(sizeof(T));
       if (chunked_rows(first)) {  // each row from its window start rounded down to 16 bytes
         for_each_x_copy([&](int ch, int copy) {
-          const int position = first - row_shift(in_chunk + ch * p.in_channel_stride + first) + copy * kChunk;
+          const int position = first - elements_past_16_bytes(in_chunk + ch * p.in_channel_stride + first) + copy * kChunk;
           const int inside = channel_inside(ch) ? max(0, min(kChunk, p.in_length - position)) : 0;
           const T* from = inside ? in_chunk + ch * p.in_channel_stride + position : in;
           cp_async<16>(x_s + ch * p.x_row_elements + copy * kChunk, from, inside * int(sizeof(T)));
@@ -668,7 +667,7 @@ __global__ void __launch_bounds__(kGemmThreads, kMath == Math::k3xTF32 ? 1 : 2) 
         const int64_t first_channel = int64_t(tile.g) * p.channels_per_group + int64_t(step.chunk) * p.chunk_channels;
         const int low = kMath == Math::k16Bit ? 2 * (lane % 4) : lane % 4;
         const T* window = in + tile.n * p.in_batch_stride + (first_channel + low) * p.in_channel_stride + first;
-        shift_low = row_shift(window), shift_high = row_shift(window + p.in_channel_stride);
+        shift_low = elements_past_16_bytes(window), shift_high = elements_past_16_bytes(window + p.in_channel_stride);
       }
     }
     for (int i = step.first_tap; i < step.end_tap; ++i) {

@@ -58,6 +58,12 @@ __device__ __forceinline__ void store_vector(T* address, const float (&values)[1
   }
 }
 
+// Elements of T from the 16-byte boundary at or below `at` (aligned to sizeof(T)) to `at`
+template <typename T>
+__device__ __forceinline__ int elements_past_16_bytes(const T* at) {
+  return int(reinterpret_cast<uintptr_t>(at) % 16 / sizeof(T));
+}
+
 __device__ __forceinline__ uint32_t to_tf32(float value) {
   uint32_t result;
   asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(result) : "f"(value));
