@@ -80,9 +80,9 @@ def _reads_padding(case) -> torch.Tensor:
 @pytest.mark.parametrize("case", SPECIAL_CASES, ids=case_id)
 @pytest.mark.parametrize("tf32", [True, False], ids=["tf32", "strict"], indirect=True)
 def test_gradients_propagate_like_torch(case, dtype, value, device, tf32):
-    """Inf/NaN in grad_output reach grad_input, grad_weight and grad_bias where torch puts them. (Not planted in
-    the input: torch's grad_weight also turns NaN where a tap of a NaN input element falls outside the
-    output, as 0 x NaN of its padding; ours leaves out the products that do not exist.)"""
+    """Inf/NaN in grad_output reach grad_input, grad_weight and grad_bias where torch puts them. (Not
+    planted in the input: torch's grad_weight also turns NaN where a tap of a NaN input element falls
+    outside the output, as 0 x NaN of its padding; ours leaves out the products that do not exist.)"""
     _assert_gradients_propagate(case, dtype, value, device, position=1)
 
 
