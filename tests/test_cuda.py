@@ -69,15 +69,21 @@ def test_strict_float32_is_float32_accurate(case, tf32):
 # has blocks walk each tile's out_phases as parts of their own, several parts per block, with and
 # without phases no tap reaches (bias only). Warpgroup tiles take rows that do not start 16-byte
 # aligned in 16-byte chunks, each row's window at its own shift (the first column tile of a row
-# element by element).
+# element by element). On warpgroup tiles a strided forward with dilation 1 and K a multiple of
+# stride merges its phases into rows (stride x C_out rows): even and odd strides, padding below and
+# above stride, groups, output_padding, part-empty row tiles, rows not 16-byte aligned.
 WIDE_TILE_CASES = [
     Case(8, 36, 50, 5, 4500, padding=2, dilation=2),  # 64 x 256, adjacent stores, part-empty m16 tiles
     Case(8, 48, 40, 4, 4500, stride=2, padding=1),    # 64 x 256, staged interleaved output
     Case(4, 96, 160, 3, 4200, padding=1),             # 128 x 128, a part-empty row tile
     Case(4, 96, 160, 3, 4202, padding=1),             # rows 8-byte (float) or 4-byte (16-bit) aligned: shifted windows
     Case(3, 160, 96, 4, 2001, padding=1),             # rows of an odd length: windows at odd shifts
-    Case(4, 64, 160, 16, 2000, stride=8, padding=4),  # 128 x 64, 2048 parts, every phase reached
+    Case(4, 64, 160, 16, 2000, stride=8, padding=4),  # 128 x 64, 2048 parts, every phase reached; merged
     Case(3, 48, 160, 5, 1500, stride=8, padding=2),   # 128 x 64, 5 of 8 phases reached
+    Case(3, 40, 96, 16, 1001, stride=8, padding=4),   # merged, rows of an odd length
+    Case(3, 48, 40, 10, 3000, stride=5, padding=3, output_padding=2),  # merged, odd stride: 200 rows
+    Case(5, 40, 48, 4, 4000, stride=2, padding=1),    # merged, pairs at odd positions: 96 rows
+    Case(2, 64, 96, 6, 3000, stride=3, padding=4, groups=2),  # merged, padding above stride, two groups
 ]
 
 

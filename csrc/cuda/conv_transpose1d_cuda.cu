@@ -110,7 +110,34 @@ GemmProblem gemm_problem(const ConvTParams& p, bool forward) {
   g.out_length = int(forward ? p.length_out : p.length_in);
   g.out_step = forward ? int(p.stride) : 1;
   g.in_step = forward ? 1 : int(p.stride);
+  g.row_phases = 1;
   set_taps(g, p, forward);
+  return g;
+}
+// The forward with its phases merged into rows (implicit_gemm.cuh's header comment), where no row
+// of a merged A is zero: dilation 1 and K a multiple of stride > 1. Merged tap t reads
+// x[col - t + padding div stride].
+std::optional<GemmProblem> merged_phases_problem(const ConvTParams& p) {
+  if (p.dilation != 1 || p.stride == 1 || p.kernel_size % p.stride != 0 ||
+      p.out_channels_per_group * p.stride >= kGemmIndexLimit) {
+    return std::nullopt;
+  }
+  GemmProblem g = gemm_problem(p, /*forward=*/true);
+  const int stride = int(p.stride), padding_shift = int(p.padding / p.stride);
+  g.row_phases = stride;
+  g.phase_origin = int(p.padding % p.stride);
+  g.rows_per_group *= stride;
+  g.out_step = 1;
+  g.taps = int(p.kernel_size) / stride;
+  g.out_phases = g.in_phases = 1;
+  g.out_phase_value[0] = g.in_phase_value[0] = 0;
+  for (int t = 0; t < g.taps; ++t) {
+    g.tap_offset[t] = padding_shift - t;
+    g.tap_out_phase[t] = g.tap_in_phase[t] = 0;
+    g.step_tap[t] = t;
+  }
+  g.pair_begin[0] = 0, g.pair_begin[1] = g.taps;
+  g.first_offset = padding_shift - (g.taps - 1), g.last_offset = padding_shift;
   return g;
 }
 GemmWeight gemm_weight(const ConvTParams& p, bool forward) {  // A_t[row, ch] = w[ci, co, t]
@@ -150,7 +177,8 @@ std::optional<GemmProblem> plan_gemm_tiles(GemmProblem g, const at::Tensor& in, 
   const int element_size = int(in.element_size());
   const int channels_per_word = 4 / element_size;
   const int64_t channel_words = (g.channels_per_group + channels_per_word - 1) / channels_per_word;
-  const int64_t max_columns = (int64_t(g.out_length) + g.out_step - 1) / g.out_step;
+  const int64_t column_positions = int64_t(g.row_phases) * g.out_step;  // out positions a column holds
+  const int64_t max_columns = (int64_t(g.out_length) + g.phase_origin + column_positions - 1) / column_positions;
   const int taps_per_step = most_taps_per_step(g);
   g.copy_elements =
       g.in_step == 1 ? widest_copy(in, g.in_batch_stride, g.in_channel_stride, g.in_length_stride, {16, 8, 4}) : 1;
@@ -236,6 +264,7 @@ std::optional<GemmProblem> plan_gemm_tiles(GemmProblem g, const at::Tensor& in, 
     g.div_chunks = Divider(unsigned(g.chunks));
     g.div_in_phases = Divider(unsigned(g.in_phases));
     g.div_row_copies = Divider(unsigned(g.row_copies));
+    g.div_row_phases = Divider(unsigned(g.row_phases));
     g.tile_parts = g.stage_output ? 1 : g.out_phases;
     g.parts = g.tiles * g.tile_parts;
     if (g.parts >= kGemmIndexLimit) return std::nullopt;
@@ -268,8 +297,14 @@ bool wgmma_usable() {
   const cudaDeviceProp* device = at::cuda::getCurrentDeviceProperties();
   return wgmma_built() && device->major == 9 && device->minor == 0;
 }
-std::optional<GemmProblem> plan_gemm(const GemmProblem& g, const at::Tensor& in, Math math) {
+// A forward whose phases merge (merged) runs merged on warpgroup tiles where those fill the SMs.
+std::optional<GemmProblem> plan_gemm(const GemmProblem& g, const std::optional<GemmProblem>& merged, const at::Tensor& in,
+                                     Math math) {
   const bool wide_warp_tiles = math != Math::k3xTF32;
+  if (merged && wide_warp_tiles && wgmma_usable() && merged->rows_per_group > 64) {
+    const auto plan = plan_gemm_tiles(*merged, in, 128, 128, /*warpgroups=*/true);
+    if (plan && plan->parts >= sm_count()) return plan;
+  }
   std::vector<TileShape> shapes;
   if (wide_warp_tiles && wgmma_usable() && g.rows_per_group > 64) shapes.push_back({128, 128, true});
   if (g.rows_per_group <= 32) {
@@ -300,6 +335,9 @@ std::optional<GemmProblem> plan_gemm(const GemmProblem& g, const at::Tensor& in,
 template <typename T, Math kMath>
 auto gemm_kernel(const GemmProblem& g) {
   if constexpr (kMath != Math::k3xTF32) {
+    if (g.warpgroups && g.row_phases > 1) {
+      return g.row_offsets ? implicit_gemm_kernel<T, kMath, 4, 2, true, true, true> : implicit_gemm_kernel<T, kMath, 4, 2, true, false, true>;
+    }
     if (g.warpgroups) return g.row_offsets ? implicit_gemm_kernel<T, kMath, 4, 2, true, true> : implicit_gemm_kernel<T, kMath, 4, 2, true>;
     if (g.block_m == 64 && g.block_n == 256) return implicit_gemm_kernel<T, kMath, 4, 1>;
     if (g.block_m == 128 && g.block_n == 128) return implicit_gemm_kernel<T, kMath, 4, 2>;
@@ -334,10 +372,10 @@ void launch_gemm(const GemmProblem& g, const at::Tensor& in, const at::Tensor& w
 bool tf32_allowed() { return at::globalContext().allowTF32CuDNN(); }
 
 // Runs `problem` on tensor cores when a plan fits; false sends the caller to the direct kernels.
-bool run_gemm(const GemmProblem& problem, const at::Tensor& in, const at::Tensor& w, const GemmWeight& a,
-              const at::Tensor& bias, const at::Tensor& out) {
+bool run_gemm(const GemmProblem& problem, const std::optional<GemmProblem>& merged, const at::Tensor& in,
+              const at::Tensor& w, const GemmWeight& a, const at::Tensor& bias, const at::Tensor& out) {
   const Math math = in.scalar_type() != at::kFloat ? Math::k16Bit : tf32_allowed() ? Math::kTF32 : Math::k3xTF32;
-  const auto plan = plan_gemm(problem, in, math);
+  const auto plan = plan_gemm(problem, merged, in, math);
   if (!plan) return false;
   switch (in.scalar_type()) {
     case at::kFloat:
@@ -625,7 +663,10 @@ void forward(const at::Tensor& x, const at::Tensor& w, const std::optional<at::T
   const ConvTParams p = make_params(x, w, y, args);
   const auto stream = at::cuda::getCurrentCUDAStream();
   const at::Tensor bias_c = bias.has_value() && bias->defined() ? bias->contiguous() : at::Tensor();  // read as bias[co]
-  if (gemm_applies(p, x.scalar_type()) && run_gemm(gemm_problem(p, /*forward=*/true), x, w, gemm_weight(p, /*forward=*/true), bias_c, y)) return;
+  if (gemm_applies(p, x.scalar_type()) && run_gemm(gemm_problem(p, /*forward=*/true), merged_phases_problem(p), x, w,
+                                                     gemm_weight(p, /*forward=*/true), bias_c, y)) {
+    return;
+  }
   const auto depthwise = depthwise_args(p, /*forward=*/true, x.element_size());
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "conv_transpose1d_cuda_direct", [&] {
     using acc_t = at::opmath_type<scalar_t>;
@@ -651,8 +692,8 @@ void backward(const at::Tensor& grad_y, const at::Tensor& x, const at::Tensor& w
   const ConvTParams p = make_params(x, w, grad_y, args);
   const auto stream = at::cuda::getCurrentCUDAStream();
   const bool grad_x_on_tensor_cores = grad_x.defined() && gemm_applies(p, x.scalar_type()) &&
-                                     run_gemm(gemm_problem(p, /*forward=*/false), grad_y, w, gemm_weight(p, /*forward=*/false),
-                                              at::Tensor(), grad_x);
+                                     run_gemm(gemm_problem(p, /*forward=*/false), std::nullopt, grad_y, w,
+                                              gemm_weight(p, /*forward=*/false), at::Tensor(), grad_x);
   const GradWeightRun tensor_cores =
       grad_w.defined() ? run_grad_weight(p, x, grad_y, grad_w, grad_bias) : GradWeightRun{false, false};
   const bool grad_w_on_tensor_cores = tensor_cores.weight;

@@ -12,6 +12,13 @@
 //   grad_input  (C_in,  C_out, 1,      stride, +shift_k, 0,       phase_k)
 // per group, A_t being W[:, :, k] seen as (rows x channels). GemmProblem carries this.
 //
+// Merged phases (the strided forward on warpgroup tiles, where dilation is 1 and stride divides K):
+// with phase_origin = padding mod stride, tap k = t*stride + r feeds out position
+// col*stride + r - phase_origin from in[col - t + padding div stride], for every phase r alike. So
+// the phases become rows: row R = co*stride + r of A_t is W[:, co, t*stride + r], one problem with
+// out_step 1, stride*C_out rows and K/stride taps, every x chunk staged once for all phases, and a
+// thread's adjacent rows store adjacent out positions (row_phases, phase_origin).
+//
 // A tile is (n, group, block_m rows, block_n columns col0 + [0, block_n) of every out_phase), i.e.
 // block_n*out_step consecutive out positions. It runs in steps (out_phase, in_phase, chunk of
 // channels), visiting only phases that have taps (persistent blocks walk the tiles, or with direct
@@ -107,6 +114,11 @@ struct GemmProblem {
   int64_t parts;
   Divider div_col_tiles, div_row_tiles, div_batch, div_groups, div_chunks, div_in_phases, div_row_copies, div_tile_parts;
   size_t smem_bytes;
+  // Merged phases (header comment): row R of A_t is W's row R / row_phases at tap
+  // t*row_phases + R % row_phases, and out row R / row_phases at out position
+  // col*row_phases + R % row_phases - phase_origin. Not merged: row_phases 1, phase_origin 0.
+  int row_phases, phase_origin;
+  Divider div_row_phases;
 };
 
 // Where a tile sits. Resident weights: (group, row tile) outermost, so a block keeps its weight;
@@ -292,11 +304,13 @@ __global__ void pack_gemm_weight_kernel(const T* __restrict__ w, uint32_t* __res
     const int row_tile = int(rest % p.row_tiles);
     const int64_t g = rest / p.row_tiles;
     const int64_t row = int64_t(row_tile) * p.block_m + tile_row;
+    const int64_t w_row = row / p.row_phases;  // (merged phases: GemmProblem::row_phases)
+    const int tap = t * p.row_phases + int(row % p.row_phases);
     uint32_t value = 0;
     for (int half = 0; half < kChannelsPerWord; ++half) {
       const int64_t ch = int64_t(chunk) * p.chunk_channels + word * kChannelsPerWord + half;
       const bool inside = row < p.rows_per_group && ch < p.channels_per_group;
-      const T element = inside ? w[g * a.group_stride + row * a.row_stride + ch * a.channel_stride + t * a.tap_stride]
+      const T element = inside ? w[g * a.group_stride + w_row * a.row_stride + ch * a.channel_stride + tap * a.tap_stride]
                                : from_float<T>(0.0f);
       if constexpr (kMath == Math::kTF32) {
         value = to_tf32(to_float(element));
@@ -313,13 +327,16 @@ __global__ void pack_gemm_weight_kernel(const T* __restrict__ w, uint32_t* __res
 // ---- the kernel ----------------------------------------------------------------------------------
 
 // kShiftedRows: a warpgroup problem with row_offsets (its own instantiation: the shifts' code in the
-// tap loop slowed the aligned rows' forward by 2.5-8 %, session 15)
-template <typename T, Math kMath, int kWarpTilesM, int kWarpsM, bool kWarpgroups = false, bool kShiftedRows = false>
+// tap loop slowed the aligned rows' forward by 2.5-8 %, session 15). kMergedPhases: a warpgroup
+// problem with row_phases > 1 (its own instantiation, so that the other kernels keep their code).
+template <typename T, Math kMath, int kWarpTilesM, int kWarpsM, bool kWarpgroups = false, bool kShiftedRows = false,
+          bool kMergedPhases = false>
 __global__ void __launch_bounds__(kGemmThreads, kMath == Math::k3xTF32 ? 1 : 2)  // 3xTF32: room for two accumulators
     implicit_gemm_kernel(const T* __restrict__ in, const uint32_t* __restrict__ packed_w, const T* __restrict__ bias,
                          T* __restrict__ out, const __grid_constant__ GemmProblem p) {
   constexpr int kBlockM = kBlockMOf<kWarpTilesM, kWarpsM>, kBlockN = kBlockNOf<kWarpsM>;
   static_assert(!kWarpgroups || (kMath != Math::k3xTF32 && kBlockM == 128 && kBlockN == 128));
+  static_assert(kWarpgroups || !kMergedPhases);
   extern __shared__ __align__(kMaxSwizzleAtomBytes) uint32_t smem[];  // weight slots first: swizzle atoms aligned
   const int weight_buffers = p.resident ? 1 : 2;
   uint32_t* w_buffers = smem;                                                  // weight_buffers x slots x slot_words
@@ -508,12 +525,57 @@ __global__ void __launch_bounds__(kGemmThreads, kMath == Math::k3xTF32 ? 1 : 2) 
         for (int nt = 0; nt < kWarpTilesN; ++nt) acc[mt][nt].clear();
     }
   };
+  // Merged phases (warpgroup tiles): wg_acc[4j + e] is row first_row + 8j + e % 2 (first_row even),
+  // column col + 8 * (e / 2). Row R is out row R / row_phases at position column*row_phases +
+  // R % row_phases - phase_origin, so each even row and the next are adjacent positions of one out
+  // row (a pair store where aligned) unless the even row is a last phase.
+  auto store_merged_phases = [&](const GemmTile& tile) {
+    if constexpr (kMergedPhases) {
+      const int col = tile.col_tile * kBlockN + (warp / 4) * 64 + (warp % 4) * 16 + lane / 4;
+      const int first_row = tile.row_tile * kBlockM + 2 * (lane % 4);
+      const int64_t group_rows = p.rows_per_group / p.row_phases;  // out rows of a group
+      T* const group_out = out + (tile.n * p.groups + tile.g) * group_rows * p.out_length;
+      auto bias_at = [&](int out_row) { return bias ? to_float(bias[int64_t(tile.g) * group_rows + out_row]) : 0.0f; };
+      auto store = [&](int out_row, int position, float value) {
+        if (position >= 0 && position < p.out_length) group_out[int64_t(out_row) * p.out_length + position] = from_float<T>(value);
+      };
+#pragma unroll
+      for (int j = 0; j < kBlockM / 8; ++j) {
+        const int row = first_row + 8 * j;
+        if (row >= p.rows_per_group) continue;
+        const auto q = p.div_row_phases.divmod(unsigned(row));
+        const int out_row = int(q.div), phase = int(q.mod);
+        const bool adjacent = phase + 1 < p.row_phases;  // row + 1: the next position of the same out row
+        const bool next_inside = row + 1 < p.rows_per_group;
+        const float bias_value = bias_at(out_row), next_bias = adjacent || !next_inside ? bias_value : bias_at(out_row + 1);
+#pragma unroll
+        for (int side = 0; side < 2; ++side) {
+          const int column = col + 8 * side;
+          const int position = column * p.row_phases + phase - p.phase_origin;
+          const float first = wg_acc[4 * j + 2 * side] + bias_value, second = wg_acc[4 * j + 2 * side + 1] + next_bias;
+          if (!adjacent) {
+            store(out_row, position, first);
+            if (next_inside) store(out_row + 1, column * p.row_phases - p.phase_origin, second);
+          } else if (p.out_length % 2 == 0 && position % 2 == 0 && position >= 0 && position + 1 < p.out_length) {
+            store_pair(group_out + int64_t(out_row) * p.out_length + position, first, second);
+          } else {
+            store(out_row, position, first);
+            store(out_row, position + 1, second);
+          }
+        }
+      }
+    }
+  };
   // The accumulators of one out_phase: to y_s, or straight to out (plus bias). Element e of tile
   // (mt, nt) sits at row lane/4 (+8 for e >= 2) and column 2*(lane%4) + e%2 of the tile.
   auto store_phase = [&](const GemmTile& tile, int out_phase) {
     const int phase = p.out_phase_value[out_phase];
     const int columns = p.out_length > phase ? (p.out_length - phase + p.out_step - 1) / p.out_step : 0;
     if constexpr (kWarpgroups) {
+      if constexpr (kMergedPhases) {
+        store_merged_phases(tile);
+        return;
+      }
       // wg_acc[4j + e] is row 8j + 2c + e % 2, column (this warp's 16) g + 8 * (e / 2): per row, two
       // columns. Row pointers and bounds from this thread's first row (64-bit math once, not per row).
       const int warp_first_col = (warp / 4) * 64 + (warp % 4) * 16 + lane / 4;
