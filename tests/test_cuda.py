@@ -69,9 +69,11 @@ def test_strict_float32_is_float32_accurate(case, tf32):
 # has blocks walk each tile's out_phases as parts of their own, several parts per block, with and
 # without phases no tap reaches (bias only). Warpgroup tiles take rows that do not start 16-byte
 # aligned in 16-byte chunks, each row's window at its own shift (the first column tile of a row
-# element by element). On warpgroup tiles a strided forward with dilation 1 and K a multiple of
-# stride merges its phases into rows (stride x C_out rows): even and odd strides, padding below and
-# above stride, groups, output_padding, part-empty row tiles, rows not 16-byte aligned.
+# element by element). On warpgroup tiles a strided problem with dilation 1 and K a multiple of
+# stride merges its phases: the forward into rows (stride x C_out rows), grad_input, where stride
+# divides 8, into channels (stride x C_out channels, grad_y rows staged whole): even and odd
+# strides, padding below and above stride, groups, output_padding, part-empty tiles, rows not
+# 16-byte aligned.
 WIDE_TILE_CASES = [
     Case(8, 36, 50, 5, 4500, padding=2, dilation=2),  # 64 x 256, adjacent stores, part-empty m16 tiles
     Case(8, 48, 40, 4, 4500, stride=2, padding=1),    # 64 x 256, staged interleaved output
@@ -84,6 +86,9 @@ WIDE_TILE_CASES = [
     Case(3, 48, 40, 10, 3000, stride=5, padding=3, output_padding=2),  # merged, odd stride: 200 rows
     Case(5, 40, 48, 4, 4000, stride=2, padding=1),    # merged, pairs at odd positions: 96 rows
     Case(2, 64, 96, 6, 3000, stride=3, padding=4, groups=2),  # merged, padding above stride, two groups
+    Case(12, 96, 40, 16, 1500, stride=8, padding=4),  # merged forward (320 rows) and grad_input (320 channels)
+    Case(8, 80, 36, 10, 2500, stride=5, padding=7, output_padding=3),  # merged forward; grad_input by phase
+    Case(4, 160, 64, 4, 3000, stride=2, padding=1, groups=2),  # merged grad_input, odd padding, two groups
 ]
 
 

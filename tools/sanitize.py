@@ -39,12 +39,14 @@ SHAPES = [
 MODES = [("float32", True), ("float32", False), ("float16", False), ("bfloat16", False), ("float64", False)]
 # Shapes with enough tiles to fill 132 SMs with the implicit GEMM's 64-row warp tiles, which only TF32
 # and the 16-bit dtypes use: 64 x 256 tiles (33-64 rows) and 128 x 128 (more rows; on sm_90 warpgroup
-# tiles, wgmma: stride 1 with 16-word chunks, and strided upsampling with its phases merged into rows)
+# tiles, wgmma: stride 1 with 16-word chunks, and strided upsampling with its phases merged into
+# rows in the forward and into channels in grad_input)
 WIDE_TILE_SHAPES = [
     (8, 48, 40, 4, 4500, 2, 1, 0, 1, 1, False),
     (4, 96, 160, 3, 4200, 1, 1, 0, 1, 1, False),
     (4, 64, 96, 16, 4200, 8, 4, 0, 1, 1, False),
     (3, 48, 40, 10, 3000, 5, 3, 2, 1, 1, False),  # merged phases at an odd stride: a part-empty row tile
+    (12, 96, 40, 16, 1500, 8, 4, 0, 1, 1, False),  # merged phases in grad_input too
 ]
 WIDE_TILE_MODES = [("float32", True), ("bfloat16", False)]
 

@@ -110,34 +110,50 @@ GemmProblem gemm_problem(const ConvTParams& p, bool forward) {
   g.out_length = int(forward ? p.length_out : p.length_in);
   g.out_step = forward ? int(p.stride) : 1;
   g.in_step = forward ? 1 : int(p.stride);
-  g.row_phases = 1;
+  g.row_phases = g.channel_phases = 1;
   set_taps(g, p, forward);
   return g;
 }
-// The forward with its phases merged into rows (implicit_gemm.cuh's header comment), where no row
-// of a merged A is zero: dilation 1 and K a multiple of stride > 1. Merged tap t reads
-// x[col - t + padding div stride].
-std::optional<GemmProblem> merged_phases_problem(const ConvTParams& p) {
-  if (p.dilation != 1 || p.stride == 1 || p.kernel_size % p.stride != 0 ||
-      p.out_channels_per_group * p.stride >= kGemmIndexLimit) {
-    return std::nullopt;
-  }
-  GemmProblem g = gemm_problem(p, /*forward=*/true);
-  const int stride = int(p.stride), padding_shift = int(p.padding / p.stride);
-  g.row_phases = stride;
-  g.phase_origin = int(p.padding % p.stride);
-  g.rows_per_group *= stride;
-  g.out_step = 1;
-  g.taps = int(p.kernel_size) / stride;
+// Where merged phases compute no zero products: dilation 1 and K a multiple of stride > 1, and the
+// merged rows or channels (stride x C_out per group) within int range
+bool phases_merge(const ConvTParams& p) {
+  return p.dilation == 1 && p.stride > 1 && p.kernel_size % p.stride == 0 &&
+         p.out_channels_per_group * p.stride < kGemmIndexLimit;
+}
+// The taps of merged phases: t in [0, taps) at offset first_offset + t * offset_step
+void set_merged_taps(GemmProblem& g, int taps, int first_offset, int offset_step) {
+  g.taps = taps;
   g.out_phases = g.in_phases = 1;
   g.out_phase_value[0] = g.in_phase_value[0] = 0;
   for (int t = 0; t < g.taps; ++t) {
-    g.tap_offset[t] = padding_shift - t;
+    g.tap_offset[t] = first_offset + t * offset_step;
     g.tap_out_phase[t] = g.tap_in_phase[t] = 0;
     g.step_tap[t] = t;
   }
   g.pair_begin[0] = 0, g.pair_begin[1] = g.taps;
-  g.first_offset = padding_shift - (g.taps - 1), g.last_offset = padding_shift;
+  g.first_offset = std::min(g.tap_offset[0], g.tap_offset[taps - 1]);
+  g.last_offset = std::max(g.tap_offset[0], g.tap_offset[taps - 1]);
+}
+// The forward with its phases merged into rows, and grad_input with them merged into channels where
+// stride divides 8 (implicit_gemm.cuh's header comment). Merged tap t reads x[col - t + padding div
+// stride] in the forward, channel (co, r) at column i + t in grad_input.
+std::optional<GemmProblem> merged_forward_problem(const ConvTParams& p) {
+  if (!phases_merge(p)) return std::nullopt;
+  GemmProblem g = gemm_problem(p, /*forward=*/true);
+  g.row_phases = int(p.stride);
+  g.phase_origin = int(p.padding % p.stride);
+  g.rows_per_group *= p.stride;
+  g.out_step = 1;
+  set_merged_taps(g, int(p.kernel_size / p.stride), int(p.padding / p.stride), -1);
+  return g;
+}
+std::optional<GemmProblem> merged_grad_input_problem(const ConvTParams& p) {
+  if (!phases_merge(p) || 8 % p.stride != 0) return std::nullopt;
+  GemmProblem g = gemm_problem(p, /*forward=*/false);
+  g.channel_phases = int(p.stride);
+  g.channel_origin = int(p.padding);
+  g.channels_per_group *= p.stride;
+  set_merged_taps(g, int(p.kernel_size / p.stride), 0, 1);
   return g;
 }
 GemmWeight gemm_weight(const ConvTParams& p, bool forward) {  // A_t[row, ch] = w[ci, co, t]
@@ -191,12 +207,22 @@ std::optional<GemmProblem> plan_gemm_tiles(GemmProblem g, const at::Tensor& in, 
   g.block_m = block_m;
   g.block_n = block_n;
   g.warpgroups = warpgroups;
-  const int64_t x_rows = int64_t(g.block_n) + g.last_offset - g.first_offset + g.lead + (g.row_offsets ? g.copy_elements - 1 : 0);
+  int64_t x_rows = int64_t(g.block_n) + g.last_offset - g.first_offset + g.lead + (g.row_offsets ? g.copy_elements - 1 : 0);
+  if (g.channel_phases > 1) {  // merged channels: whole rows of `in` in 16-byte copies (GemmProblem)
+    g.copy_elements = widest_copy(in, g.in_batch_stride, g.in_channel_stride, g.in_length_stride, {16});
+    if (g.copy_elements * element_size != 16) return std::nullopt;
+    g.lead = int(floor_mod(int64_t(g.first_offset) * g.channel_phases - g.channel_origin, g.copy_elements));
+    x_rows = (int64_t(g.block_n) + g.last_offset - g.first_offset) * g.channel_phases + g.lead;
+  }
   if (x_rows > kMaxGemmXRow) return std::nullopt;  // could not fit in shared memory anyway
   g.x_rows = int(x_rows);
   g.row_copies = (g.x_rows + g.copy_elements - 1) / g.copy_elements;
   const int copied = g.row_copies * g.copy_elements;
-  g.x_row_elements = std::max(0, (copied - 8 + 15) / 16) * 16 + 8;  // ≡ 8 (mod 16): conflict-free B fragments
+  // rows ≡ 8 (mod 16) elements: conflict-free B fragments; merged channels, whose fragments read
+  // rows one or two apart, ≡ 16 (mod 32) words
+  const int copied_words = copied * element_size / 4;
+  g.x_row_elements = g.channel_phases > 1 ? ((copied_words + 15) / 32 * 32 + 16) * 4 / element_size
+                                          : std::max(0, (copied - 8 + 15) / 16) * 16 + 8;
   g.row_tiles = int((g.rows_per_group + g.block_m - 1) / g.block_m);
   g.col_tiles = int((max_columns + g.block_n - 1) / g.block_n);
   g.tiles = g.batch * g.groups * g.row_tiles * g.col_tiles;
@@ -242,7 +268,8 @@ std::optional<GemmProblem> plan_gemm_tiles(GemmProblem g, const at::Tensor& in, 
     g.ksteps = chunk_words / 8;
     g.chunk_channels = chunk_words * channels_per_word;
     g.chunks = int((g.channels_per_group + g.chunk_channels - 1) / g.chunk_channels);
-    g.x_words = g.chunk_channels * g.x_row_elements * element_size / 4;
+    g.staged_rows = g.chunk_channels / g.channel_phases;  // (merged channels: channel_phases divides 8)
+    g.x_words = g.staged_rows * g.x_row_elements * element_size / 4;
     g.slot_words = (g.block_m / 16) * g.ksteps * kFragmentWords;
     const bool stage_output = candidate.stage_output;
     const size_t budget = candidate.two_blocks ? budgets.two_blocks : budgets.one_block;
@@ -297,7 +324,7 @@ bool wgmma_usable() {
   const cudaDeviceProp* device = at::cuda::getCurrentDeviceProperties();
   return wgmma_built() && device->major == 9 && device->minor == 0;
 }
-// A forward whose phases merge (merged) runs merged on warpgroup tiles where those fill the SMs.
+// A problem whose phases merge (merged) runs merged on warpgroup tiles where those fill the SMs.
 std::optional<GemmProblem> plan_gemm(const GemmProblem& g, const std::optional<GemmProblem>& merged, const at::Tensor& in,
                                      Math math) {
   const bool wide_warp_tiles = math != Math::k3xTF32;
@@ -336,8 +363,10 @@ template <typename T, Math kMath>
 auto gemm_kernel(const GemmProblem& g) {
   if constexpr (kMath != Math::k3xTF32) {
     if (g.warpgroups && g.row_phases > 1) {
-      return g.row_offsets ? implicit_gemm_kernel<T, kMath, 4, 2, true, true, true> : implicit_gemm_kernel<T, kMath, 4, 2, true, false, true>;
+      return g.row_offsets ? implicit_gemm_kernel<T, kMath, 4, 2, true, true, Merge::kRows>
+                           : implicit_gemm_kernel<T, kMath, 4, 2, true, false, Merge::kRows>;
     }
+    if (g.warpgroups && g.channel_phases > 1) return implicit_gemm_kernel<T, kMath, 4, 2, true, false, Merge::kChannels>;
     if (g.warpgroups) return g.row_offsets ? implicit_gemm_kernel<T, kMath, 4, 2, true, true> : implicit_gemm_kernel<T, kMath, 4, 2, true>;
     if (g.block_m == 64 && g.block_n == 256) return implicit_gemm_kernel<T, kMath, 4, 1>;
     if (g.block_m == 128 && g.block_n == 128) return implicit_gemm_kernel<T, kMath, 4, 2>;
@@ -663,7 +692,7 @@ void forward(const at::Tensor& x, const at::Tensor& w, const std::optional<at::T
   const ConvTParams p = make_params(x, w, y, args);
   const auto stream = at::cuda::getCurrentCUDAStream();
   const at::Tensor bias_c = bias.has_value() && bias->defined() ? bias->contiguous() : at::Tensor();  // read as bias[co]
-  if (gemm_applies(p, x.scalar_type()) && run_gemm(gemm_problem(p, /*forward=*/true), merged_phases_problem(p), x, w,
+  if (gemm_applies(p, x.scalar_type()) && run_gemm(gemm_problem(p, /*forward=*/true), merged_forward_problem(p), x, w,
                                                      gemm_weight(p, /*forward=*/true), bias_c, y)) {
     return;
   }
@@ -692,7 +721,7 @@ void backward(const at::Tensor& grad_y, const at::Tensor& x, const at::Tensor& w
   const ConvTParams p = make_params(x, w, grad_y, args);
   const auto stream = at::cuda::getCurrentCUDAStream();
   const bool grad_x_on_tensor_cores = grad_x.defined() && gemm_applies(p, x.scalar_type()) &&
-                                     run_gemm(gemm_problem(p, /*forward=*/false), std::nullopt, grad_y, w,
+                                     run_gemm(gemm_problem(p, /*forward=*/false), merged_grad_input_problem(p), grad_y, w,
                                               gemm_weight(p, /*forward=*/false), at::Tensor(), grad_x);
   const GradWeightRun tensor_cores =
       grad_w.defined() ? run_grad_weight(p, x, grad_y, grad_w, grad_bias) : GradWeightRun{false, false};

@@ -17,7 +17,11 @@
 // col*stride + r - phase_origin from in[col - t + padding div stride], for every phase r alike. So
 // the phases become rows: row R = co*stride + r of A_t is W[:, co, t*stride + r], one problem with
 // out_step 1, stride*C_out rows and K/stride taps, every x chunk staged once for all phases, and a
-// thread's adjacent rows store adjacent out positions (row_phases, phase_origin).
+// thread's adjacent rows store adjacent out positions (row_phases, phase_origin). grad_input the
+// same way round: tap k = t*stride + r reads grad_y[(i + t)*stride + r - padding], so the phases
+// become channels: channel (co, r) at column m is grad_y[co, m*stride + r - padding], and A_t's
+// column (co, r) is W[:, co, t*stride + r]: stride*C_out channels, K/stride taps, grad_y rows
+// staged whole in 16-byte copies and read phase by phase by the fragment loads (channel_phases).
 //
 // A tile is (n, group, block_m rows, block_n columns col0 + [0, block_n) of every out_phase), i.e.
 // block_n*out_step consecutive out positions. It runs in steps (out_phase, in_phase, chunk of
@@ -119,7 +123,20 @@ struct GemmProblem {
   // col*row_phases + R % row_phases - phase_origin. Not merged: row_phases 1, phase_origin 0.
   int row_phases, phase_origin;
   Divider div_row_phases;
+  // Merged channels (header comment; stride divides 8, so a k-step's channels are whole rows' phases):
+  // channel c of a group is in's row c / channel_phases at phase c % channel_phases, and A_t's column c
+  // is W's column c / channel_phases at tap t*channel_phases + c % channel_phases. x_s holds a step's
+  // staged_rows = chunk_channels / channel_phases rows of `in` as they are, from position
+  // (first column + first_offset)*channel_phases - channel_origin - lead (x_rows, row_copies,
+  // x_row_elements: of these rows), so channel (co, r) at x_s column pos sits at
+  // co*x_row_elements + pos*channel_phases + r + lead. Not merged: channel_phases 1, staged_rows =
+  // chunk_channels.
+  int channel_phases, channel_origin, staged_rows;
 };
+
+// Which phases a warpgroup problem merges: into rows (row_phases, the forward) or into channels
+// (channel_phases, grad_input)
+enum class Merge { kNone, kRows, kChannels };
 
 // Where a tile sits. Resident weights: (group, row tile) outermost, so a block keeps its weight;
 // otherwise row tiles innermost, so concurrent tiles share their x in L2.
@@ -267,6 +284,21 @@ __device__ __forceinline__ void load_b(uint32_t (&b)[2], const T* column, int ro
   }
 }
 
+// load_b for merged channels (GemmProblem::channel_phases): this lane's channels of the k-step sit at
+// column[phase_low] and column[phase_high], a 16-bit channel pair at two adjacent elements (the next
+// phase of the same row: channel_phases is even).
+template <typename T, Math kMath>
+__device__ __forceinline__ void load_b_merged(uint32_t (&b)[2], const T* column, int phase_low, int phase_high) {
+  if constexpr (kMath == Math::k16Bit) {
+    const unsigned short* x16 = reinterpret_cast<const unsigned short*>(column);
+    b[0] = uint32_t(x16[phase_low]) | (uint32_t(x16[phase_low + 1]) << 16);
+    b[1] = uint32_t(x16[phase_high]) | (uint32_t(x16[phase_high + 1]) << 16);
+  } else {
+    b[0] = __float_as_uint(column[phase_low]);
+    b[1] = __float_as_uint(column[phase_high]);
+  }
+}
+
 // A packed once per call: words packed[g][row_tile][chunk][slot][slot_words], where slot i holds tap
 // step_tap[i] (the taps of a step are consecutive slots), each word one TF32 value (rounded to nearest
 // for kTF32, raw float32 bits for 3xTF32, split at use) or two 16-bit channels. Zero outside the
@@ -304,13 +336,15 @@ __global__ void pack_gemm_weight_kernel(const T* __restrict__ w, uint32_t* __res
     const int row_tile = int(rest % p.row_tiles);
     const int64_t g = rest / p.row_tiles;
     const int64_t row = int64_t(row_tile) * p.block_m + tile_row;
-    const int64_t w_row = row / p.row_phases;  // (merged phases: GemmProblem::row_phases)
-    const int tap = t * p.row_phases + int(row % p.row_phases);
+    const int64_t w_row = row / p.row_phases;  // (merged phases: GemmProblem::row_phases, channel_phases)
     uint32_t value = 0;
     for (int half = 0; half < kChannelsPerWord; ++half) {
       const int64_t ch = int64_t(chunk) * p.chunk_channels + word * kChannelsPerWord + half;
+      const int64_t w_ch = ch / p.channel_phases;
+      const int phase = int(row % p.row_phases + ch % p.channel_phases);  // (one of the two is 0)
+      const int tap = t * p.row_phases * p.channel_phases + phase;
       const bool inside = row < p.rows_per_group && ch < p.channels_per_group;
-      const T element = inside ? w[g * a.group_stride + w_row * a.row_stride + ch * a.channel_stride + tap * a.tap_stride]
+      const T element = inside ? w[g * a.group_stride + w_row * a.row_stride + w_ch * a.channel_stride + tap * a.tap_stride]
                                : from_float<T>(0.0f);
       if constexpr (kMath == Math::kTF32) {
         value = to_tf32(to_float(element));
@@ -327,16 +361,16 @@ __global__ void pack_gemm_weight_kernel(const T* __restrict__ w, uint32_t* __res
 // ---- the kernel ----------------------------------------------------------------------------------
 
 // kShiftedRows: a warpgroup problem with row_offsets (its own instantiation: the shifts' code in the
-// tap loop slowed the aligned rows' forward by 2.5-8 %, session 15). kMergedPhases: a warpgroup
-// problem with row_phases > 1 (its own instantiation, so that the other kernels keep their code).
+// tap loop slowed the aligned rows' forward by 2.5-8 %, session 15). kMerge: a warpgroup problem
+// with merged phases (its own instantiations, so that the other kernels keep their code).
 template <typename T, Math kMath, int kWarpTilesM, int kWarpsM, bool kWarpgroups = false, bool kShiftedRows = false,
-          bool kMergedPhases = false>
+          Merge kMerge = Merge::kNone>
 __global__ void __launch_bounds__(kGemmThreads, kMath == Math::k3xTF32 ? 1 : 2)  // 3xTF32: room for two accumulators
     implicit_gemm_kernel(const T* __restrict__ in, const uint32_t* __restrict__ packed_w, const T* __restrict__ bias,
                          T* __restrict__ out, const __grid_constant__ GemmProblem p) {
   constexpr int kBlockM = kBlockMOf<kWarpTilesM, kWarpsM>, kBlockN = kBlockNOf<kWarpsM>;
   static_assert(!kWarpgroups || (kMath != Math::k3xTF32 && kBlockM == 128 && kBlockN == 128));
-  static_assert(kWarpgroups || !kMergedPhases);
+  static_assert(kWarpgroups || kMerge == Merge::kNone);
   extern __shared__ __align__(kMaxSwizzleAtomBytes) uint32_t smem[];  // weight slots first: swizzle atoms aligned
   const int weight_buffers = p.resident ? 1 : 2;
   uint32_t* w_buffers = smem;                                                  // weight_buffers x slots x slot_words
@@ -351,9 +385,17 @@ __global__ void __launch_bounds__(kGemmThreads, kMath == Math::k3xTF32 ? 1 : 2) 
   const int part_steps = p.tile_parts == 1 ? steps : phase_steps;   // steps of one part (tile_parts: 1 or out_phases)
   const int64_t tile_words = int64_t(p.taps) * p.slot_words;        // one (g, row_tile, chunk) of packed_w
 
-  // body(ch, copy) for this thread's copies of x_s: the chunk_channels x row_copies copies of a step
-  // spread over the whole block (the staging and the rounding pass walk the same ones)
+  // body(ch, copy) for this thread's copies of x_s: the chunk_channels (merged channels: staged_rows)
+  // x row_copies copies of a step spread over the whole block (the staging and the rounding pass walk
+  // the same ones)
   auto for_each_x_copy = [&](auto&& body) {
+    if constexpr (kMerge == Merge::kChannels) {
+      for (int index = threadIdx.x; index < p.staged_rows * p.row_copies; index += kGemmThreads) {
+        const auto q = p.div_row_copies.divmod(unsigned(index));
+        body(int(q.div), int(q.mod));
+      }
+      return;
+    }
     for (int index = threadIdx.x; index < p.chunk_channels * p.row_copies; index += kGemmThreads) {
       const auto q = p.div_row_copies.divmod(unsigned(index));
       body(int(q.div), int(q.mod));
@@ -383,6 +425,20 @@ __global__ void __launch_bounds__(kGemmThreads, kMath == Math::k3xTF32 ? 1 : 2) 
     // one element a copy (in_step > 1, or rows not aligned): pos of x_s reads this position of `in`
     auto element_position = [&](int pos) { return (first + pos) * p.in_step + in_phase; };
     auto element_inside = [&](int ch, int position) { return channel_inside(ch) && position >= 0 && position < p.in_length; };
+    if constexpr (kMerge == Merge::kChannels) {  // whole rows of `in`, 16-byte copies (copy_elements)
+      constexpr int kChunk = 16 / int(sizeof(T));
+      const int64_t group_rows = p.channels_per_group / p.channel_phases;  // rows of `in` a group has
+      const int64_t first_row = int64_t(step.chunk) * p.staged_rows;      // of the group
+      const T* in_rows = in + tile.n * p.in_batch_stride + (tile.g * group_rows + first_row) * p.in_channel_stride;
+      const int first_position = (tile.col_tile * kBlockN + p.first_offset) * p.channel_phases - p.channel_origin - p.lead;
+      for_each_x_copy([&](int row, int copy) {
+        const int position = first_position + copy * kChunk;  // (a multiple of kChunk: lead)
+        const int inside = first_row + row < group_rows && position >= 0 ? max(0, min(kChunk, p.in_length - position)) : 0;
+        const T* from = inside ? in_rows + row * p.in_channel_stride + position : in;
+        cp_async<16>(x_s + row * p.x_row_elements + copy * kChunk, from, inside * int(sizeof(T)));
+      });
+      return;
+    }
     if constexpr (kShiftedRows) {  // (in_step 1, copy_elements 16 bytes' worth)
       constexpr int kChunk = 16 / int(sizeof(T));
       if (chunked_rows(first)) {  // each row from its window start rounded down to 16 bytes
@@ -530,7 +586,7 @@ __global__ void __launch_bounds__(kGemmThreads, kMath == Math::k3xTF32 ? 1 : 2) 
   // R % row_phases - phase_origin, so each even row and the next are adjacent positions of one out
   // row (a pair store where aligned) unless the even row is a last phase.
   auto store_merged_phases = [&](const GemmTile& tile) {
-    if constexpr (kMergedPhases) {
+    if constexpr (kMerge == Merge::kRows) {
       const int col = tile.col_tile * kBlockN + (warp / 4) * 64 + (warp % 4) * 16 + lane / 4;
       const int first_row = tile.row_tile * kBlockM + 2 * (lane % 4);
       const int64_t group_rows = p.rows_per_group / p.row_phases;  // out rows of a group
@@ -572,7 +628,7 @@ __global__ void __launch_bounds__(kGemmThreads, kMath == Math::k3xTF32 ? 1 : 2) 
     const int phase = p.out_phase_value[out_phase];
     const int columns = p.out_length > phase ? (p.out_length - phase + p.out_step - 1) / p.out_step : 0;
     if constexpr (kWarpgroups) {
-      if constexpr (kMergedPhases) {
+      if constexpr (kMerge == Merge::kRows) {
         store_merged_phases(tile);
         return;
       }
@@ -723,6 +779,14 @@ __global__ void __launch_bounds__(kGemmThreads, kMath == Math::k3xTF32 ? 1 : 2) 
     const T* x_s = x_buffers + buffer * x_buffer_elements;
     // row_offsets: this lane's rows' shifts in this step's x_s (load_b; 0 where the tile went element by element)
     int shift_low = 0, shift_high = 0;
+    // merged channels: where this lane's channels c and c + 4 (16-bit: 2c and 2c + 8) of a k-step sit
+    // in x_s (as channel (co, r): co*x_row_elements + r; header comment)
+    int phase_low = 0, phase_high = 0;
+    if constexpr (kMerge == Merge::kChannels) {
+      const int low = kMath == Math::k16Bit ? 2 * (lane % 4) : lane % 4, high = low + (kMath == Math::k16Bit ? 8 : 4);
+      phase_low = low / p.channel_phases * p.x_row_elements + low % p.channel_phases;
+      phase_high = high / p.channel_phases * p.x_row_elements + high % p.channel_phases;
+    }
     if constexpr (kShiftedRows) {
       const int first = tile.col_tile * kBlockN + p.first_offset - p.lead;
       if (chunked_rows(first)) {
@@ -745,6 +809,8 @@ __global__ void __launch_bounds__(kGemmThreads, kMath == Math::k3xTF32 ? 1 : 2) 
           constexpr int kKsteps = decltype(ksteps)::value, kHalf = kKsteps / 2;
           using Kind = std::conditional_t<std::is_same_v<T, float>, Tf32, T>;
           const T* x_tap = x_s + (warp / 4) * 64 + (warp % 4) * 16 + lane / 4 + p.tap_offset[t] - p.first_offset + p.lead;
+          if constexpr (kMerge == Merge::kChannels)
+            x_tap = x_s + ((warp / 4) * 64 + (warp % 4) * 16 + lane / 4 + p.tap_offset[t] - p.first_offset) * p.channel_phases + p.lead;
           const char* w_slot = reinterpret_cast<const char*>(w_s + slot * p.slot_words);
           uint32_t (&sets)[2][kHalf][4] = *reinterpret_cast<uint32_t(*)[2][kHalf][4]>(wg_sets);
 #pragma unroll
@@ -753,9 +819,16 @@ __global__ void __launch_bounds__(kGemmThreads, kMath == Math::k3xTF32 ? 1 : 2) 
 #pragma unroll
             for (int k = 0; k < kHalf; ++k) {
               uint32_t low[2], high[2];  // columns g and g + 8
-              const T* x_kstep = x_tap + (half * kHalf + k) * (kMath == Math::k16Bit ? 16 : 8) * p.x_row_elements;
-              load_b<T, kMath>(low, x_kstep, p.x_row_elements, lane % 4, shift_low, shift_high);
-              load_b<T, kMath>(high, x_kstep + 8, p.x_row_elements, lane % 4, shift_low, shift_high);
+              if constexpr (kMerge == Merge::kChannels) {
+                constexpr int kKstepChannels = kMath == Math::k16Bit ? 16 : 8;
+                const T* x_kstep = x_tap + (half * kHalf + k) * kKstepChannels / p.channel_phases * p.x_row_elements;
+                load_b_merged<T, kMath>(low, x_kstep, phase_low, phase_high);
+                load_b_merged<T, kMath>(high, x_kstep + 8 * p.channel_phases, phase_low, phase_high);
+              } else {
+                const T* x_kstep = x_tap + (half * kHalf + k) * (kMath == Math::k16Bit ? 16 : 8) * p.x_row_elements;
+                load_b<T, kMath>(low, x_kstep, p.x_row_elements, lane % 4, shift_low, shift_high);
+                load_b<T, kMath>(high, x_kstep + 8, p.x_row_elements, lane % 4, shift_low, shift_high);
+              }
               a[k][0] = low[0], a[k][1] = high[0], a[k][2] = low[1], a[k][3] = high[1];
               wgmma_fence_operand(a[k]);
             }
