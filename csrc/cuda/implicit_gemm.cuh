@@ -389,6 +389,7 @@ __global__ void __launch_bounds__(kGemmThreads, kMath == Math::k3xTF32 ? 1 : 2) 
   // x row_copies copies of a step spread over the whole block (the staging and the rounding pass walk
   // the same ones)
   auto for_each_x_copy = [&](auto&& body) {
+    // (a loop of its own: one loop with the bound chosen by kMerge changed ten float kernels' SASS)
     if constexpr (kMerge == Merge::kChannels) {
       for (int index = threadIdx.x; index < p.staged_rows * p.row_copies; index += kGemmThreads) {
         const auto q = p.div_row_copies.divmod(unsigned(index));
