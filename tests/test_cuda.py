@@ -106,7 +106,8 @@ def test_wide_tiles_forward_and_backward(case, dtype, tf32):
 # grad_bias comes along where every phase has a tap: in the mma.sync tiles in TF32 where its slots fit
 # (the blocks of a phase take the items in turns), in the warpgroup tiles from the A values of each
 # phase's smallest shift (slice 0 adds the positions those skip: a phase whose smallest shift is
-# above 0, output_padding); else from its own pass (a phase without taps; 16-bit mma.sync tiles).
+# above 0, output_padding; merged, each row (co, r) of its own phase); else from its own pass (a phase
+# without taps; 16-bit mma.sync tiles).
 GRAD_WEIGHT_TILE_CASES = [
     Case(4, 24, 20, 3, 900, padding=1),                 # 32 ci x 32 co
     Case(3, 24, 40, 3, 902, padding=1),                 # rows of 902: float in 8-byte copies, 16-bit in pairs
@@ -128,6 +129,11 @@ GRAD_WEIGHT_TILE_CASES = [
     Case(2, 40, 72, 4, 777, padding=2),                 # 4 taps at consecutive shifts (16-bit: shared A words)
     Case(2, 72, 40, 3, 500, stride=2, output_padding=1, dilation=3),  # phase 1's shifts start at 1
     Case(4, 64, 96, 3, 20000, padding=1),               # slices of several items
+    # merged phases (dilation 1, stride dividing K): 64 div stride co of stride rows a tile
+    Case(2, 40, 72, 10, 700, stride=2, padding=3),      # 5 merged taps: groups of 4 + 1
+    Case(2, 72, 48, 12, 600, stride=4, padding=6, output_padding=3),  # 3 taps from shift -1, rows past phase origin 2
+    Case(3, 48, 40, 10, 1200, stride=5),                # stride 5: 12 co (60 rows) a tile
+    Case(2, 40, 36, 16, 333, stride=8, padding=5),      # stride 8, rows of an odd length, tiles of 8 co, 4 in the last
 ]
 
 

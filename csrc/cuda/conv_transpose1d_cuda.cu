@@ -436,22 +436,35 @@ constexpr int64_t kWgScratchBytes = int64_t(64) << 20;  // the most partial sums
 
 // with_bias: grad_bias may come along (sums_bias: in warpgroup tiles, else in TF32 only; see the
 // kernels' header comments); one_pass: the math is TF32 or 16-bit, not 3xTF32, so tap groups of up
-// to kWgWideGroupTaps and warpgroup tiles may be planned
+// to kWgWideGroupTaps and warpgroup tiles may be planned; merge: the plan with merged phases
+// (warpgroup tiles only, grad_weight_wgmma.cuh), or none
 std::optional<WeightGradProblem> plan_grad_weight(const ConvTParams& p, const at::Tensor& x, const at::Tensor& grad_y,
-                                                  bool with_bias, bool one_pass) {
+                                                  bool with_bias, bool one_pass, bool merge) {
   if (!gemm_applies(p, x.scalar_type())) return std::nullopt;
   WeightGradProblem g{};
   // warpgroup tiles (grad_weight_wgmma.cuh) where their 64 x 64 tiles are full
   g.warpgroups = one_pass && wgmma_usable() && p.in_channels_per_group > 32 && p.out_channels_per_group > 32;
+  g.merged = merge && g.warpgroups && phases_merge(p) && p.stride <= kWgmmaBlockCo;  // (a tile: at least a co's rows)
+  if (merge && !g.merged) return std::nullopt;
   g.batch = p.batch, g.groups = p.groups, g.cig = p.in_channels_per_group, g.cog = p.out_channels_per_group;
   g.x_batch_stride = p.x_batch_stride, g.x_channel_stride = p.x_channel_stride, g.x_length_stride = p.x_length_stride;
   g.gy_batch_stride = p.y_batch_stride, g.gy_channel_stride = p.y_channel_stride, g.gy_length_stride = p.y_length_stride;
   g.length_in = int(p.length_in), g.length_out = int(p.length_out), g.stride = int(p.stride), g.taps = int(p.kernel_size);
-  // the taps of each phase in order of k (so of shift), phases in order of their first tap
+  // the taps of each phase in order of k (so of shift), phases in order of their first tap; merged,
+  // one phase of the merged taps t (k = t*stride of phase 0, shift t - padding div stride)
   std::vector<std::vector<int>> phase_taps;
   std::vector<int64_t> phase_of;
   int tap_shift[kMaxGemmTaps] = {};
-  for (int k = 0; k < g.taps; ++k) {
+  if (g.merged) {
+    g.phase_origin = int(p.padding % p.stride);
+    phase_of.push_back(0);
+    phase_taps.emplace_back();
+    for (int k = 0; k < g.taps; k += g.stride) {
+      phase_taps[0].push_back(k);
+      tap_shift[k] = int(k / p.stride - p.padding / p.stride);
+    }
+  }
+  for (int k = 0; k < g.taps && !g.merged; ++k) {
     const Tap tap = tap_of(k, p.stride, p.padding, p.dilation);
     tap_shift[k] = int(tap.shift);
     const auto known = std::find(phase_of.begin(), phase_of.end(), tap.phase);
@@ -502,9 +515,10 @@ std::optional<WeightGradProblem> plan_grad_weight(const ConvTParams& p, const at
   // parity): H100 kb64 fwd+bwd TF32 12.55 -> 11.52 ms, bf16 7.05 -> 5.98 (8-byte and pair copies before).
   const int element_size = int(x.element_size());
   g.x_copy_elements = widest_copy(x, g.x_batch_stride, g.x_channel_stride, g.x_length_stride, {16, 8, 4});
-  if (g.warpgroups) {
-    const bool chunks = g.stride == 1 && rows_aligned(grad_y, g.gy_batch_stride, g.gy_channel_stride, g.gy_length_stride,
-                                                     4 / element_size);
+  if (g.warpgroups) {  // (merged: any contiguous rows, whose 16-bit pairs load value by value)
+    const bool chunks = g.merged ? g.gy_length_stride == 1
+                                 : g.stride == 1 && rows_aligned(grad_y, g.gy_batch_stride, g.gy_channel_stride,
+                                                                 g.gy_length_stride, 4 / element_size);
     g.gy_copy_elements = chunks ? 16 / element_size : 1;
   } else {
     g.gy_copy_elements =
@@ -512,18 +526,27 @@ std::optional<WeightGradProblem> plan_grad_weight(const ConvTParams& p, const at
   }
   // the window: x from m0 - shift_max, its start moved back by the lead to a multiple of the copy
   // size; in warpgroup tiles gy from i0 + shift_min, in chunks from up to a chunk less one before it
+  // (merged: stride elements a position)
   const int window_vector = g.warpgroups ? g.gy_copy_elements : g.x_copy_elements;
+  const int position_elements = g.merged ? g.stride : 1;
   for (int q = 0; q < g.tap_groups; ++q) {
     g.group_lead[q] = g.warpgroups ? 0 : int(floor_mod(-g.group_shift_max[q], window_vector));
-    const int positions = kWgPositions + g.group_span[q] + (g.warpgroups ? window_vector - 1 : g.group_lead[q]);
-    g.group_window_copies[q] = Divider(unsigned((positions + window_vector - 1) / window_vector));
+    const int elements = (kWgPositions + g.group_span[q]) * position_elements + (g.warpgroups ? window_vector - 1 : g.group_lead[q]);
+    g.group_window_copies[q] = Divider(unsigned((elements + window_vector - 1) / window_vector));
   }
   // whole copies of the widest window (its start < window_vector into the first), ≡ 4 (mod 32), in
   // warpgroup tiles ≡ 4 (mod 16): conflict-free fragments (H100: at mod 32 kb64 TF32's gy chunks left
-  // room for two blocks an SM instead of three; at mod 16 kb74 TF32 fwd+bwd went 3.52 -> 3.84 ms)
-  const int copied = (kWgPositions + max_span + 2 * (window_vector - 1)) / window_vector * window_vector;
-  const int row_multiple = g.warpgroups ? 16 : 32;
-  g.window_row_elements = (copied - 4 + row_multiple - 1) / row_multiple * row_multiple + 4;
+  // room for two blocks an SM instead of three; at mod 16 kb74 TF32 fwd+bwd went 3.52 -> 3.84 ms).
+  // Merged: rows of words ≡ 4 * stride (mod 32), a fragment's positions x phases of a co in 4 *
+  // stride consecutive words (max_span is the slots' less one: 16-bit pairs read past a group's last tap)
+  const int copied = ((kWgPositions + max_span) * position_elements + 2 * (window_vector - 1)) / window_vector * window_vector;
+  if (g.merged) {
+    const int words = (copied * element_size + 3) / 4, residue = 4 * g.stride % 32;
+    g.window_row_elements = ((words - residue + 31) / 32 * 32 + residue) * 4 / element_size;
+  } else {
+    const int row_multiple = g.warpgroups ? 16 : 32;
+    g.window_row_elements = (copied - 4 + row_multiple - 1) / row_multiple * row_multiple + 4;
+  }
   if (g.window_row_elements > 1024) return std::nullopt;
   // 64-ci tiles where C_in per group > 32 (H200 fwd+bwd: kb64 TF32 23.2 -> 20.9 ms, hifigan_up1 bf16
   // 5.86 -> 4.76, EnCodec bf16 3.32 -> 2.65); 32-ci tiles where it is at most 32 (64-ci tiles, half
@@ -532,7 +555,7 @@ std::optional<WeightGradProblem> plan_grad_weight(const ConvTParams& p, const at
   g.ci_tiles = int((g.cig + g.block_ci - 1) / g.block_ci);
   // likewise 32-co tiles where C_out per group is at most 32 (hifigan_up3 TF32 fwd+bwd 1.61 -> 1.39 ms,
   // grouped 1.48 -> 1.33)
-  g.block_co = g.cog > 32 ? 64 : 32;
+  g.block_co = g.merged ? kWgmmaBlockCo / g.stride : g.cog > 32 ? 64 : 32;  // (merged: co of stride rows each)
   g.co_tiles = int((g.cog + g.block_co - 1) / g.block_co);
   g.tiles = g.groups * g.ci_tiles * g.co_tiles * g.tap_groups;
   // items: chunks of the phase positions m (of the longest phase), in warpgroup tiles of the x positions
@@ -542,7 +565,7 @@ std::optional<WeightGradProblem> plan_grad_weight(const ConvTParams& p, const at
   if (g.items >= kGemmIndexLimit) return std::nullopt;
   g.div_chunks_per_row = Divider(unsigned(g.chunks_per_row));
   // two buffers of gy and x rows, in the input's type (warpgroup tiles: x rows of kWgPositions, gy the window)
-  const int64_t window_elements = wg_window_row(g.window_row_elements, element_size);
+  const int64_t window_elements = g.merged ? g.window_row_elements : wg_window_row(g.window_row_elements, element_size);
   const int64_t buffer_elements = g.warpgroups ? g.block_ci * kWgPositions + g.block_co * window_elements
                                                : g.block_co * wg_gy_row(element_size) + g.block_ci * window_elements;
   g.smem_bytes = size_t(2 * buffer_elements * element_size);
@@ -568,7 +591,7 @@ std::optional<WeightGradProblem> plan_grad_weight(const ConvTParams& p, const at
   // rounding pass, into slots (floats, after the buffers) where they leave as many blocks per SM room
   // in shared memory (session 9: grouped TF32 went from 6 to 5 blocks, fwd+bwd 1.327 -> 1.357 ms)
   if (g.warpgroups) {
-    g.sums_bias = with_bias && phases_with_taps == g.stride;
+    g.sums_bias = with_bias && (g.merged || phases_with_taps == g.stride);
     // 16-bit: each x_s buffer holds the ones column's rows too (kWgmmaXBytesOf)
     if (g.sums_bias && element_size == 2) g.smem_bytes += size_t(2 * kWgmmaOnesRows * kWgPositions * element_size);
     return g;
@@ -605,14 +628,17 @@ void launch_grad_weight(const WeightGradProblem& g, const at::Tensor& x, const a
   if constexpr (kMath != Math::k3xTF32) {
     if (g.group_taps == kWgWideGroupTaps) kernel = tile_kernel(std::integral_constant<int, kWgWideGroupTaps>{});
     if (g.warpgroups) {
-      auto wgmma_kernel = [&](auto sums_bias) {
-        constexpr bool kSumsBias = decltype(sums_bias)::value;
-        return g.group_taps == 1   ? grad_weight_wgmma_kernel<T, 1, kSumsBias>
-               : g.group_taps == 2 ? grad_weight_wgmma_kernel<T, 2, kSumsBias>
-               : g.group_taps == 3 ? grad_weight_wgmma_kernel<T, 3, kSumsBias>
-                                   : grad_weight_wgmma_kernel<T, 4, kSumsBias>;
+      auto wgmma_kernel = [&](auto sums_bias, auto merged) {
+        constexpr bool kSumsBias = decltype(sums_bias)::value, kMerged = decltype(merged)::value;
+        return g.group_taps == 1   ? grad_weight_wgmma_kernel<T, 1, kSumsBias, kMerged>
+               : g.group_taps == 2 ? grad_weight_wgmma_kernel<T, 2, kSumsBias, kMerged>
+               : g.group_taps == 3 ? grad_weight_wgmma_kernel<T, 3, kSumsBias, kMerged>
+                                   : grad_weight_wgmma_kernel<T, 4, kSumsBias, kMerged>;
       };
-      kernel = g.sums_bias ? wgmma_kernel(std::true_type{}) : wgmma_kernel(std::false_type{});
+      auto with_bias = [&](auto merged) {
+        return g.sums_bias ? wgmma_kernel(std::true_type{}, merged) : wgmma_kernel(std::false_type{}, merged);
+      };
+      kernel = g.merged ? with_bias(std::true_type{}) : with_bias(std::false_type{});
       threads = kWgmmaThreads;
     }
   }
@@ -632,7 +658,9 @@ struct GradWeightRun {
 GradWeightRun run_grad_weight(const ConvTParams& p, const at::Tensor& x, const at::Tensor& grad_y, const at::Tensor& grad_w,
                               const at::Tensor& grad_bias) {
   const bool strict = x.scalar_type() == at::kFloat && !tf32_allowed();  // 3xTF32: no wide tap groups
-  const auto plan = plan_grad_weight(p, x, grad_y, grad_bias.defined() && !strict, !strict);
+  // merged phases where they plan, else per phase
+  auto plan = plan_grad_weight(p, x, grad_y, grad_bias.defined() && !strict, !strict, /*merge=*/true);
+  if (!plan) plan = plan_grad_weight(p, x, grad_y, grad_bias.defined() && !strict, !strict, /*merge=*/false);
   if (!plan) return {false, false};
   const GradWeightRun run{true, plan->sums_bias != 0};
   switch (x.scalar_type()) {

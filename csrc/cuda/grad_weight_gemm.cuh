@@ -96,6 +96,11 @@ struct WeightGradProblem {
   int sums_bias, bias_slots;
   int group_phase_groups[kMaxGemmTaps], group_phase_index[kMaxGemmTaps];
   size_t smem_bytes;
+  // merged phases (warpgroup tiles, grad_weight_wgmma.cuh): block_co co of stride rows each, tap
+  // group_tap[i] the k of phase 0 of merged tap i (shift group_tap_shift[i]), window_row_elements
+  // the gy_s row itself; phase_origin = padding mod stride
+  bool merged;
+  int phase_origin;
 };
 
 // One 32-bit register of an mma fragment from the staged value(s) at `at`: a float (TF32 or 3xTF32),

@@ -33,6 +33,19 @@
 //    leave gy_s unrounded and round their A registers instead.
 // Each thread holds the sums of its two rows; the four lanes of a row add theirs in a fixed order
 // into bias_partial[slice][phase][co], which sum_slices adds in order.
+//
+// Merged phases (kMerged, where dilation is 1 and stride s divides K; plan_grad_weight): tap k =
+// t*s + r reads gy at (i + t - padding div s)*s + r - phase_origin (phase_origin = padding mod s), so
+// the phases r become rows. Row (co, r) = co*s + r of a tile (64 div s co, all their phases) is the
+// stride-1 operand gy'[(co, r), m] = gy[co, m*s + r - phase_origin], tap slot t at shift t - padding
+// div s (consecutive shifts). A step stages each co's whole window, elements
+//   gy_s[co][offset + e]   gy[n, co, (i0 + shift_min)*s - phase_origin + e]   e in [0, (kWgPositions + span)*s)
+// (in 16-byte chunks where rows allow, as stride 1), and row (co, r)'s A at position q of tap slot t
+// reads gy_s[co][offset + (q + t)*s + r]: a warp's 8 rows x 4 positions are 32 words in at most
+// two co rows (rows ≡ 4s words mod 32: conflict-free where s divides 8), 16-bit pairs two loads s
+// apart. x is staged once for every phase. Row (co, r) is phase (r - phase_origin) mod s of the
+// unmerged sums, one phase lower where r < phase_origin: grad_bias's edge sums and bias_partial
+// take each row so.
 #pragma once
 
 #include <type_traits>
@@ -55,7 +68,7 @@ constexpr int kWgmmaOnesRows = 8;
 template <typename T, bool kOnesColumn>
 constexpr int kWgmmaXBytesOf = (kWgmmaBlockCi + (kOnesColumn ? kWgmmaOnesRows : 0)) * kWgPositions * int(sizeof(T));
 
-template <typename T, int kTaps, bool kSumsBias>
+template <typename T, int kTaps, bool kSumsBias, bool kMerged>
 __global__ void __launch_bounds__(kWgmmaThreads, wgmma_min_blocks(kTaps))
     grad_weight_wgmma_kernel(const T* __restrict__ x, const T* __restrict__ gy, float* __restrict__ partial,
                              float* __restrict__ bias_partial, const __grid_constant__ WeightGradProblem p) {
@@ -64,32 +77,52 @@ __global__ void __launch_bounds__(kWgmmaThreads, wgmma_min_blocks(kTaps))
   // grad_bias by the ones column (16-bit) or by register sums in bias blocks (TF32)
   constexpr bool kOnesColumn = kSumsBias && k16, kRegisterSums = kSumsBias && !k16;
   constexpr int kXBytes = kWgmmaXBytesOf<T, kOnesColumn>, kHalfBytes = kWgmmaBlockCi * kWgmmaRowBytes;
-  const int gy_row = wg_window_row(p.window_row_elements, sizeof(T));
+  // gy_s: gy_rows rows of gy_row elements (merged: a row per co, the window row as planned)
+  const int gy_row = kMerged ? p.window_row_elements : wg_window_row(p.window_row_elements, sizeof(T));
+  const int gy_rows = kMerged ? p.block_co : kWgmmaBlockCo;
   extern __shared__ __align__(kMaxSwizzleAtomBytes) unsigned char wgmma_smem[];  // x buffers first: atoms aligned
   unsigned char* x_buffers = wgmma_smem;                                          // 2 x kXBytes
-  T* gy_buffers = reinterpret_cast<T*>(wgmma_smem + 2 * kXBytes);                // 2 x kWgmmaBlockCo x gy_row
+  T* gy_buffers = reinterpret_cast<T*>(wgmma_smem + 2 * kXBytes);                // 2 x gy_rows x gy_row
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
 
-  const WeightGradTile tile(p, kWgmmaBlockCi, kWgmmaBlockCo);
+  const WeightGradTile tile(p, kWgmmaBlockCi, gy_rows);
   const int tap_group = tile.tap_group, ci_count = tile.ci_count, co_count = tile.co_count;
   const int phase = p.group_phase[tap_group], count = p.group_count[tap_group];
   const int shift_min = p.group_shift_max[tap_group] - p.group_span[tap_group];
   const int gy_positions = kWgPositions + p.group_span[tap_group];
+  const int gy_elements = kMerged ? gy_positions * p.stride : gy_positions;  // of a window row
   const bool bias_block = kSumsBias && tile.ci_tile == 0 && p.group_phase_index[tap_group] == 0;
+  // A row a_row of the tile: its co, its phase r past each tap's k (merged: row co*s + r, else 0),
+  // and as a row of unmerged sums its phase and the phase position of tap slot 0's first A value
+  struct TileRow {
+    int co, r, phase, shift_min;
+  };
+  auto tile_row = [&](int a_row) {
+    if constexpr (kMerged) {
+      const int co = a_row / p.stride, r = a_row % p.stride, past_origin = r - p.phase_origin;
+      return past_origin < 0 ? TileRow{co, r, past_origin + p.stride, shift_min - 1} : TileRow{co, r, past_origin, shift_min};
+    } else {
+      return TileRow{a_row, 0, phase, shift_min};
+    }
+  };
   // 16-bit groups of 3 taps at consecutive shifts share their A words (multiply's kPairs; H100 kb64
   // bf16 grad_weight 1.63 -> 1.27 ms with grad_bias's ones column; 2-tap groups measured slower,
   // hifigan_up1 bf16 0.90 -> 0.98 ms, and 4-tap groups unmeasured: both read each tap's words apart)
-  bool consecutive = k16 && kTaps == 3 && count == kTaps;
+  bool consecutive = !kMerged && k16 && kTaps == 3 && count == kTaps;
 #pragma unroll
   for (int t = 1; t < kTaps; ++t) consecutive = consecutive && p.group_tap_shift[p.group_first[tap_group] + t] == shift_min + t;
   // gy rows go in 16-byte chunks from the window start's aligned-down address (gy_s row position
-  // window_offset) where the plan allows (gy_copy_elements = kChunk: stride 1, rows of whole 32-bit
-  // words) and the item's chunks lie inside the rows; else element by element from position 0
+  // window_offset) where the plan allows (gy_copy_elements = kChunk: stride 1 or merged, rows of
+  // whole 32-bit words) and the item's chunks lie inside the rows; else element by element from
+  // position 0. A window starts at row element window_start(phase position m of its start).
   constexpr int kChunk = 16 / int(sizeof(T));
-  const Divider& gy_chunks_per_row = p.group_window_copies[tap_group];  // ceil((kChunk - 1 + gy_positions) / kChunk)
+  const Divider& gy_chunks_per_row = p.group_window_copies[tap_group];  // ceil((kChunk - 1 + gy_elements) / kChunk)
   const int gy_chunks = int(gy_chunks_per_row.divisor), gy_chunk_elements = gy_chunks * kChunk;
-  auto chunked = [&](int64_t first_position) {
-    return p.gy_copy_elements == kChunk && first_position >= kChunk - 1 && first_position + gy_chunk_elements <= p.length_out;
+  auto window_start = [&](int64_t first_position) {
+    return kMerged ? first_position * p.stride - p.phase_origin : first_position;
+  };
+  auto chunked = [&](int64_t first_element) {
+    return p.gy_copy_elements == kChunk && first_element >= kChunk - 1 && first_element + gy_chunk_elements <= p.length_out;
   };
   auto window_offset = [&](const T* window, bool chunks) { return chunks ? elements_past_16_bytes(window) : 0; };
 
@@ -139,10 +172,10 @@ __global__ void __launch_bounds__(kWgmmaThreads, wgmma_min_blocks(kTaps))
       }
     }
     if (!gy_copies) return;
-    T* gy_s = gy_buffers + buffer * kWgmmaBlockCo * gy_row;
+    T* gy_s = gy_buffers + buffer * gy_rows * gy_row;
     const T* gy_n = gy + n * p.gy_batch_stride + tile.first_co * p.gy_channel_stride;
-    const int64_t first_position = i0 + shift_min;  // phase position m of the window's start
-    if (chunked(first_position)) {  // (rows past co_count: zeros, from row 0's first chunk)
+    const int64_t first_element = window_start(i0 + shift_min);  // of the window in its row
+    if (chunked(first_element)) {  // (rows past co_count: zeros, from row 0's first chunk)
       // a walk over the 64 x gy_chunks chunks: this thread's first (row, chunk), and the step to the
       // next one, kWgmmaThreads chunks on (no division in the loop; computed per item: held across
       // items, the four values cost the 3-tap kernels 8-16 more bytes of stack)
@@ -150,19 +183,33 @@ __global__ void __launch_bounds__(kWgmmaThreads, wgmma_min_blocks(kTaps))
       const int rows_step = int(step.div), chunks_step = int(step.mod);
       int co = int(first_chunk.div), chunk = int(first_chunk.mod);
 #pragma unroll 1
-      while (co < kWgmmaBlockCo) {
+      while (co < gy_rows) {
         const int inside = co < co_count ? kChunk : 0;
-        const T* window = gy_n + (inside ? co : 0) * p.gy_channel_stride + first_position;
+        const T* window = gy_n + (inside ? co : 0) * p.gy_channel_stride + first_element;
         vector_copy(gy_s + co * gy_row + chunk * kChunk, window - window_offset(window, true) + chunk * kChunk,
                     std::integral_constant<int, kChunk>{}, inside);
         co += rows_step, chunk += chunks_step;
         if (chunk >= gy_chunks) chunk -= gy_chunks, ++co;
       }
+    } else if constexpr (kMerged) {  // a warp per row, kInFlight elements a lane at a time (16-bit: synchronous loads)
+      constexpr int kInFlight = 4, kWarps = kWgmmaThreads / 32;
+      for (int co = warp; co < gy_rows; co += kWarps) {
+        for (int first = lane; first < gy_elements; first += 32 * kInFlight) {
+#pragma unroll
+          for (int u = 0; u < kInFlight; ++u) {
+            const int e = first + 32 * u;
+            const int64_t j = first_element + e;
+            if (e < gy_elements)
+              element_copy(gy_s + co * gy_row + e, gy_n + co * p.gy_channel_stride + j * p.gy_length_stride,
+                           co < co_count && j >= 0 && j < p.length_out);
+          }
+        }
+      }
     } else {  // rows kRowsInFlight at a time: a 16-bit copy is a synchronous load, several in flight before their stores
       constexpr int kRowsInFlight = 4, kWarps = kWgmmaThreads / 32;
       for (int first_row = warp; first_row < kWgmmaBlockCo; first_row += kWarps * kRowsInFlight) {
         for (int q = lane; q < gy_positions; q += 32) {
-          const int64_t m = first_position + q, j = m * p.stride + phase;
+          const int64_t m = first_element + q, j = m * p.stride + phase;
 #pragma unroll
           for (int r = 0; r < kRowsInFlight; ++r) {
             const int co = first_row + r * kWarps;
@@ -220,23 +267,26 @@ __global__ void __launch_bounds__(kWgmmaThreads, wgmma_min_blocks(kTaps))
     fence_async_shared();  // x_s (cp.async and the rounding stores) is read by wgmma
     __syncthreads();
     const unsigned char* x_s = x_buffers + buffer * kXBytes;
-    const T* gy_s = gy_buffers + buffer * kWgmmaBlockCo * gy_row;
+    const T* gy_s = gy_buffers + buffer * gy_rows * gy_row;
     const auto row = p.div_chunks_per_row.divmod(unsigned(item));
-    const int64_t i0 = int64_t(row.mod) * kWgPositions, first_position = i0 + shift_min;
+    const int64_t i0 = int64_t(row.mod) * kWgPositions, first_element = window_start(i0 + shift_min);
     // A k-step covers kK positions (32 bytes of an x_s row). This lane's two registers of a fragment
     // hold positions `first` and first + kNext (TF32), or the pairs from there (16-bit, the lower
     // position in the low half); its rows are co 16 * warp + lane / 4 and 8 more, each from its
     // window's offset in gy_s
     constexpr int kK = k16 ? 16 : 8, kNext = kK / 2;
     const int lane_position = k16 ? 2 * (lane % 4) : lane % 4;
-    const bool chunks = chunked(first_position);
-    const T* gy_rows[2];
+    const bool chunks = chunked(first_element);
+    const T* a_rows[2];     // merged: row (co, r) at tap slot 0, else at shift 0
     int window_parity = 0;  // of every row's offset (16-bit chunks: rows of whole 32-bit words)
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const int co = 16 * warp + lane / 4 + 8 * half;
-      const int offset = window_offset(gy + row.div * p.gy_batch_stride + (tile.first_co + co) * p.gy_channel_stride + first_position, chunks);
-      gy_rows[half] = gy_s + co * gy_row + offset + lane_position - shift_min;
+      // (merged rows past the tile's: its last gy_s row, whose products are not written)
+      const TileRow a_row = tile_row(16 * warp + lane / 4 + 8 * half);
+      const int co = kMerged ? min(a_row.co, gy_rows - 1) : a_row.co, r = a_row.r;
+      const int offset = window_offset(gy + row.div * p.gy_batch_stride + (tile.first_co + co) * p.gy_channel_stride + first_element, chunks);
+      a_rows[half] = kMerged ? gy_s + co * gy_row + offset + r + lane_position * p.stride
+                             : gy_s + co * gy_row + offset + lane_position - shift_min;
       window_parity = offset % 2;
     }
     // kEdge: the item reaches past L_in; the A values of positions i >= L_in are dropped
@@ -259,14 +309,41 @@ __global__ void __launch_bounds__(kWgmmaThreads, wgmma_min_blocks(kTaps))
         if constexpr (kPairs >= 0) {
 #pragma unroll
           for (int r = 0; r < 4; ++r) {
-            const uint32_t* aligned = reinterpret_cast<const uint32_t*>(gy_rows[r % 2] + shift_min + kstep * kK - kPairs + kNext * (r / 2));
+            const uint32_t* aligned = reinterpret_cast<const uint32_t*>(a_rows[r % 2] + shift_min + kstep * kK - kPairs + kNext * (r / 2));
 #pragma unroll
             for (int w = 0; w < kWords; ++w) words[r][w] = aligned[w];
           }
         }
 #pragma unroll
+        // merged: register place e's value of slot t lies t positions (t*stride elements) past slot
+        // 0's; with the 16-bit pair's second value there are kTaps (+ 1) of them (slots past count
+        // repeat tap 0)
+        constexpr int kMergedValues = kTaps + (k16 ? 1 : 0);
+        uint32_t merged_values[4][kMergedValues];  // 16-bit: the value's bits in the low half
+        if constexpr (kMerged) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const T* at = a_rows[e % 2] + (kstep * kK + kNext * (e / 2)) * p.stride;
+#pragma unroll
+            for (int v = 0; v < kMergedValues; ++v) {
+              if constexpr (k16) {
+                merged_values[e][v] = reinterpret_cast<const unsigned short*>(at)[v * p.stride];
+              } else {
+                merged_values[e][v] = __float_as_uint(at[v * p.stride]);
+              }
+            }
+          }
+        }
+#pragma unroll
         for (int t = 0; t < kTaps; ++t) {
-          if constexpr (kPairs >= 0) {
+          if constexpr (kMerged) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const bool own = t < count;  // (selects between constant indices: the values stay in registers)
+              set[t][e] = own ? merged_values[e][t] : merged_values[e][0];
+              if constexpr (k16) set[t][e] |= (own ? merged_values[e][t + 1] : merged_values[e][1]) << 16;
+            }
+          } else if constexpr (kPairs >= 0) {
             const int o = kPairs + t, w = o / 2;  // tap t's pair: element o past the aligned word
 #pragma unroll
             for (int r = 0; r < 4; ++r) set[t][r] = o % 2 == 0 ? words[r][w] : __funnelshift_r(words[r][w], words[r][min(w + 1, kWords - 1)], 16);
@@ -275,8 +352,8 @@ __global__ void __launch_bounds__(kWgmmaThreads, wgmma_min_blocks(kTaps))
             // 16-bit: odd, the pairs start at odd elements (lane_position is even); each is cut from the
             // two aligned words around it (two loads and a funnel shift, the same for both cases)
             const int odd = k16 ? (window_parity - shift_min + shift) & 1 : 0;
-            const T* at = gy_rows[0] + shift + kstep * kK - odd;
-            const T* at_below = gy_rows[1] + shift + kstep * kK - odd;  // 8 rows down
+            const T* at = a_rows[0] + shift + kstep * kK - odd;
+            const T* at_below = a_rows[1] + shift + kstep * kK - odd;  // 8 rows down
             auto word = [&](const T* aligned_at) {
               if constexpr (k16) {
                 const uint32_t* words = reinterpret_cast<const uint32_t*>(aligned_at);
@@ -347,7 +424,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, wgmma_min_blocks(kTaps))
         multiply(edge, std::bool_constant<kRegisterSums>{}, Generic{});
         return;
       }
-      if constexpr (k16) {
+      if constexpr (k16 && !kMerged) {
         if (consecutive) {
           window_parity ? multiply(edge, std::false_type{}, std::integral_constant<int, 1>{})
                         : multiply(edge, std::false_type{}, std::integral_constant<int, 0>{});
@@ -373,18 +450,34 @@ __global__ void __launch_bounds__(kWgmmaThreads, wgmma_min_blocks(kTaps))
     // slice 0: the phase positions outside slot 0's range, [0, covered_begin) and [covered_end,
     // phase_length), lanes of a row taking every fourth of the (n, position) pairs
     if (tile.slice == 0) {
-      const int64_t phase_length = (int64_t(p.length_out) - phase + p.stride - 1) / p.stride;
-      const int64_t covered_begin = std::clamp<int64_t>(shift_min, 0, phase_length);
-      const int64_t covered_end = std::clamp<int64_t>(int64_t(p.length_in) + shift_min, covered_begin, phase_length);
-      const int64_t head = covered_begin, per_row = head + phase_length - covered_end;
-      for (int64_t index = lane % 4; index < p.batch * per_row; index += 4) {
-        const int64_t n = index / per_row, r = index % per_row, m = r < head ? r : covered_end + (r - head);
-        const T* at = gy + n * p.gy_batch_stride + tile.first_co * p.gy_channel_stride + (m * p.stride + phase) * p.gy_length_stride;
+      // add(address of batch element n's position) for this lane's share of a row's positions outside
+      // its range (a row of `row_phase` whose slot 0 starts at `row_shift_min`; from the tile's first co)
+      auto for_each_edge_position = [&](int row_phase, int row_shift_min, auto&& add) {
+        const int64_t phase_length = (int64_t(p.length_out) - row_phase + p.stride - 1) / p.stride;
+        const int64_t covered_begin = std::clamp<int64_t>(row_shift_min, 0, phase_length);
+        const int64_t covered_end = std::clamp<int64_t>(int64_t(p.length_in) + row_shift_min, covered_begin, phase_length);
+        const int64_t head = covered_begin, per_row = head + phase_length - covered_end;
+        for (int64_t index = lane % 4; index < p.batch * per_row; index += 4) {
+          const int64_t n = index / per_row, r = index % per_row, m = r < head ? r : covered_end + (r - head);
+          add(gy + n * p.gy_batch_stride + tile.first_co * p.gy_channel_stride + (m * p.stride + row_phase) * p.gy_length_stride);
+        }
+      };
+      if constexpr (kMerged) {  // each row its own phase
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
-          const int co = 16 * warp + lane / 4 + 8 * half;
-          if (co < co_count) bias_sums[half] += to_float(at[co * p.gy_channel_stride]);
+          const TileRow a_row = tile_row(16 * warp + lane / 4 + 8 * half);
+          if (a_row.co < co_count)
+            for_each_edge_position(a_row.phase, a_row.shift_min,
+                                   [&](const T* at) { bias_sums[half] += to_float(at[a_row.co * p.gy_channel_stride]); });
         }
+      } else {  // both rows of the tile's phase
+        for_each_edge_position(phase, shift_min, [&](const T* at) {
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            const int co = 16 * warp + lane / 4 + 8 * half;
+            if (co < co_count) bias_sums[half] += to_float(at[co * p.gy_channel_stride]);
+          }
+        });
       }
     }
     // bias_partial[slice][phase][g*Cog + co]: the four lanes of each row added in a fixed order
@@ -393,14 +486,14 @@ __global__ void __launch_bounds__(kWgmmaThreads, wgmma_min_blocks(kTaps))
       float sum = bias_sums[half];
       sum += __shfl_xor_sync(0xffffffffu, sum, 1);
       sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-      const int co = 16 * warp + lane / 4 + 8 * half;
-      if (lane % 4 == 0 && co < co_count)
-        bias_partial[(tile.slice * p.stride + phase) * (p.groups * p.cog) + tile.first_co + co] = sum;
+      const TileRow a_row = tile_row(16 * warp + lane / 4 + 8 * half);
+      if (lane % 4 == 0 && a_row.co < co_count)
+        bias_partial[(tile.slice * p.stride + a_row.phase) * (p.groups * p.cog) + tile.first_co + a_row.co] = sum;
     }
   }
 
-  // partial[slice][(g*Cig + ci) * Cog + co][k]: acc[t][4j + e] is co 16 * warp + lane / 4 + 8 * (e / 2),
-  // ci 8j + 2 * (lane % 4) + e % 2 (wgmma.cuh)
+  // partial[slice][(g*Cig + ci) * Cog + co][k]: acc[t][4j + e] is row 16 * warp + lane / 4 + 8 * (e / 2),
+  // ci 8j + 2 * (lane % 4) + e % 2 (wgmma.cuh); merged, slot t's k is group_tap (its k of r = 0) + r
   float* out = partial + tile.slice * (p.groups * p.cig * p.cog * p.taps);
 #pragma unroll
   for (int t = 0; t < kTaps; ++t) {
@@ -408,9 +501,10 @@ __global__ void __launch_bounds__(kWgmmaThreads, wgmma_min_blocks(kTaps))
     const int k = p.group_tap[p.group_first[tap_group] + t];
 #pragma unroll
     for (int e = 0; e < kWgmmaBlockCi / 2; ++e) {
-      const int co = 16 * warp + lane / 4 + 8 * (e % 4 / 2), ci = 8 * (e / 4) + 2 * (lane % 4) + e % 2;
-      if (ci < ci_count && co < co_count)
-        out[tile.partial_index(p, ci, co, k)] = acc[t][e];
+      const TileRow a_row = tile_row(16 * warp + lane / 4 + 8 * (e % 4 / 2));
+      const int ci = 8 * (e / 4) + 2 * (lane % 4) + e % 2;
+      if (ci < ci_count && a_row.co < co_count)
+        out[tile.partial_index(p, ci, a_row.co, k + a_row.r)] = acc[t][e];
     }
   }
 }
