@@ -114,7 +114,8 @@ __global__ void __launch_bounds__(kWgmmaThreads, wgmma_min_blocks(kTaps))
   // gy rows go in 16-byte chunks from the window start's aligned-down address (gy_s row position
   // window_offset) where the plan allows (gy_copy_elements = kChunk: stride 1 or merged, rows of
   // whole 32-bit words) and the item's chunks lie inside the rows; else element by element from
-  // position 0. A window starts at row element window_start(phase position m of its start).
+  // position 0. The window of phase positions from m starts at row element window_start(m): m itself
+  // at stride 1 (strided windows go in chunks only merged).
   constexpr int kChunk = 16 / int(sizeof(T));
   const Divider& gy_chunks_per_row = p.group_window_copies[tap_group];  // ceil((kChunk - 1 + gy_elements) / kChunk)
   const int gy_chunks = int(gy_chunks_per_row.divisor), gy_chunk_elements = gy_chunks * kChunk;
@@ -174,7 +175,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, wgmma_min_blocks(kTaps))
     if (!gy_copies) return;
     T* gy_s = gy_buffers + buffer * gy_rows * gy_row;
     const T* gy_n = gy + n * p.gy_batch_stride + tile.first_co * p.gy_channel_stride;
-    const int64_t first_element = window_start(i0 + shift_min);  // of the window in its row
+    const int64_t first_position = i0 + shift_min, first_element = window_start(first_position);
     if (chunked(first_element)) {  // (rows past co_count: zeros, from row 0's first chunk)
       // a walk over the 64 x gy_chunks chunks: this thread's first (row, chunk), and the step to the
       // next one, kWgmmaThreads chunks on (no division in the loop; computed per item: held across
@@ -209,7 +210,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, wgmma_min_blocks(kTaps))
       constexpr int kRowsInFlight = 4, kWarps = kWgmmaThreads / 32;
       for (int first_row = warp; first_row < kWgmmaBlockCo; first_row += kWarps * kRowsInFlight) {
         for (int q = lane; q < gy_positions; q += 32) {
-          const int64_t m = first_element + q, j = m * p.stride + phase;
+          const int64_t m = first_position + q, j = m * p.stride + phase;
 #pragma unroll
           for (int r = 0; r < kRowsInFlight; ++r) {
             const int co = first_row + r * kWarps;
