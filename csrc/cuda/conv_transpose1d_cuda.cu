@@ -16,6 +16,7 @@
 #include "cuda/grad_weight_gemm.cuh"
 #include "cuda/grad_weight_wgmma.cuh"
 #include "cuda/implicit_gemm.cuh"
+#include "cuda/pipelined_gemm.cuh"
 
 namespace convt::cuda {
 namespace {
@@ -324,16 +325,61 @@ bool wgmma_usable() {
   const cudaDeviceProp* device = at::cuda::getCurrentDeviceProperties();
   return wgmma_built() && device->major == 9 && device->minor == 0;
 }
-// A problem whose phases merge (merged) runs merged on warpgroup tiles where those fill the SMs.
+// The pipelined kernel's plan (pipelined_gemm.cuh) for a warpgroup problem whose steps all read one
+// phase pair from contiguous rows in 16-byte chunks (out_step 1; in_step 1 unless its channels merge
+// phases): 32-word chunks where three stages fit in one block's shared memory, else 16-word chunks
+// with as many stages as fit (two at least).
+std::optional<GemmProblem> plan_pipelined(const GemmProblem& problem, const at::Tensor& in) {
+  auto plan = plan_gemm_tiles(problem, in, 128, 128, /*warpgroups=*/true);
+  const int element_size = int(in.element_size());
+  if (!plan || plan->out_phases != 1 || plan->in_phases != 1 || plan->out_step != 1 ||
+      (plan->in_step != 1 && plan->channel_phases == 1) || plan->copy_elements * element_size != 16) {
+    return std::nullopt;
+  }
+  GemmProblem g = *plan;
+  const int channels_per_word = 4 / element_size;
+  const int64_t channel_words = (g.channels_per_group + channels_per_word - 1) / channels_per_word;
+  const size_t budget = smem_budgets().one_block;
+  for (const int chunk_words : {32, 16}) {
+    if (chunk_words == 32 && channel_words <= 16) continue;  // mostly padding
+    g.ksteps = chunk_words / 8;
+    g.chunk_channels = chunk_words * channels_per_word;
+    g.chunks = int((g.channels_per_group + g.chunk_channels - 1) / g.chunk_channels);
+    g.staged_rows = g.chunk_channels / g.channel_phases;
+    g.x_words = g.staged_rows * g.x_row_elements * element_size / 4;
+    g.slot_words = (g.block_m / 16) * g.ksteps * kFragmentWords;
+    const size_t stage_bytes = size_t(g.taps * g.slot_words + g.x_words) * 4 + 2 * sizeof(uint64_t);  // and its mbarriers
+    const int stages = int(std::min<size_t>(kMaxPipelineStages, budget / stage_bytes));
+    if (stages < (chunk_words == 32 ? 3 : 2)) continue;
+    g.stages = stages;
+    g.smem_bytes = stages * stage_bytes;
+    g.weight_slots = g.taps;
+    g.resident = g.stage_output = false;
+    g.tile_parts = 1;
+    g.parts = g.tiles;
+    g.div_chunks = Divider(unsigned(g.chunks));
+    g.div_tile_parts = Divider(1u);
+    return g;
+  }
+  return std::nullopt;
+}
+
+// A problem whose phases merge (merged) runs merged on warpgroup tiles where those fill the SMs;
+// warpgroup problems run pipelined where that plans.
 std::optional<GemmProblem> plan_gemm(const GemmProblem& g, const std::optional<GemmProblem>& merged, const at::Tensor& in,
                                      Math math) {
   const bool wide_warp_tiles = math != Math::k3xTF32;
-  if (merged && wide_warp_tiles && wgmma_usable() && merged->rows_per_group > 64) {
+  const bool warpgroups = wide_warp_tiles && wgmma_usable();
+  if (merged && warpgroups && merged->rows_per_group > 64) {
+    if (auto plan = plan_pipelined(*merged, in); plan && plan->parts >= sm_count()) return plan;
     const auto plan = plan_gemm_tiles(*merged, in, 128, 128, /*warpgroups=*/true);
     if (plan && plan->parts >= sm_count()) return plan;
   }
+  if (warpgroups && g.rows_per_group > 64) {
+    if (auto plan = plan_pipelined(g, in); plan && plan->parts >= sm_count()) return plan;
+  }
   std::vector<TileShape> shapes;
-  if (wide_warp_tiles && wgmma_usable() && g.rows_per_group > 64) shapes.push_back({128, 128, true});
+  if (warpgroups && g.rows_per_group > 64) shapes.push_back({128, 128, true});
   if (g.rows_per_group <= 32) {
     shapes.push_back({32, 128});
   } else if (g.rows_per_group <= 64) {
@@ -362,6 +408,11 @@ std::optional<GemmProblem> plan_gemm(const GemmProblem& g, const std::optional<G
 template <typename T, Math kMath>
 auto gemm_kernel(const GemmProblem& g) {
   if constexpr (kMath != Math::k3xTF32) {
+    if (g.stages) {
+      return g.row_phases > 1       ? pipelined_gemm_kernel<T, kMath, Merge::kRows>
+             : g.channel_phases > 1 ? pipelined_gemm_kernel<T, kMath, Merge::kChannels>
+                                    : pipelined_gemm_kernel<T, kMath, Merge::kNone>;
+    }
     if (g.warpgroups && g.row_phases > 1) {
       return g.row_offsets ? implicit_gemm_kernel<T, kMath, 4, 2, true, true, Merge::kRows>
                            : implicit_gemm_kernel<T, kMath, 4, 2, true, false, Merge::kRows>;
@@ -387,13 +438,14 @@ void launch_gemm(const GemmProblem& g, const at::Tensor& in, const at::Tensor& w
   pack_gemm_weight_kernel<T, kMath><<<grid_size(words, kDirectThreads), kDirectThreads, 0, stream>>>(as_t(w), packed_w, g, a, words);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   const auto kernel = gemm_kernel<T, kMath>(g);
+  const int threads = g.stages ? kPipelineThreads : kGemmThreads;
   C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(g.smem_bytes)));
   int blocks_per_sm = 0;
-  C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, kernel, kGemmThreads, g.smem_bytes));
+  C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, kernel, threads, g.smem_bytes));
   const int64_t resident_blocks = int64_t(std::max(blocks_per_sm, 1)) * sm_count();
   const unsigned blocks = unsigned(std::min(g.parts, resident_blocks));  // persistent: each block walks parts of tiles
-  kernel<<<blocks, kGemmThreads, g.smem_bytes, stream>>>(as_t(in), packed_w, bias.defined() ? as_t(bias) : nullptr,
-                                                       as_t(out), g);
+  kernel<<<blocks, threads, g.smem_bytes, stream>>>(as_t(in), packed_w, bias.defined() ? as_t(bias) : nullptr,
+                                                  as_t(out), g);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 

@@ -132,6 +132,8 @@ struct GemmProblem {
   // co*x_row_elements + pos*channel_phases + r + lead. Not merged: channel_phases 1, staged_rows =
   // chunk_channels.
   int channel_phases, channel_origin, staged_rows;
+  // The pipelined kernel (pipelined_gemm.cuh): the stages of its ring; 0 for implicit_gemm_kernel
+  int stages;
 };
 
 // Which phases a warpgroup problem merges: into rows (row_phases, the forward) or into channels

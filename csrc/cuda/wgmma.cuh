@@ -90,6 +90,58 @@ __device__ __forceinline__ void fence_async_shared() {
 #endif
 }
 
+// ---- bulk copies and mbarriers (sm_90) ----------------------------------------------------------
+// An mbarrier phase completes when its expected arrivals have come and the bytes announced to it
+// (expect_tx) have landed; waiters name the phase by its parity.
+__device__ __forceinline__ uint32_t shared_address(const void* pointer) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(pointer));
+}
+__device__ __forceinline__ void mbarrier_init(uint64_t* barrier, int arrivals) {
+#if CONVT_WGMMA_AVAILABLE
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(shared_address(barrier)), "r"(arrivals) : "memory");
+#endif
+}
+// Makes initialised mbarriers visible to the asynchronous proxy (bulk copies); a block barrier follows
+__device__ __forceinline__ void mbarrier_init_fence() {
+#if CONVT_WGMMA_AVAILABLE
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void mbarrier_arrive(uint64_t* barrier) {
+#if CONVT_WGMMA_AVAILABLE
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(shared_address(barrier)) : "memory");
+#endif
+}
+// Announces `bytes` more to land in the barrier's current phase
+__device__ __forceinline__ void mbarrier_expect_bytes(uint64_t* barrier, uint32_t bytes) {
+#if CONVT_WGMMA_AVAILABLE
+  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"(shared_address(barrier)), "r"(bytes) : "memory");
+#endif
+}
+// Waits until the phase of this parity has completed (a fresh barrier's phase of parity 1 counts as
+// completed: the one before its first)
+__device__ __forceinline__ void mbarrier_wait(uint64_t* barrier, uint32_t parity) {
+#if CONVT_WGMMA_AVAILABLE
+  uint32_t done = 0;
+  while (!done) {
+    asm volatile(
+        "{\n.reg .pred completed;\nmbarrier.try_wait.parity.shared::cta.b64 completed, [%1], %2;\nselp.u32 %0, 1, 0, completed;\n}\n"
+        : "=r"(done)
+        : "r"(shared_address(barrier)), "r"(parity)
+        : "memory");
+  }
+#endif
+}
+// `bytes` (a multiple of 16; both addresses 16-byte aligned) global -> shared, landing on `barrier`
+__device__ __forceinline__ void bulk_copy_to_shared(void* shared, const void* global, uint32_t bytes, uint64_t* barrier) {
+#if CONVT_WGMMA_AVAILABLE
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+                   shared_address(shared)),
+               "l"(global), "r"(bytes), "r"(shared_address(barrier))
+               : "memory");
+#endif
+}
+
 // One k-step, d (64 x kN, f32) += a (64 x K) * b (K x kN), kN = 64 or 128, K = 8 (TF32) or 16
 // (16-bit), for the element type Kind (Tf32 tags float data in TF32 mode). Fragments per warp w of
 // the warpgroup, g = lane / 4, c = lane % 4:

@@ -1,0 +1,284 @@
+// The warpgroup implicit GEMM with its copies taken off the MMA warps (sm_90a): the forward and
+// grad_input problems of implicit_gemm.cuh whose every step reads one phase pair from contiguous
+// rows in 16-byte chunks (stride 1, and strided problems with their phases merged into rows or
+// channels), on 128 x 128 warpgroup tiles (out^T = in^T A^T, as implicit_gemm.cuh's).
+//
+// A block is two consumer warpgroups and one producer warp. The producer walks the block's tiles
+// and steps (chunks of channels) and fills a ring of `stages` shared-memory stages, each one step's
+//   w_s   the step's taps of A: one bulk copy of packed_w's consecutive slots
+//   x_s   the step's staged rows of `in`: row r holds its window from the window start rounded down to
+//         16 bytes (position start + j at element j; implicit_gemm.cuh's row_offsets), its whole
+//         16-byte chunks inside the row by one bulk copy, the rest (row ends, positions outside the
+//         row, rows past the group's channels) written by the producer lane element by element.
+// Stage s's `full` mbarrier completes when the producer's 32 lanes have arrived and every byte
+// they announced has landed; the consumers wait for it, round x_s to TF32 in place (float), run the
+// step's wgmma and arrive on its `empty` mbarrier (a warp each), after which the producer may refill
+// it. No block-wide barrier in the loop: the producer runs up to `stages` steps ahead, through the
+// consumers' epilogue stores.
+#pragma once
+
+#include "cuda/implicit_gemm.cuh"
+
+namespace convt::cuda {
+
+constexpr int kPipelineConsumerThreads = 256;                            // two warpgroups
+constexpr int kPipelineThreads = kPipelineConsumerThreads + 32;          // and the producer warp
+constexpr int kMaxPipelineStages = 4;
+
+// The consumers' barrier (named barrier 1: the producer warp does not take part)
+__device__ __forceinline__ void consumer_barrier() {
+  asm volatile("bar.sync 1, %0;\n" ::"n"(kPipelineConsumerThreads) : "memory");
+}
+
+template <typename T, Math kMath, Merge kMerge>
+__global__ void __launch_bounds__(kPipelineThreads, 1)
+    pipelined_gemm_kernel(const T* __restrict__ in, const uint32_t* __restrict__ packed_w, const T* __restrict__ bias,
+                          T* __restrict__ out, const __grid_constant__ GemmProblem p) {
+  static_assert(kMath != Math::k3xTF32);
+  constexpr int kBlock = 128;                  // rows and columns of a tile
+  constexpr int kChunk = 16 / int(sizeof(T));  // elements of 16 bytes
+  extern __shared__ __align__(kMaxSwizzleAtomBytes) uint32_t smem[];  // weight slots first: swizzle atoms aligned
+  const int stage_weight_words = p.taps * p.slot_words;  // one (g, row_tile, chunk) of packed_w
+  uint32_t* w_stages = smem;
+  T* x_stages = reinterpret_cast<T*>(smem + p.stages * stage_weight_words);
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + p.stages * (stage_weight_words + p.x_words));
+  uint64_t* empty = full + p.stages;
+  const int x_stage_elements = p.x_words * 4 / int(sizeof(T));
+  const int copied = p.row_copies * p.copy_elements;  // elements of a staged row (a multiple of kChunk)
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < p.stages; ++s) {
+      mbarrier_init(full + s, 32);                              // the producer's lanes
+      mbarrier_init(empty + s, kPipelineConsumerThreads / 32);  // the consumer warps
+    }
+    mbarrier_init_fence();
+  }
+  __syncthreads();
+
+  // Staged row r of (tile, chunk): its row of `in` (nullptr past the group's rows) and the position
+  // of its window start; x_s element 0 is at the window start less its shift (elements past 16 bytes)
+  struct StagedRow {
+    const T* row;
+    int window;
+    __device__ int shift() const { return row ? elements_past_16_bytes(row + window) : 0; }
+  };
+  auto staged_row = [&](const GemmTile& tile, int chunk, int r) {
+    if constexpr (kMerge == Merge::kChannels) {  // rows of `in` as they are (implicit_gemm.cuh)
+      const int64_t group_rows = p.channels_per_group / p.channel_phases, row = int64_t(chunk) * p.staged_rows + r;
+      const int window = (tile.col_tile * kBlock + p.first_offset) * p.channel_phases - p.channel_origin - p.lead;
+      return StagedRow{row < group_rows ? in + tile.n * p.in_batch_stride + (tile.g * group_rows + row) * p.in_channel_stride
+                                        : nullptr,
+                       window};
+    } else {
+      const int64_t channel = int64_t(chunk) * p.chunk_channels + r;
+      const int window = tile.col_tile * kBlock + p.first_offset - p.lead;
+      return StagedRow{channel < p.channels_per_group
+                           ? in + tile.n * p.in_batch_stride + (tile.g * p.channels_per_group + channel) * p.in_channel_stride
+                           : nullptr,
+                       window};
+    }
+  };
+
+  if (warp == kPipelineConsumerThreads / 32) {  // ---- the producer warp ----
+    int stage = 0;
+    uint32_t parity = 0;
+    for (unsigned t = blockIdx.x; t < p.tiles; t += gridDim.x) {
+      const GemmTile tile(t, p);
+      for (int chunk = 0; chunk < p.chunks; ++chunk) {
+        mbarrier_wait(empty + stage, parity ^ 1);
+        uint64_t* landed = full + stage;
+        if (lane == 0) {
+          const uint32_t bytes = uint32_t(stage_weight_words) * 4;
+          mbarrier_expect_bytes(landed, bytes);
+          bulk_copy_to_shared(w_stages + stage * stage_weight_words,
+                              packed_w + ((int64_t(tile.g) * p.row_tiles + tile.row_tile) * p.chunks + chunk) * stage_weight_words,
+                              bytes, landed);
+        }
+        T* x_s = x_stages + stage * x_stage_elements;
+        for (int r = lane; r < p.staged_rows; r += 32) {
+          const StagedRow row = staged_row(tile, chunk, r);
+          const int start = row.window - row.shift();  // position of x_s element 0
+          // elements [inside_begin, inside_end) of the window are positions of the row; chunks
+          // [bulk_begin, bulk_end) of them are whole
+          const int inside_begin = row.row ? min(max(-start, 0), copied) : 0;
+          const int inside_end = row.row ? max(min(p.in_length - start, copied), inside_begin) : 0;
+          const int bulk_begin = (inside_begin + kChunk - 1) / kChunk, bulk_end = max(inside_end / kChunk, bulk_begin);
+          T* x_row = x_s + r * p.x_row_elements;
+          if (bulk_end > bulk_begin) {
+            const uint32_t bytes = uint32_t(bulk_end - bulk_begin) * 16;
+            mbarrier_expect_bytes(landed, bytes);
+            bulk_copy_to_shared(x_row + bulk_begin * kChunk, row.row + start + bulk_begin * kChunk, bytes, landed);
+          }
+          auto write_chunk = [&](int c) {  // element by element, zero outside the row
+            T values[kChunk];
+#pragma unroll
+            for (int e = 0; e < kChunk; ++e) {
+              const int j = c * kChunk + e;
+              values[e] = j >= inside_begin && j < inside_end ? row.row[start + j] : from_float<T>(0.0f);
+            }
+            *reinterpret_cast<uint4*>(x_row + c * kChunk) = *reinterpret_cast<const uint4*>(values);
+          };
+          for (int c = 0; c < bulk_begin; ++c) write_chunk(c);
+          for (int c = bulk_end; c < copied / kChunk; ++c) write_chunk(c);
+        }
+        fence_async_shared();  // these stores before later bulk copies into the stage
+        mbarrier_arrive(landed);
+        if (++stage == p.stages) stage = 0, parity ^= 1;
+      }
+    }
+    return;
+  }
+
+  // ---- the consumer warpgroups: warp w computes columns (w / 4) * 64 + (w % 4) * 16 + lane / 4 (+ 8) ----
+  const int warp_first_col = (warp / 4) * 64 + (warp % 4) * 16 + lane / 4;
+  float acc[kBlock / 2];  // wgmma.cuh's d
+  uint32_t sets[2][2][4];  // two sets of A fragments (run_tap)
+  // this lane's x_s rows of a k-step: channels c and c + 4 (16-bit: 2c, 2c + 1, 2c + 8 and 2c + 9)
+  const int low_row = kMath == Math::k16Bit ? 2 * (lane % 4) : lane % 4;
+  // merged channels: where this lane's channels sit in x_s (as channel (co, r): co*x_row_elements + r)
+  int phase_low = 0, phase_high = 0;
+  if constexpr (kMerge == Merge::kChannels) {
+    const int high_row = low_row + (kMath == Math::k16Bit ? 8 : 4);
+    phase_low = low_row / p.channel_phases * p.x_row_elements + low_row % p.channel_phases;
+    phase_high = high_row / p.channel_phases * p.x_row_elements + high_row % p.channel_phases;
+  }
+  int stage = 0;
+  uint32_t parity = 0;
+  for (unsigned t = blockIdx.x; t < p.tiles; t += gridDim.x) {
+    const GemmTile tile(t, p);
+#pragma unroll
+    for (int e = 0; e < kBlock / 2; ++e) acc[e] = 0.0f;
+    // The shifts of this lane's rows, the same in every chunk (chunks are whole multiples of the 4
+    // (float) or 8 (16-bit) rows after which shifts repeat; rows c and c + 4 (16-bit: 2c and 2c + 8) share one)
+    const int shift_low = staged_row(tile, 0, low_row).shift(), shift_high = staged_row(tile, 0, low_row + 1).shift();
+    for (int chunk = 0; chunk < p.chunks; ++chunk) {
+      mbarrier_wait(full + stage, parity);
+      T* x_s = x_stages + stage * x_stage_elements;
+      const uint32_t* w_s = w_stages + stage * stage_weight_words;
+      if constexpr (kMath == Math::kTF32) {  // round x_s in place, once for every tap and warp
+        for (int v = threadIdx.x * 4; v < x_stage_elements; v += kPipelineConsumerThreads * 4)
+          round_to_tf32<4>(reinterpret_cast<float*>(x_s) + v);
+        fence_async_shared();  // these stores before later bulk copies into the stage
+        consumer_barrier();
+      }
+      for (int t = 0; t < p.taps; ++t) {
+        // in^T fragments of this warp's 16 columns, then the k-steps of wgmma on the slot's A^T, in two
+        // groups of half the k-steps: one group's fragments load while the other's wgmma runs
+        // (implicit_gemm_kernel's run_tap)
+        auto run_tap = [&](auto ksteps) {
+          constexpr int kKsteps = decltype(ksteps)::value, kHalf = kKsteps / 2;
+          using Kind = std::conditional_t<std::is_same_v<T, float>, Tf32, T>;
+          constexpr int kKstepChannels = kMath == Math::k16Bit ? 16 : 8;
+          const T* x_tap;
+          if constexpr (kMerge == Merge::kChannels) {
+            x_tap = x_s + (warp_first_col + p.tap_offset[t] - p.first_offset) * p.channel_phases + p.lead;
+          } else {
+            x_tap = x_s + warp_first_col + p.tap_offset[t] - p.first_offset + p.lead;
+          }
+          const char* w_slot = reinterpret_cast<const char*>(w_s + t * p.slot_words);
+          uint32_t (&half_sets)[2][kHalf][4] = *reinterpret_cast<uint32_t(*)[2][kHalf][4]>(&sets[0][0][0]);
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            uint32_t (&a)[kHalf][4] = half_sets[half];
+#pragma unroll
+            for (int k = 0; k < kHalf; ++k) {
+              uint32_t low[2], high[2];  // columns g and g + 8
+              if constexpr (kMerge == Merge::kChannels) {
+                const T* x_kstep = x_tap + (half * kHalf + k) * kKstepChannels / p.channel_phases * p.x_row_elements;
+                load_b_merged<T, kMath>(low, x_kstep, phase_low, phase_high);
+                load_b_merged<T, kMath>(high, x_kstep + 8 * p.channel_phases, phase_low, phase_high);
+              } else {
+                const T* x_kstep = x_tap + (half * kHalf + k) * kKstepChannels * p.x_row_elements;
+                load_b<T, kMath>(low, x_kstep, p.x_row_elements, lane % 4, shift_low, shift_high);
+                load_b<T, kMath>(high, x_kstep + 8, p.x_row_elements, lane % 4, shift_low, shift_high);
+              }
+              a[k][0] = low[0], a[k][1] = high[0], a[k][2] = low[1], a[k][3] = high[1];
+              wgmma_fence_operand(a[k]);
+            }
+            wgmma_fence_accumulators(acc);
+            wgmma_fence();
+#pragma unroll
+            for (int k = 0; k < kHalf; ++k)
+              wgmma_kstep<Kind, kBlock>(acc, a[k], swizzled_b_descriptor<kKsteps * 32>(w_slot + (half * kHalf + k) * 32));
+            wgmma_commit();
+            wgmma_fence_accumulators(acc);
+            wgmma_wait<1>();  // the group before is done: the other set may load
+#pragma unroll
+            for (int k = 0; k < kHalf; ++k) wgmma_fence_operand(half_sets[half ^ 1][k]);
+          }
+        };
+        if (p.ksteps == 4) {  // 2 or 4
+          run_tap(std::integral_constant<int, 4>());
+        } else {
+          run_tap(std::integral_constant<int, 2>());
+        }
+      }
+      wgmma_wait<0>();  // the stage's last group: then its w_s and x_s are free
+#pragma unroll
+      for (int s = 0; s < 2; ++s)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) wgmma_fence_operand(sets[s][h]);
+      wgmma_fence_accumulators(acc);
+      __syncwarp();
+      if (lane == 0) mbarrier_arrive(empty + stage);
+      if (++stage == p.stages) stage = 0, parity ^= 1;
+    }
+
+    // ---- epilogue: acc[4j + e] is row first_row + 8j + e % 2, column col + 8 * (e / 2) ----
+    const int col = tile.col_tile * kBlock + warp_first_col;
+    const int first_row = tile.row_tile * kBlock + 2 * (lane % 4);
+    if constexpr (kMerge == Merge::kRows) {
+      // Row R is out row R / row_phases at position column*row_phases + R % row_phases - phase_origin,
+      // so each even row and the next are adjacent positions of one out row (a pair store where
+      // aligned) unless the even row is a last phase.
+      const int64_t group_rows = p.rows_per_group / p.row_phases;  // out rows of a group
+      T* const group_out = out + (tile.n * p.groups + tile.g) * group_rows * p.out_length;
+      auto bias_at = [&](int out_row) { return bias ? to_float(bias[int64_t(tile.g) * group_rows + out_row]) : 0.0f; };
+      auto store = [&](int out_row, int position, float value) {
+        if (position >= 0 && position < p.out_length) group_out[int64_t(out_row) * p.out_length + position] = from_float<T>(value);
+      };
+#pragma unroll
+      for (int j = 0; j < kBlock / 8; ++j) {
+        const int row = first_row + 8 * j;
+        if (row >= p.rows_per_group) continue;
+        const auto q = p.div_row_phases.divmod(unsigned(row));
+        const int out_row = int(q.div), phase = int(q.mod);
+        const bool adjacent = phase + 1 < p.row_phases;  // row + 1: the next position of the same out row
+        const bool next_inside = row + 1 < p.rows_per_group;
+        const float bias_value = bias_at(out_row), next_bias = adjacent || !next_inside ? bias_value : bias_at(out_row + 1);
+#pragma unroll
+        for (int side = 0; side < 2; ++side) {
+          const int column = col + 8 * side;
+          const int position = column * p.row_phases + phase - p.phase_origin;
+          const float first = acc[4 * j + 2 * side] + bias_value, second = acc[4 * j + 2 * side + 1] + next_bias;
+          if (!adjacent) {
+            store(out_row, position, first);
+            if (next_inside) store(out_row + 1, column * p.row_phases - p.phase_origin, second);
+          } else if (p.out_length % 2 == 0 && position % 2 == 0 && position >= 0 && position + 1 < p.out_length) {
+            store_pair(group_out + int64_t(out_row) * p.out_length + position, first, second);
+          } else {
+            store(out_row, position, first);
+            store(out_row, position + 1, second);
+          }
+        }
+      }
+    } else {  // out_step 1: row pointers and bounds from this thread's first row (64-bit math once)
+      const int64_t rows_left = p.rows_per_group - first_row;
+      T* const first_row_out = out + ((tile.n * p.groups + tile.g) * p.rows_per_group + first_row) * p.out_length;
+      const T* const first_row_bias = bias ? bias + tile.g * p.rows_per_group + first_row : nullptr;
+#pragma unroll
+      for (int j = 0; j < kBlock / 8; ++j)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int row = 8 * j + half;  // from first_row
+          if (row >= rows_left) continue;
+          const float bias_value = first_row_bias ? to_float(first_row_bias[row]) : 0.0f;
+          T* out_first = first_row_out + int64_t(row) * p.out_length + col;
+          if (col < p.out_length) out_first[0] = from_float<T>(acc[4 * j + half] + bias_value);
+          if (col + 8 < p.out_length) out_first[8] = from_float<T>(acc[4 * j + 2 + half] + bias_value);
+        }
+    }
+  }
+}
+
+}  // namespace convt::cuda
