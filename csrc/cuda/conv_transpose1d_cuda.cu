@@ -8,6 +8,7 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <vector>
 
 #include "convt.h"
@@ -330,7 +331,10 @@ bool wgmma_usable() {
 // phases): 32-word chunks where three stages fit in one block's shared memory, else 16-word chunks
 // with as many stages as fit (two at least).
 std::optional<GemmProblem> plan_pipelined(const GemmProblem& problem, const at::Tensor& in) {
-  auto plan = plan_gemm_tiles(problem, in, 128, 128, /*warpgroups=*/true);
+  const char* knob = std::getenv("CONVT_PIPELINE_N");  // EXPERIMENT: 0 off, 128 or 256 columns
+  const int block_n = knob ? std::atoi(knob) : 256;
+  if (block_n == 0) return std::nullopt;
+  auto plan = plan_gemm_tiles(problem, in, 128, block_n, /*warpgroups=*/true);
   const int element_size = int(in.element_size());
   if (!plan || plan->out_phases != 1 || plan->in_phases != 1 || plan->out_step != 1 ||
       (plan->in_step != 1 && plan->channel_phases == 1) || plan->copy_elements * element_size != 16) {
@@ -351,6 +355,7 @@ std::optional<GemmProblem> plan_pipelined(const GemmProblem& problem, const at::
     const size_t stage_bytes = size_t(g.taps * g.slot_words + g.x_words) * 4 + 2 * sizeof(uint64_t);  // and its mbarriers
     const int stages = int(std::min<size_t>(kMaxPipelineStages, budget / stage_bytes));
     if (stages < (chunk_words == 32 ? 3 : 2)) continue;
+    if (std::getenv("CONVT_PIPELINE_CHUNK") && std::atoi(std::getenv("CONVT_PIPELINE_CHUNK")) != chunk_words) continue;
     g.stages = stages;
     g.smem_bytes = stages * stage_bytes;
     g.weight_slots = g.taps;
@@ -408,10 +413,15 @@ std::optional<GemmProblem> plan_gemm(const GemmProblem& g, const std::optional<G
 template <typename T, Math kMath>
 auto gemm_kernel(const GemmProblem& g) {
   if constexpr (kMath != Math::k3xTF32) {
+    if (g.stages && g.block_n == 256) {
+      return g.row_phases > 1       ? pipelined_gemm_kernel<T, kMath, Merge::kRows, 2>
+             : g.channel_phases > 1 ? pipelined_gemm_kernel<T, kMath, Merge::kChannels, 2>
+                                    : pipelined_gemm_kernel<T, kMath, Merge::kNone, 2>;
+    }
     if (g.stages) {
-      return g.row_phases > 1       ? pipelined_gemm_kernel<T, kMath, Merge::kRows>
-             : g.channel_phases > 1 ? pipelined_gemm_kernel<T, kMath, Merge::kChannels>
-                                    : pipelined_gemm_kernel<T, kMath, Merge::kNone>;
+      return g.row_phases > 1       ? pipelined_gemm_kernel<T, kMath, Merge::kRows, 1>
+             : g.channel_phases > 1 ? pipelined_gemm_kernel<T, kMath, Merge::kChannels, 1>
+                                    : pipelined_gemm_kernel<T, kMath, Merge::kNone, 1>;
     }
     if (g.warpgroups && g.row_phases > 1) {
       return g.row_offsets ? implicit_gemm_kernel<T, kMath, 4, 2, true, true, Merge::kRows>

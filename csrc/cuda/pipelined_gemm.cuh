@@ -1,7 +1,8 @@
 // The warpgroup implicit GEMM with its copies taken off the MMA warps (sm_90a): the forward and
 // grad_input problems of implicit_gemm.cuh whose every step reads one phase pair from contiguous
 // rows in 16-byte chunks (stride 1, and strided problems with their phases merged into rows or
-// channels), on 128 x 128 warpgroup tiles (out^T = in^T A^T, as implicit_gemm.cuh's).
+// channels), on warpgroup tiles of 128 rows x 128 or 256 columns (out^T = in^T A^T, as
+// implicit_gemm.cuh's; each consumer warpgroup one or two 64-column subtiles).
 //
 // A block is two consumer warpgroups and one producer warp. The producer walks the block's tiles
 // and steps (chunks of channels) and fills a ring of `stages` shared-memory stages, each one step's
@@ -24,18 +25,22 @@ namespace convt::cuda {
 constexpr int kPipelineConsumerThreads = 256;                            // two warpgroups
 constexpr int kPipelineThreads = kPipelineConsumerThreads + 32;          // and the producer warp
 constexpr int kMaxPipelineStages = 4;
+// One block an SM: 288 threads may take 224 registers each (__launch_bounds__ would allot 168, as
+// for 384 threads)
+constexpr int kPipelineMaxRegisters = 65536 / kPipelineThreads / 8 * 8;
 
 // The consumers' barrier (named barrier 1: the producer warp does not take part)
 __device__ __forceinline__ void consumer_barrier() {
   asm volatile("bar.sync 1, %0;\n" ::"n"(kPipelineConsumerThreads) : "memory");
 }
 
-template <typename T, Math kMath, Merge kMerge>
-__global__ void __launch_bounds__(kPipelineThreads, 1)
+// kSubtiles: 64-column subtiles per consumer warpgroup (1 or 2: 128 x 128 or 128 x 256 tiles)
+template <typename T, Math kMath, Merge kMerge, int kSubtiles>
+__global__ void __maxnreg__(kPipelineMaxRegisters)
     pipelined_gemm_kernel(const T* __restrict__ in, const uint32_t* __restrict__ packed_w, const T* __restrict__ bias,
                           T* __restrict__ out, const __grid_constant__ GemmProblem p) {
   static_assert(kMath != Math::k3xTF32);
-  constexpr int kBlock = 128;                  // rows and columns of a tile
+  constexpr int kBlockM = 128, kBlockN = 128 * kSubtiles;  // rows and columns of a tile
   constexpr int kChunk = 16 / int(sizeof(T));  // elements of 16 bytes
   extern __shared__ __align__(kMaxSwizzleAtomBytes) uint32_t smem[];  // weight slots first: swizzle atoms aligned
   const int stage_weight_words = p.taps * p.slot_words;  // one (g, row_tile, chunk) of packed_w
@@ -65,13 +70,13 @@ __global__ void __launch_bounds__(kPipelineThreads, 1)
   auto staged_row = [&](const GemmTile& tile, int chunk, int r) {
     if constexpr (kMerge == Merge::kChannels) {  // rows of `in` as they are (implicit_gemm.cuh)
       const int64_t group_rows = p.channels_per_group / p.channel_phases, row = int64_t(chunk) * p.staged_rows + r;
-      const int window = (tile.col_tile * kBlock + p.first_offset) * p.channel_phases - p.channel_origin - p.lead;
+      const int window = (tile.col_tile * kBlockN + p.first_offset) * p.channel_phases - p.channel_origin - p.lead;
       return StagedRow{row < group_rows ? in + tile.n * p.in_batch_stride + (tile.g * group_rows + row) * p.in_channel_stride
                                         : nullptr,
                        window};
     } else {
       const int64_t channel = int64_t(chunk) * p.chunk_channels + r;
-      const int window = tile.col_tile * kBlock + p.first_offset - p.lead;
+      const int window = tile.col_tile * kBlockN + p.first_offset - p.lead;
       return StagedRow{channel < p.channels_per_group
                            ? in + tile.n * p.in_batch_stride + (tile.g * p.channels_per_group + channel) * p.in_channel_stride
                            : nullptr,
@@ -129,10 +134,11 @@ __global__ void __launch_bounds__(kPipelineThreads, 1)
     return;
   }
 
-  // ---- the consumer warpgroups: warp w computes columns (w / 4) * 64 + (w % 4) * 16 + lane / 4 (+ 8) ----
-  const int warp_first_col = (warp / 4) * 64 + (warp % 4) * 16 + lane / 4;
-  float acc[kBlock / 2];  // wgmma.cuh's d
-  uint32_t sets[2][2][4];  // two sets of A fragments (run_tap)
+  // ---- the consumer warpgroups: warp w computes columns (w / 4) * 64 * kSubtiles + 64 s + (w % 4) * 16 +
+  // lane / 4 (+ 8) in subtile s ----
+  const int warp_first_col = (warp / 4) * 64 * kSubtiles + (warp % 4) * 16 + lane / 4;
+  float acc[kSubtiles][kBlockM / 2];  // wgmma.cuh's d, per subtile
+  uint32_t sets[2][2 * kSubtiles][4];  // two sets of A fragments (run_tap)
   // this lane's x_s rows of a k-step: channels c and c + 4 (16-bit: 2c, 2c + 1, 2c + 8 and 2c + 9)
   const int low_row = kMath == Math::k16Bit ? 2 * (lane % 4) : lane % 4;
   // merged channels: where this lane's channels sit in x_s (as channel (co, r): co*x_row_elements + r)
@@ -147,7 +153,9 @@ __global__ void __launch_bounds__(kPipelineThreads, 1)
   for (unsigned t = blockIdx.x; t < p.tiles; t += gridDim.x) {
     const GemmTile tile(t, p);
 #pragma unroll
-    for (int e = 0; e < kBlock / 2; ++e) acc[e] = 0.0f;
+    for (int s = 0; s < kSubtiles; ++s)
+#pragma unroll
+      for (int e = 0; e < kBlockM / 2; ++e) acc[s][e] = 0.0f;
     // The shifts of this lane's rows, the same in every chunk (chunks are whole multiples of the 4
     // (float) or 8 (16-bit) rows after which shifts repeat; rows c and c + 4 (16-bit: 2c and 2c + 8) share one)
     const int shift_low = staged_row(tile, 0, low_row).shift(), shift_high = staged_row(tile, 0, low_row + 1).shift();
@@ -176,35 +184,47 @@ __global__ void __launch_bounds__(kPipelineThreads, 1)
             x_tap = x_s + warp_first_col + p.tap_offset[t] - p.first_offset + p.lead;
           }
           const char* w_slot = reinterpret_cast<const char*>(w_s + t * p.slot_words);
-          uint32_t (&half_sets)[2][kHalf][4] = *reinterpret_cast<uint32_t(*)[2][kHalf][4]>(&sets[0][0][0]);
+          uint32_t (&half_sets)[2][kHalf][kSubtiles][4] = *reinterpret_cast<uint32_t(*)[2][kHalf][kSubtiles][4]>(&sets[0][0][0]);
+          auto fence_accumulators = [&] {
+#pragma unroll
+            for (int s = 0; s < kSubtiles; ++s) wgmma_fence_accumulators(acc[s]);
+          };
 #pragma unroll
           for (int half = 0; half < 2; ++half) {
-            uint32_t (&a)[kHalf][4] = half_sets[half];
-#pragma unroll
-            for (int k = 0; k < kHalf; ++k) {
-              uint32_t low[2], high[2];  // columns g and g + 8
-              if constexpr (kMerge == Merge::kChannels) {
-                const T* x_kstep = x_tap + (half * kHalf + k) * kKstepChannels / p.channel_phases * p.x_row_elements;
-                load_b_merged<T, kMath>(low, x_kstep, phase_low, phase_high);
-                load_b_merged<T, kMath>(high, x_kstep + 8 * p.channel_phases, phase_low, phase_high);
-              } else {
-                const T* x_kstep = x_tap + (half * kHalf + k) * kKstepChannels * p.x_row_elements;
-                load_b<T, kMath>(low, x_kstep, p.x_row_elements, lane % 4, shift_low, shift_high);
-                load_b<T, kMath>(high, x_kstep + 8, p.x_row_elements, lane % 4, shift_low, shift_high);
-              }
-              a[k][0] = low[0], a[k][1] = high[0], a[k][2] = low[1], a[k][3] = high[1];
-              wgmma_fence_operand(a[k]);
-            }
-            wgmma_fence_accumulators(acc);
-            wgmma_fence();
+            uint32_t (&a)[kHalf][kSubtiles][4] = half_sets[half];
 #pragma unroll
             for (int k = 0; k < kHalf; ++k)
-              wgmma_kstep<Kind, kBlock>(acc, a[k], swizzled_b_descriptor<kKsteps * 32>(w_slot + (half * kHalf + k) * 32));
+#pragma unroll
+              for (int s = 0; s < kSubtiles; ++s) {
+                uint32_t low[2], high[2];  // columns g and g + 8
+                if constexpr (kMerge == Merge::kChannels) {
+                  const T* x_kstep = x_tap + s * 64 * p.channel_phases +
+                                     (half * kHalf + k) * kKstepChannels / p.channel_phases * p.x_row_elements;
+                  load_b_merged<T, kMath>(low, x_kstep, phase_low, phase_high);
+                  load_b_merged<T, kMath>(high, x_kstep + 8 * p.channel_phases, phase_low, phase_high);
+                } else {
+                  const T* x_kstep = x_tap + s * 64 + (half * kHalf + k) * kKstepChannels * p.x_row_elements;
+                  load_b<T, kMath>(low, x_kstep, p.x_row_elements, lane % 4, shift_low, shift_high);
+                  load_b<T, kMath>(high, x_kstep + 8, p.x_row_elements, lane % 4, shift_low, shift_high);
+                }
+                a[k][s][0] = low[0], a[k][s][1] = high[0], a[k][s][2] = low[1], a[k][s][3] = high[1];
+                wgmma_fence_operand(a[k][s]);
+              }
+            fence_accumulators();
+            wgmma_fence();
+#pragma unroll
+            for (int k = 0; k < kHalf; ++k) {
+              const uint64_t b = swizzled_b_descriptor<kKsteps * 32>(w_slot + (half * kHalf + k) * 32);
+#pragma unroll
+              for (int s = 0; s < kSubtiles; ++s) wgmma_kstep<Kind, kBlockM>(acc[s], a[k][s], b);
+            }
             wgmma_commit();
-            wgmma_fence_accumulators(acc);
+            fence_accumulators();
             wgmma_wait<1>();  // the group before is done: the other set may load
 #pragma unroll
-            for (int k = 0; k < kHalf; ++k) wgmma_fence_operand(half_sets[half ^ 1][k]);
+            for (int k = 0; k < kHalf; ++k)
+#pragma unroll
+              for (int s = 0; s < kSubtiles; ++s) wgmma_fence_operand(half_sets[half ^ 1][k][s]);
           }
         };
         if (p.ksteps == 4) {  // 2 or 4
@@ -215,18 +235,18 @@ __global__ void __launch_bounds__(kPipelineThreads, 1)
       }
       wgmma_wait<0>();  // the stage's last group: then its w_s and x_s are free
 #pragma unroll
-      for (int s = 0; s < 2; ++s)
+      for (int h = 0; h < 2; ++h)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) wgmma_fence_operand(sets[s][h]);
-      wgmma_fence_accumulators(acc);
+        for (int f = 0; f < 2 * kSubtiles; ++f) wgmma_fence_operand(sets[h][f]);
+#pragma unroll
+      for (int s = 0; s < kSubtiles; ++s) wgmma_fence_accumulators(acc[s]);
       __syncwarp();
       if (lane == 0) mbarrier_arrive(empty + stage);
       if (++stage == p.stages) stage = 0, parity ^= 1;
     }
 
-    // ---- epilogue: acc[4j + e] is row first_row + 8j + e % 2, column col + 8 * (e / 2) ----
-    const int col = tile.col_tile * kBlock + warp_first_col;
-    const int first_row = tile.row_tile * kBlock + 2 * (lane % 4);
+    // ---- epilogue: acc[s][4j + e] is row first_row + 8j + e % 2, column col(s) + 8 * (e / 2) ----
+    const int first_row = tile.row_tile * kBlockM + 2 * (lane % 4);
     if constexpr (kMerge == Merge::kRows) {
       // Row R is out row R / row_phases at position column*row_phases + R % row_phases - phase_origin,
       // so each even row and the next are adjacent positions of one out row (a pair store where
@@ -238,7 +258,7 @@ __global__ void __launch_bounds__(kPipelineThreads, 1)
         if (position >= 0 && position < p.out_length) group_out[int64_t(out_row) * p.out_length + position] = from_float<T>(value);
       };
 #pragma unroll
-      for (int j = 0; j < kBlock / 8; ++j) {
+      for (int j = 0; j < kBlockM / 8; ++j) {
         const int row = first_row + 8 * j;
         if (row >= p.rows_per_group) continue;
         const auto q = p.div_row_phases.divmod(unsigned(row));
@@ -247,10 +267,11 @@ __global__ void __launch_bounds__(kPipelineThreads, 1)
         const bool next_inside = row + 1 < p.rows_per_group;
         const float bias_value = bias_at(out_row), next_bias = adjacent || !next_inside ? bias_value : bias_at(out_row + 1);
 #pragma unroll
-        for (int side = 0; side < 2; ++side) {
-          const int column = col + 8 * side;
+        for (int side = 0; side < 2 * kSubtiles; ++side) {
+          const int s = side / 2, column = tile.col_tile * kBlockN + warp_first_col + 64 * s + 8 * (side % 2);
           const int position = column * p.row_phases + phase - p.phase_origin;
-          const float first = acc[4 * j + 2 * side] + bias_value, second = acc[4 * j + 2 * side + 1] + next_bias;
+          const float first = acc[s][4 * j + 2 * (side % 2)] + bias_value;
+          const float second = acc[s][4 * j + 2 * (side % 2) + 1] + next_bias;
           if (!adjacent) {
             store(out_row, position, first);
             if (next_inside) store(out_row + 1, column * p.row_phases - p.phase_origin, second);
@@ -267,15 +288,19 @@ __global__ void __launch_bounds__(kPipelineThreads, 1)
       T* const first_row_out = out + ((tile.n * p.groups + tile.g) * p.rows_per_group + first_row) * p.out_length;
       const T* const first_row_bias = bias ? bias + tile.g * p.rows_per_group + first_row : nullptr;
 #pragma unroll
-      for (int j = 0; j < kBlock / 8; ++j)
+      for (int j = 0; j < kBlockM / 8; ++j)
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
           const int row = 8 * j + half;  // from first_row
           if (row >= rows_left) continue;
           const float bias_value = first_row_bias ? to_float(first_row_bias[row]) : 0.0f;
-          T* out_first = first_row_out + int64_t(row) * p.out_length + col;
-          if (col < p.out_length) out_first[0] = from_float<T>(acc[4 * j + half] + bias_value);
-          if (col + 8 < p.out_length) out_first[8] = from_float<T>(acc[4 * j + 2 + half] + bias_value);
+#pragma unroll
+          for (int s = 0; s < kSubtiles; ++s) {
+            const int col = tile.col_tile * kBlockN + warp_first_col + 64 * s;
+            T* out_first = first_row_out + int64_t(row) * p.out_length + col;
+            if (col < p.out_length) out_first[0] = from_float<T>(acc[s][4 * j + half] + bias_value);
+            if (col + 8 < p.out_length) out_first[8] = from_float<T>(acc[s][4 * j + 2 + half] + bias_value);
+          }
         }
     }
   }
