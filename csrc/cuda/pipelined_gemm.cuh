@@ -4,7 +4,8 @@
 // channels), on warpgroup tiles of 128 rows x 128 or 256 columns (out^T = in^T A^T, as
 // implicit_gemm.cuh's; each consumer warpgroup one or two 64-column subtiles).
 //
-// A block is two consumer warpgroups and one producer warp. The producer walks the block's tiles
+// A block is two consumer warpgroups and a producer warpgroup, whose first warp copies (the others
+// leave; the producers hand most of their registers to the consumers). The producer walks the block's tiles
 // and steps (chunks of channels) and fills a ring of `stages` shared-memory stages, each one step's
 //   w_s   the step's taps of A: one bulk copy of packed_w's consecutive slots
 //   x_s   the step's staged rows of `in`: row r holds its window from the window start rounded down to
@@ -22,12 +23,12 @@
 
 namespace convt::cuda {
 
-constexpr int kPipelineConsumerThreads = 256;                            // two warpgroups
-constexpr int kPipelineThreads = kPipelineConsumerThreads + 32;          // and the producer warp
+constexpr int kPipelineConsumerThreads = 256;                     // two warpgroups
+constexpr int kPipelineThreads = kPipelineConsumerThreads + 128;  // and the producer warpgroup (one warp copies)
 constexpr int kMaxPipelineStages = 4;
-// One block an SM: 288 threads may take 224 registers each (__launch_bounds__ would allot 168, as
-// for 384 threads)
-constexpr int kPipelineMaxRegisters = 65536 / kPipelineThreads / 8 * 8;
+// Registers a thread: the producer warpgroup gives up most of its share to the consumers (an SM
+// quarter's register file holds two consumer warps and one producer warp: 2 * 232 + 40 <= 512 a lane)
+constexpr int kProducerRegisters = 40, kConsumerRegisters = 232;
 
 // The consumers' barrier (named barrier 1: the producer warp does not take part)
 __device__ __forceinline__ void consumer_barrier() {
@@ -36,7 +37,7 @@ __device__ __forceinline__ void consumer_barrier() {
 
 // kSubtiles: 64-column subtiles per consumer warpgroup (1 or 2: 128 x 128 or 128 x 256 tiles)
 template <typename T, Math kMath, Merge kMerge, int kSubtiles>
-__global__ void __maxnreg__(kPipelineMaxRegisters)
+__global__ void __launch_bounds__(kPipelineThreads, 1)
     pipelined_gemm_kernel(const T* __restrict__ in, const uint32_t* __restrict__ packed_w, const T* __restrict__ bias,
                           T* __restrict__ out, const __grid_constant__ GemmProblem p) {
   static_assert(kMath != Math::k3xTF32);
@@ -84,7 +85,9 @@ __global__ void __maxnreg__(kPipelineMaxRegisters)
     }
   };
 
-  if (warp == kPipelineConsumerThreads / 32) {  // ---- the producer warp ----
+  if (warp >= kPipelineConsumerThreads / 32) {  // ---- the producer warpgroup: its first warp copies ----
+    set_max_registers<kProducerRegisters, false>();
+    if (warp > kPipelineConsumerThreads / 32) return;
     int stage = 0;
     uint32_t parity = 0;
     for (unsigned t = blockIdx.x; t < p.tiles; t += gridDim.x) {
@@ -134,6 +137,7 @@ __global__ void __maxnreg__(kPipelineMaxRegisters)
     return;
   }
 
+  set_max_registers<kConsumerRegisters, true>();
   // ---- the consumer warpgroups: warp w computes columns (w / 4) * 64 * kSubtiles + 64 s + (w % 4) * 16 +
   // lane / 4 (+ 8) in subtile s ----
   const int warp_first_col = (warp / 4) * 64 * kSubtiles + (warp % 4) * 16 + lane / 4;

@@ -90,6 +90,18 @@ __device__ __forceinline__ void fence_async_shared() {
 #endif
 }
 
+// This warpgroup's registers a thread become kRegisters (raised, or lowered to hand them to others)
+template <int kRegisters, bool kRaise>
+__device__ __forceinline__ void set_max_registers() {
+#if CONVT_WGMMA_AVAILABLE
+  if constexpr (kRaise) {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
+  } else {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
+  }
+#endif
+}
+
 // ---- bulk copies and mbarriers (sm_90) ----------------------------------------------------------
 // An mbarrier phase completes when its expected arrivals have come and the bytes announced to it
 // (expect_tx) have landed; waiters name the phase by its parity.
