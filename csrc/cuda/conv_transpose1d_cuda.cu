@@ -8,7 +8,6 @@
 #include <torch/library.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <vector>
 
 #include "convt.h"
@@ -326,14 +325,11 @@ bool wgmma_usable() {
   const cudaDeviceProp* device = at::cuda::getCurrentDeviceProperties();
   return wgmma_built() && device->major == 9 && device->minor == 0;
 }
-// The pipelined kernel's plan (pipelined_gemm.cuh) for a warpgroup problem whose steps all read one
-// phase pair from contiguous rows in 16-byte chunks (out_step 1; in_step 1 unless its channels merge
-// phases): 32-word chunks where three stages fit in one block's shared memory, else 16-word chunks
-// with as many stages as fit (two at least).
-std::optional<GemmProblem> plan_pipelined(const GemmProblem& problem, const at::Tensor& in) {
-  const char* knob = std::getenv("CONVT_PIPELINE_N");  // EXPERIMENT: 0 off, 128 or 256 columns
-  const int block_n = knob ? std::atoi(knob) : 256;
-  if (block_n == 0) return std::nullopt;
+// The pipelined kernel's plan (pipelined_gemm.cuh) with tiles of block_n columns for a warpgroup
+// problem whose steps all read one phase pair from contiguous rows in 16-byte chunks (out_step 1;
+// in_step 1 unless its channels merge phases): 32-word chunks where three stages fit in one block's
+// shared memory, else 16-word chunks with as many stages as fit (two at least).
+std::optional<GemmProblem> plan_pipelined_tiles(const GemmProblem& problem, const at::Tensor& in, int block_n) {
   auto plan = plan_gemm_tiles(problem, in, 128, block_n, /*warpgroups=*/true);
   const int element_size = int(in.element_size());
   if (!plan || plan->out_phases != 1 || plan->in_phases != 1 || plan->out_step != 1 ||
@@ -355,7 +351,6 @@ std::optional<GemmProblem> plan_pipelined(const GemmProblem& problem, const at::
     const size_t stage_bytes = size_t(g.taps * g.slot_words + g.x_words) * 4 + 2 * sizeof(uint64_t);  // and its mbarriers
     const int stages = int(std::min<size_t>(kMaxPipelineStages, budget / stage_bytes));
     if (stages < (chunk_words == 32 ? 3 : 2)) continue;
-    if (std::getenv("CONVT_PIPELINE_CHUNK") && std::atoi(std::getenv("CONVT_PIPELINE_CHUNK")) != chunk_words) continue;
     g.stages = stages;
     g.smem_bytes = stages * stage_bytes;
     g.weight_slots = g.taps;
@@ -369,6 +364,22 @@ std::optional<GemmProblem> plan_pipelined(const GemmProblem& problem, const at::
   return std::nullopt;
 }
 
+// The pipelined plan of a problem that has one and fills the SMs: tiles of 256 columns (two
+// subtiles a consumer warpgroup: the weight, streamed from L2 for every tile, serves twice the
+// columns; H100, session 18: kb64 TF32 forward 2.84 -> 2.33 ms, hifigan_up1 0.385 -> 0.319) unless
+// they pad the columns by more than a sixteenth over 128-column tiles (hifigan_up0's 862 columns:
+// 0.262 against 0.239 ms). The strided forward's 16-bit merged rows stay with implicit_gemm_kernel
+// (hifigan_up0 / up2 / EnCodec bf16: 0.164 / 0.201 / 0.184 ms there, 0.21-0.24 / 0.21 / 0.20
+// pipelined; hifigan_up1 0.246 against 0.204).
+std::optional<GemmProblem> plan_pipelined(const GemmProblem& problem, const at::Tensor& in) {
+  if (problem.row_phases > 1 && in.element_size() == 2) return std::nullopt;
+  const auto narrow = plan_pipelined_tiles(problem, in, 128), wide = plan_pipelined_tiles(problem, in, 256);
+  if (wide && wide->parts >= sm_count() && (!narrow || 16 * int64_t(wide->col_tiles) * 256 <= 17 * int64_t(narrow->col_tiles) * 128))
+    return wide;
+  if (narrow && narrow->parts >= sm_count()) return narrow;
+  return std::nullopt;
+}
+
 // A problem whose phases merge (merged) runs merged on warpgroup tiles where those fill the SMs;
 // warpgroup problems run pipelined where that plans.
 std::optional<GemmProblem> plan_gemm(const GemmProblem& g, const std::optional<GemmProblem>& merged, const at::Tensor& in,
@@ -376,12 +387,12 @@ std::optional<GemmProblem> plan_gemm(const GemmProblem& g, const std::optional<G
   const bool wide_warp_tiles = math != Math::k3xTF32;
   const bool warpgroups = wide_warp_tiles && wgmma_usable();
   if (merged && warpgroups && merged->rows_per_group > 64) {
-    if (auto plan = plan_pipelined(*merged, in); plan && plan->parts >= sm_count()) return plan;
+    if (auto plan = plan_pipelined(*merged, in)) return plan;
     const auto plan = plan_gemm_tiles(*merged, in, 128, 128, /*warpgroups=*/true);
     if (plan && plan->parts >= sm_count()) return plan;
   }
   if (warpgroups && g.rows_per_group > 64) {
-    if (auto plan = plan_pipelined(g, in); plan && plan->parts >= sm_count()) return plan;
+    if (auto plan = plan_pipelined(g, in)) return plan;
   }
   std::vector<TileShape> shapes;
   if (warpgroups && g.rows_per_group > 64) shapes.push_back({128, 128, true});
