@@ -56,7 +56,9 @@ namespace convt::cuda {
 // Warpgroup tiles (wgmma, sm_90a; TF32 and 16-bit): 128 x 128 (<4, 2>) with the roles of the operands
 // turned around, out^T = in^T A^T: each of the two warpgroups computes 64 columns x the 128 rows,
 // in^T (64 columns x 8 or 16 channels) from registers loaded out of x_s, A^T from the step's weight
-// slot in shared memory (the swizzled layout of wgmma.cuh, pack_gemm_weight_kernel).
+// slot in shared memory (the swizzled layout of wgmma.cuh, pack_gemm_weight_kernel). Warpgroup
+// problems of one phase pair with contiguous rows run pipelined instead where they plan
+// (pipelined_gemm.cuh: the same tiles, 256 columns wide, fed by a producer warp's bulk copies).
 constexpr int kGemmWarps = 8, kGemmThreads = 32 * kGemmWarps;
 constexpr int kWarpTilesN = 4;
 template <int kWarpTilesM, int kWarpsM>
