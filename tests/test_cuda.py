@@ -139,6 +139,14 @@ GRAD_WEIGHT_TILE_CASES = [
     Case(2, 72, 48, 12, 600, stride=4, padding=6, output_padding=3),  # 3 taps from shift -1, rows past phase origin 2
     Case(3, 48, 40, 10, 1200, stride=5),                # stride 5: 12 co (60 rows) a tile
     Case(2, 40, 36, 16, 333, stride=8, padding=5),      # stride 8, rows of an odd length, tiles of 8 co, 4 in the last
+    # pipelined warpgroup tiles (C_in per group above 64, x rows of whole 16 bytes: a tensor map):
+    # 64 co x 128 ci, two consumer warpgroups of 64 ci each
+    Case(3, 136, 72, 3, 2000),                          # two ci tiles, the last 8 ci (one warpgroup empty); gy
+                                                        # rows of 2002: windows at every offset; a part-empty last item
+    Case(2, 100, 48, 4, 1000, padding=2),               # 4 taps at consecutive shifts; the second warpgroup 36 ci
+    Case(2, 96, 40, 3, 1024, padding=1, layout="transposed"),  # x's batch stride below its channels' (N*L a channel)
+    Case(2, 160, 80, 16, 1000, stride=8, padding=4, groups=2),  # merged, two groups of 80 ci, 8 co of 8 rows a tile
+    Case(3, 72, 48, 12, 600, stride=4, padding=6, output_padding=3),  # merged, rows past phase origin 2
 ]
 
 

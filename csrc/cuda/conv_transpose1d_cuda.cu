@@ -507,6 +507,40 @@ void sum_slices(const at::Tensor& partial, const at::Tensor& grad_w, int64_t sli
 
 constexpr int64_t kWgScratchBytes = int64_t(64) << 20;  // the most partial sums may take
 
+// x [batch][channels][positions] as a tensor map of boxes of 64 channels x 128 bytes of positions,
+// swizzled as wgmma's B (128-byte rows), zeros outside the tensor, for the pipelined grad_weight;
+// false where TMA cannot read x (positions not contiguous, its start or a stride not a multiple of 16
+// bytes) or the driver refuses the map
+bool encode_x_map(CUtensorMap& map, const at::Tensor& x, int64_t channels, const ConvTParams& p) {
+  using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*, const cuuint64_t*,
+                                   const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                   CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+  static const EncodeTiled encode = [] {
+    void* function = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &function, 12000, cudaEnableDefault, &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      (void)cudaGetLastError();
+      return EncodeTiled(nullptr);
+    }
+    return reinterpret_cast<EncodeTiled>(function);
+  }();
+  const int64_t element_size = x.element_size();
+  const auto address = reinterpret_cast<uintptr_t>(x.data_ptr());
+  if (!encode || p.x_length_stride != 1 || address % 16 != 0 || p.x_channel_stride * element_size % 16 != 0 ||
+      p.x_batch_stride * element_size % 16 != 0) {
+    return false;
+  }
+  const CUtensorMapDataType type = x.scalar_type() == at::kFloat ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
+                                   : x.scalar_type() == at::kHalf ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                                                  : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  const cuuint64_t dims[3] = {cuuint64_t(p.length_in), cuuint64_t(channels), cuuint64_t(p.batch)};
+  const cuuint64_t strides[2] = {cuuint64_t(p.x_channel_stride * element_size), cuuint64_t(p.x_batch_stride * element_size)};
+  const cuuint32_t box[3] = {cuuint32_t(kWgmmaRowBytes / element_size), cuuint32_t(kWgmmaBlockCi), 1}, steps[3] = {1, 1, 1};
+  return encode(&map, type, 3, x.data_ptr(), dims, strides, box, steps, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
 // with_bias: grad_bias may come along (sums_bias: in warpgroup tiles, else in TF32 only; see the
 // kernels' header comments); one_pass: the math is TF32 or 16-bit, not 3xTF32, so tap groups of up
 // to kWgWideGroupTaps and warpgroup tiles may be planned; merge: the plan with merged phases
@@ -624,7 +658,11 @@ std::optional<WeightGradProblem> plan_grad_weight(const ConvTParams& p, const at
   // 64-ci tiles where C_in per group > 32 (H200 fwd+bwd: kb64 TF32 23.2 -> 20.9 ms, hifigan_up1 bf16
   // 5.86 -> 4.76, EnCodec bf16 3.32 -> 2.65); 32-ci tiles where it is at most 32 (64-ci tiles, half
   // empty there: kb74 TF32 5.43 -> 6.80, grouped 1.55 -> 1.86)
-  g.block_ci = g.cig > 32 ? 64 : 32;  // (64 x 64 for warpgroup tiles, which need C_in and C_out per group > 32)
+  // Pipelined warpgroup tiles (64 co x 128 ci, grad_weight_wgmma.cuh's kPipelined) where gy goes in
+  // chunks, C_in per group fills more than one consumer warpgroup and x has a tensor map
+  const bool pipelined = g.warpgroups && g.gy_copy_elements * element_size == 16 && g.cig > kWgmmaBlockCi &&
+                         encode_x_map(g.x_map, x, g.groups * g.cig, p);
+  g.block_ci = pipelined ? 2 * kWgmmaBlockCi : g.cig > 32 ? 64 : 32;  // (64 x 64 for warpgroup tiles, which need C_in and C_out per group > 32)
   g.ci_tiles = int((g.cig + g.block_ci - 1) / g.block_ci);
   // likewise 32-co tiles where C_out per group is at most 32 (hifigan_up3 TF32 fwd+bwd 1.61 -> 1.39 ms,
   // grouped 1.48 -> 1.33)
@@ -642,6 +680,19 @@ std::optional<WeightGradProblem> plan_grad_weight(const ConvTParams& p, const at
   const int64_t buffer_elements = g.warpgroups ? g.block_ci * kWgPositions + g.block_co * window_elements
                                                : g.block_co * wg_gy_row(element_size) + g.block_ci * window_elements;
   g.smem_bytes = size_t(2 * buffer_elements * element_size);
+  // grad_bias comes along where every phase has a tap, so that no row-sum pass is left: in warpgroup
+  // tiles from tap slot 0's A values (grad_weight_wgmma.cuh; 16-bit: each x_s buffer holds the ones
+  // column's rows too, kWgmmaXBytesOf)
+  if (g.warpgroups) g.sums_bias = with_bias && (g.merged || phases_with_taps == g.stride);
+  const size_t ones_bytes = g.warpgroups && g.sums_bias && element_size == 2 ? size_t(kWgmmaOnesRows * kWgPositions * element_size) : 0;
+  if (pipelined) {  // as many stages as fit, two at least: a buffer's x and gy, the ones rows and two mbarriers each
+    const size_t stage_bytes = size_t(buffer_elements * element_size) + 2 * ones_bytes + 2 * sizeof(uint64_t);
+    g.stages = int(std::min<size_t>(kMaxPipelineStages, smem_budgets().one_block / stage_bytes));
+    if (g.stages < 2) return std::nullopt;
+    g.smem_bytes = g.stages * stage_bytes;
+  } else {
+    g.smem_bytes += 2 * ones_bytes;
+  }
   if (g.smem_bytes > smem_budgets().one_block) return std::nullopt;  // wide tap groups (dilation in the hundreds)
   // Slices, within the scratch budget: about six blocks per SM in all (twelve of the two-warp 32 x 32
   // tiles); warpgroup tiles at most two full waves of the blocks an SM holds (the slices are equal
@@ -651,7 +702,7 @@ std::optional<WeightGradProblem> plan_grad_weight(const ConvTParams& p, const at
     return int64_t(device->sharedMemPerMultiprocessor / (smem_bytes + device->reservedSharedMemPerBlock));
   };
   if (g.warpgroups) {
-    const int64_t resident = sm_count() * std::min<int64_t>(wgmma_min_blocks(g.group_taps), blocks_per_sm(g.smem_bytes));
+    const int64_t resident = sm_count() * (g.stages > 0 ? 1 : std::min<int64_t>(wgmma_min_blocks(g.group_taps), blocks_per_sm(g.smem_bytes)));
     g.slices = std::clamp<int64_t>(2 * resident / g.tiles, 1, g.items);
   } else {
     const int64_t target_blocks = sm_count() * std::max(6, 24 / ((g.block_ci / 16) * (g.block_co / 32)));
@@ -659,16 +710,10 @@ std::optional<WeightGradProblem> plan_grad_weight(const ConvTParams& p, const at
   }
   g.slices = std::max<int64_t>(1, std::min(g.slices, kWgScratchBytes / 4 / weight_elements));
   if (g.tiles * g.slices >= kGemmIndexLimit) return std::nullopt;
-  // grad_bias comes along where every phase has a tap, so that no row-sum pass is left: in warpgroup
-  // tiles from tap slot 0's A values (grad_weight_wgmma.cuh); in the mma.sync kernel in TF32's
-  // rounding pass, into slots (floats, after the buffers) where they leave as many blocks per SM room
-  // in shared memory (session 9: grouped TF32 went from 6 to 5 blocks, fwd+bwd 1.327 -> 1.357 ms)
-  if (g.warpgroups) {
-    g.sums_bias = with_bias && (g.merged || phases_with_taps == g.stride);
-    // 16-bit: each x_s buffer holds the ones column's rows too (kWgmmaXBytesOf)
-    if (g.sums_bias && element_size == 2) g.smem_bytes += size_t(2 * kWgmmaOnesRows * kWgPositions * element_size);
-    return g;
-  }
+  // grad_bias in the mma.sync kernel: in TF32's rounding pass, into slots (floats, after the buffers)
+  // where they leave as many blocks per SM room in shared memory (session 9: grouped TF32 went from 6
+  // to 5 blocks, fwd+bwd 1.327 -> 1.357 ms)
+  if (g.warpgroups) return g;
   g.bias_slots = g.gy_copy_elements > 1 ? kWgPositions / g.gy_copy_elements : 32;
   const size_t with_slots = g.smem_bytes + size_t(g.block_co * g.bias_slots * 4);
   g.sums_bias = with_bias && element_size == 4 && phases_with_taps == g.stride && with_slots <= smem_budgets().one_block &&
@@ -701,18 +746,22 @@ void launch_grad_weight(const WeightGradProblem& g, const at::Tensor& x, const a
   if constexpr (kMath != Math::k3xTF32) {
     if (g.group_taps == kWgWideGroupTaps) kernel = tile_kernel(std::integral_constant<int, kWgWideGroupTaps>{});
     if (g.warpgroups) {
-      auto wgmma_kernel = [&](auto sums_bias, auto merged) {
+      auto wgmma_kernel = [&](auto sums_bias, auto merged, auto pipelined) {
         constexpr bool kSumsBias = decltype(sums_bias)::value, kMerged = decltype(merged)::value;
-        return g.group_taps == 1   ? grad_weight_wgmma_kernel<T, 1, kSumsBias, kMerged>
-               : g.group_taps == 2 ? grad_weight_wgmma_kernel<T, 2, kSumsBias, kMerged>
-               : g.group_taps == 3 ? grad_weight_wgmma_kernel<T, 3, kSumsBias, kMerged>
-                                   : grad_weight_wgmma_kernel<T, 4, kSumsBias, kMerged>;
+        constexpr bool kPipelined = decltype(pipelined)::value;
+        return g.group_taps == 1   ? grad_weight_wgmma_kernel<T, 1, kSumsBias, kMerged, kPipelined>
+               : g.group_taps == 2 ? grad_weight_wgmma_kernel<T, 2, kSumsBias, kMerged, kPipelined>
+               : g.group_taps == 3 ? grad_weight_wgmma_kernel<T, 3, kSumsBias, kMerged, kPipelined>
+                                   : grad_weight_wgmma_kernel<T, 4, kSumsBias, kMerged, kPipelined>;
       };
-      auto with_bias = [&](auto merged) {
-        return g.sums_bias ? wgmma_kernel(std::true_type{}, merged) : wgmma_kernel(std::false_type{}, merged);
+      auto with_bias = [&](auto merged, auto pipelined) {
+        return g.sums_bias ? wgmma_kernel(std::true_type{}, merged, pipelined) : wgmma_kernel(std::false_type{}, merged, pipelined);
       };
-      kernel = g.merged ? with_bias(std::true_type{}) : with_bias(std::false_type{});
-      threads = kWgmmaThreads;
+      auto with_merged = [&](auto pipelined) {
+        return g.merged ? with_bias(std::true_type{}, pipelined) : with_bias(std::false_type{}, pipelined);
+      };
+      kernel = g.stages > 0 ? with_merged(std::true_type{}) : with_merged(std::false_type{});
+      threads = g.stages > 0 ? kPipelineThreads : kWgmmaThreads;
     }
   }
   C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(g.smem_bytes)));

@@ -31,6 +31,8 @@
 // 16-bit loads.
 #pragma once
 
+#include <cuda.h>  // CUtensorMap
+
 #include <type_traits>
 
 #include "convt.h"
@@ -101,6 +103,10 @@ struct WeightGradProblem {
   // the gy_s row itself; phase_origin = padding mod stride
   bool merged;
   int phase_origin;
+  // pipelined warpgroup tiles (grad_weight_wgmma.cuh's kPipelined, 0: not): the ring's stages, and
+  // x as a tensor map of boxes of 64 channels x 128 bytes of positions
+  int stages;
+  CUtensorMap x_map;
 };
 
 // One 32-bit register of an mma fragment from the staged value(s) at `at`: a float (TF32 or 3xTF32),

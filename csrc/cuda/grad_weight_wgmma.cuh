@@ -51,6 +51,7 @@
 #include <type_traits>
 
 #include "cuda/grad_weight_gemm.cuh"
+#include "cuda/pipelined_gemm.cuh"
 #include "cuda/wgmma.cuh"
 
 namespace convt::cuda {
@@ -68,8 +69,10 @@ constexpr int kWgmmaOnesRows = 8;
 template <typename T, bool kOnesColumn>
 constexpr int kWgmmaXBytesOf = (kWgmmaBlockCi + (kOnesColumn ? kWgmmaOnesRows : 0)) * kWgPositions * int(sizeof(T));
 
-template <typename T, int kTaps, bool kSumsBias, bool kMerged>
-__global__ void __launch_bounds__(kWgmmaThreads, wgmma_min_blocks(kTaps))
+// kPipelined: tiles of 64 co x 128 ci, a block two consumer warpgroups (ci 0-63 and 64-127 of the
+// tile: the same A, each its own B) and a producer warp (see above), one block an SM
+template <typename T, int kTaps, bool kSumsBias, bool kMerged, bool kPipelined>
+__global__ void __launch_bounds__(kPipelined ? kPipelineThreads : kWgmmaThreads, kPipelined ? 1 : wgmma_min_blocks(kTaps))
     grad_weight_wgmma_kernel(const T* __restrict__ x, const T* __restrict__ gy, float* __restrict__ partial,
                              float* __restrict__ bias_partial, const __grid_constant__ WeightGradProblem p) {
   constexpr bool k16 = sizeof(T) == 2;
@@ -80,18 +83,23 @@ __global__ void __launch_bounds__(kWgmmaThreads, wgmma_min_blocks(kTaps))
   // gy_s: gy_rows rows of gy_row elements (merged: a row per co, the window row as planned)
   const int gy_row = kMerged ? p.window_row_elements : wg_window_row(p.window_row_elements, sizeof(T));
   const int gy_rows = kMerged ? p.block_co : kWgmmaBlockCo;
+  // buffers: two (pipelined: a stage's x_s for each consumer warpgroup, `stages` stages)
+  constexpr int kXPerBuffer = kPipelined ? 2 : 1;
+  const int buffers = kPipelined ? p.stages : 2;
   extern __shared__ __align__(kMaxSwizzleAtomBytes) unsigned char wgmma_smem[];  // x buffers first: atoms aligned
-  unsigned char* x_buffers = wgmma_smem;                                          // 2 x kXBytes
-  T* gy_buffers = reinterpret_cast<T*>(wgmma_smem + 2 * kXBytes);                // 2 x gy_rows x gy_row
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  unsigned char* x_buffers = wgmma_smem;                                          // buffers x kXPerBuffer x kXBytes
+  T* gy_buffers = reinterpret_cast<T*>(wgmma_smem + buffers * kXPerBuffer * kXBytes);  // buffers x gy_rows x gy_row
+  // warp: of the warpgroup; wg: the consumer warpgroup (pipelined; its ci are 64 * wg past the tile's)
+  const int lane = threadIdx.x % 32, warp = kPipelined ? threadIdx.x / 32 % 4 : threadIdx.x / 32;
+  const int wg = kPipelined ? threadIdx.x / kWgmmaThreads : 0;
 
-  const WeightGradTile tile(p, kWgmmaBlockCi, gy_rows);
+  const WeightGradTile tile(p, kXPerBuffer * kWgmmaBlockCi, gy_rows);
   const int tap_group = tile.tap_group, ci_count = tile.ci_count, co_count = tile.co_count;
   const int phase = p.group_phase[tap_group], count = p.group_count[tap_group];
   const int shift_min = p.group_shift_max[tap_group] - p.group_span[tap_group];
   const int gy_positions = kWgPositions + p.group_span[tap_group];
   const int gy_elements = kMerged ? gy_positions * p.stride : gy_positions;  // of a window row
-  const bool bias_block = kSumsBias && tile.ci_tile == 0 && p.group_phase_index[tap_group] == 0;
+  const bool bias_block = kSumsBias && tile.ci_tile == 0 && wg == 0 && p.group_phase_index[tap_group] == 0;
   // A row a_row of the tile: its co, its phase r past each tap's k (merged: row co*s + r, else 0),
   // and as a row of unmerged sums its phase and the phase position of tap slot 0's first A value
   struct TileRow {
@@ -246,29 +254,26 @@ __global__ void __launch_bounds__(kWgmmaThreads, wgmma_min_blocks(kTaps))
     for (int e = 0; e < kWgmmaBlockCi / 2; ++e) acc[t][e] = 0.0f;
   float bias_sums[2] = {0.0f, 0.0f};  // TF32 bias blocks: rows co 16 * warp + lane / 4 and 8 more
   float ones_acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // 16-bit: slot 0's columns 64-71 (column 64: the sums)
-  if constexpr (kOnesColumn) {  // rows 64-71 of both x_s buffers: 1.0, then zeros (16 bytes a thread)
+  if constexpr (kOnesColumn) {  // rows 64-71 of every x_s buffer: 1.0, then zeros (16 bytes a thread)
     const T one = from_float<T>(1.0f);
     uint16_t one_bits;
     memcpy(&one_bits, &one, sizeof(one));
     const uint32_t one_pair = one_bits * 0x10001u;
-    const int buffer = threadIdx.x / 64, byte = threadIdx.x % 64 * 16;  // byte of the buffer's 8 rows
+    const int byte = threadIdx.x % 64 * 16;  // byte of the buffer's 8 rows
     const uint32_t word = byte < kWgmmaRowBytes ? one_pair : 0u;
-    *reinterpret_cast<uint4*>(x_buffers + buffer * kXBytes + kWgmmaBlockCi * kWgmmaRowBytes + byte) =
-        make_uint4(word, word, word, word);
+    auto write_ones = [&](int buffer) {
+      *reinterpret_cast<uint4*>(x_buffers + buffer * kXBytes + kWgmmaBlockCi * kWgmmaRowBytes + byte) =
+          make_uint4(word, word, word, word);
+    };
+    if constexpr (kPipelined) {
+      for (int buffer = threadIdx.x / 64; buffer < buffers * kXPerBuffer; buffer += kPipelineThreads / 64) write_ones(buffer);
+      fence_async_shared();  // read by wgmma (the block barrier below)
+    } else {
+      write_ones(threadIdx.x / 64);
+    }
   }
-  const int64_t begin = tile.slice * p.items / p.slices, end = (tile.slice + 1) * p.items / p.slices;
-  if (begin < end) stage(begin, 0);
-  cp_async_commit();
-  int buffer = 0;
-  for (int64_t item = begin; item < end; ++item, buffer ^= 1) {
-    if (item + 1 < end) stage(item + 1, buffer ^ 1);
-    cp_async_commit();
-    cp_async_wait<1>();
-    round_own_copies(item, buffer);
-    fence_async_shared();  // x_s (cp.async and the rounding stores) is read by wgmma
-    __syncthreads();
-    const unsigned char* x_s = x_buffers + buffer * kXBytes;
-    const T* gy_s = gy_buffers + buffer * gy_rows * gy_row;
+  // Item `item` from x_s (this warpgroup's) and gy_s, both landed: the products into acc
+  auto compute_item = [&](int64_t item, const unsigned char* x_s, const T* gy_s) {
     const auto row = p.div_chunks_per_row.divmod(unsigned(item));
     const int64_t i0 = int64_t(row.mod) * kWgPositions, first_element = window_start(i0 + shift_min);
     // A k-step covers kK positions (32 bytes of an x_s row). This lane's two registers of a fragment
@@ -277,7 +282,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, wgmma_min_blocks(kTaps))
     // window's offset in gy_s
     constexpr int kK = k16 ? 16 : 8, kNext = kK / 2;
     const int lane_position = k16 ? 2 * (lane % 4) : lane % 4;
-    const bool chunks = chunked(first_element);
+    const bool chunks = kPipelined || chunked(first_element);  // (pipelined: every window from its 16-byte boundary)
     const T* a_rows[2];     // merged: row (co, r) at tap slot 0, else at shift 0
     int window_parity = 0;  // of every row's offset (16-bit chunks: rows of whole 32-bit words)
 #pragma unroll
@@ -297,6 +302,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, wgmma_min_blocks(kTaps))
     // window_parity): the words of each register place load once for all taps (kWords of them).
     auto multiply = [&](auto edge, auto bias, auto pairs) {
       constexpr bool kEdge = decltype(edge)::value, kBias = decltype(bias)::value;
+      constexpr bool kRoundA = kBias || (kPipelined && !k16);  // TF32 from unrounded gy_s (pipelined: always)
       constexpr int kPairs = decltype(pairs)::value, kWords = kPairs < 0 ? 1 : (kPairs + kTaps) / 2 + 1;
       // Two sets of A registers: k-step s loads set s % 2 while the wgmma of k-step s - 1 (set
       // (s + 1) % 2) may still run; the wait for at most one running group after each commit frees
@@ -375,11 +381,13 @@ __global__ void __launch_bounds__(kWgmmaThreads, wgmma_min_blocks(kTaps))
               set[t][2 * half] &= keep, set[t][2 * half + 1] &= keep;
             }
           }
-          if constexpr (kBias) {  // slot 0's sums (registers 0, 2: row g; 1, 3: row g + 8), then TF32 rounding
+          if constexpr (kBias) {  // slot 0's sums (registers 0, 2: row g; 1, 3: row g + 8)
             if (t == 0) {
 #pragma unroll
               for (int half = 0; half < 2; ++half) bias_sums[half] += __uint_as_float(set[0][half]) + __uint_as_float(set[0][half + 2]);
             }
+          }
+          if constexpr (kRoundA) {
 #pragma unroll
             for (int e = 0; e < 4; ++e) set[t][e] = to_tf32(__uint_as_float(set[t][e]));
           }
@@ -439,9 +447,109 @@ __global__ void __launch_bounds__(kWgmmaThreads, wgmma_min_blocks(kTaps))
     } else {
       multiply_item(std::false_type{});
     }
-    __syncthreads();  // this buffer is consumed before the item after next overwrites it
+  };
+  const int64_t begin = tile.slice * p.items / p.slices, end = (tile.slice + 1) * p.items / p.slices;
+  if constexpr (kPipelined) {
+    // the ring: stage s is x_s buffers 2s (ci 0-63) and 2s + 1 (ci 64-127) and gy_s buffer s, filled
+    // when full[s] completes (an arrival of each producer thread, after its copies, and every
+    // announced byte), free again when empty[s] has the consumers' 8 warps
+    uint64_t* full = reinterpret_cast<uint64_t*>(gy_buffers + buffers * gy_rows * gy_row);
+    uint64_t* empty = full + buffers;
+    if (threadIdx.x == 0) {
+      for (int s = 0; s < buffers; ++s) {
+        mbarrier_init(full + s, kWgmmaThreads);
+        mbarrier_init(empty + s, kPipelineConsumerThreads / 32);
+      }
+      mbarrier_init_fence();
+    }
+    __syncthreads();
+    if (threadIdx.x >= kPipelineConsumerThreads) {  // ---- the producer warpgroup ----
+      set_max_registers<kProducerRegisters, false>();
+      const int producer = threadIdx.x - kPipelineConsumerThreads;
+      // a walk over the co_count x gy_chunks chunks of an item's windows, kWgmmaThreads chunks apart
+      // (as for_each_copy's)
+      const auto first_chunk = gy_chunks_per_row.divmod(producer), step = gy_chunks_per_row.divmod(kWgmmaThreads);
+      const int rows_step = int(step.div), chunks_step = int(step.mod);
+      int stage = 0;
+      uint32_t parity = 0;
+      for (int64_t item = begin; item < end; ++item) {
+        mbarrier_wait(empty + stage, parity ^ 1);
+        uint64_t* landed = full + stage;
+        const auto row = p.div_chunks_per_row.divmod(unsigned(item));
+        const int n = int(row.div), i0 = int(row.mod) * kWgPositions;
+        // x: a box of 64 ci x 128 bytes of positions per consumer warpgroup and half, swizzled as wgmma's
+        // B (the tensor map's), zeros past the tensor's positions and channels
+        if (producer == 0) {
+          constexpr int kHalves = int(sizeof(T)) / 2, kHalfPositions = kWgmmaRowBytes / int(sizeof(T));
+          mbarrier_expect_bytes(landed, kXPerBuffer * kHalves * kHalfBytes);
+          for (int w = 0; w < kXPerBuffer; ++w)
+            for (int half = 0; half < kHalves; ++half)
+              tensor_copy_to_shared(x_buffers + (stage * kXPerBuffer + w) * kXBytes + half * kHalfBytes, &p.x_map,
+                                    i0 + half * kHalfPositions, int(tile.first_ci) + w * kWgmmaBlockCi, n, landed);
+        }
+        // gy: each row's window from its 16-byte boundary (rows past co_count are not staged: their
+        // products are not written); inside the rows in 16-byte cp.async copies from every producer
+        // thread (one bulk copy a row measured 2x slower on kb64 bf16: 64 small copies an item),
+        // at a row's ends by the first warp, a lane a row (stage_window)
+        T* gy_s = gy_buffers + stage * gy_rows * gy_row;
+        const T* gy_n = gy + n * p.gy_batch_stride + tile.first_co * p.gy_channel_stride;
+        const int first_element = int(window_start(i0 + shift_min));
+        if (chunked(first_element)) {
+          int co = int(first_chunk.div), chunk = int(first_chunk.mod);
+#pragma unroll 1
+          while (co < co_count) {
+            const T* window = gy_n + co * p.gy_channel_stride + first_element;
+            cp_async_16(gy_s + co * gy_row + chunk * kChunk, window - elements_past_16_bytes(window) + chunk * kChunk);
+            co += rows_step, chunk += chunks_step;
+            if (chunk >= gy_chunks) chunk -= gy_chunks, ++co;
+          }
+          cp_async_arrive(landed);
+        } else {
+          for (int co = producer; co < co_count && producer < 32; co += 32) {
+            const T* gy_co = gy_n + co * p.gy_channel_stride;
+            stage_window(gy_s + co * gy_row, gy_co, first_element - elements_past_16_bytes(gy_co + first_element), p.length_out,
+                         gy_chunk_elements, landed);
+          }
+          fence_async_shared();  // these stores before later bulk copies into the stage
+          mbarrier_arrive(landed);
+        }
+        if (++stage == buffers) stage = 0, parity ^= 1;
+      }
+      return;
+    }
+    set_max_registers<kConsumerRegisters, true>();
+    int stage = 0;
+    uint32_t parity = 0;
+    for (int64_t item = begin; item < end; ++item) {
+      mbarrier_wait(full + stage, parity);
+      unsigned char* x_s = x_buffers + (stage * kXPerBuffer + wg) * kXBytes;
+      if constexpr (!k16) {  // this warpgroup's x_s to TF32 in place (gy's A values round as they load)
+        for (int v = threadIdx.x % kWgmmaThreads * 4; v < kWgmmaBlockCi * kWgPositions; v += kWgmmaThreads * 4)
+          round_to_tf32<4>(reinterpret_cast<float*>(x_s) + v);
+        fence_async_shared();  // read by wgmma, and before later copies into the stage
+        warpgroup_barrier(wg);
+      }
+      compute_item(item, x_s, gy_buffers + stage * gy_rows * gy_row);
+      __syncwarp();
+      if (lane == 0) mbarrier_arrive(empty + stage);
+      if (++stage == buffers) stage = 0, parity ^= 1;
+    }
+  } else {
+    if (begin < end) stage(begin, 0);
+    cp_async_commit();
+    int buffer = 0;
+    for (int64_t item = begin; item < end; ++item, buffer ^= 1) {
+      if (item + 1 < end) stage(item + 1, buffer ^ 1);
+      cp_async_commit();
+      cp_async_wait<1>();
+      round_own_copies(item, buffer);
+      fence_async_shared();  // x_s (cp.async and the rounding stores) is read by wgmma
+      __syncthreads();
+      compute_item(item, x_buffers + buffer * kXBytes, gy_buffers + buffer * gy_rows * gy_row);
+      __syncthreads();  // this buffer is consumed before the item after next overwrites it
+    }
+    cp_async_wait<0>();
   }
-  cp_async_wait<0>();
 
   if (bias_block) {
     if constexpr (kOnesColumn) {  // column 64: lanes 4g's accumulators 0 (row g) and 2 (row g + 8)
@@ -503,7 +611,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, wgmma_min_blocks(kTaps))
 #pragma unroll
     for (int e = 0; e < kWgmmaBlockCi / 2; ++e) {
       const TileRow a_row = tile_row(16 * warp + lane / 4 + 8 * (e % 4 / 2));
-      const int ci = 8 * (e / 4) + 2 * (lane % 4) + e % 2;
+      const int ci = kWgmmaBlockCi * wg + 8 * (e / 4) + 2 * (lane % 4) + e % 2;
       if (ci < ci_count && a_row.co < co_count)
         out[tile.partial_index(p, ci, a_row.co, k + a_row.r)] = acc[t][e];
     }

@@ -35,6 +35,41 @@ __device__ __forceinline__ void consumer_barrier() {
   asm volatile("bar.sync 1, %0;\n" ::"n"(kPipelineConsumerThreads) : "memory");
 }
 
+// The barrier of consumer warpgroup `wg` alone (named barriers 2 and 3)
+__device__ __forceinline__ void warpgroup_barrier(int wg) {
+  asm volatile("bar.sync %0, 128;\n" ::"r"(2 + wg) : "memory");
+}
+
+// One producer lane stages a row's window: `copied` elements (a multiple of 16 bytes) of `row` (of
+// `length` elements, contiguous; nullptr: zeros) from position `start`, whose address is 16-byte
+// aligned, to `to`; its whole 16-byte chunks inside the row by one bulk copy landing on `landed`
+// (announced to it), the rest (row ends, positions outside the row) element by element, zero outside.
+template <typename T>
+__device__ __forceinline__ void stage_window(T* to, const T* row, int start, int length, int copied, uint64_t* landed) {
+  constexpr int kChunk = 16 / int(sizeof(T));
+  // elements [inside_begin, inside_end) of the window are positions of the row; chunks [bulk_begin,
+  // bulk_end) of them are whole
+  const int inside_begin = row ? min(max(-start, 0), copied) : 0;
+  const int inside_end = row ? max(min(length - start, copied), inside_begin) : 0;
+  const int bulk_begin = (inside_begin + kChunk - 1) / kChunk, bulk_end = max(inside_end / kChunk, bulk_begin);
+  if (bulk_end > bulk_begin) {
+    const uint32_t bytes = uint32_t(bulk_end - bulk_begin) * 16;
+    mbarrier_expect_bytes(landed, bytes);
+    bulk_copy_to_shared(to + bulk_begin * kChunk, row + start + bulk_begin * kChunk, bytes, landed);
+  }
+  auto write_chunk = [&](int c) {  // element by element, zero outside the row
+    T values[kChunk];
+#pragma unroll
+    for (int e = 0; e < kChunk; ++e) {
+      const int j = c * kChunk + e;
+      values[e] = j >= inside_begin && j < inside_end ? row[start + j] : from_float<T>(0.0f);
+    }
+    *reinterpret_cast<uint4*>(to + c * kChunk) = *reinterpret_cast<const uint4*>(values);
+  };
+  for (int c = 0; c < bulk_begin; ++c) write_chunk(c);
+  for (int c = bulk_end; c < copied / kChunk; ++c) write_chunk(c);
+}
+
 // kSubtiles: 64-column subtiles per consumer warpgroup (1 or 2: 128 x 128 or 128 x 256 tiles)
 template <typename T, Math kMath, Merge kMerge, int kSubtiles>
 __global__ void __launch_bounds__(kPipelineThreads, 1)
@@ -42,7 +77,6 @@ __global__ void __launch_bounds__(kPipelineThreads, 1)
                           T* __restrict__ out, const __grid_constant__ GemmProblem p) {
   static_assert(kMath != Math::k3xTF32);
   constexpr int kBlockM = 128, kBlockN = 128 * kSubtiles;  // rows and columns of a tile
-  constexpr int kChunk = 16 / int(sizeof(T));  // elements of 16 bytes
   extern __shared__ __align__(kMaxSwizzleAtomBytes) uint32_t smem[];  // weight slots first: swizzle atoms aligned
   const int stage_weight_words = p.taps * p.slot_words;  // one (g, row_tile, chunk) of packed_w
   uint32_t* w_stages = smem;
@@ -50,7 +84,7 @@ __global__ void __launch_bounds__(kPipelineThreads, 1)
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + p.stages * (stage_weight_words + p.x_words));
   uint64_t* empty = full + p.stages;
   const int x_stage_elements = p.x_words * 4 / int(sizeof(T));
-  const int copied = p.row_copies * p.copy_elements;  // elements of a staged row (a multiple of kChunk)
+  const int copied = p.row_copies * p.copy_elements;  // elements of a staged row (whole 16-byte chunks)
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   if (threadIdx.x == 0) {
     for (int s = 0; s < p.stages; ++s) {
@@ -105,29 +139,7 @@ __global__ void __launch_bounds__(kPipelineThreads, 1)
         T* x_s = x_stages + stage * x_stage_elements;
         for (int r = lane; r < p.staged_rows; r += 32) {
           const StagedRow row = staged_row(tile, chunk, r);
-          const int start = row.window - row.shift();  // position of x_s element 0
-          // elements [inside_begin, inside_end) of the window are positions of the row; chunks
-          // [bulk_begin, bulk_end) of them are whole
-          const int inside_begin = row.row ? min(max(-start, 0), copied) : 0;
-          const int inside_end = row.row ? max(min(p.in_length - start, copied), inside_begin) : 0;
-          const int bulk_begin = (inside_begin + kChunk - 1) / kChunk, bulk_end = max(inside_end / kChunk, bulk_begin);
-          T* x_row = x_s + r * p.x_row_elements;
-          if (bulk_end > bulk_begin) {
-            const uint32_t bytes = uint32_t(bulk_end - bulk_begin) * 16;
-            mbarrier_expect_bytes(landed, bytes);
-            bulk_copy_to_shared(x_row + bulk_begin * kChunk, row.row + start + bulk_begin * kChunk, bytes, landed);
-          }
-          auto write_chunk = [&](int c) {  // element by element, zero outside the row
-            T values[kChunk];
-#pragma unroll
-            for (int e = 0; e < kChunk; ++e) {
-              const int j = c * kChunk + e;
-              values[e] = j >= inside_begin && j < inside_end ? row.row[start + j] : from_float<T>(0.0f);
-            }
-            *reinterpret_cast<uint4*>(x_row + c * kChunk) = *reinterpret_cast<const uint4*>(values);
-          };
-          for (int c = 0; c < bulk_begin; ++c) write_chunk(c);
-          for (int c = bulk_end; c < copied / kChunk; ++c) write_chunk(c);
+          stage_window(x_s + r * p.x_row_elements, row.row, row.window - row.shift(), p.in_length, copied, landed);
         }
         fence_async_shared();  // these stores before later bulk copies into the stage
         mbarrier_arrive(landed);

@@ -124,6 +124,13 @@ __device__ __forceinline__ void mbarrier_arrive(uint64_t* barrier) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(shared_address(barrier)) : "memory");
 #endif
 }
+// Arrives on the barrier once this thread's cp.async copies issued so far have landed (counted
+// among its expected arrivals)
+__device__ __forceinline__ void cp_async_arrive(uint64_t* barrier) {
+#if CONVT_WGMMA_AVAILABLE
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(shared_address(barrier)) : "memory");
+#endif
+}
 // Announces `bytes` more to land in the barrier's current phase
 __device__ __forceinline__ void mbarrier_expect_bytes(uint64_t* barrier, uint32_t bytes) {
 #if CONVT_WGMMA_AVAILABLE
@@ -151,6 +158,19 @@ __device__ __forceinline__ void bulk_copy_to_shared(void* shared, const void* gl
                    shared_address(shared)),
                "l"(global), "r"(bytes), "r"(shared_address(barrier))
                : "memory");
+#endif
+}
+
+// The box of a 3-D tensor map (the host's cuTensorMapEncodeTiled) at coordinates (c0 innermost, c1,
+// c2) -> shared memory, landing on `barrier` (bytes: the whole box, zeros where it lies outside the
+// tensor); `map` in parameter, constant or global memory
+__device__ __forceinline__ void tensor_copy_to_shared(void* shared, const void* map, int c0, int c1, int c2, uint64_t* barrier) {
+#if CONVT_WGMMA_AVAILABLE
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(
+          shared_address(shared)),
+      "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(shared_address(barrier))
+      : "memory");
 #endif
 }
 
