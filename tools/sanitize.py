@@ -22,6 +22,7 @@ SHAPES = [
     (2, 48, 40, 3, 1000, 1, 0, 0, 1, 1, False),  # sm_90 grad_weight: gy chunks at even offsets, 3 taps at consecutive shifts
     (2, 72, 40, 3, 500, 2, 0, 1, 1, 3, False),   # sm_90 grad_weight with grad_bias: a phase whose shifts start at 1
     (2, 96, 80, 3, 1001, 1, 1, 0, 1, 1, False),  # sm_90 implicit GEMM: rows of an odd length, windows at shifts
+    (2, 136, 72, 3, 304, 1, 0, 0, 1, 1, False),  # sm_90 pipelined grad_weight: two ci tiles, the last part-empty
     (1, 24, 40, 7, 129, 3, 2, 1, 1, 2, False),   # staged interleaved output
     (2, 64, 32, 4, 257, 2, 1, 0, 2, 1, False),   # groups, 32-row tiles
     (2, 16, 24, 2, 70, 6, 0, 5, 1, 2, False),    # phases that no tap reaches, staged

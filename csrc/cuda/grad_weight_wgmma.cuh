@@ -46,6 +46,23 @@
 // apart. x is staged once for every phase. Row (co, r) is phase (r - phase_origin) mod s of the
 // unmerged sums, one phase lower where r < phase_origin: grad_bias's edge sums and bias_partial
 // take each row so.
+//
+// Pipelined (kPipelined; plan_grad_weight where gy goes in chunks, C_in per group exceeds 64 and x
+// has a tensor map): tiles of 64 co x 128 ci, one block an SM of two consumer warpgroups (ci 0-63
+// and 64-127 of the tile: the same A rows, each its own x_s) and a producer warpgroup, through a ring
+// of p.stages stages (both x_s and a gy_s) with a `full` and an `empty` mbarrier each. The producer
+// copies, the consumers only load A and run wgmma (the cp.async staging, its TF32 pass and two block
+// barriers an item of the kernel above go; H100 kb64 TF32 grad_weight 3.26 -> 1.98 ms, bf16 1.36 ->
+// 0.93, hifigan_up1 TF32 0.66 -> 0.39):
+//  - x_s: its first thread's TMA boxes of p.x_map (64 ci x 128 bytes, swizzled as wgmma's B, zeros
+//    outside x; float as TFLOAT32, which the copy rounds to nearest, ties to even);
+//  - gy_s: every producer thread's share of the windows' 16-byte chunks from their 16-byte
+//    boundaries (cp.async), its arrival on `full` once they land; an item whose windows reach past
+//    a row's ends goes a lane a row (stage_window: the whole chunks in one bulk copy, the ends
+//    element by element). One bulk copy a row for every item measured 2x slower on kb64 bf16 (64
+//    small copies an item).
+// TF32 A values round in registers as they load (gy_s is not rounded: warpgroup 0 of the bias blocks
+// sums them unrounded, as the bias blocks above do).
 #pragma once
 
 #include <type_traits>
@@ -69,8 +86,7 @@ constexpr int kWgmmaOnesRows = 8;
 template <typename T, bool kOnesColumn>
 constexpr int kWgmmaXBytesOf = (kWgmmaBlockCi + (kOnesColumn ? kWgmmaOnesRows : 0)) * kWgPositions * int(sizeof(T));
 
-// kPipelined: tiles of 64 co x 128 ci, a block two consumer warpgroups (ci 0-63 and 64-127 of the
-// tile: the same A, each its own B) and a producer warp (see above), one block an SM
+// kPipelined: the pipelined tiles (above): 384 threads, one block an SM
 template <typename T, int kTaps, bool kSumsBias, bool kMerged, bool kPipelined>
 __global__ void __launch_bounds__(kPipelined ? kPipelineThreads : kWgmmaThreads, kPipelined ? 1 : wgmma_min_blocks(kTaps))
     grad_weight_wgmma_kernel(const T* __restrict__ x, const T* __restrict__ gy, float* __restrict__ partial,
@@ -522,14 +538,8 @@ __global__ void __launch_bounds__(kPipelined ? kPipelineThreads : kWgmmaThreads,
     uint32_t parity = 0;
     for (int64_t item = begin; item < end; ++item) {
       mbarrier_wait(full + stage, parity);
-      unsigned char* x_s = x_buffers + (stage * kXPerBuffer + wg) * kXBytes;
-      if constexpr (!k16) {  // this warpgroup's x_s to TF32 in place (gy's A values round as they load)
-        for (int v = threadIdx.x % kWgmmaThreads * 4; v < kWgmmaBlockCi * kWgPositions; v += kWgmmaThreads * 4)
-          round_to_tf32<4>(reinterpret_cast<float*>(x_s) + v);
-        fence_async_shared();  // read by wgmma, and before later copies into the stage
-        warpgroup_barrier(wg);
-      }
-      compute_item(item, x_s, gy_buffers + stage * gy_rows * gy_row);
+      // (float x_s lands rounded to TF32: the tensor map's TFLOAT32; gy's A values round as they load)
+      compute_item(item, x_buffers + (stage * kXPerBuffer + wg) * kXBytes, gy_buffers + stage * gy_rows * gy_row);
       __syncwarp();
       if (lane == 0) mbarrier_arrive(empty + stage);
       if (++stage == buffers) stage = 0, parity ^= 1;

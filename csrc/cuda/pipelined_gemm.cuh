@@ -35,11 +35,6 @@ __device__ __forceinline__ void consumer_barrier() {
   asm volatile("bar.sync 1, %0;\n" ::"n"(kPipelineConsumerThreads) : "memory");
 }
 
-// The barrier of consumer warpgroup `wg` alone (named barriers 2 and 3)
-__device__ __forceinline__ void warpgroup_barrier(int wg) {
-  asm volatile("bar.sync %0, 128;\n" ::"r"(2 + wg) : "memory");
-}
-
 // One producer lane stages a row's window: `copied` elements (a multiple of 16 bytes) of `row` (of
 // `length` elements, contiguous; nullptr: zeros) from position `start`, whose address is 16-byte
 // aligned, to `to`; its whole 16-byte chunks inside the row by one bulk copy landing on `landed`
