@@ -84,7 +84,7 @@ struct WeightGradProblem {
   // gy goes in chunks (grad_weight_wgmma.cuh), else 1.
   int x_copy_elements, gy_copy_elements;
   bool warpgroups;            // grad_weight_wgmma_kernel's tiles (64 x 64, items of x positions)
-  int block_ci, block_co;     // ci and co per tile: 16 * kCiWarps, 32 * kCoWarps (64 x 64: warpgroups)
+  int block_ci, block_co;     // ci and co per tile: 16 * kCiWarps, 32 * kCoWarps (warpgroups: 64 x 64; pipelined: 128 ci)
   int ci_tiles, co_tiles;
   int64_t tiles;
   // items per batch element: ceil(longest phase / kWgPositions); warpgroups: ceil(L_in / kWgPositions)
