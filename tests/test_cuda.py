@@ -18,6 +18,7 @@ PRECISION_CASES = [
     Case(2, 64, 32, 10, 300, stride=5),                         # EnCodec-like
     Case(2, 128, 128, 5, 700, stride=2, padding=2, output_padding=1, groups=4),
     Case(2, 32, 32, 7, 500, padding=3, groups=32),              # depthwise (direct path)
+    Case(2, 128, 128, 3, 17000, padding=1),                     # kb64-like, pipelined tiles (fill 132 SMs)
 ]
 
 
@@ -73,7 +74,7 @@ def test_strict_float32_is_float32_accurate(case, tf32):
 # stride merges its phases: the forward into rows (stride x C_out rows), grad_input, where stride
 # divides 8, into channels (stride x C_out channels, grad_y rows staged whole): even and odd
 # strides, padding below and above stride, groups, output_padding, part-empty tiles, rows not
-# 16-byte aligned.
+# 16-byte aligned. Strict float32 (3xTF32) takes the pipelined tiles too, and mma.sync tiles elsewhere.
 WIDE_TILE_CASES = [
     Case(8, 36, 50, 5, 4500, padding=2, dilation=2),  # 64 x 256, adjacent stores, part-empty m16 tiles
     Case(8, 48, 40, 4, 4500, stride=2, padding=1),    # 64 x 256, staged interleaved output
@@ -97,8 +98,8 @@ WIDE_TILE_CASES = [
 ]
 
 
-@pytest.mark.parametrize("tf32", [True], indirect=True)
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("dtype, tf32", [(torch.float32, True), (torch.float32, False), (torch.bfloat16, True),
+                                         (torch.float16, True)], ids=str, indirect=["tf32"])
 @pytest.mark.parametrize("case", WIDE_TILE_CASES, ids=str)
 def test_wide_tiles_forward_and_backward(case, dtype, tf32):
     assert_backward_matches_reference(case, dtype, "cuda", check_forward=True)

@@ -10,6 +10,7 @@ TENSOR_CORES = [
     Case(2, 32, 24, 3, 33, stride=2, padding=1, dilation=2),              # strided
     Case(2, 16, 24, 2, 70, stride=6, dilation=2, output_padding=5),       # phases without taps
     Case(2, 40, 48, 3, 70, padding=1),                                    # sm_90: warpgroup grad_weight
+    Case(2, 16, 80, 3, 8500, padding=1),                                  # sm_90: pipelined forward (134 tiles)
 ]
 SPECIAL_CASES = [
     Case(2, 4, 6, 3, 9),                                                  # direct kernels

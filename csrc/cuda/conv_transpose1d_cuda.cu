@@ -112,6 +112,7 @@ GemmProblem gemm_problem(const ConvTParams& p, bool forward) {
   g.out_step = forward ? int(p.stride) : 1;
   g.in_step = forward ? 1 : int(p.stride);
   g.row_phases = g.channel_phases = 1;
+  g.weight_parts = 1;
   set_taps(g, p, forward);
   return g;
 }
@@ -328,8 +329,9 @@ bool wgmma_usable() {
 // The pipelined kernel's plan (pipelined_gemm.cuh) with tiles of block_n columns for a warpgroup
 // problem whose steps all read one phase pair from contiguous rows in 16-byte chunks (out_step 1;
 // in_step 1 unless its channels merge phases): 32-word chunks where three stages fit in one block's
-// shared memory, else 16-word chunks with as many stages as fit (two at least).
-std::optional<GemmProblem> plan_pipelined_tiles(const GemmProblem& problem, const at::Tensor& in, int block_n) {
+// shared memory, else 16-word chunks with as many stages as fit (two at least). 3xTF32 stages A's
+// big and small parts.
+std::optional<GemmProblem> plan_pipelined_tiles(const GemmProblem& problem, const at::Tensor& in, int block_n, Math math) {
   auto plan = plan_gemm_tiles(problem, in, 128, block_n, /*warpgroups=*/true);
   const int element_size = int(in.element_size());
   if (!plan || plan->out_phases != 1 || plan->in_phases != 1 || plan->out_step != 1 ||
@@ -337,6 +339,7 @@ std::optional<GemmProblem> plan_pipelined_tiles(const GemmProblem& problem, cons
     return std::nullopt;
   }
   GemmProblem g = *plan;
+  g.weight_parts = math == Math::k3xTF32 ? 2 : 1;
   const int channels_per_word = 4 / element_size;
   const int64_t channel_words = (g.channels_per_group + channels_per_word - 1) / channels_per_word;
   const size_t budget = smem_budgets().one_block;
@@ -348,7 +351,7 @@ std::optional<GemmProblem> plan_pipelined_tiles(const GemmProblem& problem, cons
     g.staged_rows = g.chunk_channels / g.channel_phases;
     g.x_words = g.staged_rows * g.x_row_elements * element_size / 4;
     g.slot_words = (g.block_m / 16) * g.ksteps * kFragmentWords;
-    const size_t stage_bytes = size_t(g.taps * g.slot_words + g.x_words) * 4 + 2 * sizeof(uint64_t);  // and its mbarriers
+    const size_t stage_bytes = size_t(g.weight_parts * g.taps * g.slot_words + g.x_words) * 4 + 2 * sizeof(uint64_t);  // and its mbarriers
     const int stages = int(std::min<size_t>(kMaxPipelineStages, budget / stage_bytes));
     if (stages < (chunk_words == 32 ? 3 : 2)) continue;
     g.stages = stages;
@@ -370,10 +373,11 @@ std::optional<GemmProblem> plan_pipelined_tiles(const GemmProblem& problem, cons
 // they pad the columns by more than a sixteenth over 128-column tiles (hifigan_up0's 862 columns:
 // 0.262 against 0.239 ms). The strided forward's 16-bit merged rows stay with implicit_gemm_kernel
 // (hifigan_up0 / up2 / EnCodec bf16: 0.164 / 0.201 / 0.184 ms there, 0.21-0.24 / 0.21 / 0.20
-// pipelined; hifigan_up1 0.246 against 0.204).
-std::optional<GemmProblem> plan_pipelined(const GemmProblem& problem, const at::Tensor& in) {
+// pipelined; hifigan_up1 0.246 against 0.204). 3xTF32 (two accumulators a subtile) takes 128 columns.
+std::optional<GemmProblem> plan_pipelined(const GemmProblem& problem, const at::Tensor& in, Math math) {
   if (problem.row_phases > 1 && in.element_size() == 2) return std::nullopt;
-  const auto narrow = plan_pipelined_tiles(problem, in, 128), wide = plan_pipelined_tiles(problem, in, 256);
+  const auto narrow = plan_pipelined_tiles(problem, in, 128, math);
+  const auto wide = math == Math::k3xTF32 ? std::nullopt : plan_pipelined_tiles(problem, in, 256, math);
   if (wide && wide->parts >= sm_count() && (!narrow || 16 * int64_t(wide->col_tiles) * 256 <= 17 * int64_t(narrow->col_tiles) * 128))
     return wide;
   if (narrow && narrow->parts >= sm_count()) return narrow;
@@ -381,18 +385,21 @@ std::optional<GemmProblem> plan_pipelined(const GemmProblem& problem, const at::
 }
 
 // A problem whose phases merge (merged) runs merged on warpgroup tiles where those fill the SMs;
-// warpgroup problems run pipelined where that plans.
+// warpgroup problems run pipelined where that plans. 3xTF32 takes warpgroup tiles only pipelined.
 std::optional<GemmProblem> plan_gemm(const GemmProblem& g, const std::optional<GemmProblem>& merged, const at::Tensor& in,
                                      Math math) {
   const bool wide_warp_tiles = math != Math::k3xTF32;
-  const bool warpgroups = wide_warp_tiles && wgmma_usable();
-  if (merged && warpgroups && merged->rows_per_group > 64) {
-    if (auto plan = plan_pipelined(*merged, in)) return plan;
-    const auto plan = plan_gemm_tiles(*merged, in, 128, 128, /*warpgroups=*/true);
-    if (plan && plan->parts >= sm_count()) return plan;
+  const bool pipelined = wgmma_usable();
+  const bool warpgroups = wide_warp_tiles && pipelined;  // implicit_gemm_kernel's warpgroup tiles
+  if (merged && pipelined && merged->rows_per_group > 64) {
+    if (auto plan = plan_pipelined(*merged, in, math)) return plan;
+    if (warpgroups) {
+      const auto plan = plan_gemm_tiles(*merged, in, 128, 128, /*warpgroups=*/true);
+      if (plan && plan->parts >= sm_count()) return plan;
+    }
   }
-  if (warpgroups && g.rows_per_group > 64) {
-    if (auto plan = plan_pipelined(g, in)) return plan;
+  if (pipelined && g.rows_per_group > 64) {
+    if (auto plan = plan_pipelined(g, in, math)) return plan;
   }
   std::vector<TileShape> shapes;
   if (warpgroups && g.rows_per_group > 64) shapes.push_back({128, 128, true});
@@ -423,17 +430,19 @@ std::optional<GemmProblem> plan_gemm(const GemmProblem& g, const std::optional<G
 // The kernel of a planned tile shape (plan_gemm's list)
 template <typename T, Math kMath>
 auto gemm_kernel(const GemmProblem& g) {
+  if (g.stages) {
+    if constexpr (kMath != Math::k3xTF32) {
+      if (g.block_n == 256) {
+        return g.row_phases > 1       ? pipelined_gemm_kernel<T, kMath, Merge::kRows, 2>
+               : g.channel_phases > 1 ? pipelined_gemm_kernel<T, kMath, Merge::kChannels, 2>
+                                      : pipelined_gemm_kernel<T, kMath, Merge::kNone, 2>;
+      }
+    }
+    return g.row_phases > 1       ? pipelined_gemm_kernel<T, kMath, Merge::kRows, 1>
+           : g.channel_phases > 1 ? pipelined_gemm_kernel<T, kMath, Merge::kChannels, 1>
+                                  : pipelined_gemm_kernel<T, kMath, Merge::kNone, 1>;
+  }
   if constexpr (kMath != Math::k3xTF32) {
-    if (g.stages && g.block_n == 256) {
-      return g.row_phases > 1       ? pipelined_gemm_kernel<T, kMath, Merge::kRows, 2>
-             : g.channel_phases > 1 ? pipelined_gemm_kernel<T, kMath, Merge::kChannels, 2>
-                                    : pipelined_gemm_kernel<T, kMath, Merge::kNone, 2>;
-    }
-    if (g.stages) {
-      return g.row_phases > 1       ? pipelined_gemm_kernel<T, kMath, Merge::kRows, 1>
-             : g.channel_phases > 1 ? pipelined_gemm_kernel<T, kMath, Merge::kChannels, 1>
-                                    : pipelined_gemm_kernel<T, kMath, Merge::kNone, 1>;
-    }
     if (g.warpgroups && g.row_phases > 1) {
       return g.row_offsets ? implicit_gemm_kernel<T, kMath, 4, 2, true, true, Merge::kRows>
                            : implicit_gemm_kernel<T, kMath, 4, 2, true, false, Merge::kRows>;
@@ -453,7 +462,7 @@ void launch_gemm(const GemmProblem& g, const at::Tensor& in, const at::Tensor& w
                  const at::Tensor& bias, const at::Tensor& out) {
   auto as_t = [](const at::Tensor& tensor) { return reinterpret_cast<T*>(tensor.data_ptr()); };
   const auto stream = at::cuda::getCurrentCUDAStream();
-  const int64_t words = g.groups * g.row_tiles * g.chunks * int64_t(g.taps) * g.slot_words;
+  const int64_t words = g.groups * g.row_tiles * g.chunks * int64_t(g.weight_parts) * g.taps * g.slot_words;
   const at::Tensor packed = at::empty({words}, w.options().dtype(at::kInt));
   uint32_t* packed_w = reinterpret_cast<uint32_t*>(packed.data_ptr());
   pack_gemm_weight_kernel<T, kMath><<<grid_size(words, kDirectThreads), kDirectThreads, 0, stream>>>(as_t(w), packed_w, g, a, words);

@@ -107,6 +107,7 @@ struct GemmProblem {
   bool row_offsets;
   int block_m, block_n; // rows x columns per tile: one of the tile shapes above (plan_gemm)
   int slot_words;      // words of one tap of w_s: (block_m / 16) * ksteps fragments
+  int weight_parts;    // parts of A packed (pack_gemm_weight_kernel): 1, or 2 for 3xTF32 on pipelined tiles
   int weight_slots;    // taps w_s holds: every (chunk, tap) (resident) or the most of one step
   bool resident;
   bool stage_output;         // y_s holds the tile's outputs (out_step <= kMaxStagedStep)
@@ -303,10 +304,11 @@ __device__ __forceinline__ void load_b_merged(uint32_t (&b)[2], const T* column,
   }
 }
 
-// A packed once per call: words packed[g][row_tile][chunk][slot][slot_words], where slot i holds tap
-// step_tap[i] (the taps of a step are consecutive slots), each word one TF32 value (rounded to nearest
-// for kTF32, raw float32 bits for 3xTF32, split at use) or two 16-bit channels. Zero outside the
-// problem. Within a slot, (row, word) of the block_m x (8 * ksteps)-word tile sits
+// A packed once per call: words packed[g][row_tile][chunk][part][slot][slot_words], where slot i
+// holds tap step_tap[i] (the taps of a step are consecutive slots), each word one TF32 value (rounded
+// to nearest for kTF32; for 3xTF32 raw float32 bits, split at use, or on pipelined tiles, whose wgmma
+// reads A from shared memory, split here: part 0 the big TF32 parts, part 1 the small ones) or two
+// 16-bit channels. Zero outside the problem. Within a slot, (row, word) of the block_m x (8 * ksteps)-word tile sits
 //   mma.sync tiles:  in fragment order [m16 tile][k-step][lane][4], lane's 4 words rows (lane/4,
 //                    lane/4 + 8) x word columns (lane%4, lane%4 + 4) of the m16 x 8-word fragment
 //                    (a0 a1 a2 a3 of mma.sync)
@@ -333,8 +335,10 @@ __global__ void pack_gemm_weight_kernel(const T* __restrict__ w, uint32_t* __res
       word = kstep * 8 + lane % 4 + (part / 2) * 4;
     }
     int64_t rest = e / p.slot_words;
-    const int t = p.step_tap[rest % p.taps];  // slot i holds tap step_tap[i]
-    rest /= p.taps;
+    const int part_slot = int(rest % (p.weight_parts * p.taps));
+    const int t = p.step_tap[part_slot % p.taps];  // slot i holds tap step_tap[i]
+    const bool small_part = part_slot >= p.taps;
+    rest /= p.weight_parts * p.taps;
     const int chunk = int(rest % p.chunks);
     rest /= p.chunks;
     const int row_tile = int(rest % p.row_tiles);
@@ -353,7 +357,10 @@ __global__ void pack_gemm_weight_kernel(const T* __restrict__ w, uint32_t* __res
       if constexpr (kMath == Math::kTF32) {
         value = to_tf32(to_float(element));
       } else if constexpr (kMath == Math::k3xTF32) {
-        value = __float_as_uint(to_float(element));
+        const uint32_t raw[1] = {__float_as_uint(to_float(element))};
+        uint32_t big[1], small[1];
+        split_tf32(raw, big, small);
+        value = p.weight_parts == 1 ? raw[0] : small_part ? small[0] : big[0];
       } else {
         value |= uint32_t(*reinterpret_cast<const unsigned short*>(&element)) << (16 * half);
       }

@@ -13,10 +13,14 @@
 //         16-byte chunks inside the row by one bulk copy, the rest (row ends, positions outside the
 //         row, rows past the group's channels) written by the producer lane element by element.
 // Stage s's `full` mbarrier completes when the producer's 32 lanes have arrived and every byte
-// they announced has landed; the consumers wait for it, round x_s to TF32 in place (float), run the
+// they announced has landed; the consumers wait for it, round x_s to TF32 in place (TF32), run the
 // step's wgmma and arrive on its `empty` mbarrier (a warp each), after which the producer may refill
 // it. No block-wide barrier in the loop: the producer runs up to `stages` steps ahead, through the
 // consumers' epilogue stores.
+// 3xTF32 (128 x 128 tiles): w_s holds A's big TF32 parts and then its small parts (GemmProblem::
+// weight_parts), the consumers split their raw float32 fragments of x_s in registers, and each k-step
+// runs three wgmma, big x big into the accumulators and the two correction products into their own
+// (implicit_gemm.cuh's Accumulator: an infinite or NaN main product keeps its value).
 #pragma once
 
 #include "cuda/implicit_gemm.cuh"
@@ -70,10 +74,12 @@ template <typename T, Math kMath, Merge kMerge, int kSubtiles>
 __global__ void __launch_bounds__(kPipelineThreads, 1)
     pipelined_gemm_kernel(const T* __restrict__ in, const uint32_t* __restrict__ packed_w, const T* __restrict__ bias,
                           T* __restrict__ out, const __grid_constant__ GemmProblem p) {
-  static_assert(kMath != Math::k3xTF32);
+  constexpr bool k3xTF32 = kMath == Math::k3xTF32;
+  static_assert(!k3xTF32 || kSubtiles == 1);  // two accumulators a subtile
   constexpr int kBlockM = 128, kBlockN = 128 * kSubtiles;  // rows and columns of a tile
   extern __shared__ __align__(kMaxSwizzleAtomBytes) uint32_t smem[];  // weight slots first: swizzle atoms aligned
-  const int stage_weight_words = p.taps * p.slot_words;  // one (g, row_tile, chunk) of packed_w
+  const int part_weight_words = p.taps * p.slot_words;  // one part (3xTF32: big or small) of a step's A
+  const int stage_weight_words = p.weight_parts * part_weight_words;  // one (g, row_tile, chunk) of packed_w
   uint32_t* w_stages = smem;
   T* x_stages = reinterpret_cast<T*>(smem + p.stages * stage_weight_words);
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + p.stages * (stage_weight_words + p.x_words));
@@ -148,8 +154,10 @@ __global__ void __launch_bounds__(kPipelineThreads, 1)
   // ---- the consumer warpgroups: warp w computes columns (w / 4) * 64 * kSubtiles + 64 s + (w % 4) * 16 +
   // lane / 4 (+ 8) in subtile s ----
   const int warp_first_col = (warp / 4) * 64 * kSubtiles + (warp % 4) * 16 + lane / 4;
-  float acc[kSubtiles][kBlockM / 2];  // wgmma.cuh's d, per subtile
-  uint32_t sets[2][2 * kSubtiles][4];  // two sets of A fragments (run_tap)
+  float acc[kSubtiles][kBlockM / 2];         // wgmma.cuh's d, per subtile (3xTF32: big x big)
+  float correction[kSubtiles][kBlockM / 2];  // 3xTF32: the correction products (unused otherwise)
+  uint32_t sets[2][2 * kSubtiles][4];        // two sets of A fragments (run_tap; 3xTF32: big parts)
+  uint32_t small_sets[2][2 * kSubtiles][4];  // 3xTF32: their small parts (unused otherwise)
   // this lane's x_s rows of a k-step: channels c and c + 4 (16-bit: 2c, 2c + 1, 2c + 8 and 2c + 9)
   const int low_row = kMath == Math::k16Bit ? 2 * (lane % 4) : lane % 4;
   // merged channels: where this lane's channels sit in x_s (as channel (co, r): co*x_row_elements + r)
@@ -166,7 +174,7 @@ __global__ void __launch_bounds__(kPipelineThreads, 1)
 #pragma unroll
     for (int s = 0; s < kSubtiles; ++s)
 #pragma unroll
-      for (int e = 0; e < kBlockM / 2; ++e) acc[s][e] = 0.0f;
+      for (int e = 0; e < kBlockM / 2; ++e) acc[s][e] = correction[s][e] = 0.0f;
     // The shifts of this lane's rows, the same in every chunk (chunks are whole multiples of the 4
     // (float) or 8 (16-bit) rows after which shifts repeat; rows c and c + 4 (16-bit: 2c and 2c + 8) share one)
     const int shift_low = staged_row(tile, 0, low_row).shift(), shift_high = staged_row(tile, 0, low_row + 1).shift();
@@ -195,14 +203,21 @@ __global__ void __launch_bounds__(kPipelineThreads, 1)
             x_tap = x_s + warp_first_col + p.tap_offset[t] - p.first_offset + p.lead;
           }
           const char* w_slot = reinterpret_cast<const char*>(w_s + t * p.slot_words);
+          const char* w_small_slot = w_slot + part_weight_words * 4;  // 3xTF32
           uint32_t (&half_sets)[2][kHalf][kSubtiles][4] = *reinterpret_cast<uint32_t(*)[2][kHalf][kSubtiles][4]>(&sets[0][0][0]);
+          uint32_t (&small_half_sets)[2][kHalf][kSubtiles][4] =
+              *reinterpret_cast<uint32_t(*)[2][kHalf][kSubtiles][4]>(&small_sets[0][0][0]);
           auto fence_accumulators = [&] {
 #pragma unroll
-            for (int s = 0; s < kSubtiles; ++s) wgmma_fence_accumulators(acc[s]);
+            for (int s = 0; s < kSubtiles; ++s) {
+              wgmma_fence_accumulators(acc[s]);
+              if constexpr (k3xTF32) wgmma_fence_accumulators(correction[s]);
+            }
           };
 #pragma unroll
           for (int half = 0; half < 2; ++half) {
             uint32_t (&a)[kHalf][kSubtiles][4] = half_sets[half];
+            uint32_t (&a_small)[kHalf][kSubtiles][4] = small_half_sets[half];
 #pragma unroll
             for (int k = 0; k < kHalf; ++k)
 #pragma unroll
@@ -219,6 +234,11 @@ __global__ void __launch_bounds__(kPipelineThreads, 1)
                   load_b<T, kMath>(high, x_kstep + 8, p.x_row_elements, lane % 4, shift_low, shift_high);
                 }
                 a[k][s][0] = low[0], a[k][s][1] = high[0], a[k][s][2] = low[1], a[k][s][3] = high[1];
+                if constexpr (k3xTF32) {
+                  const uint32_t raw[4] = {a[k][s][0], a[k][s][1], a[k][s][2], a[k][s][3]};
+                  split_tf32(raw, a[k][s], a_small[k][s]);
+                  wgmma_fence_operand(a_small[k][s]);
+                }
                 wgmma_fence_operand(a[k][s]);
               }
             fence_accumulators();
@@ -228,6 +248,14 @@ __global__ void __launch_bounds__(kPipelineThreads, 1)
               const uint64_t b = swizzled_b_descriptor<kKsteps * 32>(w_slot + (half * kHalf + k) * 32);
 #pragma unroll
               for (int s = 0; s < kSubtiles; ++s) wgmma_kstep<Kind, kBlockM>(acc[s], a[k][s], b);
+              if constexpr (k3xTF32) {  // small x big and big x small
+                const uint64_t b_small = swizzled_b_descriptor<kKsteps * 32>(w_small_slot + (half * kHalf + k) * 32);
+#pragma unroll
+                for (int s = 0; s < kSubtiles; ++s) {
+                  wgmma_kstep<Kind, kBlockM>(correction[s], a_small[k][s], b);
+                  wgmma_kstep<Kind, kBlockM>(correction[s], a[k][s], b_small);
+                }
+              }
             }
             wgmma_commit();
             fence_accumulators();
@@ -235,7 +263,10 @@ __global__ void __launch_bounds__(kPipelineThreads, 1)
 #pragma unroll
             for (int k = 0; k < kHalf; ++k)
 #pragma unroll
-              for (int s = 0; s < kSubtiles; ++s) wgmma_fence_operand(half_sets[half ^ 1][k][s]);
+              for (int s = 0; s < kSubtiles; ++s) {
+                wgmma_fence_operand(half_sets[half ^ 1][k][s]);
+                if constexpr (k3xTF32) wgmma_fence_operand(small_half_sets[half ^ 1][k][s]);
+              }
           }
         };
         if (p.ksteps == 4) {  // 2 or 4
@@ -248,15 +279,28 @@ __global__ void __launch_bounds__(kPipelineThreads, 1)
 #pragma unroll
       for (int h = 0; h < 2; ++h)
 #pragma unroll
-        for (int f = 0; f < 2 * kSubtiles; ++f) wgmma_fence_operand(sets[h][f]);
+        for (int f = 0; f < 2 * kSubtiles; ++f) {
+          wgmma_fence_operand(sets[h][f]);
+          if constexpr (k3xTF32) wgmma_fence_operand(small_sets[h][f]);
+        }
 #pragma unroll
-      for (int s = 0; s < kSubtiles; ++s) wgmma_fence_accumulators(acc[s]);
+      for (int s = 0; s < kSubtiles; ++s) {
+        wgmma_fence_accumulators(acc[s]);
+        if constexpr (k3xTF32) wgmma_fence_accumulators(correction[s]);
+      }
       __syncwarp();
       if (lane == 0) mbarrier_arrive(empty + stage);
       if (++stage == p.stages) stage = 0, parity ^= 1;
     }
 
     // ---- epilogue: acc[s][4j + e] is row first_row + 8j + e % 2, column col(s) + 8 * (e / 2) ----
+    auto result = [&](int s, int e) {  // 3xTF32: Accumulator::value of implicit_gemm.cuh
+      if constexpr (k3xTF32) {
+        return isfinite(acc[s][e]) ? acc[s][e] + correction[s][e] : acc[s][e];
+      } else {
+        return acc[s][e];
+      }
+    };
     const int first_row = tile.row_tile * kBlockM + 2 * (lane % 4);
     if constexpr (kMerge == Merge::kRows) {
       // Row R is out row R / row_phases at position column*row_phases + R % row_phases - phase_origin,
@@ -281,8 +325,8 @@ __global__ void __launch_bounds__(kPipelineThreads, 1)
         for (int side = 0; side < 2 * kSubtiles; ++side) {
           const int s = side / 2, column = tile.col_tile * kBlockN + warp_first_col + 64 * s + 8 * (side % 2);
           const int position = column * p.row_phases + phase - p.phase_origin;
-          const float first = acc[s][4 * j + 2 * (side % 2)] + bias_value;
-          const float second = acc[s][4 * j + 2 * (side % 2) + 1] + next_bias;
+          const float first = result(s, 4 * j + 2 * (side % 2)) + bias_value;
+          const float second = result(s, 4 * j + 2 * (side % 2) + 1) + next_bias;
           if (!adjacent) {
             store(out_row, position, first);
             if (next_inside) store(out_row + 1, column * p.row_phases - p.phase_origin, second);
@@ -309,8 +353,8 @@ __global__ void __launch_bounds__(kPipelineThreads, 1)
           for (int s = 0; s < kSubtiles; ++s) {
             const int col = tile.col_tile * kBlockN + warp_first_col + 64 * s;
             T* out_first = first_row_out + int64_t(row) * p.out_length + col;
-            if (col < p.out_length) out_first[0] = from_float<T>(acc[s][4 * j + half] + bias_value);
-            if (col + 8 < p.out_length) out_first[8] = from_float<T>(acc[s][4 * j + 2 + half] + bias_value);
+            if (col < p.out_length) out_first[0] = from_float<T>(result(s, 4 * j + half) + bias_value);
+            if (col + 8 < p.out_length) out_first[8] = from_float<T>(result(s, 4 * j + 2 + half) + bias_value);
           }
         }
     }
