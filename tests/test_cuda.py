@@ -95,6 +95,10 @@ WIDE_TILE_CASES = [
     # their 16-byte boundaries, the row ends element by element); merged rows (TF32) and channels
     Case(2, 136, 200, 3, 20001, padding=1),
     Case(12, 72, 136, 16, 3001, stride=8, padding=4),
+    # its 64 x 256 tiles (33-64 rows): merged rows (48, forward) and channels (48, grad_input); rows of
+    # an odd length; and the first case above (50 rows, grad_input 36)
+    Case(8, 40, 24, 4, 4500, stride=2, padding=1),
+    Case(6, 56, 40, 3, 6001, padding=1),
 ]
 
 

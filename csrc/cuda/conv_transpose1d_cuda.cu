@@ -316,7 +316,8 @@ std::optional<GemmProblem> plan_gemm_tiles(GemmProblem g, const at::Tensor& in, 
 // On sm_90, 128 x 128 warpgroup tiles (wgmma) come first for > 64 rows (session 12, H200: kb64
 // 3.82 -> 3.32 / 2.14 -> 1.87, hifigan_up1 1.02 -> 0.74 / 0.68 -> 0.38); 64 x 128 warpgroup tiles
 // for 33-64 rows lost to 64 x 256 mma.sync tiles (kb74 0.81 -> 0.83 / 0.61 -> 0.67, kb79 TF32
-// 0.66 -> 0.93) though hifigan_up2 gained (0.475 -> 0.391 / 0.301 -> 0.218), so they are not used.
+// 0.66 -> 0.93) though hifigan_up2 gained (0.475 -> 0.391 / 0.301 -> 0.218), so they are not used;
+// the pipelined kernel's 64 x 256 warpgroup tiles (plan_pipelined) come first where they plan.
 struct TileShape {
   int block_m, block_n;
   bool warpgroups;
@@ -326,13 +327,14 @@ bool wgmma_usable() {
   const cudaDeviceProp* device = at::cuda::getCurrentDeviceProperties();
   return wgmma_built() && device->major == 9 && device->minor == 0;
 }
-// The pipelined kernel's plan (pipelined_gemm.cuh) with tiles of block_n columns for a warpgroup
+// The pipelined kernel's plan (pipelined_gemm.cuh) with tiles of block_m rows x block_n columns for a warpgroup
 // problem whose steps all read one phase pair from contiguous rows in 16-byte chunks (out_step 1;
 // in_step 1 unless its channels merge phases): 32-word chunks where three stages fit in one block's
 // shared memory, else 16-word chunks with as many stages as fit (two at least). 3xTF32 stages A's
 // big and small parts.
-std::optional<GemmProblem> plan_pipelined_tiles(const GemmProblem& problem, const at::Tensor& in, int block_n, Math math) {
-  auto plan = plan_gemm_tiles(problem, in, 128, block_n, /*warpgroups=*/true);
+std::optional<GemmProblem> plan_pipelined_tiles(const GemmProblem& problem, const at::Tensor& in, int block_m, int block_n,
+                                                Math math) {
+  auto plan = plan_gemm_tiles(problem, in, block_m, block_n, /*warpgroups=*/true);
   const int element_size = int(in.element_size());
   if (!plan || plan->out_phases != 1 || plan->in_phases != 1 || plan->out_step != 1 ||
       (plan->in_step != 1 && plan->channel_phases == 1) || plan->copy_elements * element_size != 16) {
@@ -374,10 +376,18 @@ std::optional<GemmProblem> plan_pipelined_tiles(const GemmProblem& problem, cons
 // 0.262 against 0.239 ms). The strided forward's 16-bit merged rows stay with implicit_gemm_kernel
 // (hifigan_up0 / up2 / EnCodec bf16: 0.164 / 0.201 / 0.184 ms there, 0.21-0.24 / 0.21 / 0.20
 // pipelined; hifigan_up1 0.246 against 0.204). 3xTF32 (two accumulators a subtile) takes 128 columns.
+// Groups of 33-64 rows take tiles of 64 x 256 (H100, session 20, forward ms before -> after:
+// kb74 bf16 0.730 -> 0.593, 3xTF32 2.317 -> 1.405; hifigan_up3 TF32 0.393 -> 0.273, 3xTF32 0.608 ->
+// 0.357), but for TF32 with unmerged phases: kb74 0.896 on mma.sync's 64 x 256 tiles, 0.925 here.
 std::optional<GemmProblem> plan_pipelined(const GemmProblem& problem, const at::Tensor& in, Math math) {
   if (problem.row_phases > 1 && in.element_size() == 2) return std::nullopt;
-  const auto narrow = plan_pipelined_tiles(problem, in, 128, math);
-  const auto wide = math == Math::k3xTF32 ? std::nullopt : plan_pipelined_tiles(problem, in, 256, math);
+  if (problem.rows_per_group <= 64) {
+    if (math == Math::kTF32 && problem.row_phases == 1 && problem.channel_phases == 1) return std::nullopt;
+    const auto plan = plan_pipelined_tiles(problem, in, 64, 256, math);
+    return plan && plan->parts >= sm_count() ? plan : std::nullopt;
+  }
+  const auto narrow = plan_pipelined_tiles(problem, in, 128, 128, math);
+  const auto wide = math == Math::k3xTF32 ? std::nullopt : plan_pipelined_tiles(problem, in, 128, 256, math);
   if (wide && wide->parts >= sm_count() && (!narrow || 16 * int64_t(wide->col_tiles) * 256 <= 17 * int64_t(narrow->col_tiles) * 128))
     return wide;
   if (narrow && narrow->parts >= sm_count()) return narrow;
@@ -391,14 +401,14 @@ std::optional<GemmProblem> plan_gemm(const GemmProblem& g, const std::optional<G
   const bool wide_warp_tiles = math != Math::k3xTF32;
   const bool pipelined = wgmma_usable();
   const bool warpgroups = wide_warp_tiles && pipelined;  // implicit_gemm_kernel's warpgroup tiles
-  if (merged && pipelined && merged->rows_per_group > 64) {
+  if (merged && pipelined && merged->rows_per_group > 32) {
     if (auto plan = plan_pipelined(*merged, in, math)) return plan;
-    if (warpgroups) {
+    if (warpgroups && merged->rows_per_group > 64) {
       const auto plan = plan_gemm_tiles(*merged, in, 128, 128, /*warpgroups=*/true);
       if (plan && plan->parts >= sm_count()) return plan;
     }
   }
-  if (pipelined && g.rows_per_group > 64) {
+  if (pipelined && g.rows_per_group > 32) {
     if (auto plan = plan_pipelined(g, in, math)) return plan;
   }
   std::vector<TileShape> shapes;
@@ -427,20 +437,22 @@ std::optional<GemmProblem> plan_gemm(const GemmProblem& g, const std::optional<G
   return plan;
 }
 
+// The pipelined kernel of a planned tile shape by the phases it merges
+template <typename T, Math kMath, int kBlockM, int kSubtiles>
+auto pipelined_kernel(const GemmProblem& g) {
+  return g.row_phases > 1       ? pipelined_gemm_kernel<T, kMath, Merge::kRows, kBlockM, kSubtiles>
+         : g.channel_phases > 1 ? pipelined_gemm_kernel<T, kMath, Merge::kChannels, kBlockM, kSubtiles>
+                                : pipelined_gemm_kernel<T, kMath, Merge::kNone, kBlockM, kSubtiles>;
+}
 // The kernel of a planned tile shape (plan_gemm's list)
 template <typename T, Math kMath>
 auto gemm_kernel(const GemmProblem& g) {
   if (g.stages) {
+    if (g.block_m == 64) return pipelined_kernel<T, kMath, 64, 2>(g);
     if constexpr (kMath != Math::k3xTF32) {
-      if (g.block_n == 256) {
-        return g.row_phases > 1       ? pipelined_gemm_kernel<T, kMath, Merge::kRows, 2>
-               : g.channel_phases > 1 ? pipelined_gemm_kernel<T, kMath, Merge::kChannels, 2>
-                                      : pipelined_gemm_kernel<T, kMath, Merge::kNone, 2>;
-      }
+      if (g.block_n == 256) return pipelined_kernel<T, kMath, 128, 2>(g);
     }
-    return g.row_phases > 1       ? pipelined_gemm_kernel<T, kMath, Merge::kRows, 1>
-           : g.channel_phases > 1 ? pipelined_gemm_kernel<T, kMath, Merge::kChannels, 1>
-                                  : pipelined_gemm_kernel<T, kMath, Merge::kNone, 1>;
+    return pipelined_kernel<T, kMath, 128, 1>(g);
   }
   if constexpr (kMath != Math::k3xTF32) {
     if (g.warpgroups && g.row_phases > 1) {

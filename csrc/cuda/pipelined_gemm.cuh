@@ -1,8 +1,9 @@
 // The warpgroup implicit GEMM with its copies taken off the MMA warps (sm_90a): the forward and
 // grad_input problems of implicit_gemm.cuh whose every step reads one phase pair from contiguous
 // rows in 16-byte chunks (stride 1, and strided problems with their phases merged into rows or
-// channels), on warpgroup tiles of 128 rows x 128 or 256 columns (out^T = in^T A^T, as
-// implicit_gemm.cuh's; each consumer warpgroup one or two 64-column subtiles).
+// channels), on warpgroup tiles of 128 rows x 128 or 256 columns, or 64 rows x 256 columns for
+// groups of 33-64 rows (out^T = in^T A^T, as implicit_gemm.cuh's; each consumer warpgroup one or two
+// 64-column subtiles, wgmma's N the tile's rows).
 //
 // A block is two consumer warpgroups and a producer warpgroup, whose first warp copies (the others
 // leave; the producers hand most of their registers to the consumers). The producer walks the block's tiles
@@ -69,14 +70,15 @@ __device__ __forceinline__ void stage_window(T* to, const T* row, int start, int
   for (int c = bulk_end; c < copied / kChunk; ++c) write_chunk(c);
 }
 
-// kSubtiles: 64-column subtiles per consumer warpgroup (1 or 2: 128 x 128 or 128 x 256 tiles)
-template <typename T, Math kMath, Merge kMerge, int kSubtiles>
+// kBlockM rows (64 or 128) x kSubtiles 64-column subtiles per consumer warpgroup (1 or 2)
+template <typename T, Math kMath, Merge kMerge, int kBlockM, int kSubtiles>
 __global__ void __launch_bounds__(kPipelineThreads, 1)
     pipelined_gemm_kernel(const T* __restrict__ in, const uint32_t* __restrict__ packed_w, const T* __restrict__ bias,
                           T* __restrict__ out, const __grid_constant__ GemmProblem p) {
   constexpr bool k3xTF32 = kMath == Math::k3xTF32;
-  static_assert(!k3xTF32 || kSubtiles == 1);  // two accumulators a subtile
-  constexpr int kBlockM = 128, kBlockN = 128 * kSubtiles;  // rows and columns of a tile
+  static_assert(kBlockM == 64 || kBlockM == 128);
+  static_assert(!k3xTF32 || kSubtiles * kBlockM <= 128);  // two accumulators a subtile
+  constexpr int kBlockN = 128 * kSubtiles;  // columns of a tile
   extern __shared__ __align__(kMaxSwizzleAtomBytes) uint32_t smem[];  // weight slots first: swizzle atoms aligned
   const int part_weight_words = p.taps * p.slot_words;  // one part (3xTF32: big or small) of a step's A
   const int stage_weight_words = p.weight_parts * part_weight_words;  // one (g, row_tile, chunk) of packed_w
