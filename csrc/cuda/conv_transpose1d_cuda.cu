@@ -418,6 +418,7 @@ std::optional<GemmProblem> plan_gemm(const GemmProblem& g, const std::optional<G
   } else if (g.rows_per_group <= 64) {
     if (wide_warp_tiles) shapes.push_back({64, 256});
     shapes.push_back({64, 128});
+    shapes.push_back({32, 128});
   } else if (most_taps_per_step(g) > 2) {
     if (wide_warp_tiles) shapes.push_back({128, 128});
     shapes.push_back({64, 128});
@@ -426,7 +427,8 @@ std::optional<GemmProblem> plan_gemm(const GemmProblem& g, const std::optional<G
     shapes.push_back({64, 128});
   }
   // a shape whose work parts (tiles, or with direct stores their out_phases) do not fill the SMs gives
-  // way to the next, smaller one (`small` TF32: 64 x 256 0.041 ms, 64 x 128 0.030)
+  // way to the next, smaller one (`small` TF32: 64 x 256 0.041 ms, 64 x 128 0.030; H100, session 20,
+  // 64 x 128 -> 32 x 128: TF32 0.017 -> 0.015, 3xTF32 0.020 -> 0.017, bf16 0.015 -> 0.016)
   std::optional<GemmProblem> plan;
   for (const TileShape& shape : shapes) {
     if (auto shape_plan = plan_gemm_tiles(g, in, shape.block_m, shape.block_n, shape.warpgroups)) {
