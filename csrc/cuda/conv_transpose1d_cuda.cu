@@ -182,6 +182,49 @@ int widest_copy(const at::Tensor& t, int64_t batch_stride, int64_t channel_strid
   return 1;
 }
 
+// `t` as a TMA tensor map (cuTensorMapEncodeTiled, reached through the runtime) of `dims` (innermost
+// first, its elements contiguous) with element strides `strides` (of dims 1 on), copied in boxes of
+// `box` elements, zeros outside the tensor; float as TFLOAT32, which the copies round to nearest,
+// ties to even (probed on the H100, session 19). False where TMA cannot read `t` (its start or a
+// stride not a multiple of 16 bytes) or the driver refuses the map.
+bool encode_tensor_map(CUtensorMap& map, const at::Tensor& t, std::initializer_list<int64_t> dims,
+                       std::initializer_list<int64_t> strides, std::initializer_list<int> box, CUtensorMapSwizzle swizzle) {
+  using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*, const cuuint64_t*,
+                                   const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                   CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+  static const EncodeTiled encode = [] {
+    void* function = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &function, 12000, cudaEnableDefault, &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      (void)cudaGetLastError();
+      return EncodeTiled(nullptr);
+    }
+    return reinterpret_cast<EncodeTiled>(function);
+  }();
+  constexpr size_t kMaxRank = 5;
+  const size_t rank = dims.size();
+  TORCH_INTERNAL_ASSERT(rank <= kMaxRank && strides.size() + 1 == rank && box.size() == rank);
+  const int64_t element_size = t.element_size();
+  cuuint64_t dim_sizes[kMaxRank], byte_strides[kMaxRank];
+  cuuint32_t box_sizes[kMaxRank], steps[kMaxRank];
+  std::copy(dims.begin(), dims.end(), dim_sizes);
+  std::copy(box.begin(), box.end(), box_sizes);
+  std::fill(steps, steps + rank, 1u);
+  size_t d = 0;
+  for (const int64_t stride : strides) {
+    if (stride * element_size % 16 != 0) return false;
+    byte_strides[d++] = cuuint64_t(stride * element_size);
+  }
+  if (!encode || reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 != 0) return false;
+  const CUtensorMapDataType type = t.scalar_type() == at::kFloat ? CU_TENSOR_MAP_DATA_TYPE_TFLOAT32
+                                   : t.scalar_type() == at::kHalf ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                                                  : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  return encode(&map, type, cuuint32_t(rank), t.data_ptr(), dim_sizes, byte_strides, box_sizes, steps,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
 // The most taps one reduction step (out_phase, in_phase) uses.
 int most_taps_per_step(const GemmProblem& g) {
   int taps = 0;
@@ -331,9 +374,10 @@ bool wgmma_usable() {
 // problem whose steps all read one phase pair from contiguous rows in 16-byte chunks (out_step 1;
 // in_step 1 unless its channels merge phases): 32-word chunks where three stages fit in one block's
 // shared memory, else 16-word chunks with as many stages as fit (two at least). 3xTF32 stages A's
-// big and small parts.
+// big and small parts. TF32 without merged channels takes x_s by TMA where `in` has a tensor map
+// (GemmProblem::tensor_rows; allow_tensor_rows false: not).
 std::optional<GemmProblem> plan_pipelined_tiles(const GemmProblem& problem, const at::Tensor& in, int block_m, int block_n,
-                                                Math math) {
+                                                Math math, bool allow_tensor_rows = true) {
   auto plan = plan_gemm_tiles(problem, in, block_m, block_n, /*warpgroups=*/true);
   const int element_size = int(in.element_size());
   if (!plan || plan->out_phases != 1 || plan->in_phases != 1 || plan->out_step != 1 ||
@@ -342,6 +386,14 @@ std::optional<GemmProblem> plan_pipelined_tiles(const GemmProblem& problem, cons
   }
   GemmProblem g = *plan;
   g.weight_parts = math == Math::k3xTF32 ? 2 : 1;
+  // a consumer warpgroup's box: its columns and the halo from the lead (TMA boxes start at 16-byte
+  // multiples), rows ≡ 8 (mod 32) words (conflict-free fragment loads, as plan_gemm_tiles's rows), at
+  // most 256 positions (TMA)
+  const int box_lead = int(floor_mod(g.first_offset, 16 / element_size));
+  const int box_row_elements = 8 + (g.block_n / kPipelineConsumers + g.last_offset - g.first_offset + box_lead - 8 + 31) / 32 * 32;
+  g.tensor_rows = allow_tensor_rows && math == Math::kTF32 && g.channel_phases == 1 && g.in_length_stride == 1 &&
+                  box_row_elements <= 256;
+  if (g.tensor_rows) g.lead = box_lead, g.row_offsets = false, g.x_row_elements = box_row_elements;
   const int channels_per_word = 4 / element_size;
   const int64_t channel_words = (g.channels_per_group + channels_per_word - 1) / channels_per_word;
   const size_t budget = smem_budgets().one_block;
@@ -351,7 +403,7 @@ std::optional<GemmProblem> plan_pipelined_tiles(const GemmProblem& problem, cons
     g.chunk_channels = chunk_words * channels_per_word;
     g.chunks = int((g.channels_per_group + g.chunk_channels - 1) / g.chunk_channels);
     g.staged_rows = g.chunk_channels / g.channel_phases;
-    g.x_words = g.staged_rows * g.x_row_elements * element_size / 4;
+    g.x_words = (g.tensor_rows ? kPipelineConsumers : 1) * g.staged_rows * g.x_row_elements * element_size / 4;
     g.slot_words = (g.block_m / 16) * g.ksteps * kFragmentWords;
     const size_t stage_bytes = size_t(g.weight_parts * g.taps * g.slot_words + g.x_words) * 4 + 2 * sizeof(uint64_t);  // and its mbarriers
     const int stages = int(std::min<size_t>(kMaxPipelineStages, budget / stage_bytes));
@@ -364,6 +416,14 @@ std::optional<GemmProblem> plan_pipelined_tiles(const GemmProblem& problem, cons
     g.parts = g.tiles;
     g.div_chunks = Divider(unsigned(g.chunks));
     g.div_tile_parts = Divider(1u);
+    // (a box of a group's last chunk reads the next group's rows, whose Inf or NaN would turn the
+    // zero weights' products into NaN: only where chunks end with the groups)
+    if (g.tensor_rows && (g.groups > 1 && g.channels_per_group % g.staged_rows != 0 ||
+                          !encode_tensor_map(g.in_map, in, {g.in_length, g.groups * g.channels_per_group, g.batch},
+                                             {g.in_channel_stride, g.in_batch_stride}, {g.x_row_elements, g.staged_rows, 1},
+                                             CU_TENSOR_MAP_SWIZZLE_NONE))) {
+      return plan_pipelined_tiles(problem, in, block_m, block_n, math, /*allow_tensor_rows=*/false);
+    }
     return g;
   }
   return std::nullopt;
@@ -531,39 +591,13 @@ void sum_slices(const at::Tensor& partial, const at::Tensor& grad_w, int64_t sli
 constexpr int64_t kWgScratchBytes = int64_t(64) << 20;  // the most partial sums may take
 
 // x [batch][channels][positions] as a tensor map of boxes of 64 channels x 128 bytes of positions,
-// swizzled as wgmma's B (128-byte rows), zeros outside the tensor, for the pipelined grad_weight
-// (TF32 or 16-bit): float as TFLOAT32, which the copies round to nearest (ties to even; measured on
-// the H100, session 19: H100 kb64 grad_weight 2.25 -> 1.98 ms without the consumers' rounding pass);
-// false where TMA cannot read x (positions not contiguous, its start or a stride not a multiple of 16
-// bytes) or the driver refuses the map
+// swizzled as wgmma's B (128-byte rows), for the pipelined grad_weight (TF32 or 16-bit; float rounded
+// by the copies: H100, session 19, kb64 grad_weight 2.25 -> 1.98 ms without the consumers' rounding pass)
 bool encode_x_map(CUtensorMap& map, const at::Tensor& x, int64_t channels, const ConvTParams& p) {
-  using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*, const cuuint64_t*,
-                                   const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
-                                   CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-  static const EncodeTiled encode = [] {
-    void* function = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &function, 12000, cudaEnableDefault, &found) != cudaSuccess ||
-        found != cudaDriverEntryPointSuccess) {
-      (void)cudaGetLastError();
-      return EncodeTiled(nullptr);
-    }
-    return reinterpret_cast<EncodeTiled>(function);
-  }();
   const int64_t element_size = x.element_size();
-  const auto address = reinterpret_cast<uintptr_t>(x.data_ptr());
-  if (!encode || p.x_length_stride != 1 || address % 16 != 0 || p.x_channel_stride * element_size % 16 != 0 ||
-      p.x_batch_stride * element_size % 16 != 0) {
-    return false;
-  }
-  const CUtensorMapDataType type = x.scalar_type() == at::kFloat ? CU_TENSOR_MAP_DATA_TYPE_TFLOAT32
-                                   : x.scalar_type() == at::kHalf ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
-                                                                  : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
-  const cuuint64_t dims[3] = {cuuint64_t(p.length_in), cuuint64_t(channels), cuuint64_t(p.batch)};
-  const cuuint64_t strides[2] = {cuuint64_t(p.x_channel_stride * element_size), cuuint64_t(p.x_batch_stride * element_size)};
-  const cuuint32_t box[3] = {cuuint32_t(kWgmmaRowBytes / element_size), cuuint32_t(kWgmmaBlockCi), 1}, steps[3] = {1, 1, 1};
-  return encode(&map, type, 3, x.data_ptr(), dims, strides, box, steps, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+  return p.x_length_stride == 1 &&
+         encode_tensor_map(map, x, {p.length_in, channels, p.batch}, {p.x_channel_stride, p.x_batch_stride},
+                           {int(kWgmmaRowBytes / element_size), kWgmmaBlockCi, 1}, CU_TENSOR_MAP_SWIZZLE_128B);
 }
 
 // with_bias: grad_bias may come along (sums_bias: in warpgroup tiles, else in TF32 only; see the

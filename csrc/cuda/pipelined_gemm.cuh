@@ -13,6 +13,8 @@
 //         16 bytes (position start + j at element j; implicit_gemm.cuh's row_offsets), its whole
 //         16-byte chunks inside the row by one bulk copy, the rest (row ends, positions outside the
 //         row, rows past the group's channels) written by the producer lane element by element.
+// With tensor_rows (GemmProblem) x_s is instead two TMA boxes, one a consumer warpgroup, each its
+// columns and their halo, already TF32: the producer lane makes both copies and no rounding pass runs.
 // Stage s's `full` mbarrier completes when the producer's 32 lanes have arrived and every byte
 // they announced has landed; the consumers wait for it, round x_s to TF32 in place (TF32), run the
 // step's wgmma and arrive on its `empty` mbarrier (a warp each), after which the producer may refill
@@ -28,7 +30,8 @@
 
 namespace convt::cuda {
 
-constexpr int kPipelineConsumerThreads = 256;                     // two warpgroups
+constexpr int kPipelineConsumers = 2;                             // consumer warpgroups
+constexpr int kPipelineConsumerThreads = 128 * kPipelineConsumers;
 constexpr int kPipelineThreads = kPipelineConsumerThreads + 128;  // and the producer warpgroup (one warp copies)
 constexpr int kMaxPipelineStages = 4;
 // Registers a thread: the producer warpgroup gives up most of its share to the consumers (an SM
@@ -87,6 +90,7 @@ __global__ void __launch_bounds__(kPipelineThreads, 1)
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + p.stages * (stage_weight_words + p.x_words));
   uint64_t* empty = full + p.stages;
   const int x_stage_elements = p.x_words * 4 / int(sizeof(T));
+  const int box_elements = p.staged_rows * p.x_row_elements;  // tensor_rows: a consumer warpgroup's box
   const int copied = p.row_copies * p.copy_elements;  // elements of a staged row (whole 16-byte chunks)
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   if (threadIdx.x == 0) {
@@ -140,9 +144,18 @@ __global__ void __launch_bounds__(kPipelineThreads, 1)
                               bytes, landed);
         }
         T* x_s = x_stages + stage * x_stage_elements;
-        for (int r = lane; r < p.staged_rows; r += 32) {
-          const StagedRow row = staged_row(tile, chunk, r);
-          stage_window(x_s + r * p.x_row_elements, row.row, row.window - row.shift(), p.in_length, copied, landed);
+        if (p.tensor_rows) {
+          if (lane == 0) {
+            mbarrier_expect_bytes(landed, uint32_t(p.x_words) * 4);
+            for (int box = 0; box < kPipelineConsumers; ++box)
+              tensor_copy_to_shared(x_s + box * box_elements, &p.in_map, tile.col_tile * kBlockN + box * (kBlockN / 2) + p.first_offset - p.lead,
+                                    int(tile.g * p.channels_per_group) + chunk * p.chunk_channels, int(tile.n), landed);
+          }
+        } else {
+          for (int r = lane; r < p.staged_rows; r += 32) {
+            const StagedRow row = staged_row(tile, chunk, r);
+            stage_window(x_s + r * p.x_row_elements, row.row, row.window - row.shift(), p.in_length, copied, landed);
+          }
         }
         fence_async_shared();  // these stores before later bulk copies into the stage
         mbarrier_arrive(landed);
@@ -179,16 +192,19 @@ __global__ void __launch_bounds__(kPipelineThreads, 1)
       for (int e = 0; e < kBlockM / 2; ++e) acc[s][e] = correction[s][e] = 0.0f;
     // The shifts of this lane's rows, the same in every chunk (chunks are whole multiples of the 4
     // (float) or 8 (16-bit) rows after which shifts repeat; rows c and c + 4 (16-bit: 2c and 2c + 8) share one)
-    const int shift_low = staged_row(tile, 0, low_row).shift(), shift_high = staged_row(tile, 0, low_row + 1).shift();
+    const int shift_low = p.tensor_rows ? 0 : staged_row(tile, 0, low_row).shift();
+    const int shift_high = p.tensor_rows ? 0 : staged_row(tile, 0, low_row + 1).shift();
     for (int chunk = 0; chunk < p.chunks; ++chunk) {
       mbarrier_wait(full + stage, parity);
       T* x_s = x_stages + stage * x_stage_elements;
       const uint32_t* w_s = w_stages + stage * stage_weight_words;
-      if constexpr (kMath == Math::kTF32) {  // round x_s in place, once for every tap and warp
-        for (int v = threadIdx.x * 4; v < x_stage_elements; v += kPipelineConsumerThreads * 4)
-          round_to_tf32<4>(reinterpret_cast<float*>(x_s) + v);
-        fence_async_shared();  // these stores before later bulk copies into the stage
-        consumer_barrier();
+      if constexpr (kMath == Math::kTF32) {
+        if (!p.tensor_rows) {  // round x_s in place, once for every tap and warp
+          for (int v = threadIdx.x * 4; v < x_stage_elements; v += kPipelineConsumerThreads * 4)
+            round_to_tf32<4>(reinterpret_cast<float*>(x_s) + v);
+          fence_async_shared();  // these stores before later bulk copies into the stage
+          consumer_barrier();
+        }
       }
       for (int t = 0; t < p.taps; ++t) {
         // in^T fragments of this warp's 16 columns, then the k-steps of wgmma on the slot's A^T, in two
@@ -201,6 +217,9 @@ __global__ void __launch_bounds__(kPipelineThreads, 1)
           const T* x_tap;
           if constexpr (kMerge == Merge::kChannels) {
             x_tap = x_s + (warp_first_col + p.tap_offset[t] - p.first_offset) * p.channel_phases + p.lead;
+          } else if (p.tensor_rows) {  // this warpgroup's box, from its first column
+            x_tap = x_s + (warp / 4) * box_elements + warp_first_col - (warp / 4) * (kBlockN / 2) + p.tap_offset[t] - p.first_offset +
+                    p.lead;
           } else {
             x_tap = x_s + warp_first_col + p.tap_offset[t] - p.first_offset + p.lead;
           }
