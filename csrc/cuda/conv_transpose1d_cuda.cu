@@ -182,26 +182,42 @@ int widest_copy(const at::Tensor& t, int64_t batch_stride, int64_t channel_strid
   return 1;
 }
 
-// `t` as a TMA tensor map (cuTensorMapEncodeTiled, reached through the runtime) of `dims` (innermost
-// first, its elements contiguous) with element strides `strides` (of dims 1 on), copied in boxes of
-// `box` elements, zeros outside the tensor; float as TFLOAT32, which the copies round to nearest,
-// ties to even (probed on the H100, session 19). False where TMA cannot read `t` (its start or a
-// stride not a multiple of 16 bytes) or the driver refuses the map.
+// A driver API function reached through the runtime (the library does not link libcuda); nullptr
+// where the driver lacks it
+template <typename Function>
+Function driver_function(const char* name) {
+  void* function = nullptr;
+  cudaDriverEntryPointQueryResult found{};
+  if (cudaGetDriverEntryPointByVersion(name, &function, 12000, cudaEnableDefault, &found) != cudaSuccess ||
+      found != cudaDriverEntryPointSuccess) {
+    (void)cudaGetLastError();
+    return nullptr;
+  }
+  return reinterpret_cast<Function>(function);
+}
+
+// `t` as a TMA tensor map (cuTensorMapEncodeTiled) of `dims` (innermost first, its elements
+// contiguous) with element strides `strides` (of dims 1 on), copied in boxes of `box` elements, zeros
+// outside the tensor; float as TFLOAT32, which the copies round to nearest, ties to even (probed on
+// the H100, session 19). False where TMA cannot read `t` (its start or a stride not a multiple of 16
+// bytes) or the driver refuses the map.
 bool encode_tensor_map(CUtensorMap& map, const at::Tensor& t, std::initializer_list<int64_t> dims,
                        std::initializer_list<int64_t> strides, std::initializer_list<int> box, CUtensorMapSwizzle swizzle) {
   using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*, const cuuint64_t*,
                                    const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
                                    CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-  static const EncodeTiled encode = [] {
-    void* function = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &function, 12000, cudaEnableDefault, &found) != cudaSuccess ||
-        found != cudaDriverEntryPointSuccess) {
-      (void)cudaGetLastError();
-      return EncodeTiled(nullptr);
-    }
-    return reinterpret_cast<EncodeTiled>(function);
-  }();
+  static const auto encode = driver_function<EncodeTiled>("cuTensorMapEncodeTiled");
+  static const auto current_context = driver_function<CUresult (*)(CUcontext*)>("cuCtxGetCurrent");
+  // The encoder needs a current context, which a thread that has made no runtime call yet lacks
+  // (autograd's backward thread: CUDA_ERROR_INVALID_CONTEXT under memcheck, session 20): the
+  // runtime's primary context of the current device, which cudaSetDevice makes current
+  CUcontext context = nullptr;
+  if (!encode || !current_context || current_context(&context) != CUDA_SUCCESS) return false;
+  int device = 0;
+  if (!context && (cudaGetDevice(&device) != cudaSuccess || cudaSetDevice(device) != cudaSuccess)) {
+    (void)cudaGetLastError();
+    return false;
+  }
   constexpr size_t kMaxRank = 5;
   const size_t rank = dims.size();
   TORCH_INTERNAL_ASSERT(rank <= kMaxRank && strides.size() + 1 == rank && box.size() == rank);
@@ -216,7 +232,7 @@ bool encode_tensor_map(CUtensorMap& map, const at::Tensor& t, std::initializer_l
     if (stride * element_size % 16 != 0) return false;
     byte_strides[d++] = cuuint64_t(stride * element_size);
   }
-  if (!encode || reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 != 0) return false;
+  if (reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 != 0) return false;
   const CUtensorMapDataType type = t.scalar_type() == at::kFloat ? CU_TENSOR_MAP_DATA_TYPE_TFLOAT32
                                    : t.scalar_type() == at::kHalf ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
                                                                   : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
