@@ -152,6 +152,8 @@ GRAD_WEIGHT_TILE_CASES = [
     Case(2, 96, 40, 3, 1024, padding=1, layout="transposed"),  # x's batch stride below its channels' (N*L a channel)
     Case(2, 160, 80, 16, 1000, stride=8, padding=4, groups=2),  # merged, two groups of 80 ci, 8 co of 8 rows a tile
     Case(3, 72, 48, 12, 600, stride=4, padding=6, output_padding=3),  # merged, rows past phase origin 2
+    Case(2, 72, 40, 3, 700, padding=1, dilation=140),   # float windows of 356: two pipelined stages do not fit,
+                                                        # 64 co x 64 ci tiles do (16-bit: still pipelined)
 ]
 
 

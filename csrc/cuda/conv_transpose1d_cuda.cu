@@ -405,7 +405,7 @@ std::optional<GemmProblem> plan_pipelined_tiles(const GemmProblem& problem, cons
   // a consumer warpgroup's box: its columns and the halo from the lead (TMA boxes start at 16-byte
   // multiples), rows ≡ 8 (mod 32) words (conflict-free fragment loads, as plan_gemm_tiles's rows), at
   // most 256 positions (TMA)
-  const int box_lead = int(floor_mod(g.first_offset, 16 / element_size));
+  const int box_lead = int(floor_mod(g.first_offset, g.copy_elements));
   const int box_row_elements = 8 + (g.block_n / kPipelineConsumers + g.last_offset - g.first_offset + box_lead - 8 + 31) / 32 * 32;
   g.tensor_rows = allow_tensor_rows && math == Math::kTF32 && g.channel_phases == 1 && g.in_length_stride == 1 &&
                   box_row_elements <= 256;
@@ -609,10 +609,10 @@ constexpr int64_t kWgScratchBytes = int64_t(64) << 20;  // the most partial sums
 // x [batch][channels][positions] as a tensor map of boxes of 64 channels x 128 bytes of positions,
 // swizzled as wgmma's B (128-byte rows), for the pipelined grad_weight (TF32 or 16-bit; float rounded
 // by the copies: H100, session 19, kb64 grad_weight 2.25 -> 1.98 ms without the consumers' rounding pass)
-bool encode_x_map(CUtensorMap& map, const at::Tensor& x, int64_t channels, const ConvTParams& p) {
+bool encode_x_map(CUtensorMap& map, const at::Tensor& x, const ConvTParams& p) {
   const int64_t element_size = x.element_size();
   return p.x_length_stride == 1 &&
-         encode_tensor_map(map, x, {p.length_in, channels, p.batch}, {p.x_channel_stride, p.x_batch_stride},
+         encode_tensor_map(map, x, {p.length_in, p.in_channels, p.batch}, {p.x_channel_stride, p.x_batch_stride},
                            {int(kWgmmaRowBytes / element_size), kWgmmaBlockCi, 1}, CU_TENSOR_MAP_SWIZZLE_128B);
 }
 
@@ -730,19 +730,34 @@ std::optional<WeightGradProblem> plan_grad_weight(const ConvTParams& p, const at
     g.window_row_elements = (copied - 4 + row_multiple - 1) / row_multiple * row_multiple + 4;
   }
   if (g.window_row_elements > 1024) return std::nullopt;
-  // 64-ci tiles where C_in per group > 32 (H200 fwd+bwd: kb64 TF32 23.2 -> 20.9 ms, hifigan_up1 bf16
-  // 5.86 -> 4.76, EnCodec bf16 3.32 -> 2.65); 32-ci tiles where it is at most 32 (64-ci tiles, half
-  // empty there: kb74 TF32 5.43 -> 6.80, grouped 1.55 -> 1.86)
-  // Pipelined warpgroup tiles (64 co x 128 ci, grad_weight_wgmma.cuh's kPipelined) where gy goes in
-  // chunks, C_in per group fills more than one consumer warpgroup and x has a tensor map
-  const bool pipelined = g.warpgroups && g.gy_copy_elements * element_size == 16 && g.cig > kWgmmaBlockCi &&
-                         encode_x_map(g.x_map, x, g.groups * g.cig, p);
-  g.block_ci = pipelined ? 2 * kWgmmaBlockCi : g.cig > 32 ? 64 : 32;  // (64 x 64 for warpgroup tiles, which need C_in and C_out per group > 32)
-  g.ci_tiles = int((g.cig + g.block_ci - 1) / g.block_ci);
-  // likewise 32-co tiles where C_out per group is at most 32 (hifigan_up3 TF32 fwd+bwd 1.61 -> 1.39 ms,
-  // grouped 1.48 -> 1.33)
+  // 32-co tiles where C_out per group is at most 32 (hifigan_up3 TF32 fwd+bwd 1.61 -> 1.39 ms,
+  // grouped 1.48 -> 1.33), else 64
   g.block_co = g.merged ? kWgmmaBlockCo / g.stride : g.cog > 32 ? 64 : 32;  // (merged: co of stride rows each)
   g.co_tiles = int((g.cog + g.block_co - 1) / g.block_co);
+  // grad_bias comes along where every phase has a tap, so that no row-sum pass is left: in warpgroup
+  // tiles from tap slot 0's A values (grad_weight_wgmma.cuh; 16-bit: each x_s buffer holds the ones
+  // column's rows too, kWgmmaXBytesOf)
+  if (g.warpgroups) g.sums_bias = with_bias && (g.merged || phases_with_taps == g.stride);
+  const size_t ones_bytes = g.warpgroups && g.sums_bias && element_size == 2 ? size_t(kWgmmaOnesRows * kWgPositions * element_size) : 0;
+  // a buffer of gy and x rows of block_ci ci, in the input's type (warpgroup tiles: x rows of
+  // kWgPositions, gy the window)
+  const int64_t window_elements = g.merged ? g.window_row_elements : wg_window_row(g.window_row_elements, element_size);
+  auto buffer_bytes = [&](int block_ci) {
+    const int64_t elements = g.warpgroups ? block_ci * kWgPositions + g.block_co * window_elements
+                                          : g.block_co * wg_gy_row(element_size) + block_ci * window_elements;
+    return size_t(elements * element_size);
+  };
+  // Pipelined warpgroup tiles (64 co x 128 ci, grad_weight_wgmma.cuh's kPipelined) where gy goes in
+  // chunks, C_in per group fills more than one consumer warpgroup, two stages fit (a stage: a
+  // buffer, the ones rows and two mbarriers) and x has a tensor map; else 64-ci tiles where C_in per
+  // group > 32 (H200 fwd+bwd: kb64 TF32 23.2 -> 20.9 ms, hifigan_up1 bf16 5.86 -> 4.76, EnCodec bf16
+  // 3.32 -> 2.65), 32-ci tiles where it is at most 32 (64-ci tiles, half empty there: kb74 TF32 5.43
+  // -> 6.80, grouped 1.55 -> 1.86)
+  const size_t stage_bytes = buffer_bytes(2 * kWgmmaBlockCi) + 2 * ones_bytes + 2 * sizeof(uint64_t);
+  const bool pipelined = g.warpgroups && g.gy_copy_elements * element_size == 16 && g.cig > kWgmmaBlockCi &&
+                         smem_budgets().one_block / stage_bytes >= 2 && encode_x_map(g.x_map, x, p);
+  g.block_ci = pipelined ? 2 * kWgmmaBlockCi : g.cig > 32 ? 64 : 32;  // (64 x 64 for warpgroup tiles, which need C_in and C_out per group > 32)
+  g.ci_tiles = int((g.cig + g.block_ci - 1) / g.block_ci);
   g.tiles = g.groups * g.ci_tiles * g.co_tiles * g.tap_groups;
   // items: chunks of the phase positions m (of the longest phase), in warpgroup tiles of the x positions
   const int64_t item_positions = g.warpgroups ? p.length_in : phase_length(0, p.length_out, p.stride);
@@ -750,23 +765,11 @@ std::optional<WeightGradProblem> plan_grad_weight(const ConvTParams& p, const at
   g.items = g.batch * g.chunks_per_row;
   if (g.items >= kGemmIndexLimit) return std::nullopt;
   g.div_chunks_per_row = Divider(unsigned(g.chunks_per_row));
-  // two buffers of gy and x rows, in the input's type (warpgroup tiles: x rows of kWgPositions, gy the window)
-  const int64_t window_elements = g.merged ? g.window_row_elements : wg_window_row(g.window_row_elements, element_size);
-  const int64_t buffer_elements = g.warpgroups ? g.block_ci * kWgPositions + g.block_co * window_elements
-                                               : g.block_co * wg_gy_row(element_size) + g.block_ci * window_elements;
-  g.smem_bytes = size_t(2 * buffer_elements * element_size);
-  // grad_bias comes along where every phase has a tap, so that no row-sum pass is left: in warpgroup
-  // tiles from tap slot 0's A values (grad_weight_wgmma.cuh; 16-bit: each x_s buffer holds the ones
-  // column's rows too, kWgmmaXBytesOf)
-  if (g.warpgroups) g.sums_bias = with_bias && (g.merged || phases_with_taps == g.stride);
-  const size_t ones_bytes = g.warpgroups && g.sums_bias && element_size == 2 ? size_t(kWgmmaOnesRows * kWgPositions * element_size) : 0;
-  if (pipelined) {  // as many stages as fit, two at least: a buffer's x and gy, the ones rows and two mbarriers each
-    const size_t stage_bytes = size_t(buffer_elements * element_size) + 2 * ones_bytes + 2 * sizeof(uint64_t);
+  if (pipelined) {  // as many stages as fit
     g.stages = int(std::min<size_t>(kMaxPipelineStages, smem_budgets().one_block / stage_bytes));
-    if (g.stages < 2) return std::nullopt;
     g.smem_bytes = g.stages * stage_bytes;
-  } else {
-    g.smem_bytes += 2 * ones_bytes;
+  } else {  // two buffers
+    g.smem_bytes = 2 * (buffer_bytes(g.block_ci) + ones_bytes);
   }
   if (g.smem_bytes > smem_budgets().one_block) return std::nullopt;  // wide tap groups (dilation in the hundreds)
   // Slices, within the scratch budget: about six blocks per SM in all (twelve of the two-warp 32 x 32

@@ -174,7 +174,6 @@ __device__ __forceinline__ void tensor_copy_to_shared(void* shared, const void* 
 #endif
 }
 
-
 // One k-step, d (64 x kN, f32) += a (64 x K) * b (K x kN), kN = 64 or 128, K = 8 (TF32) or 16
 // (16-bit), for the element type Kind (Tf32 tags float data in TF32 mode). Fragments per warp w of
 // the warpgroup, g = lane / 4, c = lane % 4:
