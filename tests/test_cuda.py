@@ -99,6 +99,12 @@ WIDE_TILE_CASES = [
     # an odd length; and the first case above (50 rows, grad_input 36)
     Case(8, 40, 24, 4, 4500, stride=2, padding=1),
     Case(6, 56, 40, 3, 6001, padding=1),
+    # and one out phase of a strided forward (dilation a multiple of stride: no tap reaches the other
+    # phases, bias only): out rows of an odd length (pair stores on every other row), phase 0 on
+    # 128-row tiles, stride 3
+    Case(4, 32, 64, 3, 9000, stride=2, padding=1, dilation=2),
+    Case(4, 48, 96, 3, 6000, stride=2, padding=2, output_padding=1, dilation=2),
+    Case(4, 40, 48, 3, 9000, stride=3, padding=1, dilation=3),
 ]
 
 

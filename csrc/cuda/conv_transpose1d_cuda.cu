@@ -198,11 +198,12 @@ Function driver_function(const char* name) {
 
 // `t` as a TMA tensor map (cuTensorMapEncodeTiled) of `dims` (innermost first, its elements
 // contiguous) with element strides `strides` (of dims 1 on), copied in boxes of `box` elements, zeros
-// outside the tensor; float as TFLOAT32, which the copies round to nearest, ties to even (probed on
-// the H100, session 19). False where TMA cannot read `t` (its start or a stride not a multiple of 16
+// outside the tensor; float with `tf32` as TFLOAT32, which the copies round to nearest, ties to even
+// (probed on the H100, session 19). False where TMA cannot read `t` (its start or a stride not a multiple of 16
 // bytes) or the driver refuses the map.
 bool encode_tensor_map(CUtensorMap& map, const at::Tensor& t, std::initializer_list<int64_t> dims,
-                       std::initializer_list<int64_t> strides, std::initializer_list<int> box, CUtensorMapSwizzle swizzle) {
+                       std::initializer_list<int64_t> strides, std::initializer_list<int> box, CUtensorMapSwizzle swizzle,
+                       bool tf32) {
   using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*, const cuuint64_t*,
                                    const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
                                    CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
@@ -233,7 +234,7 @@ bool encode_tensor_map(CUtensorMap& map, const at::Tensor& t, std::initializer_l
     byte_strides[d++] = cuuint64_t(stride * element_size);
   }
   if (reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 != 0) return false;
-  const CUtensorMapDataType type = t.scalar_type() == at::kFloat ? CU_TENSOR_MAP_DATA_TYPE_TFLOAT32
+  const CUtensorMapDataType type = t.scalar_type() == at::kFloat ? (tf32 ? CU_TENSOR_MAP_DATA_TYPE_TFLOAT32 : CU_TENSOR_MAP_DATA_TYPE_FLOAT32)
                                    : t.scalar_type() == at::kHalf ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
                                                                   : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
   return encode(&map, type, cuuint32_t(rank), t.data_ptr(), dim_sizes, byte_strides, box_sizes, steps,
@@ -387,16 +388,20 @@ bool wgmma_usable() {
   return wgmma_built() && device->major == 9 && device->minor == 0;
 }
 // The pipelined kernel's plan (pipelined_gemm.cuh) with tiles of block_m rows x block_n columns for a warpgroup
-// problem whose steps all read one phase pair from contiguous rows in 16-byte chunks (out_step 1;
-// in_step 1 unless its channels merge phases): 32-word chunks where three stages fit in one block's
+// problem whose steps all read one phase pair from contiguous rows in 16-byte chunks (out_step 1, or
+// in 3xTF32 one out phase of a strided forward, kb79: 1.17 -> 0.93 ms on the H100, session 21, where
+// TF32 (0.66 -> 0.88) and bf16 (0.58 -> 0.72) lose to implicit_gemm_kernel's staged output; in_step
+// 1 unless its channels merge phases): 32-word chunks where three stages fit in one block's
 // shared memory, else 16-word chunks with as many stages as fit (two at least). 3xTF32 stages A's
-// big and small parts. TF32 without merged channels takes x_s by TMA where `in` has a tensor map
-// (GemmProblem::tensor_rows; allow_tensor_rows false: not).
+// big and small parts. Float x_s without merged channels comes by TMA where `in` has a tensor map
+// (GemmProblem::tensor_rows; allow_tensor_rows false: not), TF32 rounded by the copy (H100, session
+// 21, forward ms: 3xTF32 kb64 4.03 -> 3.91, EnCodec 0.390 -> 0.374, hifigan_up1 0.632 -> 0.609; but
+// bf16 kb64 1.39 -> 1.41 and kb74 0.597 -> 0.612: 16-bit keeps the bulk row copies).
 std::optional<GemmProblem> plan_pipelined_tiles(const GemmProblem& problem, const at::Tensor& in, int block_m, int block_n,
                                                 Math math, bool allow_tensor_rows = true) {
   auto plan = plan_gemm_tiles(problem, in, block_m, block_n, /*warpgroups=*/true);
   const int element_size = int(in.element_size());
-  if (!plan || plan->out_phases != 1 || plan->in_phases != 1 || plan->out_step != 1 ||
+  if (!plan || plan->out_phases != 1 || plan->in_phases != 1 || (plan->out_step != 1 && math != Math::k3xTF32) ||
       (plan->in_step != 1 && plan->channel_phases == 1) || plan->copy_elements * element_size != 16) {
     return std::nullopt;
   }
@@ -407,7 +412,7 @@ std::optional<GemmProblem> plan_pipelined_tiles(const GemmProblem& problem, cons
   // most 256 positions (TMA)
   const int box_lead = int(floor_mod(g.first_offset, g.copy_elements));
   const int box_row_elements = 8 + (g.block_n / kPipelineConsumers + g.last_offset - g.first_offset + box_lead - 8 + 31) / 32 * 32;
-  g.tensor_rows = allow_tensor_rows && math == Math::kTF32 && g.channel_phases == 1 && g.in_length_stride == 1 &&
+  g.tensor_rows = allow_tensor_rows && element_size == 4 && g.channel_phases == 1 && g.in_length_stride == 1 &&
                   box_row_elements <= 256;
   if (g.tensor_rows) g.lead = box_lead, g.row_offsets = false, g.x_row_elements = box_row_elements;
   const int channels_per_word = 4 / element_size;
@@ -437,7 +442,7 @@ std::optional<GemmProblem> plan_pipelined_tiles(const GemmProblem& problem, cons
     if (g.tensor_rows && (g.groups > 1 && g.channels_per_group % g.staged_rows != 0 ||
                           !encode_tensor_map(g.in_map, in, {g.in_length, g.groups * g.channels_per_group, g.batch},
                                              {g.in_channel_stride, g.in_batch_stride}, {g.x_row_elements, g.staged_rows, 1},
-                                             CU_TENSOR_MAP_SWIZZLE_NONE))) {
+                                             CU_TENSOR_MAP_SWIZZLE_NONE, /*tf32=*/math == Math::kTF32))) {
       return plan_pipelined_tiles(problem, in, block_m, block_n, math, /*allow_tensor_rows=*/false);
     }
     return g;
@@ -454,11 +459,11 @@ std::optional<GemmProblem> plan_pipelined_tiles(const GemmProblem& problem, cons
 // pipelined; hifigan_up1 0.246 against 0.204). 3xTF32 (two accumulators a subtile) takes 128 columns.
 // Groups of 33-64 rows take tiles of 64 x 256 (H100, session 20, forward ms before -> after:
 // kb74 bf16 0.730 -> 0.593, 3xTF32 2.317 -> 1.405; hifigan_up3 TF32 0.393 -> 0.273, 3xTF32 0.608 ->
-// 0.357), but for TF32 with unmerged phases: kb74 0.896 on mma.sync's 64 x 256 tiles, 0.925 here.
+// 0.357); TF32 kb74 too since the epilogue loads its bias before storing (session 21: 0.871 on
+// mma.sync's 64 x 256 tiles, 0.677 here).
 std::optional<GemmProblem> plan_pipelined(const GemmProblem& problem, const at::Tensor& in, Math math) {
   if (problem.row_phases > 1 && in.element_size() == 2) return std::nullopt;
   if (problem.rows_per_group <= 64) {
-    if (math == Math::kTF32 && problem.row_phases == 1 && problem.channel_phases == 1) return std::nullopt;
     const auto plan = plan_pipelined_tiles(problem, in, 64, 256, math);
     return plan && plan->parts >= sm_count() ? plan : std::nullopt;
   }
@@ -613,7 +618,7 @@ bool encode_x_map(CUtensorMap& map, const at::Tensor& x, const ConvTParams& p) {
   const int64_t element_size = x.element_size();
   return p.x_length_stride == 1 &&
          encode_tensor_map(map, x, {p.length_in, p.in_channels, p.batch}, {p.x_channel_stride, p.x_batch_stride},
-                           {int(kWgmmaRowBytes / element_size), kWgmmaBlockCi, 1}, CU_TENSOR_MAP_SWIZZLE_128B);
+                           {int(kWgmmaRowBytes / element_size), kWgmmaBlockCi, 1}, CU_TENSOR_MAP_SWIZZLE_128B, /*tf32=*/true);
 }
 
 // with_bias: grad_bias may come along (sums_bias: in warpgroup tiles, else in TF32 only; see the

@@ -138,11 +138,11 @@ struct GemmProblem {
   int channel_phases, channel_origin, staged_rows;
   // The pipelined kernel (pipelined_gemm.cuh): the stages of its ring; 0 for implicit_gemm_kernel
   int stages;
-  // and there, for TF32 without merged channels, x_s by TMA (tensor_rows): each consumer warpgroup's
-  // columns with the halo as one box of in_map (3-D: position, channel, batch) of staged_rows x
-  // x_row_elements, from position first column + first_offset - lead (a 16-byte multiple: TMA's
-  // boxes start there; no row shifts); the copy rounds float to TF32 (to nearest, ties to even) and
-  // writes zeros outside the tensor
+  // and there, for float without merged channels, x_s by TMA (tensor_rows): each consumer
+  // warpgroup's columns with the halo as one box of in_map (3-D: position, channel, batch) of
+  // staged_rows x x_row_elements, from position first column + first_offset - lead (a 16-byte multiple: TMA's
+  // boxes start there; no row shifts); in TF32 the copy rounds float to TF32 (to nearest, ties to
+  // even); zeros outside the tensor
   bool tensor_rows;
   CUtensorMap in_map;
 };

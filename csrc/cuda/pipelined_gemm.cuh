@@ -5,25 +5,35 @@
 // groups of 33-64 rows (out^T = in^T A^T, as implicit_gemm.cuh's; each consumer warpgroup one or two
 // 64-column subtiles, wgmma's N the tile's rows).
 //
-// A block is two consumer warpgroups and a producer warpgroup, whose first warp copies (the others
-// leave; the producers hand most of their registers to the consumers). The producer walks the block's tiles
-// and steps (chunks of channels) and fills a ring of `stages` shared-memory stages, each one step's
+// A block is two consumer warpgroups and a producer warpgroup (which hands most of its registers to
+// the consumers). The producer walks the block's tiles and steps (chunks of channels) and fills a
+// ring of `stages` shared-memory stages, each one step's
 //   w_s   the step's taps of A: one bulk copy of packed_w's consecutive slots
 //   x_s   the step's staged rows of `in`: row r holds its window from the window start rounded down to
 //         16 bytes (position start + j at element j; implicit_gemm.cuh's row_offsets), its whole
 //         16-byte chunks inside the row by one bulk copy, the rest (row ends, positions outside the
-//         row, rows past the group's channels) written by the producer lane element by element.
+//         row, rows past the group's channels) written by its producer thread element by element.
+//         The rows are dealt out over the producer's four warps: a warp issues its bulk copies one
+//         lane at a time, and one warp's 32 of them a step starved the consumers (H100, session 21:
+//         hifigan_up0 TF32 forward 0.240 -> 0.200 ms with four).
 // With tensor_rows (GemmProblem) x_s is instead two TMA boxes, one a consumer warpgroup, each its
-// columns and their halo, already TF32: the producer lane makes both copies and no rounding pass runs.
-// Stage s's `full` mbarrier completes when the producer's 32 lanes have arrived and every byte
-// they announced has landed; the consumers wait for it, round x_s to TF32 in place (TF32), run the
-// step's wgmma and arrive on its `empty` mbarrier (a warp each), after which the producer may refill
-// it. No block-wide barrier in the loop: the producer runs up to `stages` steps ahead, through the
-// consumers' epilogue stores.
+// columns and their halo (TF32: rounded by the copy), both copied by producer thread 0.
+// Stage s's `full` mbarrier completes when the 128 producer threads have arrived and every byte
+// they announced has landed; the consumers wait for it, run the step's wgmma and arrive on its
+// `empty` mbarrier (a warp each), after which the producer may refill it. TF32 x_s not copied by TMA
+// is raw float32: the consumers round their fragments to TF32 as they load them. No block-wide
+// barrier in the loop: the producer runs up to `stages` steps ahead, through the consumers'
+// epilogue stores.
 // 3xTF32 (128 x 128 tiles): w_s holds A's big TF32 parts and then its small parts (GemmProblem::
 // weight_parts), the consumers split their raw float32 fragments of x_s in registers, and each k-step
 // runs three wgmma, big x big into the accumulators and the two correction products into their own
 // (implicit_gemm.cuh's Accumulator: an infinite or NaN main product keeps its value).
+// The epilogue stores each accumulator where its row and column put it, plus bias (float: the
+// bias of all of a thread's rows loaded before its first store, not one load latency a row: H100,
+// session 21, forward kb64 TF32 2.03 -> 1.84 ms, 3xTF32 4.28 -> 3.93; 16-bit a row at a time: kb64
+// bf16 1.39 -> 1.56 with them loaded first, not understood); one out phase of a strided forward
+// (3xTF32, kb79: dilation a multiple of stride) writes the bias at the positions of the phases no
+// tap reaches.
 #pragma once
 
 #include "cuda/implicit_gemm.cuh"
@@ -32,18 +42,14 @@ namespace convt::cuda {
 
 constexpr int kPipelineConsumers = 2;                             // consumer warpgroups
 constexpr int kPipelineConsumerThreads = 128 * kPipelineConsumers;
-constexpr int kPipelineThreads = kPipelineConsumerThreads + 128;  // and the producer warpgroup (one warp copies)
+constexpr int kPipelineProducerWarps = 4, kPipelineProducerThreads = 32 * kPipelineProducerWarps;
+constexpr int kPipelineThreads = kPipelineConsumerThreads + kPipelineProducerThreads;  // and the producer warpgroup
 constexpr int kMaxPipelineStages = 4;
 // Registers a thread: the producer warpgroup gives up most of its share to the consumers (an SM
 // quarter's register file holds two consumer warps and one producer warp: 2 * 232 + 40 <= 512 a lane)
 constexpr int kProducerRegisters = 40, kConsumerRegisters = 232;
 
-// The consumers' barrier (named barrier 1: the producer warp does not take part)
-__device__ __forceinline__ void consumer_barrier() {
-  asm volatile("bar.sync 1, %0;\n" ::"n"(kPipelineConsumerThreads) : "memory");
-}
-
-// One producer lane stages a row's window: `copied` elements (a multiple of 16 bytes) of `row` (of
+// One producer thread stages a row's window: `copied` elements (a multiple of 16 bytes) of `row` (of
 // `length` elements, contiguous; nullptr: zeros) from position `start`, whose address is 16-byte
 // aligned, to `to`; its whole 16-byte chunks inside the row by one bulk copy landing on `landed`
 // (announced to it), the rest (row ends, positions outside the row) element by element, zero outside.
@@ -95,7 +101,7 @@ __global__ void __launch_bounds__(kPipelineThreads, 1)
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   if (threadIdx.x == 0) {
     for (int s = 0; s < p.stages; ++s) {
-      mbarrier_init(full + s, 32);                              // the producer's lanes
+      mbarrier_init(full + s, kPipelineProducerThreads);        // the producer threads
       mbarrier_init(empty + s, kPipelineConsumerThreads / 32);  // the consumer warps
     }
     mbarrier_init_fence();
@@ -126,9 +132,9 @@ __global__ void __launch_bounds__(kPipelineThreads, 1)
     }
   };
 
-  if (warp >= kPipelineConsumerThreads / 32) {  // ---- the producer warpgroup: its first warp copies ----
+  if (warp >= kPipelineConsumerThreads / 32) {  // ---- the producer warpgroup ----
     set_max_registers<kProducerRegisters, false>();
-    if (warp > kPipelineConsumerThreads / 32) return;
+    const int producer = threadIdx.x - kPipelineConsumerThreads;
     int stage = 0;
     uint32_t parity = 0;
     for (unsigned t = blockIdx.x; t < p.tiles; t += gridDim.x) {
@@ -136,7 +142,7 @@ __global__ void __launch_bounds__(kPipelineThreads, 1)
       for (int chunk = 0; chunk < p.chunks; ++chunk) {
         mbarrier_wait(empty + stage, parity ^ 1);
         uint64_t* landed = full + stage;
-        if (lane == 0) {
+        if (producer == 0) {
           const uint32_t bytes = uint32_t(stage_weight_words) * 4;
           mbarrier_expect_bytes(landed, bytes);
           bulk_copy_to_shared(w_stages + stage * stage_weight_words,
@@ -145,14 +151,15 @@ __global__ void __launch_bounds__(kPipelineThreads, 1)
         }
         T* x_s = x_stages + stage * x_stage_elements;
         if (p.tensor_rows) {
-          if (lane == 0) {
+          if (producer == 0) {
             mbarrier_expect_bytes(landed, uint32_t(p.x_words) * 4);
             for (int box = 0; box < kPipelineConsumers; ++box)
               tensor_copy_to_shared(x_s + box * box_elements, &p.in_map, tile.col_tile * kBlockN + box * (kBlockN / 2) + p.first_offset - p.lead,
                                     int(tile.g * p.channels_per_group) + chunk * p.chunk_channels, int(tile.n), landed);
           }
         } else {
-          for (int r = lane; r < p.staged_rows; r += 32) {
+          // row r by lane r / 4 of warp r % 4 (the header comment)
+          for (int r = lane * kPipelineProducerWarps + producer / 32; r < p.staged_rows; r += kPipelineProducerThreads) {
             const StagedRow row = staged_row(tile, chunk, r);
             stage_window(x_s + r * p.x_row_elements, row.row, row.window - row.shift(), p.in_length, copied, landed);
           }
@@ -182,6 +189,9 @@ __global__ void __launch_bounds__(kPipelineThreads, 1)
     phase_low = low_row / p.channel_phases * p.x_row_elements + low_row % p.channel_phases;
     phase_high = high_row / p.channel_phases * p.x_row_elements + high_row % p.channel_phases;
   }
+  // TF32 x_s not rounded by its copy (no tensor_rows): the fragments round to TF32 as they load
+  // (in place of a rounding pass over x_s and a barrier of the consumers)
+  const bool round_fragments = kMath == Math::kTF32 && !p.tensor_rows;
   int stage = 0;
   uint32_t parity = 0;
   for (unsigned t = blockIdx.x; t < p.tiles; t += gridDim.x) {
@@ -198,14 +208,6 @@ __global__ void __launch_bounds__(kPipelineThreads, 1)
       mbarrier_wait(full + stage, parity);
       T* x_s = x_stages + stage * x_stage_elements;
       const uint32_t* w_s = w_stages + stage * stage_weight_words;
-      if constexpr (kMath == Math::kTF32) {
-        if (!p.tensor_rows) {  // round x_s in place, once for every tap and warp
-          for (int v = threadIdx.x * 4; v < x_stage_elements; v += kPipelineConsumerThreads * 4)
-            round_to_tf32<4>(reinterpret_cast<float*>(x_s) + v);
-          fence_async_shared();  // these stores before later bulk copies into the stage
-          consumer_barrier();
-        }
-      }
       for (int t = 0; t < p.taps; ++t) {
         // in^T fragments of this warp's 16 columns, then the k-steps of wgmma on the slot's A^T, in two
         // groups of half the k-steps: one group's fragments load while the other's wgmma runs
@@ -255,6 +257,12 @@ __global__ void __launch_bounds__(kPipelineThreads, 1)
                   load_b<T, kMath>(high, x_kstep + 8, p.x_row_elements, lane % 4, shift_low, shift_high);
                 }
                 a[k][s][0] = low[0], a[k][s][1] = high[0], a[k][s][2] = low[1], a[k][s][3] = high[1];
+                if constexpr (kMath == Math::kTF32) {
+                  if (round_fragments) {
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) a[k][s][e] = to_tf32(__uint_as_float(a[k][s][e]));
+                  }
+                }
                 if constexpr (k3xTF32) {
                   const uint32_t raw[4] = {a[k][s][0], a[k][s][1], a[k][s][2], a[k][s][3]};
                   split_tf32(raw, a[k][s], a_small[k][s]);
@@ -333,6 +341,16 @@ __global__ void __launch_bounds__(kPipelineThreads, 1)
       auto store = [&](int out_row, int position, float value) {
         if (position >= 0 && position < p.out_length) group_out[int64_t(out_row) * p.out_length + position] = from_float<T>(value);
       };
+      // the bias of this thread's rows and the next ones, loaded before any store (one load latency,
+      // not one a row)
+      float row_bias[kBlockM / 8], next_row_bias[kBlockM / 8];
+#pragma unroll
+      for (int j = 0; j < kBlockM / 8; ++j) {
+        const int row = first_row + 8 * j;
+        const int out_row = int(p.div_row_phases.div(unsigned(row))), next_out_row = int(p.div_row_phases.div(unsigned(row + 1)));
+        row_bias[j] = row < p.rows_per_group ? bias_at(out_row) : 0.0f;
+        next_row_bias[j] = row + 1 < p.rows_per_group ? bias_at(next_out_row) : 0.0f;
+      }
 #pragma unroll
       for (int j = 0; j < kBlockM / 8; ++j) {
         const int row = first_row + 8 * j;
@@ -341,7 +359,7 @@ __global__ void __launch_bounds__(kPipelineThreads, 1)
         const int out_row = int(q.div), phase = int(q.mod);
         const bool adjacent = phase + 1 < p.row_phases;  // row + 1: the next position of the same out row
         const bool next_inside = row + 1 < p.rows_per_group;
-        const float bias_value = bias_at(out_row), next_bias = adjacent || !next_inside ? bias_value : bias_at(out_row + 1);
+        const float bias_value = row_bias[j], next_bias = next_row_bias[j];
 #pragma unroll
         for (int side = 0; side < 2 * kSubtiles; ++side) {
           const int s = side / 2, column = tile.col_tile * kBlockN + warp_first_col + 64 * s + 8 * (side % 2);
@@ -359,25 +377,60 @@ __global__ void __launch_bounds__(kPipelineThreads, 1)
           }
         }
       }
-    } else {  // out_step 1: row pointers and bounds from this thread's first row (64-bit math once)
+    } else {
+      // One out phase: column col holds out positions col*out_step + [0, out_step), the accumulator
+      // at its phase and the bias at the others (no tap reaches them). Row pointers and bounds from
+      // this thread's first row (64-bit math once).
       const int64_t rows_left = p.rows_per_group - first_row;
       T* const first_row_out = out + ((tile.n * p.groups + tile.g) * p.rows_per_group + first_row) * p.out_length;
       const T* const first_row_bias = bias ? bias + tile.g * p.rows_per_group + first_row : nullptr;
+      const int phase = p.out_phase_value[0];
+      // float: the bias of this thread's rows, loaded before any store (one load latency, not one a row)
+      constexpr bool kPreloadBias = sizeof(T) == 4;
+      float row_bias[kBlockM / 8][2];
 #pragma unroll
       for (int j = 0; j < kBlockM / 8; ++j)
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
           const int row = 8 * j + half;  // from first_row
-          if (row >= rows_left) continue;
-          const float bias_value = first_row_bias ? to_float(first_row_bias[row]) : 0.0f;
-#pragma unroll
-          for (int s = 0; s < kSubtiles; ++s) {
-            const int col = tile.col_tile * kBlockN + warp_first_col + 64 * s;
-            T* out_first = first_row_out + int64_t(row) * p.out_length + col;
-            if (col < p.out_length) out_first[0] = from_float<T>(result(s, 4 * j + half) + bias_value);
-            if (col + 8 < p.out_length) out_first[8] = from_float<T>(result(s, 4 * j + 2 + half) + bias_value);
-          }
+          row_bias[j][half] = kPreloadBias && first_row_bias && row < rows_left ? to_float(first_row_bias[row]) : 0.0f;
         }
+      auto store_tile = [&](auto one_step) {
+        // column col's positions of one out row: out_step 1 a store; 2 a pair store where aligned
+        auto store_column = [&](T* row_out, int col, float value, float bias_value) {
+          if constexpr (decltype(one_step)::value) {
+            if (col < p.out_length) row_out[col] = from_float<T>(value);
+          } else {
+            const int64_t first = int64_t(col) * p.out_step;
+            if (p.out_step == 2 && first + 1 < p.out_length && reinterpret_cast<uintptr_t>(row_out + first) % (2 * sizeof(T)) == 0) {
+              store_pair(row_out + first, phase == 0 ? value : bias_value, phase == 0 ? bias_value : value);
+            } else {
+              for (int k = 0; k < p.out_step && first + k < p.out_length; ++k)
+                row_out[first + k] = from_float<T>(k == phase ? value : bias_value);
+            }
+          }
+        };
+#pragma unroll
+        for (int j = 0; j < kBlockM / 8; ++j)
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            const int row = 8 * j + half;  // from first_row
+            if (row >= rows_left) continue;
+            const float bias_value = kPreloadBias ? row_bias[j][half] : first_row_bias ? to_float(first_row_bias[row]) : 0.0f;
+            T* const row_out = first_row_out + int64_t(row) * p.out_length;
+#pragma unroll
+            for (int s = 0; s < kSubtiles; ++s) {
+              const int col = tile.col_tile * kBlockN + warp_first_col + 64 * s;
+              store_column(row_out, col, result(s, 4 * j + half) + bias_value, bias_value);
+              store_column(row_out, col + 8, result(s, 4 * j + 2 + half) + bias_value, bias_value);
+            }
+          }
+      };
+      if (p.out_step == 1) {
+        store_tile(std::true_type{});
+      } else {
+        store_tile(std::false_type{});
+      }
     }
   }
 }
