@@ -92,7 +92,7 @@ WIDE_TILE_CASES = [
     Case(4, 160, 64, 4, 3000, stride=2, padding=1, groups=2),  # merged grad_input, odd padding, two groups
     # The pipelined warpgroup kernel (enough tiles of 256 or 128 columns to fill the SMs): a last chunk
     # of channels part-empty (zero rows), part-empty row tiles, rows of an odd length (windows from
-    # their 16-byte boundaries, the row ends element by element); merged rows (TF32) and channels
+    # their 16-byte boundaries, the row ends element by element); merged rows and channels
     Case(2, 136, 200, 3, 20001, padding=1),
     Case(12, 72, 136, 16, 3001, stride=8, padding=4),
     # its 64 x 256 tiles (33-64 rows): merged rows (48, forward) and channels (48, grad_input); rows of

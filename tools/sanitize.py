@@ -27,6 +27,7 @@ SHAPES = [
     (2, 40, 56, 3, 17000, 1, 1, 0, 1, 1, False),  # sm_90 pipelined 64 x 256 tiles, forward and grad_input
     (2, 32, 64, 3, 17000, 2, 1, 0, 1, 2, False),  # sm_90 pipelined forward of one out phase (3xTF32), rows of odd length
     (2, 40, 56, 3, 16999, 1, 1, 0, 1, 1, False),  # sm_90 pipelined forward, x rows not 16-byte multiples (TF32 rounded in registers)
+    (4, 40, 24, 4, 9000, 2, 1, 0, 1, 1, False),  # sm_90 pipelined forward with its phases merged into rows (16-bit too)
     (1, 24, 40, 7, 129, 3, 2, 1, 1, 2, False),   # staged interleaved output
     (2, 64, 32, 4, 257, 2, 1, 0, 2, 1, False),   # groups, 32-row tiles
     (2, 16, 24, 2, 70, 6, 0, 5, 1, 2, False),    # phases that no tap reaches, staged

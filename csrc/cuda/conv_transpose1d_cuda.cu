@@ -454,15 +454,15 @@ std::optional<GemmProblem> plan_pipelined_tiles(const GemmProblem& problem, cons
 // subtiles a consumer warpgroup: the weight, streamed from L2 for every tile, serves twice the
 // columns; H100, session 18: kb64 TF32 forward 2.84 -> 2.33 ms, hifigan_up1 0.385 -> 0.319) unless
 // they pad the columns by more than a sixteenth over 128-column tiles (hifigan_up0's 862 columns:
-// 0.262 against 0.239 ms). The strided forward's 16-bit merged rows stay with implicit_gemm_kernel
-// (hifigan_up0 / up2 / EnCodec bf16: 0.164 / 0.201 / 0.184 ms there, 0.21-0.24 / 0.21 / 0.20
-// pipelined; hifigan_up1 0.246 against 0.204). 3xTF32 (two accumulators a subtile) takes 128 columns.
+// 0.262 against 0.239 ms). The strided forward's 16-bit merged rows too since the producer's four
+// warps stage them (H100, session 22, bf16 forward ms on implicit_gemm_kernel -> here: hifigan_up0
+// 0.164 -> 0.125, up1 0.247 -> 0.209, up3 0.236 -> 0.191, EnCodec 0.184 -> 0.180; but up2 0.200 ->
+// 0.212, 0.231 on 128 x 128 tiles). 3xTF32 (two accumulators a subtile) takes 128 columns.
 // Groups of 33-64 rows take tiles of 64 x 256 (H100, session 20, forward ms before -> after:
 // kb74 bf16 0.730 -> 0.593, 3xTF32 2.317 -> 1.405; hifigan_up3 TF32 0.393 -> 0.273, 3xTF32 0.608 ->
 // 0.357); TF32 kb74 too since the epilogue loads its bias before storing (session 21: 0.871 on
 // mma.sync's 64 x 256 tiles, 0.677 here).
 std::optional<GemmProblem> plan_pipelined(const GemmProblem& problem, const at::Tensor& in, Math math) {
-  if (problem.row_phases > 1 && in.element_size() == 2) return std::nullopt;
   if (problem.rows_per_group <= 64) {
     const auto plan = plan_pipelined_tiles(problem, in, 64, 256, math);
     return plan && plan->parts >= sm_count() ? plan : std::nullopt;
