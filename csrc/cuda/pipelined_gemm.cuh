@@ -28,12 +28,12 @@
 // weight_parts), the consumers split their raw float32 fragments of x_s in registers, and each k-step
 // runs three wgmma, big x big into the accumulators and the two correction products into their own
 // (implicit_gemm.cuh's Accumulator: an infinite or NaN main product keeps its value).
-// The epilogue stores each accumulator where its row and column put it, plus bias (float: the
-// bias of all of a thread's rows loaded before its first store, not one load latency a row: H100,
-// session 21, forward kb64 TF32 2.03 -> 1.84 ms, 3xTF32 4.28 -> 3.93; 16-bit a row at a time: kb64
-// bf16 1.39 -> 1.56 with them loaded first, not understood); one out phase of a strided forward
-// (3xTF32, kb79: dilation a multiple of stride) writes the bias at the positions of the phases no
-// tap reaches.
+// The epilogue stores each accumulator where its row and column put it, plus bias, the bias of a
+// thread's rows loaded before its first store, not one load latency a row (H100, session 21,
+// forward kb64 TF32 2.03 -> 1.84 ms, 3xTF32 4.28 -> 3.93); 16-bit one out phase by column pairs,
+// two adjacent columns of a row a store (session 22); one out phase of a strided forward (3xTF32,
+// kb79: dilation a multiple of stride) writes the bias at the positions of the phases no tap
+// reaches.
 #pragma once
 
 #include "cuda/implicit_gemm.cuh"
@@ -77,6 +77,14 @@ __device__ __forceinline__ void stage_window(T* to, const T* row, int start, int
   };
   for (int c = 0; c < bulk_begin; ++c) write_chunk(c);
   for (int c = bulk_end; c < copied / kChunk; ++c) write_chunk(c);
+}
+
+// condition ? a : b as a register select (a select of two elements of a register array may compile to
+// a load from a selected address, which moves the whole array to local memory)
+__device__ __forceinline__ float select_register(bool condition, float a, float b) {
+  float chosen;
+  asm("{\n .reg .pred p;\n setp.ne.b32 p, %3, 0;\n selp.f32 %0, %1, %2, p;\n}" : "=f"(chosen) : "f"(a), "f"(b), "r"(int(condition)));
+  return chosen;
 }
 
 // kBlockM rows (64 or 128) x kSubtiles 64-column subtiles per consumer warpgroup (1 or 2)
@@ -384,52 +392,99 @@ __global__ void __launch_bounds__(kPipelineThreads, 1)
       const int64_t rows_left = p.rows_per_group - first_row;
       T* const first_row_out = out + ((tile.n * p.groups + tile.g) * p.rows_per_group + first_row) * p.out_length;
       const T* const first_row_bias = bias ? bias + tile.g * p.rows_per_group + first_row : nullptr;
-      const int phase = p.out_phase_value[0];
-      // float: the bias of this thread's rows, loaded before any store (one load latency, not one a row)
-      constexpr bool kPreloadBias = sizeof(T) == 4;
-      float row_bias[kBlockM / 8][2];
+      if constexpr (sizeof(T) == 2) {
+        // 16-bit (out_step 1: strided phases are 3xTF32's), column pairs: the thread of even column
+        // col and the one of col + 1 (lanes 4 apart) swap values so that each holds one row's two
+        // adjacent columns, row first_row + 8j of pair j for the even thread and + 1 for the odd one,
+        // at columns col - column_odd and the next: one 4-byte store where out rows have an even
+        // length; the bias of the rows it stores loaded before its first store. (Float stores its
+        // two rows a column: pairs lost there. H100, session 22, forward ms: kb74 bf16 0.599 ->
+        // 0.543, kb64 1.401 -> 1.359; kb64 TF32 1.849 -> 2.342.)
+        const int column_odd = (lane / 4) % 2;  // the parity of this thread's columns
+        float stored_bias[kBlockM / 8];
 #pragma unroll
-      for (int j = 0; j < kBlockM / 8; ++j)
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const int row = 8 * j + half;  // from first_row
-          row_bias[j][half] = kPreloadBias && first_row_bias && row < rows_left ? to_float(first_row_bias[row]) : 0.0f;
+        for (int j = 0; j < kBlockM / 8; ++j) {
+          const int row = 8 * j + column_odd;  // from first_row
+          stored_bias[j] = first_row_bias && row < rows_left ? to_float(first_row_bias[row]) : 0.0f;
         }
-      auto store_tile = [&](auto one_step) {
-        // column col's positions of one out row: out_step 1 a store; 2 a pair store where aligned
-        auto store_column = [&](T* row_out, int col, float value, float bias_value) {
-          if constexpr (decltype(one_step)::value) {
-            if (col < p.out_length) row_out[col] = from_float<T>(value);
-          } else {
-            const int64_t first = int64_t(col) * p.out_step;
-            if (p.out_step == 2 && first + 1 < p.out_length && reinterpret_cast<uintptr_t>(row_out + first) % (2 * sizeof(T)) == 0) {
-              store_pair(row_out + first, phase == 0 ? value : bias_value, phase == 0 ? bias_value : value);
-            } else {
-              for (int k = 0; k < p.out_step && first + k < p.out_length; ++k)
-                row_out[first + k] = from_float<T>(k == phase ? value : bias_value);
+        auto store_pairs = [&](auto even_length) {
+#pragma unroll
+          for (int j = 0; j < kBlockM / 8; ++j) {
+            const int row = 8 * j + column_odd;  // from first_row
+            T* const row_out = first_row_out + int64_t(row) * p.out_length;
+#pragma unroll
+            for (int side = 0; side < 2 * kSubtiles; ++side) {
+              const int s = side / 2, e = 4 * j + 2 * (side % 2);  // rows 8j and 8j + 1 at column col
+              const float given = __shfl_xor_sync(0xffffffffu, select_register(column_odd, acc[s][e], acc[s][e + 1]), 4);
+              const float first = (column_odd ? given : acc[s][e]) + stored_bias[j];
+              const float second = (column_odd ? acc[s][e + 1] : given) + stored_bias[j];
+              const int col = tile.col_tile * kBlockN + warp_first_col + 64 * s + 8 * (side % 2) - column_odd;
+              if (row >= rows_left) continue;
+              if constexpr (decltype(even_length)::value) {
+                if (col + 1 < p.out_length) {
+                  store_pair(row_out + col, first, second);
+                } else if (col < p.out_length) {
+                  row_out[col] = from_float<T>(first);
+                }
+              } else {
+                if (col < p.out_length) row_out[col] = from_float<T>(first);
+                if (col + 1 < p.out_length) row_out[col + 1] = from_float<T>(second);
+              }
             }
           }
         };
+        if (p.out_length % 2 == 0) {
+          store_pairs(std::true_type{});
+        } else {
+          store_pairs(std::false_type{});
+        }
+      } else {
+        const int phase = p.out_phase_value[0];
+        // the bias of this thread's rows, loaded before any store (one load latency, not one a row)
+        float row_bias[kBlockM / 8][2];
 #pragma unroll
         for (int j = 0; j < kBlockM / 8; ++j)
 #pragma unroll
           for (int half = 0; half < 2; ++half) {
             const int row = 8 * j + half;  // from first_row
-            if (row >= rows_left) continue;
-            const float bias_value = kPreloadBias ? row_bias[j][half] : first_row_bias ? to_float(first_row_bias[row]) : 0.0f;
-            T* const row_out = first_row_out + int64_t(row) * p.out_length;
-#pragma unroll
-            for (int s = 0; s < kSubtiles; ++s) {
-              const int col = tile.col_tile * kBlockN + warp_first_col + 64 * s;
-              store_column(row_out, col, result(s, 4 * j + half) + bias_value, bias_value);
-              store_column(row_out, col + 8, result(s, 4 * j + 2 + half) + bias_value, bias_value);
-            }
+            row_bias[j][half] = first_row_bias && row < rows_left ? to_float(first_row_bias[row]) : 0.0f;
           }
-      };
-      if (p.out_step == 1) {
-        store_tile(std::true_type{});
-      } else {
-        store_tile(std::false_type{});
+        auto store_tile = [&](auto one_step) {
+          // column col's positions of one out row: out_step 1 a store; 2 a pair store where aligned
+          auto store_column = [&](T* row_out, int col, float value, float bias_value) {
+            if constexpr (decltype(one_step)::value) {
+              if (col < p.out_length) row_out[col] = from_float<T>(value);
+            } else {
+              const int64_t first = int64_t(col) * p.out_step;
+              if (p.out_step == 2 && first + 1 < p.out_length && reinterpret_cast<uintptr_t>(row_out + first) % (2 * sizeof(T)) == 0) {
+                store_pair(row_out + first, phase == 0 ? value : bias_value, phase == 0 ? bias_value : value);
+              } else {
+                for (int k = 0; k < p.out_step && first + k < p.out_length; ++k)
+                  row_out[first + k] = from_float<T>(k == phase ? value : bias_value);
+              }
+            }
+          };
+#pragma unroll
+          for (int j = 0; j < kBlockM / 8; ++j)
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+              const int row = 8 * j + half;  // from first_row
+              if (row >= rows_left) continue;
+              const float bias_value = row_bias[j][half];
+              T* const row_out = first_row_out + int64_t(row) * p.out_length;
+#pragma unroll
+              for (int s = 0; s < kSubtiles; ++s) {
+                const int col = tile.col_tile * kBlockN + warp_first_col + 64 * s;
+                store_column(row_out, col, result(s, 4 * j + half) + bias_value, bias_value);
+                store_column(row_out, col + 8, result(s, 4 * j + 2 + half) + bias_value, bias_value);
+              }
+            }
+        };
+        if (p.out_step == 1) {
+          store_tile(std::true_type{});
+        } else {
+          store_tile(std::false_type{});
+        }
       }
     }
   }
