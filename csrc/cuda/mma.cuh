@@ -9,7 +9,7 @@
 
 namespace convt::cuda {
 
-// How float32 products are formed: TF32 (operands rounded to nearest TF32), or 3xTF32 (each operand
+// How float32 products are formed: TF32 (operands rounded to nearest TF32: to_tf32), or 3xTF32 (each operand
 // split into big + small TF32 parts; big*big + big*small + small*big, float32 accuracy).
 enum class Math { kTF32, k3xTF32, k16Bit };
 
@@ -64,9 +64,17 @@ __device__ __forceinline__ int elements_past_16_bytes(const T* at) {
   return int(reinterpret_cast<uintptr_t>(at) % 16 / sizeof(T));
 }
 
+// float32 to TF32 (its low 13 mantissa bits zero), to nearest, as cuDNN's kernels for the GPU round:
+// on sm_90 ties to even (cuDNN's Hopper kernels, and TMA's TFLOAT32 copies), before it ties away from
+// zero (its sm_80 kernels; cvt.rn.tf32 needs sm_90). KernelBench's allclose(1e-4) against cuDNN's TF32
+// result fails at the ties otherwise (H100, session 23: kb64 and kb79 1,418 and 3,992 outputs).
 __device__ __forceinline__ uint32_t to_tf32(float value) {
   uint32_t result;
+#if __CUDA_ARCH__ >= 900
+  asm("cvt.rn.tf32.f32 %0, %1;" : "=r"(result) : "f"(value));
+#else
   asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(result) : "f"(value));
+#endif
   return result;
 }
 // kElements (1, 2 or 4) floats at `values` (aligned to their size) rounded to TF32 in place, in one
