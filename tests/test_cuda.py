@@ -42,8 +42,11 @@ def _rounded_to_tf32(t):
     return ((bits + half) & ~0x1FFF).view(torch.float32)
 
 
+TF32_CASES = [c for c in PRECISION_CASES if c.groups < c.c_in]  # depthwise runs in float32 on the CUDA cores
+
+
 @pytest.mark.parametrize("tf32", [True], indirect=True)
-@pytest.mark.parametrize("case", [c for c in PRECISION_CASES if c.groups < c.c_in], ids=str)  # depthwise: float32
+@pytest.mark.parametrize("case", TF32_CASES, ids=str)
 def test_tf32_products_are_of_rounded_operands(case, tf32):
     """TF32: x and w rounded to TF32 to nearest (ties as cuDNN's kernels for the GPU break them), products
     summed in float32; ours is float64's result on the rounded operands, to float32 accumulation. Ties
@@ -54,7 +57,7 @@ def test_tf32_products_are_of_rounded_operands(case, tf32):
 
 
 @pytest.mark.parametrize("tf32", [True], indirect=True)
-@pytest.mark.parametrize("case", [c for c in PRECISION_CASES if c.groups < c.c_in], ids=str)
+@pytest.mark.parametrize("case", TF32_CASES, ids=str)
 def test_tf32_agrees_with_torch(case, tf32):
     """KernelBench's allclose(atol=rtol=1e-4) against torch's own TF32 result, wherever cuDNN's kernel breaks
     ties as ours do. cuDNN picks a kernel a shape, and its kernels differ there (on an H100, session 23: its
