@@ -26,9 +26,9 @@ def want_cuda():
 
 def extension():
     # at::parallel_for is inline OpenMP in ATen's headers: without -fopenmp it runs serially. The
-    # OpenMP runtime is the libgomp that torch has loaded already.
+    # OpenMP runtime is the libgomp that torch has loaded already. -g0: no debug info (a smaller library).
     openmp = ["-fopenmp"] if sys.platform.startswith("linux") else []
-    cxx_flags = ["-O3"] + openmp
+    cxx_flags = ["-O3", "-g0"] + openmp
     cpp_sources = sources("csrc/*.cpp") + sources("csrc/cpu/*.cpp")
     if not want_cuda():
         return CppExtension("torch_convt_op._C", cpp_sources, include_dirs=[os.path.join(ROOT, "csrc")],
@@ -37,10 +37,13 @@ def extension():
     archs = os.environ.get("TORCH_CUDA_ARCH_LIST", "8.0;9.0").replace(" ", ";").split(";")
     archs = ["9.0a" + arch[3:] if arch.split("+")[0] == "9.0" else arch for arch in archs]
     os.environ["TORCH_CUDA_ARCH_LIST"] = ";".join(archs)
-    defines = ["-DCONVT_WITH_CUDA"] + (["-DCONVT_WGMMA"] if any(a.startswith("9.0a") for a in archs) else [])
-    nvcc_flags = ["-O3", "-lineinfo", "--expt-relaxed-constexpr"] + defines
-    return CUDAExtension("torch_convt_op._C", cpp_sources + sources("csrc/cuda/*.cu") + sources("csrc/cuda/*.cpp"),
-                         include_dirs=[os.path.join(ROOT, "csrc")],
+    defines = ["-DCONVT_WGMMA"] if any(a.startswith("9.0a") for a in archs) else []
+    # One translation unit per kernel family and dtype (csrc/cuda/instantiations/, written by
+    # tools/generate_instantiations.py): ninja compiles them in parallel (MAX_JOBS), and nvcc
+    # compiles each file's architectures in parallel (--threads).
+    nvcc_flags = ["-O3", "-lineinfo", "--expt-relaxed-constexpr", f"--threads={len(archs)}"] + defines
+    cuda_sources = sources("csrc/cuda/*.cpp") + sources("csrc/cuda/instantiations/*.cu")
+    return CUDAExtension("torch_convt_op._C", cpp_sources + cuda_sources, include_dirs=[os.path.join(ROOT, "csrc")],
                          extra_compile_args={"cxx": cxx_flags + defines, "nvcc": nvcc_flags},
                          extra_link_args=openmp, py_limited_api=True)
 

@@ -3,6 +3,7 @@
 
 #include "convt.h"
 #include "cpu/conv_transpose1d_cpu.h"
+#include "plan.h"
 
 namespace convt {
 namespace {
@@ -22,6 +23,37 @@ void check_backward_op(const at::Tensor& grad_output, const at::Tensor& input, c
   check_backward_args(grad_output, input, weight, make_args(stride, padding, output_padding, groups, dilation));
 }
 
+// What the planner picks for a problem of contiguous tensors (sizes: N, C_in, C_out, K, L_in,
+// stride, padding, output_padding, dilation, groups) on a card ("h100", "h200", "a100", or "cuda":
+// the current device): [forward, grad_input, grad_weight, grad_bias], each "kernel=... key=value ...".
+std::vector<std::string> plan_op(at::IntArrayRef sizes, at::ScalarType dtype, bool tf32, c10::string_view device) {
+  TORCH_CHECK(sizes.size() == 10, "_plan: sizes must be [N, C_in, C_out, K, L_in, stride, padding, output_padding, dilation, groups]");
+  const int64_t n = sizes[0], c_in = sizes[1], c_out = sizes[2], k = sizes[3], l_in = sizes[4];
+  const int64_t stride = sizes[5], padding = sizes[6], output_padding = sizes[7], dilation = sizes[8], groups = sizes[9];
+  TORCH_CHECK(n >= 1 && c_in >= 1 && c_out >= 1 && k >= 1 && l_in >= 1 && stride >= 1 && padding >= 0 &&
+                  output_padding >= 0 && dilation >= 1 && groups >= 1 && c_in % groups == 0 && c_out % groups == 0,
+              "_plan: sizes out of range");
+  TORCH_CHECK(dtype == at::kFloat || dtype == at::kDouble || dtype == at::kHalf || dtype == at::kBFloat16,
+              "_plan: dtype must be a floating type");
+  DeviceLimits limits{};
+  if (device == "h100" || device == "h200") {
+    limits = DeviceLimits::h100();
+  } else if (device == "a100") {
+    limits = DeviceLimits::a100();
+  } else {
+    TORCH_CHECK(device == "cuda", "_plan: device must be h100, h200, a100 or cuda, not ", device);
+    TORCH_CHECK(current_cuda_device_limits != nullptr, "_plan: this build of torch_convt_op has no CUDA kernels");
+    limits = current_cuda_device_limits();
+  }
+  const ConvTParams p = contiguous_params(n, c_in, c_out, k, l_in, stride, padding, output_padding, dilation, groups);
+  TORCH_CHECK(p.length_out >= 1, "_plan: the output would be empty");
+  const TensorFacts facts{int(c10::elementSize(dtype)), 256};
+  const Math math = math_for(facts.element_size, tf32);
+  const BackwardPlan backward = plan_backward(p, facts, facts, math, true, true, true, limits);
+  return {describe(plan_forward(p, facts, math, limits)), describe(backward.grad_input), describe(backward.grad_weight),
+          std::string("kernel=") + kernel_name(backward.grad_bias)};
+}
+
 }  // namespace
 
 TORCH_LIBRARY(convt, m) {
@@ -39,6 +71,7 @@ TORCH_LIBRARY(convt, m) {
       "_conv_transpose1d_backward_check(Tensor grad_output, Tensor input, Tensor weight, int[1] stride, int[1] padding, "
       "int[1] output_padding, int groups, int[1] dilation) -> ()",
       TORCH_FN(check_backward_op));
+  m.def("_plan(int[] sizes, ScalarType dtype, bool tf32, str device) -> str[]", TORCH_FN(plan_op));
 }
 
 TORCH_LIBRARY_IMPL(convt, CPU, m) {

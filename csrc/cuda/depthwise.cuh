@@ -4,21 +4,13 @@
 // indexing as in convt.h; any dtype, acc_t accumulation; 64-bit offsets.
 #pragma once
 
-#include "convt.h"
+#include "plan.h"
+#include "problem.h"
 #include "cuda/direct.cuh"
 
 namespace convt::cuda {
 
-constexpr int kDwThreads = 256, kDwPerThread = 8, kDwSegment = kDwThreads * kDwPerThread;  // outputs per block
-constexpr int kDwMaxTaps = 16;
 
-// The shifts of the taps (tap_of) bound the input window of a segment.
-struct DepthwiseArgs {
-  int64_t shift_min, shift_max;
-  int64_t staged;     // elements of the staged row segment
-  int weights;        // w[ci, :, :] staged per row: Cog * K values (acc_t), then Cog biases in the forward
-  size_t smem_bytes;  // the weights (and biases), then the row segment
-};
 
 // Stages w_s[co*K + k] = w[ci, co, k] (and, given bias, b_s[co] = bias[ci*Cog + co] after them):
 // issued beside a row segment's loads, so that one barrier covers both.
@@ -41,7 +33,7 @@ __device__ void stage_depthwise_weights(const scalar_t* w, const scalar_t* bias,
 template <typename scalar_t, typename acc_t>
 __global__ void __launch_bounds__(kDwThreads, 4)
     depthwise_forward_kernel(const scalar_t* __restrict__ x, const scalar_t* __restrict__ w,
-                             const scalar_t* __restrict__ bias, scalar_t* __restrict__ y, ConvTParams p, DepthwiseArgs a) {
+                             const scalar_t* __restrict__ bias, scalar_t* __restrict__ y, ConvTParams p, DepthwisePlan a) {
   extern __shared__ __align__(16) unsigned char dw_smem[];
   acc_t* w_s = reinterpret_cast<acc_t*>(dw_smem);
   const acc_t* b_s = w_s + p.out_channels_per_group * p.kernel_size;
@@ -96,7 +88,7 @@ __global__ void __launch_bounds__(kDwThreads, 4)
 template <typename scalar_t, typename acc_t>
 __global__ void __launch_bounds__(kDwThreads)
     depthwise_grad_input_kernel(const scalar_t* __restrict__ grad_y, const scalar_t* __restrict__ w,
-                                scalar_t* __restrict__ grad_x, ConvTParams p, DepthwiseArgs a) {
+                                scalar_t* __restrict__ grad_x, ConvTParams p, DepthwisePlan a) {
   extern __shared__ __align__(16) unsigned char dw_smem[];
   acc_t* w_s = reinterpret_cast<acc_t*>(dw_smem);
   scalar_t* gy_s = reinterpret_cast<scalar_t*>(w_s + a.weights);

@@ -4,7 +4,7 @@
 // 64-bit indices.
 #pragma once
 
-#include "convt.h"
+#include "problem.h"
 
 namespace convt::cuda {
 

@@ -6,8 +6,8 @@
 // phase read the same gy positions, so they are handled together in tap groups of up to
 // 4 or 8 (kGroupTaps; the x window of the group covers every shift). A block owns one output tile
 // (group, 32 or 64 ci, 32 or 64 co, tap group) and one slice of the (n, m-chunk) items; it stages per item
-//   gy_s[co][q]   gy[n, co, (m0 + q)*stride + phase]       q in [0, kWgPositions)
-//   x_s[ci][q]    x[n, ci, m0 + q - group_shift_max]         q in [0, kWgPositions + span)
+//   gy_s[co][q]   gy[n, co, (m0 + q)*stride + phase]       q in [0, kGradWPositions)
+//   x_s[ci][q]    x[n, ci, m0 + q - group_shift_max]         q in [0, kGradWPositions + span)
 // (zero outside the tensors), double-buffered in the input's own type, runs mma.sync (4 or 8 warps,
 // 2 or 4 x 2, a 16 ci x 32 co warp tile per tap), and writes its fp32 sums to partial[slice].
 // Contiguous, aligned rows move in asynchronous copies of 16 or 8 bytes (or 4: pairs of 16-bit values),
@@ -35,7 +35,8 @@
 
 #include <type_traits>
 
-#include "convt.h"
+#include "plan.h"
+#include "problem.h"
 #include "cuda/implicit_gemm.cuh"
 
 namespace convt::cuda {
@@ -43,70 +44,18 @@ namespace convt::cuda {
 // A block is kCiWarps x kCoWarps warps of 16 ci x 32 co: 32 ci (kCiWarps 2) where C_in per group is
 // at most 32, else 64 (kCiWarps 4: each staged gy element feeds twice the ci); 32 co (kCoWarps 1)
 // where C_out per group is at most 32, else 64 (kCoWarps 2: each staged x element feeds twice the co).
-constexpr int kWgTilesN = 4;                  // n8 tiles (of co) per warp: a 16 ci x 32 co warp tile
+constexpr int kGradWTilesN = 4;                  // n8 tiles (of co) per warp: a 16 ci x 32 co warp tile
 template <int kCoWarps>
-constexpr int kWgBlockCoOf = kCoWarps * kWgTilesN * 8;
+constexpr int kGradWBlockCoOf = kCoWarps * kGradWTilesN * 8;
 template <int kCiWarps, int kCoWarps>
-constexpr int kWgThreadsOf = 32 * kCiWarps * kCoWarps;
-constexpr int kWgPositions = 64;              // positions m per item: 8 k-steps
-// taps per tap group: kWgGroupTaps, or kWgWideGroupTaps where a phase has more taps (TF32 and 16-bit:
-// 3xTF32's kernels have no room for twice the accumulators)
-constexpr int kWgGroupTaps = 4, kWgWideGroupTaps = 8;
-// Elements per staged row, in 32-bit words ≡ 4 (mod 8): the 8 ci or co rows x 4 columns of a fragment
-// load hit 32 different banks; rows stay 16-byte aligned. gy: kWgPositions plus 4 floats or 8 16-bit
-// values; the window (the operand read at each tap's shift: x here, gy in the warpgroup kernel):
-// window_row_elements (≡ 4 mod 32, or mod 16 in warpgroup tiles; planned for floats) plus 4 more 16-bit values.
-__host__ __device__ constexpr int wg_gy_row(int element_size) { return kWgPositions + (element_size == 2 ? 8 : 4); }
-__host__ __device__ constexpr int wg_window_row(int window_row_elements, int element_size) {
-  return window_row_elements + (element_size == 2 ? 4 : 0);
-}
+constexpr int kGradWThreadsOf = 32 * kCiWarps * kCoWarps;
 
-struct WeightGradProblem {
-  int64_t batch, groups, cig, cog;
-  int64_t x_batch_stride, x_channel_stride, x_length_stride;
-  int64_t gy_batch_stride, gy_channel_stride, gy_length_stride;
-  int length_in, length_out, stride, taps;
-  // tap groups: taps group_tap[group_first[q], + group_count[q]) share phase group_phase[q]
-  int tap_groups, group_taps;  // group_taps: the most taps of a group, the kernel's kGroupTaps
-  int group_phase[kMaxGemmTaps], group_first[kMaxGemmTaps], group_count[kMaxGemmTaps];
-  int group_shift_max[kMaxGemmTaps], group_span[kMaxGemmTaps];  // the largest shift, and largest - smallest
-  int group_tap[kMaxGemmTaps], group_tap_shift[kMaxGemmTaps];  // tap group_tap[i] has shift group_tap_shift[i]
-  // The window of group q (x_s here; gy_s in the warpgroup kernel) has group_window_copies[q] copies
-  // per row (a multiply-shift divider: the copy loops divide by it at every copy). Here it starts
-  // group_lead[q] positions early so that its copies stay aligned ((m0 - group_shift_max - lead) ≡ 0
-  // mod x_copy_elements); the warpgroup kernel's chunks start up to a chunk less one early (lead 0).
-  int group_lead[kMaxGemmTaps];
-  Divider group_window_copies[kMaxGemmTaps];
-  int window_row_elements;     // elements per float window row: room for the widest group's copies, ≡ 4 mod 32 (16)
-  // elements per copy: 16 or 8 bytes' worth, or 2 (16-bit pairs), where rows are contiguous and aligned
-  // (gy: stride 1 too); 1: element by element. A copy wholly outside reads nothing from its source,
-  // the tensor's (aligned) first element. Warpgroup tiles: gy_copy_elements is 16 bytes' worth where
-  // gy goes in chunks (grad_weight_wgmma.cuh), else 1.
-  int x_copy_elements, gy_copy_elements;
-  bool warpgroups;            // grad_weight_wgmma_kernel's tiles (64 x 64, items of x positions)
-  int block_ci, block_co;     // ci and co per tile: 16 * kCiWarps, 32 * kCoWarps (warpgroups: 64 x 64; pipelined: 128 ci)
-  int ci_tiles, co_tiles;
-  int64_t tiles;
-  // items per batch element: ceil(longest phase / kWgPositions); warpgroups: ceil(L_in / kWgPositions)
-  int64_t chunks_per_row;
-  int64_t items;               // batch * chunks_per_row (< kGemmIndexLimit)
-  Divider div_chunks_per_row;  // item -> (n, chunk) without a 64-bit division per item
-  int64_t slices;              // item ranges; partial holds one grad_w per slice
-  // grad_bias (see above, and grad_weight_wgmma.cuh): sums_bias; the tap groups of q's phase:
-  // group_phase_groups[q] of them, q the group_phase_index[q]-th; bias_slots per co row: one per copy
-  // of a row (16, 8 or 32; this kernel's)
-  int sums_bias, bias_slots;
-  int group_phase_groups[kMaxGemmTaps], group_phase_index[kMaxGemmTaps];
-  size_t smem_bytes;
-  // merged phases (warpgroup tiles, grad_weight_wgmma.cuh): block_co co of stride rows each, tap
-  // group_tap[i] the k of phase 0 of merged tap i (shift group_tap_shift[i]), window_row_elements
-  // the gy_s row itself; phase_origin = padding mod stride
-  bool merged;
-  int phase_origin;
-  // pipelined warpgroup tiles (grad_weight_wgmma.cuh's kPipelined, 0: not): the ring's stages, and
-  // x as a tensor map of boxes of 64 channels x 128 bytes of positions
-  int stages;
-  CUtensorMap x_map;
+// The kernels' parameters: the plan (plan.h), and the dividers and tensor map that the launcher
+// builds from it (make_weight_grad_problem).
+struct WeightGradProblem : WeightGradPlan {
+  Divider group_window_copies[kMaxGemmTaps];  // group_window_copy_count[q]: the copy loops divide by it
+  Divider div_chunks_per_row;                 // item -> (n, chunk) without a 64-bit division per item
+  CUtensorMap x_map;                          // pipelined tiles: x as (position, channel, batch)
 };
 
 // One 32-bit register of an mma fragment from the staged value(s) at `at`: a float (TF32 or 3xTF32),
@@ -180,28 +129,28 @@ __device__ __forceinline__ int elements_inside(int64_t left, int vector) {
 // 0.92 -> 0.88; 8 taps, 228 -> 168: kb74 TF32 3.99 -> 3.52); 256-thread blocks of 8 taps one an SM.
 // 3xTF32 one block (its 216 registers: capped at 128 they spill).
 template <Math kMath, int kCiWarps, int kCoWarps, int kGroupTaps>
-constexpr int kWgMinBlocksOf = kMath == Math::k3xTF32                   ? 1
-                               : kWgThreadsOf<kCiWarps, kCoWarps> == 256 ? (kGroupTaps == kWgGroupTaps ? 2 : 1)
-                                                                         : 384 / kWgThreadsOf<kCiWarps, kCoWarps>;
+constexpr int kGradWMinBlocksOf = kMath == Math::k3xTF32                   ? 1
+                               : kGradWThreadsOf<kCiWarps, kCoWarps> == 256 ? (kGroupTaps == kGradWGroupTaps ? 2 : 1)
+                                                                         : 384 / kGradWThreadsOf<kCiWarps, kCoWarps>;
 
 template <typename T, Math kMath, int kCiWarps, int kCoWarps, int kGroupTaps>
-__global__ void __launch_bounds__(kWgThreadsOf<kCiWarps, kCoWarps>, (kWgMinBlocksOf<kMath, kCiWarps, kCoWarps, kGroupTaps>))
+__global__ void __launch_bounds__(kGradWThreadsOf<kCiWarps, kCoWarps>, (kGradWMinBlocksOf<kMath, kCiWarps, kCoWarps, kGroupTaps>))
     grad_weight_gemm_kernel(const T* __restrict__ x, const T* __restrict__ gy, float* __restrict__ partial,
                             float* __restrict__ bias_partial, const __grid_constant__ WeightGradProblem p) {
-  constexpr int kWgThreads = kWgThreadsOf<kCiWarps, kCoWarps>, kWgBlockCi = 16 * kCiWarps;
-  constexpr int kWgBlockCo = kWgBlockCoOf<kCoWarps>;
+  constexpr int kGradWThreads = kGradWThreadsOf<kCiWarps, kCoWarps>, kGradWBlockCi = 16 * kCiWarps;
+  constexpr int kGradWBlockCo = kGradWBlockCoOf<kCoWarps>;
   constexpr bool k16 = kMath == Math::k16Bit;
   static_assert(k16 == (sizeof(T) == 2), "16-bit inputs use the 16-bit mma, float32 TF32 or 3xTF32");
-  constexpr int kGyRow = wg_gy_row(sizeof(T));
-  const int x_row = wg_window_row(p.window_row_elements, sizeof(T));
+  constexpr int kGyRow = grad_w_gy_row(sizeof(T));
+  const int x_row = grad_w_window_row(p.window_row_elements, sizeof(T));
   extern __shared__ __align__(16) unsigned char wg_smem[];
-  T* gy_buffers = reinterpret_cast<T*>(wg_smem);       // 2 x kWgBlockCo x kGyRow
-  T* x_buffers = gy_buffers + 2 * kWgBlockCo * kGyRow;  // 2 x kWgBlockCi x x_row
-  float* bias_s = reinterpret_cast<float*>(x_buffers + 2 * kWgBlockCi * x_row);  // kWgBlockCo x bias_slots, if summed
+  T* gy_buffers = reinterpret_cast<T*>(wg_smem);       // 2 x kGradWBlockCo x kGyRow
+  T* x_buffers = gy_buffers + 2 * kGradWBlockCo * kGyRow;  // 2 x kGradWBlockCi x x_row
+  float* bias_s = reinterpret_cast<float*>(x_buffers + 2 * kGradWBlockCi * x_row);  // kGradWBlockCo x bias_slots, if summed
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int warp_ci = (warp % kCiWarps) * 16, warp_co = (warp / kCiWarps) * kWgTilesN * 8;
+  const int warp_ci = (warp % kCiWarps) * 16, warp_co = (warp / kCiWarps) * kGradWTilesN * 8;
 
-  const WeightGradTile tile(p, kWgBlockCi, kWgBlockCo);
+  const WeightGradTile tile(p, kGradWBlockCi, kGradWBlockCo);
   const int64_t slice = tile.slice, g = tile.g, first_ci = tile.first_ci, first_co = tile.first_co;
   const int tap_group = tile.tap_group, ci_tile = tile.ci_tile, ci_count = tile.ci_count, co_count = tile.co_count;
   const int phase = p.group_phase[tap_group], count = p.group_count[tap_group];
@@ -213,7 +162,7 @@ __global__ void __launch_bounds__(kWgThreadsOf<kCiWarps, kCoWarps>, (kWgMinBlock
   // x_s position q holds x position m0 - shift_max - x_lead + q
   const int x_vector = p.x_copy_elements, gy_vector = p.gy_copy_elements;
   const int x_lead = p.group_lead[tap_group];
-  const int x_positions = kWgPositions + p.group_span[tap_group] + x_lead;
+  const int x_positions = kGradWPositions + p.group_span[tap_group] + x_lead;
   const Divider& x_vectors_per_row = p.group_window_copies[tap_group];  // ceil(x_positions / x_vector)
 
   // Stage item (n, m chunk) into buffer `buffer`: vector copies spread over the block, or one
@@ -223,17 +172,17 @@ __global__ void __launch_bounds__(kWgThreadsOf<kCiWarps, kCoWarps>, (kWgMinBlock
   // thread's landed copies below, so a bias slot always belongs to the same thread.
   auto for_each_copy = [&](int64_t item, int buffer, auto&& vector_copy, auto&& element_copy) {
     const auto row = p.div_chunks_per_row.divmod(unsigned(item));
-    const int64_t n = row.div, m0 = int64_t(row.mod) * kWgPositions;
-    T* gy_s = gy_buffers + buffer * kWgBlockCo * kGyRow;
+    const int64_t n = row.div, m0 = int64_t(row.mod) * kGradWPositions;
+    T* gy_s = gy_buffers + buffer * kGradWBlockCo * kGyRow;
     const T* gy_n = gy + n * p.gy_batch_stride + first_co * p.gy_channel_stride;
     if (gy_vector > 1) {  // stride 1: gy positions m0 + q
       with_copy_size<T>(gy_vector, [&](auto vector) {
-        constexpr int kVector = decltype(vector)::value, kVectorsPerRow = kWgPositions / kVector;
+        constexpr int kVector = decltype(vector)::value, kVectorsPerRow = kGradWPositions / kVector;
         // float's 16-byte copies unrolled; the rest rolled (unrolled, 16-bit pair copies took 32 more
         // registers and float's 8-byte copies 30 to 38: TF32 kernels 128 -> 166)
         constexpr int kUnroll = !k16 && kVector == 4 ? 4 : 1;
 #pragma unroll(kUnroll)
-        for (int index = threadIdx.x; index < kWgBlockCo * kVectorsPerRow; index += kWgThreads) {
+        for (int index = threadIdx.x; index < kGradWBlockCo * kVectorsPerRow; index += kGradWThreads) {
           const int co = index / kVectorsPerRow, q = index % kVectorsPerRow * kVector;
           const int64_t j = m0 + q;
           const int inside = co < co_count ? elements_inside(p.length_out - j, kVector) : 0;
@@ -242,15 +191,15 @@ __global__ void __launch_bounds__(kWgThreadsOf<kCiWarps, kCoWarps>, (kWgMinBlock
         }
       });
     } else {
-      for (int co = warp; co < kWgBlockCo; co += kWgThreads / 32) {
-        for (int q = lane; q < kWgPositions; q += 32) {
+      for (int co = warp; co < kGradWBlockCo; co += kGradWThreads / 32) {
+        for (int q = lane; q < kGradWPositions; q += 32) {
           const int64_t j = (m0 + q) * p.stride + phase;
           element_copy(gy_s + co * kGyRow + q, gy_n + co * p.gy_channel_stride + j * p.gy_length_stride,
                        co < co_count && j < p.length_out, bias_s + co * p.bias_slots + lane);
         }
       }
     }
-    T* x_s = x_buffers + buffer * kWgBlockCi * x_row;
+    T* x_s = x_buffers + buffer * kGradWBlockCi * x_row;
     const T* x_n = x + n * p.x_batch_stride + first_ci * p.x_channel_stride;
     const int64_t first_position = m0 - shift_max - x_lead;
     if (x_vector > 1) {  // first_position is a multiple of x_vector: copies lie wholly inside or outside [0, L_in) but at the end
@@ -258,7 +207,7 @@ __global__ void __launch_bounds__(kWgThreadsOf<kCiWarps, kCoWarps>, (kWgMinBlock
         constexpr int kVector = decltype(vector)::value;
         constexpr int kUnroll = !k16 && kVector == 4 ? 4 : 1;
 #pragma unroll(kUnroll)
-        for (int index = threadIdx.x; index < kWgBlockCi * int(x_vectors_per_row.divisor); index += kWgThreads) {
+        for (int index = threadIdx.x; index < kGradWBlockCi * int(x_vectors_per_row.divisor); index += kGradWThreads) {
           const auto row = x_vectors_per_row.divmod(unsigned(index));
           const int ci = int(row.div), q = int(row.mod) * kVector;
           const int64_t i = first_position + q;
@@ -267,7 +216,7 @@ __global__ void __launch_bounds__(kWgThreadsOf<kCiWarps, kCoWarps>, (kWgMinBlock
         }
       });
     } else {
-      for (int ci = warp; ci < kWgBlockCi; ci += kWgThreads / 32) {
+      for (int ci = warp; ci < kGradWBlockCi; ci += kGradWThreads / 32) {
         for (int q = lane; q < x_positions; q += 32) {
           const int64_t i = first_position + q;
           element_copy(x_s + ci * x_row + q, x_n + ci * p.x_channel_stride + i * p.x_length_stride,
@@ -305,15 +254,15 @@ __global__ void __launch_bounds__(kWgThreadsOf<kCiWarps, kCoWarps>, (kWgMinBlock
     }
   };
 
-  Accumulator<kMath> acc[kGroupTaps][kWgTilesN];
+  Accumulator<kMath> acc[kGroupTaps][kGradWTilesN];
 #pragma unroll
   for (int t = 0; t < kGroupTaps; ++t)
 #pragma unroll
-    for (int nt = 0; nt < kWgTilesN; ++nt) acc[t][nt].clear();
+    for (int nt = 0; nt < kGradWTilesN; ++nt) acc[t][nt].clear();
   const int64_t begin = slice * p.items / p.slices, end = (slice + 1) * p.items / p.slices;
   const bool sums_bias = kTF32 && p.sums_bias;
   if (sums_bias) {
-    for (int i = threadIdx.x; i < kWgBlockCo * p.bias_slots; i += kWgThreads) bias_s[i] = 0.0f;
+    for (int i = threadIdx.x; i < kGradWBlockCo * p.bias_slots; i += kGradWThreads) bias_s[i] = 0.0f;
     __syncthreads();
   }
   if (begin < end) stage(begin, 0);
@@ -327,10 +276,10 @@ __global__ void __launch_bounds__(kWgThreadsOf<kCiWarps, kCoWarps>, (kWgMinBlock
     bias_turn = bias_turn == 0 ? bias_share - 1 : bias_turn - 1;
     finish_own_copies(item, buffer, bias_item);
     __syncthreads();
-    const T* gy_s = gy_buffers + buffer * kWgBlockCo * kGyRow;
-    const T* x_s = x_buffers + buffer * kWgBlockCi * x_row;
+    const T* gy_s = gy_buffers + buffer * kGradWBlockCo * kGyRow;
+    const T* x_s = x_buffers + buffer * kGradWBlockCi * x_row;
     const int r = lane / 4, c = lane % 4;
-    const int64_t m0 = int64_t(p.div_chunks_per_row.mod(unsigned(item))) * kWgPositions;
+    const int64_t m0 = int64_t(p.div_chunks_per_row.mod(unsigned(item))) * kGradWPositions;
     // A k-step covers kK positions. This lane's two registers of a fragment hold positions `first`
     // and first + kNext (TF32), or the pairs from there (16-bit, the lower position in the low half).
     constexpr int kK = k16 ? 16 : 8, kNext = kK / 2;
@@ -340,14 +289,14 @@ __global__ void __launch_bounds__(kWgThreadsOf<kCiWarps, kCoWarps>, (kWgMinBlock
     auto multiply = [&](auto edge) {
       constexpr bool kEdge = decltype(edge)::value;
 #pragma unroll
-      for (int kstep = 0; kstep < kWgPositions / kK; ++kstep) {
+      for (int kstep = 0; kstep < kGradWPositions / kK; ++kstep) {
         const int first = kstep * kK + lane_position;
         // B = gy (k = position, n = co), two tiles per ldmatrix: matrix m is register m % 2 (positions
         // from kstep * kK + (m % 2) * kNext) of tile nt + m / 2, its rows co; lane l gives row l % 8
         // of matrix l / 8 (gy_s rows and those offsets are 16-byte aligned)
-        uint32_t b[kWgTilesN][2];
+        uint32_t b[kGradWTilesN][2];
 #pragma unroll
-        for (int nt = 0; nt < kWgTilesN; nt += 2) {
+        for (int nt = 0; nt < kGradWTilesN; nt += 2) {
           const int matrix = lane / 8;
           const T* row = gy_s + (warp_co + (nt + matrix / 2) * 8 + lane % 8) * kGyRow + kstep * kK + (matrix % 2) * kNext;
           uint32_t d[4];
@@ -365,7 +314,7 @@ __global__ void __launch_bounds__(kWgThreadsOf<kCiWarps, kCoWarps>, (kWgMinBlock
           const T* row = x_s + (warp_ci + r) * x_row + kstep * kK + lane_position + tap_lead;
           const uint32_t a[4] = {fragment_word(row, aligned), fragment_word(row + 8 * x_row, aligned),
                                  fragment_word(row + kNext, aligned), fragment_word(row + 8 * x_row + kNext, aligned)};
-          uint32_t b_tap[kWgTilesN][2];
+          uint32_t b_tap[kGradWTilesN][2];
 #pragma unroll
           for (int half = 0; half < 2; ++half) {
             auto exists = [&](int position) {  // x position m - shift of this item's position
@@ -376,15 +325,15 @@ __global__ void __launch_bounds__(kWgThreadsOf<kCiWarps, kCoWarps>, (kWgMinBlock
             uint32_t keep = exists(position) ? ~0u : 0u;  // 16-bit: the low half, then the high one
             if constexpr (k16) keep = (keep & 0xffffu) | (exists(position + 1) ? 0xffff0000u : 0u);
 #pragma unroll
-            for (int nt = 0; nt < kWgTilesN; ++nt) b_tap[nt][half] = b[nt][half] & keep;
+            for (int nt = 0; nt < kGradWTilesN; ++nt) b_tap[nt][half] = b[nt][half] & keep;
           }
 #pragma unroll
-          for (int nt = 0; nt < kWgTilesN; ++nt) mma_step<T, kMath>(acc[t][nt], a, b_tap[nt]);
+          for (int nt = 0; nt < kGradWTilesN; ++nt) mma_step<T, kMath>(acc[t][nt], a, b_tap[nt]);
         }
       }
     };
     const int shift_min = shift_max - p.group_span[tap_group];
-    if (m0 < shift_max || m0 + kWgPositions - 1 - shift_min >= p.length_in) {
+    if (m0 < shift_max || m0 + kGradWPositions - 1 - shift_min >= p.length_in) {
       multiply(std::true_type{});
     } else {
       multiply(std::false_type{});
@@ -411,7 +360,7 @@ __global__ void __launch_bounds__(kWgThreadsOf<kCiWarps, kCoWarps>, (kWgMinBlock
     if (t >= count) break;
     const int k = p.group_tap[p.group_first[tap_group] + t];
 #pragma unroll
-    for (int nt = 0; nt < kWgTilesN; ++nt)
+    for (int nt = 0; nt < kGradWTilesN; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int ci = warp_ci + lane / 4 + (e / 2) * 8, co = warp_co + nt * 8 + 2 * (lane % 4) + e % 2;

@@ -8,9 +8,9 @@
 // tile (group, 64 co, 64 ci, tap group: kTaps slots for up to kTaps taps of one phase; a group with
 // fewer computes its first tap in the empty slots and does not write them, so that no branch lies
 // between the wgmma of a k-step, where ptxas would inject waits) and one slice of the items (n,
-// chunk of kWgPositions x positions from i0). Per item it stages
-//   x_s[ci][q]             x[n, ci, i0 + q]                                 q in [0, kWgPositions)
-//   gy_s[co][offset + q]   gy[n, co, (i0 + shift_min + q)*stride + phase]   q in [0, kWgPositions + span)
+// chunk of kGradWPositions x positions from i0). Per item it stages
+//   x_s[ci][q]             x[n, ci, i0 + q]                                 q in [0, kGradWPositions)
+//   gy_s[co][offset + q]   gy[n, co, (i0 + shift_min + q)*stride + phase]   q in [0, kGradWPositions + span)
 // (zero outside the tensors), double-buffered in the input's type: x_s as wgmma's B (K-major rows of
 // 128 bytes, swizzled: wgmma.cuh; float rows are two such halves), gy_s in padded rows, each window
 // at its row's offset (0, or where 16-byte chunks put it: the window start's misalignment). Tap t's A
@@ -39,7 +39,7 @@
 // the phases r become rows. Row (co, r) = co*s + r of a tile (64 div s co, all their phases) is the
 // stride-1 operand gy'[(co, r), m] = gy[co, m*s + r - phase_origin], tap slot t at shift t - padding
 // div s (consecutive shifts). A step stages each co's whole window, elements
-//   gy_s[co][offset + e]   gy[n, co, (i0 + shift_min)*s - phase_origin + e]   e in [0, (kWgPositions + span)*s)
+//   gy_s[co][offset + e]   gy[n, co, (i0 + shift_min)*s - phase_origin + e]   e in [0, (kGradWPositions + span)*s)
 // (in 16-byte chunks where rows allow, as stride 1), and row (co, r)'s A at position q of tap slot t
 // reads gy_s[co][offset + (q + t)*s + r]: a warp's 8 rows x 4 positions are 32 words in at most
 // two co rows (rows ≡ 4s words mod 32: conflict-free where s divides 8), 16-bit pairs two loads s
@@ -73,31 +73,26 @@
 
 namespace convt::cuda {
 
-constexpr int kWgmmaBlockCo = 64, kWgmmaBlockCi = 64;  // M and N of a tile
 constexpr int kWgmmaThreads = 128;                     // one warpgroup
-constexpr int kWgmmaRowBytes = 128;                    // x_s rows of a swizzle atom
-// Blocks an SM by the tap slots (registers: 32 accumulators a slot): three up to three taps (at most
-// 168 registers; at two, H100 kb64 fwd+bwd TF32 13.97 -> 12.56 ms, bf16 7.70 -> 7.10), else two
-__host__ __device__ constexpr int wgmma_min_blocks(int taps) { return taps <= 3 ? 3 : 2; }
 
 // Bytes of one x_s buffer: sizeof(T) / 2 halves (along positions) of kWgmmaBlockCi rows of 128 bytes,
 // with the ones column kWgmmaOnesRows more rows (16-bit: one half)
-constexpr int kWgmmaOnesRows = 8;
 template <typename T, bool kOnesColumn>
-constexpr int kWgmmaXBytesOf = (kWgmmaBlockCi + (kOnesColumn ? kWgmmaOnesRows : 0)) * kWgPositions * int(sizeof(T));
+constexpr int kWgmmaXBytesOf = (kWgmmaBlockCi + (kOnesColumn ? kWgmmaOnesRows : 0)) * kGradWPositions * int(sizeof(T));
 
 // kPipelined: the pipelined tiles (above): 384 threads, one block an SM
 template <typename T, int kTaps, bool kSumsBias, bool kMerged, bool kPipelined>
 __global__ void __launch_bounds__(kPipelined ? kPipelineThreads : kWgmmaThreads, kPipelined ? 1 : wgmma_min_blocks(kTaps))
     grad_weight_wgmma_kernel(const T* __restrict__ x, const T* __restrict__ gy, float* __restrict__ partial,
                              float* __restrict__ bias_partial, const __grid_constant__ WeightGradProblem p) {
+#if CONVT_WGMMA_AVAILABLE  // (sm_90a only: other archs get an empty kernel)
   constexpr bool k16 = sizeof(T) == 2;
   using Kind = std::conditional_t<k16, T, Tf32>;
   // grad_bias by the ones column (16-bit) or by register sums in bias blocks (TF32)
   constexpr bool kOnesColumn = kSumsBias && k16, kRegisterSums = kSumsBias && !k16;
   constexpr int kXBytes = kWgmmaXBytesOf<T, kOnesColumn>, kHalfBytes = kWgmmaBlockCi * kWgmmaRowBytes;
   // gy_s: gy_rows rows of gy_row elements (merged: a row per co, the window row as planned)
-  const int gy_row = kMerged ? p.window_row_elements : wg_window_row(p.window_row_elements, sizeof(T));
+  const int gy_row = kMerged ? p.window_row_elements : grad_w_window_row(p.window_row_elements, sizeof(T));
   const int gy_rows = kMerged ? p.block_co : kWgmmaBlockCo;
   // buffers: two (pipelined: a stage's x_s for each consumer warpgroup, `stages` stages)
   constexpr int kXPerBuffer = kPipelined ? 2 : 1;
@@ -113,7 +108,7 @@ __global__ void __launch_bounds__(kPipelined ? kPipelineThreads : kWgmmaThreads,
   const int tap_group = tile.tap_group, ci_count = tile.ci_count, co_count = tile.co_count;
   const int phase = p.group_phase[tap_group], count = p.group_count[tap_group];
   const int shift_min = p.group_shift_max[tap_group] - p.group_span[tap_group];
-  const int gy_positions = kWgPositions + p.group_span[tap_group];
+  const int gy_positions = kGradWPositions + p.group_span[tap_group];
   const int gy_elements = kMerged ? gy_positions * p.stride : gy_positions;  // of a window row
   const bool bias_block = kSumsBias && tile.ci_tile == 0 && wg == 0 && p.group_phase_index[tap_group] == 0;
   // A row a_row of the tile: its co, its phase r past each tap's k (merged: row co*s + r, else 0),
@@ -167,12 +162,12 @@ __global__ void __launch_bounds__(kPipelined ? kPipelineThreads : kWgmmaThreads,
   // gy_copies false: x's copies only.
   auto for_each_copy = [&](int64_t item, int buffer, auto&& vector_copy, auto&& element_copy, bool gy_copies) {
     const auto row = p.div_chunks_per_row.divmod(unsigned(item));
-    const int64_t n = row.div, i0 = int64_t(row.mod) * kWgPositions;
+    const int64_t n = row.div, i0 = int64_t(row.mod) * kGradWPositions;
     unsigned char* x_s = x_buffers + buffer * kXBytes;
     const T* x_n = x + n * p.x_batch_stride + tile.first_ci * p.x_channel_stride;
     if (p.x_copy_elements > 1) {  // i0 is a multiple of every vector size: a copy stays in one 16-byte chunk
       with_copy_size<T>(p.x_copy_elements, [&](auto vector) {
-        constexpr int kVector = decltype(vector)::value, kVectorsPerRow = kWgPositions / kVector;
+        constexpr int kVector = decltype(vector)::value, kVectorsPerRow = kGradWPositions / kVector;
         constexpr int kRowsApart = kWgmmaThreads / kVectorsPerRow;  // 16-byte copies: 8 or 16, the same swizzle
         const int q = threadIdx.x % kVectorsPerRow * kVector, first_ci = threadIdx.x / kVectorsPerRow;
         const int inside_row = elements_inside(p.length_in - (i0 + q), kVector);
@@ -189,7 +184,7 @@ __global__ void __launch_bounds__(kPipelined ? kPipelineThreads : kWgmmaThreads,
     } else {
 #pragma unroll 1
       for (int ci = warp; ci < kWgmmaBlockCi; ci += kWgmmaThreads / 32) {
-        for (int q = lane; q < kWgPositions; q += 32) {
+        for (int q = lane; q < kGradWPositions; q += 32) {
           const int64_t i = i0 + q;
           element_copy(x_slot(x_s, ci, q), x_n + ci * p.x_channel_stride + i * p.x_length_stride,
                        ci < ci_count && i < p.length_in);
@@ -291,7 +286,7 @@ __global__ void __launch_bounds__(kPipelined ? kPipelineThreads : kWgmmaThreads,
   // Item `item` from x_s (this warpgroup's) and gy_s, both landed: the products into acc
   auto compute_item = [&](int64_t item, const unsigned char* x_s, const T* gy_s) {
     const auto row = p.div_chunks_per_row.divmod(unsigned(item));
-    const int64_t i0 = int64_t(row.mod) * kWgPositions, first_element = window_start(i0 + shift_min);
+    const int64_t i0 = int64_t(row.mod) * kGradWPositions, first_element = window_start(i0 + shift_min);
     // A k-step covers kK positions (32 bytes of an x_s row). This lane's two registers of a fragment
     // hold positions `first` and first + kNext (TF32), or the pairs from there (16-bit, the lower
     // position in the low half); its rows are co 16 * warp + lane / 4 and 8 more, each from its
@@ -312,7 +307,7 @@ __global__ void __launch_bounds__(kPipelined ? kPipelineThreads : kWgmmaThreads,
       window_parity = offset % 2;
     }
     // kEdge: the item reaches past L_in; the A values of positions i >= L_in are dropped
-    const int positions_inside = int(min(int64_t(kWgPositions), p.length_in - i0));
+    const int positions_inside = int(min(int64_t(kGradWPositions), p.length_in - i0));
     // kBias: a TF32 bias block (its register sums, and the rounding of A). kPairs >= 0: 16-bit taps at
     // consecutive shifts, whose pairs start kPairs + t elements past tap 0's aligned word (kPairs:
     // window_parity): the words of each register place load once for all taps (kWords of them).
@@ -326,7 +321,7 @@ __global__ void __launch_bounds__(kPipelined ? kPipelineThreads : kWgmmaThreads,
       // the compiler neither reuses nor copies them while a group runs.
       uint32_t a[2][kTaps][4];
 #pragma unroll
-      for (int kstep = 0; kstep < kWgPositions / kK; ++kstep) {
+      for (int kstep = 0; kstep < kGradWPositions / kK; ++kstep) {
         uint32_t (&set)[kTaps][4] = a[kstep % 2];
         uint32_t words[4][kWords];  // kPairs >= 0: register place r (as set[t][r]) from the aligned word of tap 0's pair
         if constexpr (kPairs >= 0) {
@@ -438,7 +433,7 @@ __global__ void __launch_bounds__(kPipelined ? kPipelineThreads : kWgmmaThreads,
       wgmma_wait<0>();  // before the buffer's next use and before the accumulators are read
 #pragma unroll
       for (int t = 0; t < kTaps; ++t) {
-        wgmma_fence_operand(a[(kWgPositions / kK - 1) % 2][t]);
+        wgmma_fence_operand(a[(kGradWPositions / kK - 1) % 2][t]);
         wgmma_fence_accumulators(acc[t]);
       }
       if constexpr (kOnesColumn) wgmma_fence_accumulators(ones_acc);
@@ -458,7 +453,7 @@ __global__ void __launch_bounds__(kPipelined ? kPipelineThreads : kWgmmaThreads,
       }
       multiply(edge, std::false_type{}, Generic{});
     };
-    if (positions_inside < kWgPositions) {
+    if (positions_inside < kGradWPositions) {
       multiply_item(std::true_type{});
     } else {
       multiply_item(std::false_type{});
@@ -492,7 +487,7 @@ __global__ void __launch_bounds__(kPipelined ? kPipelineThreads : kWgmmaThreads,
         mbarrier_wait(empty + stage, parity ^ 1);
         uint64_t* landed = full + stage;
         const auto row = p.div_chunks_per_row.divmod(unsigned(item));
-        const int n = int(row.div), i0 = int(row.mod) * kWgPositions;
+        const int n = int(row.div), i0 = int(row.mod) * kGradWPositions;
         // x: a box of 64 ci x 128 bytes of positions per consumer warpgroup and half, swizzled as wgmma's
         // B (the tensor map's), zeros past the tensor's positions and channels
         if (producer == 0) {
@@ -626,6 +621,7 @@ __global__ void __launch_bounds__(kPipelined ? kPipelineThreads : kWgmmaThreads,
         out[tile.partial_index(p, ci, a_row.co, k + a_row.r)] = acc[t][e];
     }
   }
+#endif
 }
 
 }  // namespace convt::cuda

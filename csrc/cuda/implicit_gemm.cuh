@@ -44,7 +44,8 @@
 
 #include <type_traits>
 
-#include "convt.h"
+#include "plan.h"
+#include "problem.h"
 #include "cuda/mma.cuh"
 #include "cuda/wgmma.cuh"
 
@@ -66,85 +67,15 @@ template <int kWarpTilesM, int kWarpsM>
 constexpr int kBlockMOf = kWarpsM * kWarpTilesM * 16;
 template <int kWarpsM>
 constexpr int kBlockNOf = kGemmWarps / kWarpsM * kWarpTilesN * 8;
-constexpr int kFragmentWords = 32 * 4;                        // one m16 x k-step A fragment: 4 words per lane
-constexpr int kMaxGemmTaps = 32;
-constexpr int kMaxStagedStep = 8;
 
 using Divider = at::cuda::detail::IntDivider<unsigned int>;
 
-struct GemmProblem {
-  // ---- the problem ----
-  int64_t batch, groups, rows_per_group, channels_per_group;
-  int64_t in_batch_stride, in_channel_stride, in_length_stride;
-  int in_length;              // positions of `in`
-  int out_length;             // positions of `out` (contiguous (N, groups*rows_per_group, out_length))
-  int out_step, in_step;      // see the header comment
-  // The phases some tap reaches: out_phase_value[0, out_phases) and in_phase_value[0, in_phases).
-  // Each tap's tap_out_phase / tap_in_phase is an index into these lists.
-  int out_phases, in_phases;
-  int out_phase_value[kMaxGemmTaps], in_phase_value[kMaxGemmTaps];
-  int taps;
-  int tap_offset[kMaxGemmTaps], tap_out_phase[kMaxGemmTaps], tap_in_phase[kMaxGemmTaps];
-  // The taps grouped by phase pair (out_phase, in_phase): pair q = out_phase * in_phases + in_phase
-  // owns step_tap[pair_begin[q], pair_begin[q + 1]) (out_phases * in_phases <= taps: one of them is 1).
-  int step_tap[kMaxGemmTaps], pair_begin[kMaxGemmTaps + 1];
-  int first_offset, last_offset;  // min and max of tap_offset
-  // ---- the tiling (plan_gemm) ----
-  int chunk_channels;  // channels per step
-  int ksteps;          // mma k-steps per chunk (8 words each): 2, 4 or 8
-  int chunks;
-  int copy_elements;   // elements per x copy: 16, 8 or 4 bytes' worth (at least 2), or 1 (see plan_gemm)
-  int lead;            // x_s starts `lead` positions early so that copies stay aligned
-  int row_copies;      // copies per channel row of x_s: ceil(x_rows / copy_elements)
-  int x_rows;          // positions of x_s
-  int x_row_elements;  // elements per channel row of x_s (≡ 8 mod 16: conflict-free B fragments)
-  int x_words;         // words of one x_s buffer
-  bool warpgroups;     // warpgroup tiles (wgmma): ksteps 2 or 4 (slot rows of 64 or 128 bytes, wgmma.cuh)
-  // Warpgroup tiles whose rows do not all start 16-byte aligned (in_step 1): each x_s row holds its
-  // window from the window start rounded down to 16 bytes, so position pos of the tile sits at x_s
-  // position pos + row_shift(ch) (copy_elements: 16 bytes' worth, lead 0; the fragment loads add
-  // each lane's rows' shifts). Tiles whose window starts within a chunk of position 0 go element by
-  // element (shift 0).
-  bool row_offsets;
-  int block_m, block_n; // rows x columns per tile: one of the tile shapes above (plan_gemm)
-  int slot_words;      // words of one tap of w_s: (block_m / 16) * ksteps fragments
-  int weight_parts;    // parts of A packed (pack_gemm_weight_kernel): 1, or 2 for 3xTF32 on pipelined tiles
-  int weight_slots;    // taps w_s holds: every (chunk, tap) (resident) or the most of one step
-  bool resident;
-  bool stage_output;         // y_s holds the tile's outputs (out_step <= kMaxStagedStep)
-  int y_row_elements;        // floats per row of y_s: block_n * out_step + one vector of slack
-  int row_tiles, col_tiles;  // col_tiles covers the longest out_phase
-  int64_t tiles;
-  // Blocks walk parts of tiles: a tile's out_phases write disjoint outputs, so with direct stores
-  // each out_phase is a part of its own (tile_parts = out_phases; finer work for the last wave);
-  // staged output keeps a tile whole (tile_parts = 1). part = tile * tile_parts + out_phase.
-  int tile_parts;
-  int64_t parts;
+// The kernels' parameters: the plan (plan.h), and the dividers and tensor map that the launcher
+// builds from it (make_gemm_problem).
+struct GemmProblem : GemmPlan {
   Divider div_col_tiles, div_row_tiles, div_batch, div_groups, div_chunks, div_in_phases, div_row_copies, div_tile_parts;
-  size_t smem_bytes;
-  // Merged phases (header comment): row R of A_t is W's row R / row_phases at tap
-  // t*row_phases + R % row_phases, and out row R / row_phases at out position
-  // col*row_phases + R % row_phases - phase_origin. Not merged: row_phases 1, phase_origin 0.
-  int row_phases, phase_origin;
   Divider div_row_phases;
-  // Merged channels (header comment; stride divides 8, so a k-step's channels are whole rows' phases):
-  // channel c of a group is in's row c / channel_phases at phase c % channel_phases, and A_t's column c
-  // is W's column c / channel_phases at tap t*channel_phases + c % channel_phases. x_s holds a step's
-  // staged_rows = chunk_channels / channel_phases rows of `in` as they are, from position
-  // (first column + first_offset)*channel_phases - channel_origin - lead (x_rows, row_copies,
-  // x_row_elements: of these rows), so channel (co, r) at x_s column pos sits at
-  // co*x_row_elements + pos*channel_phases + r + lead. Not merged: channel_phases 1, staged_rows =
-  // chunk_channels.
-  int channel_phases, channel_origin, staged_rows;
-  // The pipelined kernel (pipelined_gemm.cuh): the stages of its ring; 0 for implicit_gemm_kernel
-  int stages;
-  // and there, for float without merged channels, x_s by TMA (tensor_rows): each consumer
-  // warpgroup's columns with the halo as one box of in_map (3-D: position, channel, batch) of
-  // staged_rows x x_row_elements, from position first column + first_offset - lead (a 16-byte multiple: TMA's
-  // boxes start there; no row shifts); in TF32 the copy rounds float to TF32 (to nearest, ties to
-  // even); zeros outside the tensor
-  bool tensor_rows;
-  CUtensorMap in_map;
+  CUtensorMap in_map;  // tensor_rows: `in` as (position, channel, batch)
 };
 
 // Which phases a warpgroup problem merges: into rows (row_phases, the forward) or into channels
@@ -321,10 +252,7 @@ __device__ __forceinline__ void load_b_merged(uint32_t (&b)[2], const T* column,
 //                    lane/4 + 8) x word columns (lane%4, lane%4 + 4) of the m16 x 8-word fragment
 //                    (a0 a1 a2 a3 of mma.sync)
 //   warpgroup tiles: as B of wgmma (A^T, K-major, swizzled rows of 32 * ksteps bytes; wgmma.cuh)
-// A_t[row, ch] = w[a_group_stride*g + a_row_stride*row + a_channel_stride*ch + a_tap_stride*t].
-struct GemmWeight {
-  int64_t group_stride, row_stride, channel_stride, tap_stride;
-};
+// A_t[row, ch] = w[...]: GemmWeight (plan.h).
 
 template <typename T, Math kMath>
 __global__ void pack_gemm_weight_kernel(const T* __restrict__ w, uint32_t* __restrict__ packed, GemmProblem p,

@@ -7,11 +7,10 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "plan.h"
+
 namespace convt::cuda {
 
-// How float32 products are formed: TF32 (operands rounded to nearest TF32: to_tf32), or 3xTF32 (each operand
-// split into big + small TF32 parts; big*big + big*small + small*big, float32 accuracy).
-enum class Math { kTF32, k3xTF32, k16Bit };
 
 // Conversions that work with torch's -D__CUDA_NO_HALF_CONVERSIONS__.
 __device__ __forceinline__ float to_float(float value) { return value; }

@@ -40,11 +40,9 @@
 
 namespace convt::cuda {
 
-constexpr int kPipelineConsumers = 2;                             // consumer warpgroups
 constexpr int kPipelineConsumerThreads = 128 * kPipelineConsumers;
 constexpr int kPipelineProducerWarps = 4, kPipelineProducerThreads = 32 * kPipelineProducerWarps;
 constexpr int kPipelineThreads = kPipelineConsumerThreads + kPipelineProducerThreads;  // and the producer warpgroup
-constexpr int kMaxPipelineStages = 4;
 // Registers a thread: the producer warpgroup gives up most of its share to the consumers (an SM
 // quarter's register file holds two consumer warps and one producer warp: 2 * 232 + 40 <= 512 a lane)
 constexpr int kProducerRegisters = 40, kConsumerRegisters = 232;
@@ -92,6 +90,7 @@ template <typename T, Math kMath, Merge kMerge, int kBlockM, int kSubtiles>
 __global__ void __launch_bounds__(kPipelineThreads, 1)
     pipelined_gemm_kernel(const T* __restrict__ in, const uint32_t* __restrict__ packed_w, const T* __restrict__ bias,
                           T* __restrict__ out, const __grid_constant__ GemmProblem p) {
+#if CONVT_WGMMA_AVAILABLE  // (sm_90a only: other archs get an empty kernel)
   constexpr bool k3xTF32 = kMath == Math::k3xTF32;
   static_assert(kBlockM == 64 || kBlockM == 128);
   static_assert(!k3xTF32 || kSubtiles * kBlockM <= 128);  // two accumulators a subtile
@@ -488,6 +487,7 @@ __global__ void __launch_bounds__(kPipelineThreads, 1)
       }
     }
   }
+#endif
 }
 
 }  // namespace convt::cuda

@@ -1,0 +1,105 @@
+// The CUDA-core launchers (launch.h): direct.cuh's one-thread-per-output kernels, depthwise.cuh's
+// row-segment kernels, and the fixed-order slice sums. Included by the instantiation file of each dtype.
+#pragma once
+
+#include <c10/cuda/CUDAException.h>
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+
+#include <algorithm>
+
+#include "cuda/depthwise.cuh"
+#include "cuda/direct.cuh"
+#include "cuda/launch.h"
+
+namespace convt::cuda {
+
+constexpr int kDirectThreads = 256;
+constexpr int kReduceThreads = 256;
+
+// Blocks of the row kernels (direct.cuh): positions along x, rows along y.
+inline dim3 row_grid(int64_t rows, int64_t length, int threads) {
+  const int64_t position_blocks = std::min<int64_t>((length + threads - 1) / threads, 1 << 20);
+  return dim3(unsigned(position_blocks), unsigned(std::min<int64_t>(rows, 65535)));
+}
+
+// Blocks of a grid-stride loop over `items`, at most 64 an SM
+inline unsigned grid_size(int64_t items, int threads, const Launch& launch) {
+  const int64_t blocks = (items + threads - 1) / threads;
+  return unsigned(std::clamp<int64_t>(blocks, 1, int64_t(launch.sm_count) * 64));
+}
+
+template <typename Kernel>
+dim3 depthwise_grid(const ConvTParams& p, int64_t length, Kernel kernel, size_t smem) {
+  C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  return dim3(unsigned((length + kDwSegment - 1) / kDwSegment), unsigned(std::min<int64_t>(p.batch * p.in_channels, 65535)));
+}
+
+template <typename scalar_t>
+void launch_forward_direct(const ConvTParams& p, const scalar_t* x, const scalar_t* w, const scalar_t* bias, scalar_t* y,
+                           Launch launch) {
+  forward_direct_kernel<scalar_t, acc_type<scalar_t>>
+      <<<row_grid(p.batch * p.out_channels, p.length_out, kDirectThreads), kDirectThreads, 0, launch.stream>>>(x, w, bias, y, p);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+template <typename scalar_t>
+void launch_depthwise_forward(const ConvTParams& p, const DepthwisePlan& plan, const scalar_t* x, const scalar_t* w,
+                              const scalar_t* bias, scalar_t* y, Launch launch) {
+  auto kernel = depthwise_forward_kernel<scalar_t, acc_type<scalar_t>>;
+  kernel<<<depthwise_grid(p, p.length_out, kernel, plan.smem_bytes), kDwThreads, plan.smem_bytes, launch.stream>>>(
+      x, w, bias, y, p, plan);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+template <typename scalar_t>
+void launch_grad_input_direct(const ConvTParams& p, const scalar_t* grad_y, const scalar_t* w, scalar_t* grad_x,
+                              Launch launch) {
+  grad_input_direct_kernel<scalar_t, acc_type<scalar_t>>
+      <<<row_grid(p.batch * p.in_channels, p.length_in, kDirectThreads), kDirectThreads, 0, launch.stream>>>(grad_y, w, grad_x, p);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+template <typename scalar_t>
+void launch_depthwise_grad_input(const ConvTParams& p, const DepthwisePlan& plan, const scalar_t* grad_y, const scalar_t* w,
+                                 scalar_t* grad_x, Launch launch) {
+  auto kernel = depthwise_grad_input_kernel<scalar_t, acc_type<scalar_t>>;
+  kernel<<<depthwise_grid(p, p.length_in, kernel, plan.smem_bytes), kDwThreads, plan.smem_bytes, launch.stream>>>(
+      grad_y, w, grad_x, p, plan);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+template <typename scalar_t>
+void launch_depthwise_grad_weight(const ConvTParams& p, int64_t slices, const scalar_t* grad_y, const scalar_t* x,
+                                  acc_type<scalar_t>* partial, Launch launch) {
+  const int64_t blocks = p.in_channels * p.out_channels_per_group * slices;
+  depthwise_grad_weight_kernel<scalar_t, acc_type<scalar_t>>
+      <<<grid_size(blocks * kDwThreads, kDwThreads, launch), kDwThreads, 0, launch.stream>>>(grad_y, x, partial, p, slices);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+template <typename scalar_t>
+void launch_grad_weight_direct(const ConvTParams& p, const scalar_t* grad_y, const scalar_t* x, scalar_t* grad_w,
+                               Launch launch) {
+  const int64_t elements = p.in_channels * p.out_channels_per_group * p.kernel_size;
+  grad_weight_direct_kernel<scalar_t, acc_type<scalar_t>, kReduceThreads>
+      <<<grid_size(elements * kReduceThreads, kReduceThreads, launch), kReduceThreads, 0, launch.stream>>>(grad_y, x, grad_w, p);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+template <typename scalar_t>
+void launch_grad_y_row_sums(const ConvTParams& p, const scalar_t* grad_y, acc_type<scalar_t>* row_sums, Launch launch) {
+  const int64_t rows = p.batch * p.out_channels;
+  grad_y_row_sums_kernel<scalar_t, acc_type<scalar_t>, kReduceThreads>
+      <<<grid_size(rows * kReduceThreads, kReduceThreads, launch), kReduceThreads, 0, launch.stream>>>(grad_y, row_sums, p);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+template <typename scalar_t>
+void launch_sum_slices(const acc_type<scalar_t>* partial, scalar_t* out, int64_t elements, int64_t slices, Launch launch) {
+  sum_slices_kernel<scalar_t, acc_type<scalar_t>>
+      <<<grid_size(elements, 32, launch), 32 * kSumWarps, 0, launch.stream>>>(partial, out, elements, slices);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+}  // namespace convt::cuda

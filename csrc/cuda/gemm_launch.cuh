@@ -1,0 +1,146 @@
+// The implicit-GEMM launchers (launch.h) of the forward and grad_input: the kernel parameters built
+// from the plan, the weight packing, and the table from a tile shape (plan.h's kGemmTileShapes) to
+// the kernel instantiation. Included by the instantiation files of one family and dtype each.
+#pragma once
+
+#include <c10/cuda/CUDAException.h>
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+
+#include <algorithm>
+#include <utility>
+
+#include "cuda/implicit_gemm.cuh"
+#include "cuda/launch.h"
+#include "cuda/pipelined_gemm.cuh"
+
+namespace convt::cuda {
+
+// The CUDA type of the same layout as torch's element type
+template <typename scalar_t>
+struct CudaType {
+  using type = scalar_t;
+};
+template <>
+struct CudaType<c10::Half> {
+  using type = __half;
+};
+template <>
+struct CudaType<c10::BFloat16> {
+  using type = __nv_bfloat16;
+};
+template <typename scalar_t>
+using cuda_type = typename CudaType<scalar_t>::type;
+template <typename scalar_t>
+auto as_cuda(scalar_t* pointer) {
+  return reinterpret_cast<std::conditional_t<std::is_const_v<scalar_t>, const cuda_type<std::remove_const_t<scalar_t>>,
+                                             cuda_type<scalar_t>>*>(pointer);
+}
+
+// The kernels' parameters: the plan, its dividers, and `in`'s tensor map (tensor_rows)
+inline GemmProblem make_gemm_problem(const GemmPlan& plan, const CUtensorMap* in_map) {
+  GemmProblem g{};
+  static_cast<GemmPlan&>(g) = plan;
+  g.div_col_tiles = Divider(unsigned(g.col_tiles));
+  g.div_row_tiles = Divider(unsigned(g.row_tiles));
+  g.div_batch = Divider(unsigned(g.batch));
+  g.div_groups = Divider(unsigned(g.groups));
+  g.div_chunks = Divider(unsigned(g.chunks));
+  g.div_in_phases = Divider(unsigned(g.in_phases));
+  g.div_row_copies = Divider(unsigned(g.row_copies));
+  g.div_row_phases = Divider(unsigned(g.row_phases));
+  g.div_tile_parts = Divider(unsigned(g.tile_parts));
+  if (in_map != nullptr) g.in_map = *in_map;
+  return g;
+}
+
+// Calls f(std::integral_constant<int, shape>) for the tile shape `index` of kGemmTileShapes
+template <typename F, int... kShapes>
+void with_tile_shape(int index, F&& f, std::integer_sequence<int, kShapes...>) {
+  ((index == kShapes ? (f(std::integral_constant<int, kShapes>{}), 0) : 0), ...);
+}
+template <typename F>
+void with_tile_shape(int index, F&& f) {
+  with_tile_shape(index, std::forward<F>(f), std::make_integer_sequence<int, kGemmTileShapeCount>{});
+}
+
+// Persistent blocks, as many as the SMs hold, each walking parts of tiles
+template <typename Kernel, typename T>
+void launch_persistent(Kernel kernel, int threads, const GemmProblem& g, const T* in, const uint32_t* packed_w,
+                       const T* bias, T* out, Launch launch) {
+  C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(g.smem_bytes)));
+  int blocks_per_sm = 0;
+  C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, kernel, threads, g.smem_bytes));
+  const int64_t resident_blocks = int64_t(std::max(blocks_per_sm, 1)) * launch.sm_count;
+  const unsigned blocks = unsigned(std::min(g.parts, resident_blocks));
+  kernel<<<blocks, threads, g.smem_bytes, launch.stream>>>(in, packed_w, bias, out, g);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+constexpr int kPackThreads = 256;
+
+template <typename scalar_t, Math kMath>
+void pack_gemm_weight(const GemmPlan& plan, const GemmWeight& weight, const scalar_t* w, uint32_t* packed, Launch launch) {
+  const int64_t words = packed_weight_words(plan);
+  const int64_t blocks = std::clamp<int64_t>((words + kPackThreads - 1) / kPackThreads, 1, int64_t(launch.sm_count) * 64);
+  pack_gemm_weight_kernel<cuda_type<scalar_t>, kMath><<<unsigned(blocks), kPackThreads, 0, launch.stream>>>(
+      as_cuda(w), packed, make_gemm_problem(plan, nullptr), weight, words);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+// implicit_gemm_kernel of a warp or warpgroup tile shape: 8 warps, (256 / block_n) along the rows,
+// each with block_m / (16 * warps along the rows) m16 tiles; warpgroup problems by the phases they
+// merge and whether their rows sit at offsets
+template <typename scalar_t, Math kMath>
+void launch_implicit_gemm(const GemmPlan& plan, const scalar_t* in, const uint32_t* packed_w, const scalar_t* bias,
+                          scalar_t* out, Launch launch) {
+  using T = cuda_type<scalar_t>;
+  const GemmProblem g = make_gemm_problem(plan, nullptr);
+  with_tile_shape(plan.tile_shape, [&](auto shape_index) {
+    constexpr GemmTileShape kShape = kGemmTileShapes[decltype(shape_index)::value];
+    constexpr int kWarpsM = 256 / kShape.block_n, kWarpTilesM = kShape.block_m / (16 * kWarpsM);
+    auto run = [&](auto kernel) { launch_persistent(kernel, kGemmThreads, g, as_cuda(in), packed_w, as_cuda(bias), as_cuda(out), launch); };
+    if constexpr (kShape.one_accumulator && kMath == Math::k3xTF32) {
+      TORCH_INTERNAL_ASSERT(false, "convt: a one-accumulator tile shape planned for 3xTF32");
+    } else if constexpr (kShape.family == GemmFamily::kWarpTiles) {
+      run(implicit_gemm_kernel<T, kMath, kWarpTilesM, kWarpsM>);
+    } else if constexpr (kShape.family == GemmFamily::kWarpgroupTiles) {
+      if (g.row_phases > 1) {
+        g.row_offsets ? run(implicit_gemm_kernel<T, kMath, kWarpTilesM, kWarpsM, true, true, Merge::kRows>)
+                      : run(implicit_gemm_kernel<T, kMath, kWarpTilesM, kWarpsM, true, false, Merge::kRows>);
+      } else if (g.channel_phases > 1) {
+        run(implicit_gemm_kernel<T, kMath, kWarpTilesM, kWarpsM, true, false, Merge::kChannels>);
+      } else {
+        g.row_offsets ? run(implicit_gemm_kernel<T, kMath, kWarpTilesM, kWarpsM, true, true>)
+                      : run(implicit_gemm_kernel<T, kMath, kWarpTilesM, kWarpsM, true>);
+      }
+    } else {
+      TORCH_INTERNAL_ASSERT(false, "convt: a pipelined tile shape sent to launch_implicit_gemm");
+    }
+  });
+}
+
+// pipelined_gemm_kernel of a pipelined tile shape: block_m rows, block_n / 128 subtiles a consumer,
+// by the phases the problem merges
+template <typename scalar_t, Math kMath>
+void launch_pipelined_gemm(const GemmPlan& plan, const CUtensorMap* in_map, const scalar_t* in, const uint32_t* packed_w,
+                           const scalar_t* bias, scalar_t* out, Launch launch) {
+  using T = cuda_type<scalar_t>;
+  const GemmProblem g = make_gemm_problem(plan, in_map);
+  with_tile_shape(plan.tile_shape, [&](auto shape_index) {
+    constexpr GemmTileShape kShape = kGemmTileShapes[decltype(shape_index)::value];
+    constexpr int kSubtiles = kShape.block_n / 128;
+    auto run = [&](auto kernel) { launch_persistent(kernel, kPipelineThreads, g, as_cuda(in), packed_w, as_cuda(bias), as_cuda(out), launch); };
+    if constexpr (kShape.family != GemmFamily::kPipelined || (kShape.one_accumulator && kMath == Math::k3xTF32)) {
+      TORCH_INTERNAL_ASSERT(false, "convt: a tile shape launch_pipelined_gemm does not have");
+    } else if (g.row_phases > 1) {
+      run(pipelined_gemm_kernel<T, kMath, Merge::kRows, kShape.block_m, kSubtiles>);
+    } else if (g.channel_phases > 1) {
+      run(pipelined_gemm_kernel<T, kMath, Merge::kChannels, kShape.block_m, kSubtiles>);
+    } else {
+      run(pipelined_gemm_kernel<T, kMath, Merge::kNone, kShape.block_m, kSubtiles>);
+    }
+  });
+}
+
+}  // namespace convt::cuda

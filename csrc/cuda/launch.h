@@ -1,0 +1,82 @@
+// The launchers of every kernel family, declared once: ops_cuda.cpp calls them, and one .cu file
+// per family and dtype instantiates them (csrc/cuda/instantiations/), so the build compiles the
+// families in parallel. No torch here: raw pointers, the plan, the stream.
+//
+// scalar_t is the element type as torch names it (float, double, c10::Half, c10::BFloat16); the
+// tensor-core launchers take the CUDA types of the same layout inside.
+#pragma once
+
+#include <cuda.h>  // CUtensorMap
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "plan.h"
+#include "problem.h"
+
+namespace convt::cuda {
+
+// The accumulation type of the CUDA-core kernels and of the sliced reductions (at::opmath_type)
+template <typename scalar_t>
+using acc_type = std::conditional_t<std::is_same_v<scalar_t, double>, double, float>;
+
+// The device's SMs and the stream: what a launch needs besides the plan and the pointers
+struct Launch {
+  int sm_count;
+  cudaStream_t stream;
+};
+
+// ---- implicit GEMM (forward and grad_input) ----------------------------------------------------------
+
+// Packs A into the mma fragment order of the plan's tiles: packed_weight_words(plan) words.
+template <typename scalar_t, Math kMath>
+void pack_gemm_weight(const GemmPlan& plan, const GemmWeight& weight, const scalar_t* w, uint32_t* packed, Launch launch);
+// implicit_gemm_kernel: kGemmTileShapes of the warp and warpgroup families
+template <typename scalar_t, Math kMath>
+void launch_implicit_gemm(const GemmPlan& plan, const scalar_t* in, const uint32_t* packed_w, const scalar_t* bias,
+                          scalar_t* out, Launch launch);
+// pipelined_gemm_kernel: the pipelined family; in_map: `in` as a tensor map where plan.tensor_rows
+template <typename scalar_t, Math kMath>
+void launch_pipelined_gemm(const GemmPlan& plan, const CUtensorMap* in_map, const scalar_t* in, const uint32_t* packed_w,
+                           const scalar_t* bias, scalar_t* out, Launch launch);
+
+// ---- grad_weight on tensor cores: partial sums per slice (then launch_sum_slices) ----------------------
+
+template <typename scalar_t, Math kMath>
+void launch_grad_weight_gemm(const WeightGradPlan& plan, const scalar_t* x, const scalar_t* grad_y, float* partial,
+                             float* bias_partial, Launch launch);
+// x_map: x as a tensor map where plan.stages > 0
+template <typename scalar_t>
+void launch_grad_weight_wgmma(const WeightGradPlan& plan, const CUtensorMap* x_map, const scalar_t* x,
+                              const scalar_t* grad_y, float* partial, float* bias_partial, Launch launch);
+
+// ---- CUDA-core kernels (direct.cuh, depthwise.cuh) -----------------------------------------------------
+
+template <typename scalar_t>
+void launch_forward_direct(const ConvTParams& p, const scalar_t* x, const scalar_t* w, const scalar_t* bias, scalar_t* y,
+                           Launch launch);
+template <typename scalar_t>
+void launch_depthwise_forward(const ConvTParams& p, const DepthwisePlan& plan, const scalar_t* x, const scalar_t* w,
+                              const scalar_t* bias, scalar_t* y, Launch launch);
+template <typename scalar_t>
+void launch_grad_input_direct(const ConvTParams& p, const scalar_t* grad_y, const scalar_t* w, scalar_t* grad_x,
+                              Launch launch);
+template <typename scalar_t>
+void launch_depthwise_grad_input(const ConvTParams& p, const DepthwisePlan& plan, const scalar_t* grad_y, const scalar_t* w,
+                                 scalar_t* grad_x, Launch launch);
+// partial: slices x grad_w.numel() sums
+template <typename scalar_t>
+void launch_depthwise_grad_weight(const ConvTParams& p, int64_t slices, const scalar_t* grad_y, const scalar_t* x,
+                                  acc_type<scalar_t>* partial, Launch launch);
+template <typename scalar_t>
+void launch_grad_weight_direct(const ConvTParams& p, const scalar_t* grad_y, const scalar_t* x, scalar_t* grad_w,
+                               Launch launch);
+// row_sums[n][co] = sum over j of grad_y[n, co, j]
+template <typename scalar_t>
+void launch_grad_y_row_sums(const ConvTParams& p, const scalar_t* grad_y, acc_type<scalar_t>* row_sums, Launch launch);
+// out[e] = the sum over s of partial[s][e], in order of s (deterministic)
+template <typename scalar_t>
+void launch_sum_slices(const acc_type<scalar_t>* partial, scalar_t* out, int64_t elements, int64_t slices, Launch launch);
+
+}  // namespace convt::cuda

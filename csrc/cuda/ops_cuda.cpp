@@ -1,0 +1,298 @@
+// CUDA registrations of convt::conv_transpose1d and its backward: the device's limits and the
+// operands' facts go to the planner (plan.h), and each planned pass to its launcher (launch.h).
+// Workspace (packed weights, partial sums) is allocated here through torch's allocator.
+#include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <cuda_runtime.h>
+#include <torch/library.h>
+
+#include <algorithm>
+
+#include "convt.h"
+#include "cuda/launch.h"
+#include "plan.h"
+
+namespace convt::cuda {
+namespace {
+
+// The current device's limits. The sm_90a kernels run on sm_90 devices when the library was built
+// for 9.0a (setup.py defines CONVT_WGMMA).
+DeviceLimits device_limits() {
+  const cudaDeviceProp* device = at::cuda::getCurrentDeviceProperties();
+#ifdef CONVT_WGMMA
+  const bool sm90a = device->major == 9 && device->minor == 0;
+#else
+  const bool sm90a = false;
+#endif
+  return {device->multiProcessorCount, int64_t(device->sharedMemPerBlockOptin), int64_t(device->sharedMemPerMultiprocessor),
+          int64_t(device->reservedSharedMemPerBlock), sm90a, sm90a};
+}
+
+TensorFacts facts_of(const at::Tensor& t) {
+  const auto address = reinterpret_cast<uintptr_t>(t.data_ptr());
+  const int64_t alignment = address == 0 ? 256 : std::min<int64_t>(256, int64_t(address & (~address + 1)));
+  return {int(t.element_size()), alignment};
+}
+
+Launch current_launch() { return {at::cuda::getCurrentDeviceProperties()->multiProcessorCount, at::cuda::getCurrentCUDAStream()}; }
+
+// float32 follows PyTorch's convolution setting: TF32 when cuDNN may use it, else 3xTF32.
+Math math_of(const at::Tensor& t) { return math_for(int(t.element_size()), at::globalContext().allowTF32CuDNN()); }
+
+// f(scalar_t{}) for the tensor's dtype: the one dtype dispatch of the CUDA path
+template <typename F>
+void dispatch_dtype(at::ScalarType dtype, F&& f) {
+  switch (dtype) {
+    case at::kFloat: return f(float{});
+    case at::kDouble: return f(double{});
+    case at::kHalf: return f(c10::Half{});
+    case at::kBFloat16: return f(c10::BFloat16{});
+    default: TORCH_CHECK(false, "conv_transpose1d: unsupported dtype ", dtype);
+  }
+}
+// f(scalar_t{}, std::integral_constant<Math, ...>{}) for a tensor-core pass
+template <typename F>
+void dispatch_math(at::ScalarType dtype, Math math, F&& f) {
+  using TF32 = std::integral_constant<Math, Math::kTF32>;
+  using Split = std::integral_constant<Math, Math::k3xTF32>;
+  using Bit16 = std::integral_constant<Math, Math::k16Bit>;
+  switch (dtype) {
+    case at::kFloat: return math == Math::kTF32 ? f(float{}, TF32{}) : f(float{}, Split{});
+    case at::kHalf: return f(c10::Half{}, Bit16{});
+    case at::kBFloat16: return f(c10::BFloat16{}, Bit16{});
+    default: TORCH_CHECK(false, "conv_transpose1d: no tensor-core path for ", dtype);
+  }
+}
+
+template <typename scalar_t>
+scalar_t* data_of(const at::Tensor& t) {
+  return t.defined() ? reinterpret_cast<scalar_t*>(t.data_ptr()) : nullptr;
+}
+
+// ---- TMA tensor maps ----------------------------------------------------------------------------
+
+// A driver API function reached through the runtime (the library does not link libcuda); nullptr
+// where the driver lacks it
+template <typename Function>
+Function driver_function(const char* name) {
+  void* function = nullptr;
+  cudaDriverEntryPointQueryResult found{};
+  if (cudaGetDriverEntryPointByVersion(name, &function, 12000, cudaEnableDefault, &found) != cudaSuccess ||
+      found != cudaDriverEntryPointSuccess) {
+    (void)cudaGetLastError();
+    return nullptr;
+  }
+  return reinterpret_cast<Function>(function);
+}
+
+// `t` as a TMA tensor map (cuTensorMapEncodeTiled) of (length, channels, batch) with element strides
+// (channel_stride, batch_stride), positions contiguous, copied in boxes of `box` elements, zeros
+// outside the tensor; float with `tf32` as TFLOAT32, which the copies round to nearest, ties to even.
+// False where the driver refuses the map (the planner has checked what it documents).
+bool encode_tensor_map(CUtensorMap& map, const at::Tensor& t, std::initializer_list<int64_t> dims,
+                       std::initializer_list<int64_t> strides, std::initializer_list<int> box, CUtensorMapSwizzle swizzle,
+                       bool tf32) {
+  using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*, const cuuint64_t*,
+                                   const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                   CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+  static const auto encode = driver_function<EncodeTiled>("cuTensorMapEncodeTiled");
+  static const auto current_context = driver_function<CUresult (*)(CUcontext*)>("cuCtxGetCurrent");
+  // The encoder needs a current context, which a thread that has made no runtime call yet lacks
+  // (autograd's backward thread): the runtime's primary context, which cudaSetDevice makes current
+  CUcontext context = nullptr;
+  if (!encode || !current_context || current_context(&context) != CUDA_SUCCESS) return false;
+  int device = 0;
+  if (!context && (cudaGetDevice(&device) != cudaSuccess || cudaSetDevice(device) != cudaSuccess)) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  constexpr size_t kMaxRank = 5;
+  const size_t rank = dims.size();
+  TORCH_INTERNAL_ASSERT(rank <= kMaxRank && strides.size() + 1 == rank && box.size() == rank);
+  const int64_t element_size = t.element_size();
+  cuuint64_t dim_sizes[kMaxRank], byte_strides[kMaxRank];
+  cuuint32_t box_sizes[kMaxRank], steps[kMaxRank];
+  std::copy(dims.begin(), dims.end(), dim_sizes);
+  std::copy(box.begin(), box.end(), box_sizes);
+  std::fill(steps, steps + rank, 1u);
+  size_t d = 0;
+  for (const int64_t stride : strides) byte_strides[d++] = cuuint64_t(stride * element_size);
+  const CUtensorMapDataType type = t.scalar_type() == at::kFloat ? (tf32 ? CU_TENSOR_MAP_DATA_TYPE_TFLOAT32 : CU_TENSOR_MAP_DATA_TYPE_FLOAT32)
+                                   : t.scalar_type() == at::kHalf ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                                                  : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  return encode(&map, type, cuuint32_t(rank), t.data_ptr(), dim_sizes, byte_strides, box_sizes, steps,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+// The pipelined forward's x_s boxes (GemmPlan::tensor_rows)
+bool encode_in_map(CUtensorMap& map, const GemmPlan& g, const at::Tensor& in, Math math) {
+  return encode_tensor_map(map, in, {g.in_length, g.groups * g.channels_per_group, g.batch},
+                           {g.in_channel_stride, g.in_batch_stride}, {g.x_row_elements, g.staged_rows, 1},
+                           CU_TENSOR_MAP_SWIZZLE_NONE, /*tf32=*/math == Math::kTF32);
+}
+// The pipelined grad_weight's x boxes: 64 channels x 128 bytes of positions, swizzled as wgmma's B
+bool encode_x_map(CUtensorMap& map, const at::Tensor& x, const ConvTParams& p) {
+  return encode_tensor_map(map, x, {p.length_in, p.in_channels, p.batch}, {p.x_channel_stride, p.x_batch_stride},
+                           {int(kWgmmaRowBytes / x.element_size()), kWgmmaBlockCi, 1}, CU_TENSOR_MAP_SWIZZLE_128B,
+                           /*tf32=*/true);
+}
+
+// A limit set without TMA: what the planner gets after the driver refused a tensor map
+DeviceLimits without_tma(DeviceLimits limits) {
+  limits.tma = false;
+  return limits;
+}
+
+// ---- the passes ------------------------------------------------------------------------------------
+
+// The forward (in = x, out = y) or grad_input (in = grad_y, out = grad_x) as planned
+void run_data(DataPlan plan, const ConvTParams& p, const at::Tensor& in, const at::Tensor& w, const at::Tensor& bias,
+              const at::Tensor& out, bool forward, Math math, const DeviceLimits& limits) {
+  const Launch launch = current_launch();
+  CUtensorMap in_map{};
+  if (plan.kernel == Kernel::kGemm && plan.gemm.tensor_rows && !encode_in_map(in_map, plan.gemm, in, math)) {
+    plan = forward ? plan_forward(p, facts_of(in), math, without_tma(limits))
+                   : plan_grad_input(p, facts_of(in), math, without_tma(limits));
+  }
+  if (plan.kernel == Kernel::kGemm) {
+    const at::Tensor packed = at::empty({packed_weight_words(plan.gemm)}, w.options().dtype(at::kInt));
+    auto* packed_w = reinterpret_cast<uint32_t*>(packed.data_ptr());
+    dispatch_math(in.scalar_type(), math, [&](auto element, auto math_mode) {
+      using scalar_t = decltype(element);
+      constexpr Math kMath = decltype(math_mode)::value;
+      pack_gemm_weight<scalar_t, kMath>(plan.gemm, plan.weight, data_of<scalar_t>(w), packed_w, launch);
+      if (kGemmTileShapes[plan.gemm.tile_shape].family == GemmFamily::kPipelined) {
+        launch_pipelined_gemm<scalar_t, kMath>(plan.gemm, plan.gemm.tensor_rows ? &in_map : nullptr, data_of<scalar_t>(in),
+                                               packed_w, data_of<scalar_t>(bias), data_of<scalar_t>(out), launch);
+      } else {
+        launch_implicit_gemm<scalar_t, kMath>(plan.gemm, data_of<scalar_t>(in), packed_w, data_of<scalar_t>(bias),
+                                              data_of<scalar_t>(out), launch);
+      }
+    });
+    return;
+  }
+  dispatch_dtype(in.scalar_type(), [&](auto element) {
+    using scalar_t = decltype(element);
+    const scalar_t *in_data = data_of<scalar_t>(in), *w_data = data_of<scalar_t>(w);
+    scalar_t* out_data = data_of<scalar_t>(out);
+    if (plan.kernel == Kernel::kDepthwise) {
+      forward ? launch_depthwise_forward<scalar_t>(p, plan.depthwise, in_data, w_data, data_of<scalar_t>(bias), out_data, launch)
+              : launch_depthwise_grad_input<scalar_t>(p, plan.depthwise, in_data, w_data, out_data, launch);
+    } else {
+      forward ? launch_forward_direct<scalar_t>(p, in_data, w_data, data_of<scalar_t>(bias), out_data, launch)
+              : launch_grad_input_direct<scalar_t>(p, in_data, w_data, out_data, launch);
+    }
+  });
+}
+
+// out = the sum of partial's slices (each out.numel() elements of out's accumulation type), in order
+void sum_slices(const at::Tensor& partial, const at::Tensor& out, int64_t slices, const Launch& launch) {
+  dispatch_dtype(out.scalar_type(), [&](auto element) {
+    using scalar_t = decltype(element);
+    launch_sum_slices<scalar_t>(data_of<acc_type<scalar_t>>(partial), data_of<scalar_t>(out), out.numel(), slices, launch);
+  });
+}
+
+template <typename scalar_t>
+at::ScalarType acc_dtype() {
+  return std::is_same_v<scalar_t, double> ? at::kDouble : at::kFloat;
+}
+
+// grad_weight as planned, and grad_bias too where the plan sums it
+// (x_map: x's tensor map where the plan has stages)
+void run_grad_weight(const WeightPlan& plan, const ConvTParams& p, const at::Tensor& x, const at::Tensor& grad_y,
+                     const at::Tensor& grad_w, const at::Tensor& grad_bias, Math math, const CUtensorMap& x_map) {
+  const Launch launch = current_launch();
+  if (plan.kernel == Kernel::kGradWeightGemm || plan.kernel == Kernel::kGradWeightWgmma) {
+    const WeightGradPlan& g = plan.gemm;
+    const int64_t elements = grad_w.numel();
+    const at::Tensor partial = at::empty({g.slices * elements}, grad_w.options().dtype(at::kFloat));
+    // bias_partial[slice][phase][co] (warpgroup tiles) or [slice][ci tile][tap group][co]
+    const int64_t bias_slices = !g.sums_bias ? 0 : g.warpgroups ? g.slices * g.stride : g.slices * g.ci_tiles * g.tap_groups;
+    const at::Tensor bias_partial =
+        bias_slices > 0 ? at::empty({bias_slices * grad_bias.numel()}, grad_w.options().dtype(at::kFloat)) : at::Tensor();
+    dispatch_math(x.scalar_type(), math, [&](auto element, auto math_mode) {
+      using scalar_t = decltype(element);
+      constexpr Math kMath = decltype(math_mode)::value;
+      float* bias_data = bias_slices > 0 ? data_of<float>(bias_partial) : nullptr;
+      if (plan.kernel == Kernel::kGradWeightWgmma) {
+        launch_grad_weight_wgmma<scalar_t>(g, g.stages > 0 ? &x_map : nullptr, data_of<scalar_t>(x), data_of<scalar_t>(grad_y),
+                                           data_of<float>(partial), bias_data, launch);
+      } else {
+        launch_grad_weight_gemm<scalar_t, kMath>(g, data_of<scalar_t>(x), data_of<scalar_t>(grad_y), data_of<float>(partial),
+                                                 bias_data, launch);
+      }
+    });
+    sum_slices(partial, grad_w, g.slices, launch);
+    if (bias_slices > 0) sum_slices(bias_partial, grad_bias, bias_slices, launch);
+    return;
+  }
+  dispatch_dtype(x.scalar_type(), [&](auto element) {
+    using scalar_t = decltype(element);
+    if (plan.kernel == Kernel::kDepthwise) {
+      const at::Tensor partial = at::empty({plan.depthwise_slices * grad_w.numel()}, grad_w.options().dtype(acc_dtype<scalar_t>()));
+      launch_depthwise_grad_weight<scalar_t>(p, plan.depthwise_slices, data_of<scalar_t>(grad_y), data_of<scalar_t>(x),
+                                             data_of<acc_type<scalar_t>>(partial), launch);
+      sum_slices(partial, grad_w, plan.depthwise_slices, launch);
+    } else {
+      launch_grad_weight_direct<scalar_t>(p, data_of<scalar_t>(grad_y), data_of<scalar_t>(x), data_of<scalar_t>(grad_w), launch);
+    }
+  });
+}
+
+// grad_bias from row sums of grad_y: row_sums[n][co], then one slice per batch element
+void run_grad_bias_row_sums(const ConvTParams& p, const at::Tensor& grad_y, const at::Tensor& grad_bias) {
+  const Launch launch = current_launch();
+  dispatch_dtype(grad_y.scalar_type(), [&](auto element) {
+    using scalar_t = decltype(element);
+    const at::Tensor row_sums = at::empty({p.batch * p.out_channels}, grad_y.options().dtype(acc_dtype<scalar_t>()));
+    launch_grad_y_row_sums<scalar_t>(p, data_of<scalar_t>(grad_y), data_of<acc_type<scalar_t>>(row_sums), launch);
+    sum_slices(row_sums, grad_bias, p.batch, launch);
+  });
+}
+
+// ---- the ops -----------------------------------------------------------------------------------------
+
+void forward(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& bias, const at::Tensor& y,
+             const ConvTArgs& args) {
+  const c10::cuda::CUDAGuard guard(x.device());
+  const ConvTParams p = make_params(x, w, y, args);
+  const at::Tensor bias_c = bias.has_value() && bias->defined() ? bias->contiguous() : at::Tensor();  // read as bias[co]
+  const Math math = math_of(x);
+  const DeviceLimits limits = device_limits();
+  run_data(plan_forward(p, facts_of(x), math, limits), p, x, w, bias_c, y, /*forward=*/true, math, limits);
+}
+
+void backward(const at::Tensor& grad_y, const at::Tensor& x, const at::Tensor& w, const ConvTArgs& args,
+              const at::Tensor& grad_x, const at::Tensor& grad_w, const at::Tensor& grad_bias) {
+  const c10::cuda::CUDAGuard guard(x.device());
+  const ConvTParams p = make_params(x, w, grad_y, args);
+  const Math math = math_of(x);
+  DeviceLimits limits = device_limits();
+  BackwardPlan plan = plan_backward(p, facts_of(x), facts_of(grad_y), math, grad_x.defined(), grad_w.defined(),
+                                    grad_bias.defined(), limits);
+  CUtensorMap x_map{};
+  if (plan.grad_weight.gemm.stages > 0 && !encode_x_map(x_map, x, p)) {  // the driver refused x's map
+    limits = without_tma(limits);
+    plan = plan_backward(p, facts_of(x), facts_of(grad_y), math, grad_x.defined(), grad_w.defined(), grad_bias.defined(), limits);
+  }
+  if (plan.grad_input.kernel != Kernel::kNone) {
+    run_data(plan.grad_input, p, grad_y, w, at::Tensor(), grad_x, /*forward=*/false, math, limits);
+  }
+  if (plan.grad_weight.kernel != Kernel::kNone) run_grad_weight(plan.grad_weight, p, x, grad_y, grad_w, grad_bias, math, x_map);
+  if (plan.grad_bias == Kernel::kGradBiasRowSums) run_grad_bias_row_sums(p, grad_y, grad_bias);
+}
+
+}  // namespace
+
+// torch.ops.convt._plan(..., device="cuda") plans for the current device
+const bool kRegisteredDeviceLimits = (current_cuda_device_limits = device_limits, true);
+
+TORCH_LIBRARY_IMPL(convt, CUDA, m) {
+  m.impl("conv_transpose1d", TORCH_FN(forward_op<forward>));
+  m.impl("conv_transpose1d_backward", TORCH_FN(backward_op<backward>));
+}
+
+}  // namespace convt::cuda

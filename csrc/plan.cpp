@@ -1,0 +1,750 @@
+// The planner (plan.h; its rules and their reasons: docs/design.md §4).
+#include "plan.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <initializer_list>
+#include <vector>
+
+namespace convt {
+
+// ---- the device -----------------------------------------------------------------------------------
+
+DeviceLimits (*current_cuda_device_limits)() = nullptr;
+
+DeviceLimits DeviceLimits::h100() { return {132, 232448, 233472, 1024, true, true}; }
+DeviceLimits DeviceLimits::a100() { return {108, 166912, 167936, 1024, false, false}; }
+
+int64_t DeviceLimits::smem_two_blocks() const {
+  return std::min(smem_per_block_optin, smem_per_sm / 2 - reserved_smem_per_block);
+}
+int64_t DeviceLimits::blocks_per_sm(int64_t smem_bytes) const {
+  return smem_per_sm / (smem_bytes + reserved_smem_per_block);
+}
+
+namespace {
+
+// Rows of a (N, C, L) operand with these element strides are contiguous and start on
+// `elements`-element boundaries (so copies of `elements` elements stay aligned).
+bool rows_aligned(const TensorFacts& t, int64_t batch_stride, int64_t channel_stride, int64_t length_stride, int elements) {
+  return length_stride == 1 && channel_stride % elements == 0 && batch_stride % elements == 0 &&
+         t.alignment % (int64_t(elements) * t.element_size) == 0;
+}
+
+// Elements per asynchronous copy of such rows: the widest of `copy_bytes` that moves at least two
+// elements and to which every row is contiguous and aligned; else 1 (one element at a time).
+int widest_copy(const TensorFacts& t, int64_t batch_stride, int64_t channel_stride, int64_t length_stride,
+                std::initializer_list<int> copy_bytes) {
+  for (const int bytes : copy_bytes) {
+    const int elements = bytes / t.element_size;
+    if (elements > 1 && rows_aligned(t, batch_stride, channel_stride, length_stride, elements)) return elements;
+  }
+  return 1;
+}
+
+// What cuTensorMapEncodeTiled accepts for a (length, channels, batch) operand with contiguous
+// positions: a 16-byte aligned start, strides of 16-byte multiples below 2^40 bytes, sizes up to 2^32.
+bool tensor_map_fits(const TensorFacts& t, int64_t length, int64_t channels, int64_t batch, int64_t channel_stride,
+                     int64_t batch_stride) {
+  const int64_t es = t.element_size;
+  auto stride_fits = [&](int64_t stride) { return stride * es % 16 == 0 && stride * es < (int64_t(1) << 40); };
+  auto size_fits = [](int64_t size) { return size >= 1 && size <= (int64_t(1) << 32); };
+  return t.alignment % 16 == 0 && stride_fits(channel_stride) && stride_fits(batch_stride) && size_fits(length) &&
+         size_fits(channels) && size_fits(batch);
+}
+
+// The taps of a problem; `forward` picks the roles of docs/design.md §3.
+void set_taps(GemmPlan& g, const ConvTParams& p, bool forward) {
+  // index of `value` in list[0, count), appended when new
+  auto index_in = [](int* list, int& count, int value) {
+    int index = 0;
+    while (index < count && list[index] != value) ++index;
+    if (index == count) list[count++] = value;
+    return index;
+  };
+  g.taps = int(p.kernel_size);
+  g.out_phases = g.in_phases = 0;
+  for (int t = 0; t < g.taps; ++t) {
+    const Tap tap = tap_of(t, p.stride, p.padding, p.dilation);
+    g.tap_offset[t] = int(forward ? -tap.shift : tap.shift);
+    g.tap_out_phase[t] = index_in(g.out_phase_value, g.out_phases, forward ? int(tap.phase) : 0);
+    g.tap_in_phase[t] = index_in(g.in_phase_value, g.in_phases, forward ? 0 : int(tap.phase));
+  }
+  int next = 0;  // taps grouped by phase pair
+  for (int pair = 0; pair < g.out_phases * g.in_phases; ++pair) {
+    g.pair_begin[pair] = next;
+    for (int t = 0; t < g.taps; ++t)
+      if (g.tap_out_phase[t] * g.in_phases + g.tap_in_phase[t] == pair) g.step_tap[next++] = t;
+  }
+  g.pair_begin[g.out_phases * g.in_phases] = next;
+  g.first_offset = *std::min_element(g.tap_offset, g.tap_offset + g.taps);
+  g.last_offset = *std::max_element(g.tap_offset, g.tap_offset + g.taps);
+}
+
+// Where merged phases compute no zero products: dilation 1 and K a multiple of stride > 1, and the
+// merged rows (stride x C_out per group) within int range
+bool phases_merge(const ConvTParams& p) {
+  return p.dilation == 1 && p.stride > 1 && p.kernel_size % p.stride == 0 &&
+         p.out_channels_per_group * p.stride < kGemmIndexLimit;
+}
+
+// The taps of merged phases: t in [0, taps) at offset first_offset + t * offset_step
+void set_merged_taps(GemmPlan& g, int taps, int first_offset, int offset_step) {
+  g.taps = taps;
+  g.out_phases = g.in_phases = 1;
+  g.out_phase_value[0] = g.in_phase_value[0] = 0;
+  for (int t = 0; t < g.taps; ++t) {
+    g.tap_offset[t] = first_offset + t * offset_step;
+    g.tap_out_phase[t] = g.tap_in_phase[t] = 0;
+    g.step_tap[t] = t;
+  }
+  g.pair_begin[0] = 0, g.pair_begin[1] = g.taps;
+  g.first_offset = std::min(g.tap_offset[0], g.tap_offset[taps - 1]);
+  g.last_offset = std::max(g.tap_offset[0], g.tap_offset[taps - 1]);
+}
+
+// The most taps one reduction step (out_phase, in_phase) uses.
+int most_taps_per_step(const GemmPlan& g) {
+  int taps = 0;
+  for (int pair = 0; pair < g.out_phases * g.in_phases; ++pair) taps = std::max(taps, g.pair_begin[pair + 1] - g.pair_begin[pair]);
+  return taps;
+}
+
+// Chunk size, shared-memory layout and tile counts for one of kGemmTileShapes (warp or warpgroup
+// tiles of implicit_gemm_kernel): the first (chunk, staged output, blocks per SM) that fits.
+std::optional<GemmPlan> plan_gemm_tiles(GemmPlan g, const TensorFacts& in, int tile_shape, const DeviceLimits& limits) {
+  const GemmTileShape& shape = kGemmTileShapes[tile_shape];
+  const bool warpgroups = shape.family != GemmFamily::kWarpTiles;
+  const int element_size = in.element_size;
+  const int channels_per_word = 4 / element_size;
+  const int64_t channel_words = (g.channels_per_group + channels_per_word - 1) / channels_per_word;
+  const int64_t column_positions = int64_t(g.row_phases) * g.out_step;  // out positions a column holds
+  const int64_t max_columns = (int64_t(g.out_length) + g.phase_origin + column_positions - 1) / column_positions;
+  const int taps_per_step = most_taps_per_step(g);
+  g.copy_elements =
+      g.in_step == 1 ? widest_copy(in, g.in_batch_stride, g.in_channel_stride, g.in_length_stride, {16, 8, 4}) : 1;
+  // Warpgroup tiles load x_s into registers, so a row may sit at its own shift: rows that do not all
+  // start 16-byte aligned go in 16-byte chunks from each window start rounded down (row_offsets)
+  g.row_offsets = warpgroups && g.in_step == 1 && g.in_length_stride == 1 && g.copy_elements * element_size < 16;
+  if (g.row_offsets) g.copy_elements = 16 / element_size;
+  g.lead = g.row_offsets ? 0 : int(floor_mod(g.first_offset, g.copy_elements));
+  g.tile_shape = tile_shape;
+  g.block_m = shape.block_m;
+  g.block_n = shape.block_n;
+  g.warpgroups = warpgroups;
+  int64_t x_rows = int64_t(g.block_n) + g.last_offset - g.first_offset + g.lead + (g.row_offsets ? g.copy_elements - 1 : 0);
+  if (g.channel_phases > 1) {  // merged channels: whole rows of `in` in 16-byte copies
+    g.copy_elements = widest_copy(in, g.in_batch_stride, g.in_channel_stride, g.in_length_stride, {16});
+    if (g.copy_elements * element_size != 16) return std::nullopt;
+    g.lead = int(floor_mod(int64_t(g.first_offset) * g.channel_phases - g.channel_origin, g.copy_elements));
+    x_rows = (int64_t(g.block_n) + g.last_offset - g.first_offset) * g.channel_phases + g.lead;
+  }
+  if (x_rows > kMaxGemmXRow) return std::nullopt;  // could not fit in shared memory anyway
+  g.x_rows = int(x_rows);
+  g.row_copies = (g.x_rows + g.copy_elements - 1) / g.copy_elements;
+  const int copied = g.row_copies * g.copy_elements;
+  // rows ≡ 8 (mod 16) elements: conflict-free B fragments; merged channels, whose fragments read
+  // rows one or two apart, ≡ 16 (mod 32) words
+  const int copied_words = copied * element_size / 4;
+  g.x_row_elements = g.channel_phases > 1 ? ((copied_words + 15) / 32 * 32 + 16) * 4 / element_size
+                                          : std::max(0, (copied - 8 + 15) / 16) * 16 + 8;
+  g.row_tiles = int((g.rows_per_group + g.block_m - 1) / g.block_m);
+  g.col_tiles = int((max_columns + g.block_n - 1) / g.block_n);
+  g.tiles = g.batch * g.groups * g.row_tiles * g.col_tiles;
+  const int64_t last_position = (int64_t(g.col_tiles) * g.block_n + g.x_rows) * g.in_step + g.in_step;
+  if (g.tiles >= kGemmIndexLimit || last_position >= kGemmIndexLimit || g.batch >= kGemmIndexLimit ||
+      g.groups >= kGemmIndexLimit) {
+    return std::nullopt;
+  }
+  const int vector_elements = 16 / element_size;  // y_s rows end in one vector of slack
+  g.y_row_elements = g.out_step <= kMaxStagedStep ? g.block_n * g.out_step + vector_elements : 0;
+  // Candidates in order of preference: (chunk, staged output, two blocks per SM) (docs/design.md
+  // §4.2). 64-word chunks only where there are fewer tiles than SMs (each tile is then a chain of
+  // step latencies); staged output only where phases interleave; with many tiles, direct stores at
+  // one block per SM come last.
+  const bool few_tiles = g.tiles < limits.sm_count;
+  struct Candidate {
+    int chunk_words;
+    bool stage_output, two_blocks;
+  };
+  // a chunk more than twice the channels would be mostly padding
+  auto mostly_padding = [&](int chunk_words) { return chunk_words > 16 && channel_words <= chunk_words / 2; };
+  std::vector<Candidate> candidates;
+  for (const int chunk_words : {64, 32, 16}) {
+    if (mostly_padding(chunk_words) || (chunk_words == 64 && !few_tiles)) continue;
+    if (warpgroups && chunk_words == 64) continue;  // slot rows of 64 or 128 bytes (wgmma.cuh)
+    for (const bool stage_output : {true, false})
+      for (const bool two_blocks : {true, false})
+        if (few_tiles || stage_output || two_blocks) candidates.push_back({chunk_words, stage_output, two_blocks});
+  }
+  for (const int chunk_words : {32, 16})
+    if (!few_tiles && !mostly_padding(chunk_words)) candidates.push_back({chunk_words, false, false});
+  for (const Candidate& candidate : candidates) {
+    const int chunk_words = candidate.chunk_words;
+    g.ksteps = chunk_words / 8;
+    g.chunk_channels = chunk_words * channels_per_word;
+    g.chunks = int((g.channels_per_group + g.chunk_channels - 1) / g.chunk_channels);
+    g.staged_rows = g.chunk_channels / g.channel_phases;  // (merged channels: channel_phases divides 8)
+    g.x_words = g.staged_rows * g.x_row_elements * element_size / 4;
+    g.slot_words = (g.block_m / 16) * g.ksteps * kFragmentWords;
+    const bool stage_output = candidate.stage_output;
+    const int64_t budget = candidate.two_blocks ? limits.smem_two_blocks() : limits.smem_one_block();
+    if (stage_output && (g.out_step == 1 || g.out_step > kMaxStagedStep)) continue;
+    if (stage_output && !candidate.two_blocks && g.out_phases == g.out_step) continue;
+    g.stage_output = stage_output;
+    auto smem_bytes = [&](int slots, int weight_buffers) {
+      const int64_t y_words = stage_output ? int64_t(g.block_m) * g.y_row_elements : 0;
+      return int64_t(weight_buffers) * slots * g.slot_words * 4 + (2 * int64_t(g.x_words) + y_words) * 4;
+    };
+    // a weight of several chunks stays resident only at two blocks per SM
+    g.resident = (g.chunks == 1 || candidate.two_blocks) && smem_bytes(g.chunks * g.taps, 1) <= budget;
+    g.weight_slots = g.resident ? g.chunks * g.taps : taps_per_step;
+    const int64_t bytes = smem_bytes(g.weight_slots, g.resident ? 1 : 2);
+    if (bytes > budget) continue;
+    g.smem_bytes = size_t(bytes);
+    g.tile_parts = g.stage_output ? 1 : g.out_phases;
+    g.parts = g.tiles * g.tile_parts;
+    if (g.parts >= kGemmIndexLimit) return std::nullopt;
+    return g;
+  }
+  return std::nullopt;
+}
+
+// The pipelined kernel's plan (pipelined_gemm.cuh) for one of its tile shapes, for a warpgroup problem
+// whose steps all read one phase pair from contiguous rows in 16-byte chunks (out_step 1, or in
+// 3xTF32 one out phase of a strided forward; in_step 1 unless its channels merge phases): 32-word
+// chunks where three stages fit in one block's shared memory, else 16-word chunks with as many
+// stages as fit (two at least). 3xTF32 stages A's big and small parts. Float x_s without merged
+// channels comes by TMA where the operand has a tensor map, TF32 rounded by the copy.
+std::optional<GemmPlan> plan_pipelined_tiles(const GemmPlan& problem, const TensorFacts& in, int tile_shape, Math math,
+                                             const DeviceLimits& limits, bool allow_tensor_rows = true) {
+  auto plan = plan_gemm_tiles(problem, in, tile_shape, limits);
+  const int element_size = in.element_size;
+  if (!plan || plan->out_phases != 1 || plan->in_phases != 1 || (plan->out_step != 1 && math != Math::k3xTF32) ||
+      (plan->in_step != 1 && plan->channel_phases == 1) || plan->copy_elements * element_size != 16) {
+    return std::nullopt;
+  }
+  GemmPlan g = *plan;
+  g.weight_parts = math == Math::k3xTF32 ? 2 : 1;
+  // a consumer warpgroup's box: its columns and the halo from the lead (TMA boxes start at 16-byte
+  // multiples), rows ≡ 8 (mod 32) words (conflict-free fragment loads), at most 256 positions (TMA)
+  const int box_lead = int(floor_mod(g.first_offset, g.copy_elements));
+  const int box_row_elements = 8 + (g.block_n / kPipelineConsumers + g.last_offset - g.first_offset + box_lead - 8 + 31) / 32 * 32;
+  g.tensor_rows = allow_tensor_rows && limits.tma && element_size == 4 && g.channel_phases == 1 &&
+                  g.in_length_stride == 1 && box_row_elements <= 256;
+  if (g.tensor_rows) g.lead = box_lead, g.row_offsets = false, g.x_row_elements = box_row_elements;
+  const int channels_per_word = 4 / element_size;
+  const int64_t channel_words = (g.channels_per_group + channels_per_word - 1) / channels_per_word;
+  const int64_t budget = limits.smem_one_block();
+  for (const int chunk_words : {32, 16}) {
+    if (chunk_words == 32 && channel_words <= 16) continue;  // mostly padding
+    g.ksteps = chunk_words / 8;
+    g.chunk_channels = chunk_words * channels_per_word;
+    g.chunks = int((g.channels_per_group + g.chunk_channels - 1) / g.chunk_channels);
+    g.staged_rows = g.chunk_channels / g.channel_phases;
+    g.x_words = (g.tensor_rows ? kPipelineConsumers : 1) * g.staged_rows * g.x_row_elements * element_size / 4;
+    g.slot_words = (g.block_m / 16) * g.ksteps * kFragmentWords;
+    const int64_t stage_bytes = int64_t(g.weight_parts * g.taps * g.slot_words + g.x_words) * 4 + 2 * 8;  // and its mbarriers
+    const int stages = int(std::min<int64_t>(kMaxPipelineStages, budget / stage_bytes));
+    if (stages < (chunk_words == 32 ? 3 : 2)) continue;
+    g.stages = stages;
+    g.smem_bytes = size_t(stages * stage_bytes);
+    g.weight_slots = g.taps;
+    g.resident = g.stage_output = false;
+    g.tile_parts = 1;
+    g.parts = g.tiles;
+    // (a box of a group's last chunk would read the next group's rows, whose Inf or NaN would turn
+    // the zero weights' products into NaN: TMA only where chunks end with the groups)
+    const int64_t channels = g.groups * g.channels_per_group;
+    if (g.tensor_rows && ((g.groups > 1 && g.channels_per_group % g.staged_rows != 0) ||
+                          !tensor_map_fits(in, g.in_length, channels, g.batch, g.in_channel_stride, g.in_batch_stride))) {
+      return plan_pipelined_tiles(problem, in, tile_shape, math, limits, /*allow_tensor_rows=*/false);
+    }
+    return g;
+  }
+  return std::nullopt;
+}
+
+// The pipelined plan of a problem that has one and fills the SMs: tiles of 256 columns (the weight,
+// streamed from L2 for every tile, serves twice the columns) unless they pad the columns by more
+// than a sixteenth over 128-column tiles; groups of at most 64 rows take 64 x 256 tiles; 3xTF32
+// (two accumulators a subtile) takes 128 columns.
+std::optional<GemmPlan> plan_pipelined(const GemmPlan& problem, const TensorFacts& in, Math math, const DeviceLimits& limits) {
+  auto fills = [&](const std::optional<GemmPlan>& plan) { return plan && plan->parts >= limits.sm_count; };
+  if (problem.rows_per_group <= 64) {
+    const auto plan = plan_pipelined_tiles(problem, in, gemm_tile_index(GemmFamily::kPipelined, 64, 256), math, limits);
+    return fills(plan) ? plan : std::nullopt;
+  }
+  const auto narrow = plan_pipelined_tiles(problem, in, gemm_tile_index(GemmFamily::kPipelined, 128, 128), math, limits);
+  const auto wide = math == Math::k3xTF32
+                        ? std::nullopt
+                        : plan_pipelined_tiles(problem, in, gemm_tile_index(GemmFamily::kPipelined, 128, 256), math, limits);
+  if (fills(wide) && (!narrow || 16 * int64_t(wide->col_tiles) * 256 <= 17 * int64_t(narrow->col_tiles) * 128)) return wide;
+  if (fills(narrow)) return narrow;
+  return std::nullopt;
+}
+
+}  // namespace
+
+// The tensor-core path covers C_in/groups and C_out/groups >= 8 and up to kMaxGemmTaps taps, with
+// every length and tap offset in 32-bit range, in float32 and 16-bit types; the rest goes to the
+// direct kernels.
+bool gemm_applies(const ConvTParams& p, int element_size) {
+  const int64_t span = p.dilation * (p.kernel_size - 1) + p.padding;
+  return element_size <= 4 && p.in_channels_per_group >= 8 && p.out_channels_per_group >= 8 &&
+         p.in_channels_per_group < kGemmIndexLimit && p.out_channels_per_group < kGemmIndexLimit &&
+         p.kernel_size <= kMaxGemmTaps && p.length_in < kGemmIndexLimit && p.length_out < kGemmIndexLimit &&
+         p.stride < kGemmIndexLimit && span < kGemmIndexLimit;
+}
+
+// The forward (out = y, in = x, rows = C_out/groups, channels = C_in/groups) or grad_input (out =
+// grad_x, in = grad_y, rows = C_in/groups, channels = C_out/groups) as one GEMM problem.
+GemmPlan gemm_problem(const ConvTParams& p, bool forward) {
+  GemmPlan g{};
+  g.batch = p.batch, g.groups = p.groups;
+  g.rows_per_group = forward ? p.out_channels_per_group : p.in_channels_per_group;
+  g.channels_per_group = forward ? p.in_channels_per_group : p.out_channels_per_group;
+  g.in_batch_stride = forward ? p.x_batch_stride : p.y_batch_stride;
+  g.in_channel_stride = forward ? p.x_channel_stride : p.y_channel_stride;
+  g.in_length_stride = forward ? p.x_length_stride : p.y_length_stride;
+  g.in_length = int(forward ? p.length_in : p.length_out);
+  g.out_length = int(forward ? p.length_out : p.length_in);
+  g.out_step = forward ? int(p.stride) : 1;
+  g.in_step = forward ? 1 : int(p.stride);
+  g.row_phases = g.channel_phases = 1;
+  g.weight_parts = 1;
+  g.tile_shape = -1;
+  set_taps(g, p, forward);
+  return g;
+}
+
+// The forward with its phases merged into rows, and grad_input with them merged into channels where
+// stride divides 8 (docs/design.md §3.2). Merged tap t reads x[col - t + padding div stride] in the
+// forward, channel (co, r) at column i + t in grad_input.
+std::optional<GemmPlan> merged_forward_problem(const ConvTParams& p) {
+  if (!phases_merge(p)) return std::nullopt;
+  GemmPlan g = gemm_problem(p, /*forward=*/true);
+  g.row_phases = int(p.stride);
+  g.phase_origin = int(p.padding % p.stride);
+  g.rows_per_group *= p.stride;
+  g.out_step = 1;
+  set_merged_taps(g, int(p.kernel_size / p.stride), int(p.padding / p.stride), -1);
+  return g;
+}
+std::optional<GemmPlan> merged_grad_input_problem(const ConvTParams& p) {
+  if (!phases_merge(p) || 8 % p.stride != 0) return std::nullopt;
+  GemmPlan g = gemm_problem(p, /*forward=*/false);
+  g.channel_phases = int(p.stride);
+  g.channel_origin = int(p.padding);
+  g.channels_per_group *= p.stride;
+  set_merged_taps(g, int(p.kernel_size / p.stride), 0, 1);
+  return g;
+}
+
+GemmWeight gemm_weight(const ConvTParams& p, bool forward) {  // A_t[row, ch] = w[ci, co, t]
+  const int64_t row_stride = forward ? p.w_out_stride : p.w_in_stride;
+  const int64_t channel_stride = forward ? p.w_in_stride : p.w_out_stride;
+  return {p.in_channels_per_group * p.w_in_stride, row_stride, channel_stride, p.w_tap_stride};
+}
+
+// A problem whose phases merge runs merged on warpgroup tiles where those fill the SMs; warpgroup
+// problems run pipelined where that plans; then the warp tiles by the rows of a group and the taps
+// of a step, the first that fills the SMs (else the last that plans). 3xTF32 takes warpgroup tiles
+// only pipelined, and no 64-row warp tiles (two accumulators would spill).
+std::optional<GemmPlan> plan_gemm(const GemmPlan& g, const std::optional<GemmPlan>& merged, const TensorFacts& in, Math math,
+                                  const DeviceLimits& limits) {
+  const bool one_accumulator = math != Math::k3xTF32;
+  const bool pipelined = limits.wgmma;
+  const bool warpgroups = one_accumulator && pipelined;  // implicit_gemm_kernel's warpgroup tiles
+  const int warpgroup_tiles = gemm_tile_index(GemmFamily::kWarpgroupTiles, 128, 128);
+  if (merged && pipelined && merged->rows_per_group > 32) {
+    if (auto plan = plan_pipelined(*merged, in, math, limits)) return plan;
+    if (warpgroups && merged->rows_per_group > 64) {
+      const auto plan = plan_gemm_tiles(*merged, in, warpgroup_tiles, limits);
+      if (plan && plan->parts >= limits.sm_count) return plan;
+    }
+  }
+  if (pipelined && g.rows_per_group > 32) {
+    if (auto plan = plan_pipelined(g, in, math, limits)) return plan;
+  }
+  auto warp_tiles = [](int block_m, int block_n) { return gemm_tile_index(GemmFamily::kWarpTiles, block_m, block_n); };
+  std::vector<int> shapes;
+  if (warpgroups && g.rows_per_group > 64) shapes.push_back(warpgroup_tiles);
+  if (g.rows_per_group <= 32) {
+    shapes.push_back(warp_tiles(32, 128));
+  } else if (g.rows_per_group <= 64) {
+    shapes.push_back(warp_tiles(64, 256));
+    shapes.push_back(warp_tiles(64, 128));
+    shapes.push_back(warp_tiles(32, 128));
+  } else if (most_taps_per_step(g) > 2) {
+    shapes.push_back(warp_tiles(128, 128));
+    shapes.push_back(warp_tiles(64, 128));
+  } else {
+    shapes.push_back(warp_tiles(128, 64));
+    shapes.push_back(warp_tiles(64, 128));
+  }
+  // a shape whose work parts do not fill the SMs gives way to the next, smaller one
+  std::optional<GemmPlan> plan;
+  for (const int shape : shapes) {
+    if (kGemmTileShapes[shape].one_accumulator && !one_accumulator) continue;
+    if (auto shape_plan = plan_gemm_tiles(g, in, shape, limits)) {
+      plan = shape_plan;
+      if (plan->parts >= limits.sm_count) break;
+    }
+  }
+  return plan;
+}
+
+int64_t packed_weight_words(const GemmPlan& g) {
+  return g.groups * g.row_tiles * g.chunks * int64_t(g.weight_parts) * g.taps * g.slot_words;
+}
+
+// ---- grad_weight -------------------------------------------------------------------------------------
+
+namespace {
+
+// with_bias: grad_bias may come along (in warpgroup tiles, else in TF32 only; grad_weight_gemm.cuh);
+// one_pass: the math is TF32 or 16-bit, not 3xTF32, so tap groups of up to kGradWWideGroupTaps and
+// warpgroup tiles may be planned; merge: the plan with merged phases (warpgroup tiles only), or none
+std::optional<WeightGradPlan> plan_grad_weight(const ConvTParams& p, const TensorFacts& x, const TensorFacts& grad_y,
+                                               bool with_bias, bool one_pass, bool merge, const DeviceLimits& limits) {
+  if (!gemm_applies(p, x.element_size)) return std::nullopt;
+  WeightGradPlan g{};
+  // warpgroup tiles (grad_weight_wgmma.cuh) where their 64 x 64 tiles are full
+  g.warpgroups = one_pass && limits.wgmma && p.in_channels_per_group > 32 && p.out_channels_per_group > 32;
+  g.merged = merge && g.warpgroups && phases_merge(p) && p.stride <= kWgmmaBlockCo;  // (a tile: at least a co's rows)
+  if (merge && !g.merged) return std::nullopt;
+  g.batch = p.batch, g.groups = p.groups, g.cig = p.in_channels_per_group, g.cog = p.out_channels_per_group;
+  g.x_batch_stride = p.x_batch_stride, g.x_channel_stride = p.x_channel_stride, g.x_length_stride = p.x_length_stride;
+  g.gy_batch_stride = p.y_batch_stride, g.gy_channel_stride = p.y_channel_stride, g.gy_length_stride = p.y_length_stride;
+  g.length_in = int(p.length_in), g.length_out = int(p.length_out), g.stride = int(p.stride), g.taps = int(p.kernel_size);
+  // the taps of each phase in order of k (so of shift), phases in order of their first tap; merged,
+  // one phase of the merged taps t (k = t*stride of phase 0, shift t - padding div stride)
+  std::vector<std::vector<int>> phase_taps;
+  std::vector<int64_t> phase_of;
+  int tap_shift[kMaxGemmTaps] = {};
+  if (g.merged) {
+    g.phase_origin = int(p.padding % p.stride);
+    phase_of.push_back(0);
+    phase_taps.emplace_back();
+    for (int k = 0; k < g.taps; k += g.stride) {
+      phase_taps[0].push_back(k);
+      tap_shift[k] = int(k / p.stride - p.padding / p.stride);
+    }
+  }
+  for (int k = 0; k < g.taps && !g.merged; ++k) {
+    const Tap tap = tap_of(k, p.stride, p.padding, p.dilation);
+    tap_shift[k] = int(tap.shift);
+    const auto known = std::find(phase_of.begin(), phase_of.end(), tap.phase);
+    if (known == phase_of.end()) {
+      phase_of.push_back(tap.phase);
+      phase_taps.push_back({k});
+    } else {
+      phase_taps[known - phase_of.begin()].push_back(k);
+    }
+  }
+  // cut into groups of up to group_taps: kGradWWideGroupTaps where a phase has more than
+  // kGradWGroupTaps taps and the math allows (each group stages its own copy of x and grad_y);
+  // warpgroup tiles: the most taps of a phase, up to kGradWGroupTaps (every group has that many slots)
+  size_t most_taps = 0;
+  for (const auto& taps : phase_taps) most_taps = std::max(most_taps, taps.size());
+  g.group_taps = g.warpgroups ? int(std::min(most_taps, size_t(kGradWGroupTaps)))
+                 : one_pass && most_taps > size_t(kGradWGroupTaps) ? kGradWWideGroupTaps : kGradWGroupTaps;
+  int max_span = 0, next = 0;
+  for (size_t phase = 0; phase < phase_taps.size(); ++phase) {
+    const std::vector<int>& taps = phase_taps[phase];
+    for (size_t begin = 0; begin < taps.size(); begin += g.group_taps) {
+      const size_t end = std::min(taps.size(), begin + g.group_taps);
+      const int q = g.tap_groups++;
+      g.group_phase[q] = int(phase_of[phase]), g.group_first[q] = next, g.group_count[q] = int(end - begin);
+      g.group_shift_max[q] = tap_shift[taps[end - 1]];
+      g.group_span[q] = g.group_shift_max[q] - tap_shift[taps[begin]];
+      max_span = std::max(max_span, g.group_span[q]);
+      for (size_t i = begin; i < end; ++i, ++next) {
+        g.group_tap[next] = taps[i];
+        g.group_tap_shift[next] = tap_shift[taps[i]];
+      }
+    }
+  }
+  // the groups of a phase are consecutive: count and number them for grad_bias's turns
+  int phases_with_taps = 0;
+  for (int q = 0; q < g.tap_groups; ++q) {
+    const bool first_of_phase = q == 0 || g.group_phase[q] != g.group_phase[q - 1];
+    phases_with_taps += first_of_phase;
+    g.group_phase_index[q] = first_of_phase ? 0 : g.group_phase_index[q - 1] + 1;
+  }
+  for (int q = g.tap_groups - 1; q >= 0; --q)
+    g.group_phase_groups[q] = q + 1 < g.tap_groups && g.group_phase[q + 1] == g.group_phase[q] ? g.group_phase_groups[q + 1]
+                                                                                               : g.group_phase_index[q] + 1;
+  // copies of 16 or 8 bytes, or of 4 (16-bit pairs). Warpgroup tiles copy gy in 16-byte chunks from
+  // each window start's aligned-down address where the rows are contiguous positions (stride 1) of
+  // whole 32-bit words (merged: any contiguous rows, whose 16-bit pairs load value by value)
+  const int element_size = x.element_size;
+  g.x_copy_elements = widest_copy(x, g.x_batch_stride, g.x_channel_stride, g.x_length_stride, {16, 8, 4});
+  if (g.warpgroups) {
+    const bool chunks = g.merged ? g.gy_length_stride == 1
+                                 : g.stride == 1 && rows_aligned(grad_y, g.gy_batch_stride, g.gy_channel_stride,
+                                                                 g.gy_length_stride, 4 / element_size);
+    g.gy_copy_elements = chunks ? 16 / element_size : 1;
+  } else {
+    g.gy_copy_elements =
+        g.stride == 1 ? widest_copy(grad_y, g.gy_batch_stride, g.gy_channel_stride, g.gy_length_stride, {16, 8, 4}) : 1;
+  }
+  // the window: x from m0 - shift_max, its start moved back by the lead to a multiple of the copy
+  // size; in warpgroup tiles gy from i0 + shift_min, in chunks from up to a chunk less one before it
+  // (merged: stride elements a position)
+  const int window_vector = g.warpgroups ? g.gy_copy_elements : g.x_copy_elements;
+  const int position_elements = g.merged ? g.stride : 1;
+  for (int q = 0; q < g.tap_groups; ++q) {
+    g.group_lead[q] = g.warpgroups ? 0 : int(floor_mod(-g.group_shift_max[q], window_vector));
+    const int elements = (kGradWPositions + g.group_span[q]) * position_elements + (g.warpgroups ? window_vector - 1 : g.group_lead[q]);
+    g.group_window_copy_count[q] = (elements + window_vector - 1) / window_vector;
+  }
+  // whole copies of the widest window (its start < window_vector into the first), ≡ 4 (mod 32), in
+  // warpgroup tiles ≡ 4 (mod 16): conflict-free fragments. Merged: rows of words ≡ 4 * stride
+  // (mod 32), a fragment's positions x phases of a co in 4 * stride consecutive words
+  const int copied = ((kGradWPositions + max_span) * position_elements + 2 * (window_vector - 1)) / window_vector * window_vector;
+  if (g.merged) {
+    const int words = (copied * element_size + 3) / 4, residue = 4 * g.stride % 32;
+    g.window_row_elements = ((words - residue + 31) / 32 * 32 + residue) * 4 / element_size;
+  } else {
+    const int row_multiple = g.warpgroups ? 16 : 32;
+    g.window_row_elements = (copied - 4 + row_multiple - 1) / row_multiple * row_multiple + 4;
+  }
+  if (g.window_row_elements > 1024) return std::nullopt;
+  // 32-co tiles where C_out per group is at most 32, else 64 (merged: co of stride rows each)
+  g.block_co = g.merged ? kWgmmaBlockCo / g.stride : g.cog > 32 ? 64 : 32;
+  g.co_tiles = int((g.cog + g.block_co - 1) / g.block_co);
+  // grad_bias comes along where every phase has a tap, so that no row-sum pass is left: in warpgroup
+  // tiles from tap slot 0's A values (16-bit: each x_s buffer holds the ones column's rows too)
+  if (g.warpgroups) g.sums_bias = with_bias && (g.merged || phases_with_taps == g.stride);
+  const int64_t ones_bytes = g.warpgroups && g.sums_bias && element_size == 2 ? int64_t(kWgmmaOnesRows) * kGradWPositions * element_size : 0;
+  // a buffer of gy and x rows of block_ci ci, in the input's type (warpgroup tiles: x rows of
+  // kGradWPositions, gy the window)
+  const int64_t window_elements = g.merged ? g.window_row_elements : grad_w_window_row(g.window_row_elements, element_size);
+  auto buffer_bytes = [&](int block_ci) {
+    const int64_t elements = g.warpgroups ? block_ci * kGradWPositions + g.block_co * window_elements
+                                          : g.block_co * grad_w_gy_row(element_size) + block_ci * window_elements;
+    return elements * element_size;
+  };
+  // Pipelined warpgroup tiles (64 co x 128 ci) where gy goes in chunks, C_in per group fills more
+  // than one consumer warpgroup, two stages fit (a stage: a buffer, the ones rows and two mbarriers)
+  // and x has a tensor map; else 64-ci tiles where C_in per group > 32, 32-ci tiles where it is at
+  // most 32 (64-ci tiles would be half empty)
+  const int64_t stage_bytes = buffer_bytes(2 * kWgmmaBlockCi) + 2 * ones_bytes + 2 * 8;
+  const bool x_map = limits.tma && g.x_length_stride == 1 &&
+                     tensor_map_fits(x, p.length_in, p.in_channels, p.batch, p.x_channel_stride, p.x_batch_stride);
+  const bool pipelined = g.warpgroups && g.gy_copy_elements * element_size == 16 && g.cig > kWgmmaBlockCi &&
+                         limits.smem_one_block() / stage_bytes >= 2 && x_map;
+  g.block_ci = pipelined ? 2 * kWgmmaBlockCi : g.cig > 32 ? 64 : 32;
+  g.ci_tiles = int((g.cig + g.block_ci - 1) / g.block_ci);
+  g.tiles = g.groups * g.ci_tiles * g.co_tiles * g.tap_groups;
+  // items: chunks of the phase positions m (of the longest phase), in warpgroup tiles of the x positions
+  const int64_t item_positions = g.warpgroups ? p.length_in : phase_length(0, p.length_out, p.stride);
+  g.chunks_per_row = (item_positions + kGradWPositions - 1) / kGradWPositions;
+  g.items = g.batch * g.chunks_per_row;
+  if (g.items >= kGemmIndexLimit) return std::nullopt;
+  int64_t smem_bytes = 0;
+  if (pipelined) {  // as many stages as fit
+    g.stages = int(std::min<int64_t>(kMaxPipelineStages, limits.smem_one_block() / stage_bytes));
+    smem_bytes = g.stages * stage_bytes;
+  } else {  // two buffers
+    smem_bytes = 2 * (buffer_bytes(g.block_ci) + ones_bytes);
+  }
+  if (smem_bytes > limits.smem_one_block()) return std::nullopt;  // wide tap groups (dilation in the hundreds)
+  // Slices, within the scratch budget: about six blocks per SM in all (twelve of the two-warp 32 x 32
+  // tiles); warpgroup tiles at most two full waves of the blocks an SM holds (the slices are equal
+  // work: a third wave of a few blocks takes as long as a full one)
+  const int64_t weight_elements = g.groups * g.cig * g.cog * g.taps;
+  if (g.warpgroups) {
+    const int64_t resident =
+        limits.sm_count * (g.stages > 0 ? 1 : std::min<int64_t>(wgmma_min_blocks(g.group_taps), limits.blocks_per_sm(smem_bytes)));
+    g.slices = std::clamp<int64_t>(2 * resident / g.tiles, 1, g.items);
+  } else {
+    const int64_t target_blocks = limits.sm_count * std::max(6, 24 / ((g.block_ci / 16) * (g.block_co / 32)));
+    g.slices = std::clamp<int64_t>((target_blocks + g.tiles - 1) / g.tiles, 1, g.items);
+  }
+  g.slices = std::max<int64_t>(1, std::min(g.slices, kGradWScratchBytes / 4 / weight_elements));
+  if (g.tiles * g.slices >= kGemmIndexLimit) return std::nullopt;
+  g.smem_bytes = size_t(smem_bytes);
+  if (g.warpgroups) return g;
+  // grad_bias in the mma.sync kernel: in TF32's rounding pass, into slots (floats, after the buffers)
+  // where they leave as many blocks per SM room in shared memory
+  g.bias_slots = g.gy_copy_elements > 1 ? kGradWPositions / g.gy_copy_elements : 32;
+  const int64_t with_slots = smem_bytes + int64_t(g.block_co) * g.bias_slots * 4;
+  g.sums_bias = with_bias && element_size == 4 && phases_with_taps == g.stride && with_slots <= limits.smem_one_block() &&
+                limits.blocks_per_sm(with_slots) == limits.blocks_per_sm(smem_bytes);
+  if (g.sums_bias) g.smem_bytes = size_t(with_slots);
+  return g;
+}
+
+// ---- depthwise ----------------------------------------------------------------------------------------
+
+// The staged row segment of the forward (x) or grad_input (grad_y) kernel; nullopt when the
+// depthwise kernels do not apply or the segment does not fit in a block's shared memory (grad_input
+// stages about kDwSegment * stride elements).
+std::optional<DepthwisePlan> plan_depthwise(const ConvTParams& p, bool forward, int element_size, const DeviceLimits& limits) {
+  // (phases of an output segment, first_phase + t, are ints in the kernels)
+  if (p.in_channels_per_group != 1 || p.kernel_size > kDwMaxTaps || p.stride >= kGemmIndexLimit) return std::nullopt;
+  DepthwisePlan a{};
+  a.shift_min = tap_of(0, p.stride, p.padding, p.dilation).shift;  // shifts grow with k
+  a.shift_max = tap_of(p.kernel_size - 1, p.stride, p.padding, p.dilation).shift;
+  const int64_t span = a.shift_max - a.shift_min;
+  a.staged = forward ? (kDwSegment - 1) / p.stride + 2 + span : (kDwSegment + span) * p.stride;
+  const int64_t acc_size = std::max(element_size, 4);  // float, or double
+  const int64_t weights = p.out_channels_per_group * (p.kernel_size + (forward ? 1 : 0));
+  if (weights >= kGemmIndexLimit) return std::nullopt;
+  a.weights = int(weights);
+  const int64_t smem_bytes = a.weights * acc_size + a.staged * element_size;
+  if (smem_bytes > limits.smem_one_block()) return std::nullopt;
+  a.smem_bytes = size_t(smem_bytes);
+  return a;
+}
+
+// Slices of the depthwise grad_weight rows: about sixteen blocks per SM in all (four waves of four
+// resident blocks, so the last wave's idle share is small), each slice at least four block-widths
+// of inputs long.
+int64_t depthwise_grad_weight_slices(const ConvTParams& p, const DeviceLimits& limits) {
+  const int64_t weight_rows = p.in_channels * p.out_channels_per_group;
+  const int64_t target_blocks = limits.sm_count * 16;
+  const int64_t longest = std::max<int64_t>(1, p.length_in / (4 * kDwThreads));
+  return std::clamp<int64_t>((target_blocks + weight_rows - 1) / weight_rows, 1, longest);
+}
+
+// The forward or grad_input: tensor cores where a plan fits, else depthwise, else direct
+DataPlan plan_data(const ConvTParams& p, const TensorFacts& in, Math math, bool forward, const DeviceLimits& limits) {
+  DataPlan plan;
+  if (gemm_applies(p, in.element_size)) {
+    const auto merged = forward ? merged_forward_problem(p) : merged_grad_input_problem(p);
+    if (auto gemm = plan_gemm(gemm_problem(p, forward), merged, in, math, limits)) {
+      plan.kernel = Kernel::kGemm;
+      plan.gemm = *gemm;
+      plan.weight = gemm_weight(p, forward);
+      return plan;
+    }
+  }
+  if (auto depthwise = plan_depthwise(p, forward, in.element_size, limits)) {
+    plan.kernel = Kernel::kDepthwise;
+    plan.depthwise = *depthwise;
+    return plan;
+  }
+  plan.kernel = Kernel::kDirect;
+  return plan;
+}
+
+}  // namespace
+
+DataPlan plan_forward(const ConvTParams& p, const TensorFacts& x, Math math, const DeviceLimits& limits) {
+  return plan_data(p, x, math, /*forward=*/true, limits);
+}
+
+DataPlan plan_grad_input(const ConvTParams& p, const TensorFacts& grad_y, Math math, const DeviceLimits& limits) {
+  return plan_data(p, grad_y, math, /*forward=*/false, limits);
+}
+
+BackwardPlan plan_backward(const ConvTParams& p, const TensorFacts& x, const TensorFacts& grad_y, Math math,
+                           bool grad_input, bool grad_weight, bool grad_bias, const DeviceLimits& limits) {
+  BackwardPlan plan;
+  if (grad_input) plan.grad_input = plan_grad_input(p, grad_y, math, limits);
+  if (grad_weight) {
+    // merged phases where they plan, else per phase; 3xTF32: no wide tap groups, no warpgroup tiles
+    const bool one_pass = math != Math::k3xTF32;
+    const bool with_bias = grad_bias && one_pass;
+    auto gemm = plan_grad_weight(p, x, grad_y, with_bias, one_pass, /*merge=*/true, limits);
+    if (!gemm) gemm = plan_grad_weight(p, x, grad_y, with_bias, one_pass, /*merge=*/false, limits);
+    if (gemm) {
+      plan.grad_weight.kernel = gemm->warpgroups ? Kernel::kGradWeightWgmma : Kernel::kGradWeightGemm;
+      plan.grad_weight.gemm = *gemm;
+    } else if (p.in_channels_per_group == 1 && p.kernel_size <= kDwMaxTaps) {
+      plan.grad_weight.kernel = Kernel::kDepthwise;
+      plan.grad_weight.depthwise_slices = depthwise_grad_weight_slices(p, limits);
+    } else {
+      plan.grad_weight.kernel = Kernel::kDirect;
+    }
+  }
+  // the one place that decides who sums grad_bias
+  if (grad_bias) {
+    const bool by_grad_weight = (plan.grad_weight.kernel == Kernel::kGradWeightGemm ||
+                                 plan.grad_weight.kernel == Kernel::kGradWeightWgmma) &&
+                                plan.grad_weight.gemm.sums_bias != 0;
+    plan.grad_bias = by_grad_weight ? Kernel::kGradBiasFromGradWeight : Kernel::kGradBiasRowSums;
+  }
+  return plan;
+}
+
+ConvTParams contiguous_params(int64_t batch, int64_t in_channels, int64_t out_channels, int64_t kernel_size,
+                              int64_t length_in, int64_t stride, int64_t padding, int64_t output_padding,
+                              int64_t dilation, int64_t groups) {
+  ConvTParams p{};
+  p.batch = batch, p.in_channels = in_channels, p.out_channels = out_channels, p.groups = groups;
+  p.in_channels_per_group = in_channels / groups, p.out_channels_per_group = out_channels / groups;
+  p.kernel_size = kernel_size, p.length_in = length_in;
+  p.length_out = (length_in - 1) * stride - 2 * padding + dilation * (kernel_size - 1) + output_padding + 1;
+  p.stride = stride, p.padding = padding, p.dilation = dilation;
+  p.x_length_stride = 1, p.x_channel_stride = length_in, p.x_batch_stride = in_channels * length_in;
+  p.w_tap_stride = 1, p.w_out_stride = kernel_size, p.w_in_stride = p.out_channels_per_group * kernel_size;
+  p.y_length_stride = 1, p.y_channel_stride = p.length_out, p.y_batch_stride = out_channels * p.length_out;
+  return p;
+}
+
+const char* kernel_name(Kernel kernel) {
+  switch (kernel) {
+    case Kernel::kNone: return "none";
+    case Kernel::kGemm: return "gemm";
+    case Kernel::kDepthwise: return "depthwise";
+    case Kernel::kDirect: return "direct";
+    case Kernel::kGradWeightGemm: return "grad_weight_gemm";
+    case Kernel::kGradWeightWgmma: return "grad_weight_wgmma";
+    case Kernel::kGradBiasRowSums: return "row_sums";
+    case Kernel::kGradBiasFromGradWeight: return "with_grad_weight";
+  }
+  return "?";
+}
+
+const char* gemm_tile_name(int tile_shape) {
+  static const char* const kFamilies[] = {"warp", "warpgroup", "pipelined"};
+  return tile_shape < 0 || tile_shape >= kGemmTileShapeCount ? "none" : kFamilies[int(kGemmTileShapes[tile_shape].family)];
+}
+
+namespace {
+std::string key_values(std::initializer_list<std::pair<const char*, int64_t>> values) {
+  std::string text;
+  for (const auto& [key, value] : values) {
+    char item[64];
+    std::snprintf(item, sizeof(item), " %s=%lld", key, static_cast<long long>(value));
+    text += item;
+  }
+  return text;
+}
+}  // namespace
+
+std::string describe(const DataPlan& plan) {
+  std::string text = std::string("kernel=") + kernel_name(plan.kernel);
+  if (plan.kernel == Kernel::kGemm) {
+    const GemmPlan& g = plan.gemm;
+    text += std::string(" family=") + gemm_tile_name(g.tile_shape);
+    text += key_values({{"block_m", g.block_m}, {"block_n", g.block_n}, {"chunk_channels", g.chunk_channels},
+                        {"chunks", g.chunks}, {"stages", g.stages}, {"row_phases", g.row_phases},
+                        {"channel_phases", g.channel_phases}, {"stage_output", g.stage_output}, {"resident", g.resident},
+                        {"tensor_rows", g.tensor_rows}, {"tiles", g.tiles}, {"parts", g.parts},
+                        {"smem_bytes", int64_t(g.smem_bytes)}});
+  } else if (plan.kernel == Kernel::kDepthwise) {
+    text += key_values({{"staged", plan.depthwise.staged}, {"smem_bytes", int64_t(plan.depthwise.smem_bytes)}});
+  }
+  return text;
+}
+
+std::string describe(const WeightPlan& plan) {
+  std::string text = std::string("kernel=") + kernel_name(plan.kernel);
+  if (plan.kernel == Kernel::kGradWeightGemm || plan.kernel == Kernel::kGradWeightWgmma) {
+    const WeightGradPlan& g = plan.gemm;
+    text += key_values({{"block_ci", g.block_ci}, {"block_co", g.block_co}, {"group_taps", g.group_taps},
+                        {"tap_groups", g.tap_groups}, {"merged", g.merged}, {"stages", g.stages}, {"slices", g.slices},
+                        {"tiles", g.tiles}, {"sums_bias", g.sums_bias}, {"smem_bytes", int64_t(g.smem_bytes)}});
+  } else if (plan.kernel == Kernel::kDepthwise) {
+    text += key_values({{"slices", plan.depthwise_slices}});
+  }
+  return text;
+}
+
+}  // namespace convt

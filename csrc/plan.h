@@ -1,0 +1,288 @@
+// The planner: which kernel, tile, chunk and stages run a problem on a given GPU (docs/design.md
+// §4). Plain C++: no torch, no CUDA, no device queries, no driver calls, no allocation; the device
+// arrives as DeviceLimits and each operand's memory as TensorFacts, so a CPU test can ask what any
+// shape gets on any card (torch.ops.convt._plan). The kernels' compile-time sizes that the planner
+// must know live here too, and the kernel headers take them from here.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "problem.h"
+
+namespace convt {
+
+// ---- the device -----------------------------------------------------------------------------------
+
+struct DeviceLimits {
+  int sm_count;
+  int64_t smem_per_block_optin;     // the most dynamic shared memory one block may take
+  int64_t smem_per_sm;
+  int64_t reserved_smem_per_block;  // what the runtime keeps of an SM's shared memory per block
+  bool wgmma;                       // sm_90 with this library's sm_90a kernels (wgmma)
+  bool tma;                         // and the driver's tensor maps (TMA)
+  static DeviceLimits h100();
+  static DeviceLimits a100();
+  int64_t smem_one_block() const { return smem_per_block_optin; }
+  // for each of two blocks on one SM
+  int64_t smem_two_blocks() const;
+  int64_t blocks_per_sm(int64_t smem_bytes) const;
+};
+
+// How float32 products are formed: TF32 (operands rounded to nearest TF32), or 3xTF32 (each operand
+// split into big + small TF32 parts; float32 accuracy); 16-bit types multiply as they are.
+enum class Math { kTF32, k3xTF32, k16Bit };
+// The one place a dtype and PyTorch's TF32 setting become a math mode (element_size 2: 16-bit).
+inline Math math_for(int element_size, bool tf32_allowed) {
+  return element_size == 2 ? Math::k16Bit : tf32_allowed ? Math::kTF32 : Math::k3xTF32;
+}
+
+// An operand as the kernels see it in memory: element size and how its data pointer is aligned
+// (the largest power of two dividing the address, up to 256).
+struct TensorFacts {
+  int element_size;
+  int64_t alignment;
+};
+
+// ---- kernel sizes the planner must know ------------------------------------------------------------
+
+constexpr int64_t kGemmIndexLimit = int64_t(1) << 30;  // positions, offsets and strides in 32-bit ints
+constexpr int kFragmentWords = 32 * 4;                 // one m16 x k-step A fragment: 4 words per lane
+constexpr int kMaxGemmTaps = 32;
+constexpr int kMaxStagedStep = 8;                      // the largest out_step whose outputs are staged
+constexpr int kMaxGemmXRow = 4096;                     // positions of one staged x row
+constexpr int kPipelineConsumers = 2;                  // consumer warpgroups of the pipelined kernels
+constexpr int kMaxPipelineStages = 4;
+// grad_weight (grad_weight_gemm.cuh): positions per item, taps per tap group (wide: where a phase
+// has more taps, TF32 and 16-bit only)
+constexpr int kGradWPositions = 64;
+constexpr int kGradWGroupTaps = 4, kGradWWideGroupTaps = 8;
+constexpr int64_t kGradWScratchBytes = int64_t(64) << 20;  // the most its partial sums may take
+// Elements per staged grad_weight row, in 32-bit words ≡ 4 (mod 8): the 8 rows x 4 columns of a
+// fragment load hit 32 different banks. gy: kGradWPositions plus 4 floats or 8 16-bit values; the
+// window: window_row_elements plus 4 more 16-bit values.
+CONVT_HOST_DEVICE constexpr int grad_w_gy_row(int element_size) { return kGradWPositions + (element_size == 2 ? 8 : 4); }
+CONVT_HOST_DEVICE constexpr int grad_w_window_row(int window_row_elements, int element_size) {
+  return window_row_elements + (element_size == 2 ? 4 : 0);
+}
+// grad_weight's warpgroup tiles (grad_weight_wgmma.cuh)
+constexpr int kWgmmaBlockCo = 64, kWgmmaBlockCi = 64;  // M and N of a tile
+constexpr int kWgmmaRowBytes = 128;                    // x_s rows of a swizzle atom
+constexpr int kWgmmaOnesRows = 8;                      // the ones column's rows (16-bit grad_bias)
+// blocks an SM by the tap slots (registers: 32 accumulators a slot)
+CONVT_HOST_DEVICE constexpr int wgmma_min_blocks(int taps) { return taps <= 3 ? 3 : 2; }
+// depthwise kernels (depthwise.cuh)
+constexpr int kDwThreads = 256, kDwPerThread = 8, kDwSegment = kDwThreads * kDwPerThread;  // outputs per block
+constexpr int kDwMaxTaps = 16;
+
+// ---- the implicit GEMM of the forward and grad_input (docs/design.md §3) ----------------------------
+
+// A_t[row, ch] = w[group_stride*g + row_stride*row + channel_stride*ch + tap_stride*t].
+struct GemmWeight {
+  int64_t group_stride, row_stride, channel_stride, tap_stride;
+};
+
+// The tile shapes, in one table that the planner walks and the launcher maps to instantiations.
+enum class GemmFamily {
+  kWarpTiles,       // implicit_gemm_kernel on mma.sync warps
+  kWarpgroupTiles,  // implicit_gemm_kernel on wgmma warpgroups (sm_90a)
+  kPipelined,       // pipelined_gemm_kernel: a producer warpgroup and two consumers (sm_90a)
+};
+struct GemmTileShape {
+  GemmFamily family;
+  int block_m, block_n;
+  bool one_accumulator;  // too many registers for 3xTF32's two accumulators
+};
+inline constexpr GemmTileShape kGemmTileShapes[] = {
+    {GemmFamily::kWarpTiles, 32, 128, false},      {GemmFamily::kWarpTiles, 64, 128, false},
+    {GemmFamily::kWarpTiles, 128, 64, false},      {GemmFamily::kWarpTiles, 64, 256, true},
+    {GemmFamily::kWarpTiles, 128, 128, true},      {GemmFamily::kWarpgroupTiles, 128, 128, true},
+    {GemmFamily::kPipelined, 64, 256, false},      {GemmFamily::kPipelined, 128, 128, false},
+    {GemmFamily::kPipelined, 128, 256, true},
+};
+constexpr int kGemmTileShapeCount = int(sizeof(kGemmTileShapes) / sizeof(kGemmTileShapes[0]));
+// The index of a shape in kGemmTileShapes (-1: none)
+constexpr int gemm_tile_index(GemmFamily family, int block_m, int block_n) {
+  for (int i = 0; i < kGemmTileShapeCount; ++i)
+    if (kGemmTileShapes[i].family == family && kGemmTileShapes[i].block_m == block_m && kGemmTileShapes[i].block_n == block_n)
+      return i;
+  return -1;
+}
+
+// One problem of the implicit GEMM and its plan: the fields the kernels read (implicit_gemm.cuh's
+// GemmProblem adds the dividers and the tensor map that the launcher builds from these).
+struct GemmPlan {
+  // ---- the problem ----
+  int64_t batch, groups, rows_per_group, channels_per_group;
+  int64_t in_batch_stride, in_channel_stride, in_length_stride;
+  int in_length;              // positions of `in`
+  int out_length;             // positions of `out` (contiguous (N, groups*rows_per_group, out_length))
+  int out_step, in_step;      // docs/design.md §3
+  // The phases some tap reaches: out_phase_value[0, out_phases) and in_phase_value[0, in_phases).
+  // Each tap's tap_out_phase / tap_in_phase is an index into these lists.
+  int out_phases, in_phases;
+  int out_phase_value[kMaxGemmTaps], in_phase_value[kMaxGemmTaps];
+  int taps;
+  int tap_offset[kMaxGemmTaps], tap_out_phase[kMaxGemmTaps], tap_in_phase[kMaxGemmTaps];
+  // The taps grouped by phase pair (out_phase, in_phase): pair q = out_phase * in_phases + in_phase
+  // owns step_tap[pair_begin[q], pair_begin[q + 1]) (out_phases * in_phases <= taps: one of them is 1).
+  int step_tap[kMaxGemmTaps], pair_begin[kMaxGemmTaps + 1];
+  int first_offset, last_offset;  // min and max of tap_offset
+  // Merged phases (docs/design.md §3.2): row R of A_t is W's row R / row_phases at tap
+  // t*row_phases + R % row_phases, out row R / row_phases at out position col*row_phases + R %
+  // row_phases - phase_origin. Merged channels: channel c is in's row c / channel_phases at phase
+  // c % channel_phases; x_s holds staged_rows = chunk_channels / channel_phases rows of `in` as they
+  // are, from position (first column + first_offset)*channel_phases - channel_origin - lead.
+  int row_phases, phase_origin;
+  int channel_phases, channel_origin, staged_rows;
+  // ---- the plan ----
+  int tile_shape;      // index into kGemmTileShapes
+  int block_m, block_n;
+  bool warpgroups;     // wgmma tiles: ksteps 2 or 4 (slot rows of 64 or 128 bytes)
+  int chunk_channels;  // channels per step
+  int ksteps;          // mma k-steps per chunk (8 words each): 2, 4 or 8
+  int chunks;
+  int copy_elements;   // elements per x copy: 16, 8 or 4 bytes' worth (at least 2), or 1
+  int lead;            // x_s starts `lead` positions early so that copies stay aligned
+  int row_copies;      // copies per channel row of x_s: ceil(x_rows / copy_elements)
+  int x_rows;          // positions of x_s
+  int x_row_elements;  // elements per channel row of x_s (≡ 8 mod 16: conflict-free B fragments)
+  int x_words;         // words of one x_s buffer
+  // Warpgroup tiles whose rows do not all start 16-byte aligned: each x_s row holds its window from
+  // the window start rounded down to 16 bytes (copy_elements 16 bytes' worth, lead 0).
+  bool row_offsets;
+  int slot_words;      // words of one tap of w_s: (block_m / 16) * ksteps fragments
+  int weight_parts;    // parts of A packed: 1, or 2 for 3xTF32 on pipelined tiles
+  int weight_slots;    // taps w_s holds: every (chunk, tap) (resident) or the most of one step
+  bool resident;
+  bool stage_output;         // y_s holds the tile's outputs (out_step <= kMaxStagedStep)
+  int y_row_elements;        // floats per row of y_s: block_n * out_step + one vector of slack
+  int row_tiles, col_tiles;  // col_tiles covers the longest out_phase
+  int64_t tiles;
+  // Blocks walk parts of tiles: with direct stores each out_phase is a part of its own
+  // (tile_parts = out_phases); staged output keeps a tile whole. part = tile * tile_parts + out_phase.
+  int tile_parts;
+  int64_t parts;
+  size_t smem_bytes;
+  int stages;  // the pipelined kernel's ring; 0 for implicit_gemm_kernel
+  // The pipelined kernel's float x_s by TMA (without merged channels): each consumer warpgroup's
+  // columns with the halo as one box (position, channel, batch) of staged_rows x x_row_elements;
+  // TF32 rounded by the copy. The launcher encodes the map (GemmPlan::in_map_*).
+  bool tensor_rows;
+};
+
+// The implicit GEMM of the forward (out = y, in = x) or of grad_input (out = grad_x, in = grad_y),
+// before any tiling; nullopt where the tensor-core path does not apply (gemm_applies).
+bool gemm_applies(const ConvTParams& p, int element_size);
+GemmPlan gemm_problem(const ConvTParams& p, bool forward);
+// The same with the phases merged into rows (forward) or channels (grad_input), where they merge.
+std::optional<GemmPlan> merged_forward_problem(const ConvTParams& p);
+std::optional<GemmPlan> merged_grad_input_problem(const ConvTParams& p);
+GemmWeight gemm_weight(const ConvTParams& p, bool forward);
+// The tiling of a problem; nullopt: no tensor-core plan fits
+std::optional<GemmPlan> plan_gemm(const GemmPlan& problem, const std::optional<GemmPlan>& merged, const TensorFacts& in,
+                                  Math math, const DeviceLimits& limits);
+int64_t packed_weight_words(const GemmPlan& g);
+
+// ---- grad_weight (docs/design.md §5) ------------------------------------------------------------------
+
+struct WeightGradPlan {
+  int64_t batch, groups, cig, cog;  // cig, cog: C_in and C_out per group
+  int64_t x_batch_stride, x_channel_stride, x_length_stride;
+  int64_t gy_batch_stride, gy_channel_stride, gy_length_stride;
+  int length_in, length_out, stride, taps;
+  // tap groups: taps group_tap[group_first[q], + group_count[q]) share phase group_phase[q]
+  int tap_groups, group_taps;  // group_taps: the most taps of a group, the kernel's kGroupTaps
+  int group_phase[kMaxGemmTaps], group_first[kMaxGemmTaps], group_count[kMaxGemmTaps];
+  int group_shift_max[kMaxGemmTaps], group_span[kMaxGemmTaps];  // the largest shift, and largest - smallest
+  int group_tap[kMaxGemmTaps], group_tap_shift[kMaxGemmTaps];  // tap group_tap[i] has shift group_tap_shift[i]
+  // The window of group q (x_s; gy_s in the warpgroup kernel) takes group_window_copy_count[q] copies
+  // per row, starting group_lead[q] positions early so that its copies stay aligned.
+  int group_lead[kMaxGemmTaps], group_window_copy_count[kMaxGemmTaps];
+  int window_row_elements;     // elements per float window row: room for the widest group's copies
+  // elements per copy: 16 or 8 bytes' worth, or 2 (16-bit pairs), where rows are contiguous and
+  // aligned; 1: element by element. Warpgroup tiles: gy in 16-byte chunks, or 1.
+  int x_copy_elements, gy_copy_elements;
+  bool warpgroups;            // grad_weight_wgmma_kernel's tiles (64 x 64, items of x positions)
+  int block_ci, block_co;     // ci and co per tile
+  int ci_tiles, co_tiles;
+  int64_t tiles;
+  // items per batch element: ceil(longest phase / kGradWPositions); warpgroups: ceil(L_in / kGradWPositions)
+  int64_t chunks_per_row;
+  int64_t items;               // batch * chunks_per_row (< kGemmIndexLimit)
+  int64_t slices;              // item ranges; partial holds one grad_w per slice
+  // grad_bias: sums_bias; the tap groups of q's phase: group_phase_groups[q] of them, q the
+  // group_phase_index[q]-th; bias_slots per co row
+  int sums_bias, bias_slots;
+  int group_phase_groups[kMaxGemmTaps], group_phase_index[kMaxGemmTaps];
+  size_t smem_bytes;
+  // merged phases (warpgroup tiles): block_co co of stride rows each; phase_origin = padding mod stride
+  bool merged;
+  int phase_origin;
+  // pipelined warpgroup tiles (0: not): the ring's stages; x by TMA, boxes of 64 channels x 128 bytes
+  int stages;
+};
+
+// ---- depthwise (docs/design.md §6) -----------------------------------------------------------------
+
+// The staged row segment of the depthwise forward (x) or grad_input (grad_y) kernel.
+struct DepthwisePlan {
+  int64_t shift_min, shift_max;
+  int64_t staged;     // elements of the staged row segment
+  int weights;        // w[ci, :, :] staged per row: Cog * K values, then Cog biases in the forward
+  size_t smem_bytes;  // the weights (and biases), then the row segment
+};
+
+// ---- whole passes ---------------------------------------------------------------------------------------
+
+enum class Kernel {
+  kNone,              // not asked for
+  kGemm,              // implicit GEMM on tensor cores (GemmPlan::tile_shape says which)
+  kDepthwise,         // depthwise.cuh
+  kDirect,            // direct.cuh: one thread per output (float64, and where no tensor-core form exists)
+  kGradWeightGemm,    // grad_weight_gemm.cuh (mma.sync)
+  kGradWeightWgmma,   // grad_weight_wgmma.cuh
+  kGradBiasRowSums,   // grad_bias from row sums of grad_y, then a fixed-order pass
+  kGradBiasFromGradWeight,  // grad_bias summed by the grad_weight kernel
+};
+const char* kernel_name(Kernel kernel);
+const char* gemm_tile_name(int tile_shape);  // "pipelined 128x256" etc.
+
+// The forward, or grad_input, of one problem
+struct DataPlan {
+  Kernel kernel = Kernel::kNone;
+  GemmPlan gemm{};
+  GemmWeight weight{};
+  DepthwisePlan depthwise{};
+};
+struct WeightPlan {
+  Kernel kernel = Kernel::kNone;
+  WeightGradPlan gemm{};
+  int64_t depthwise_slices = 0;  // kDepthwise: slices of its rows
+};
+struct BackwardPlan {
+  DataPlan grad_input;
+  WeightPlan grad_weight;
+  Kernel grad_bias = Kernel::kNone;
+};
+
+// `x` is the forward's input, `grad_y` the backward's grad_output (its rows are read at y's strides).
+DataPlan plan_forward(const ConvTParams& p, const TensorFacts& x, Math math, const DeviceLimits& limits);
+DataPlan plan_grad_input(const ConvTParams& p, const TensorFacts& grad_y, Math math, const DeviceLimits& limits);
+BackwardPlan plan_backward(const ConvTParams& p, const TensorFacts& x, const TensorFacts& grad_y, Math math,
+                           bool grad_input, bool grad_weight, bool grad_bias, const DeviceLimits& limits);
+
+// A problem of contiguous tensors from its sizes (the planner's tests and --explain)
+ConvTParams contiguous_params(int64_t batch, int64_t in_channels, int64_t out_channels, int64_t kernel_size,
+                              int64_t length_in, int64_t stride, int64_t padding, int64_t output_padding,
+                              int64_t dilation, int64_t groups);
+// The current CUDA device's limits; set by the CUDA library when it is built (else nullptr)
+extern DeviceLimits (*current_cuda_device_limits)();
+
+// A plan as "key=value" pairs
+std::string describe(const DataPlan& plan);
+std::string describe(const WeightPlan& plan);
+
+}  // namespace convt

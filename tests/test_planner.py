@@ -1,0 +1,160 @@
+"""The CUDA planner (csrc/plan.cpp), asked on the CPU for an H100's and an A100's limits: which kernel
+each shape gets, and that every plan fits the card. No GPU needed: the planner is pure code."""
+import random
+import zlib
+
+import pytest
+import torch
+
+import torch_convt_op  # noqa: F401  (loads torch.ops.convt)
+from torch_convt_op.planner import explain
+
+CARDS = ["h100", "a100"]
+# (N, C_in, C_out, K, L_in, stride, padding, output_padding, dilation, groups)
+NAMED = {
+    "kb64": (64, 128, 128, 3, 65536, 1, 0, 0, 1, 1),
+    "kb74": (32, 32, 64, 5, 131072, 1, 0, 0, 3, 1),
+    "kb79": (16, 32, 64, 3, 131072, 2, 1, 0, 2, 1),
+    "hifigan_up0": (8, 512, 256, 16, 862, 8, 4, 0, 1, 1),
+    "hifigan_up1": (8, 256, 128, 16, 6896, 8, 4, 0, 1, 1),
+    "hifigan_up3": (8, 64, 32, 4, 110336, 2, 1, 0, 1, 1),
+    "encodec_up1": (8, 256, 128, 10, 6000, 5, 0, 0, 1, 1),
+    "grouped": (16, 128, 128, 5, 16384, 2, 2, 1, 1, 4),
+    "depthwise": (16, 256, 256, 7, 16384, 1, 3, 0, 1, 256),
+    "small": (1, 64, 64, 4, 1024, 2, 1, 0, 1, 1),
+}
+SMEM_PER_BLOCK = {"h100": 232448, "a100": 166912}
+MATHS = [(torch.float32, True), (torch.float32, False), (torch.bfloat16, True), (torch.float16, True)]
+# tile shapes that hold one accumulator only: never in strict float32 (3xTF32 keeps two)
+ONE_ACCUMULATOR = {("warp", 64, 256), ("warp", 128, 128), ("warpgroup", 128, 128), ("pipelined", 128, 256)}
+
+
+def random_shapes(count, seed):
+    """Layers of the kinds users run: any channels, K up to 64, strides, dilation, groups."""
+    rng = random.Random(seed)
+    shapes = []
+    while len(shapes) < count:
+        groups = rng.choice([1, 1, 1, 2, 4])
+        c_in = groups * rng.choice([1, 3, 8, 16, 32, 48, 64, 128, 256, 512])
+        c_out = groups * rng.choice([1, 2, 8, 16, 32, 64, 96, 128, 256])
+        k = rng.choice([1, 2, 3, 4, 5, 7, 8, 10, 16, 20, 33, 64])
+        stride = rng.choice([1, 1, 2, 3, 4, 5, 8])
+        dilation = rng.choice([1, 1, 1, 2, 3])
+        padding = rng.randrange(0, k * dilation // 2 + 1)
+        output_padding = rng.randrange(0, min(stride, dilation)) if max(stride, dilation) > 1 else 0
+        l_in = rng.choice([1, 7, 100, 862, 4096, 65536])
+        n = rng.choice([1, 2, 8, 16])
+        l_out = (l_in - 1) * stride - 2 * padding + dilation * (k - 1) + output_padding + 1
+        if l_out >= 1:
+            shapes.append((n, c_in, c_out, k, l_in, stride, padding, output_padding, dilation, groups))
+    return shapes
+
+
+def plans(shape, dtype, tf32, card):
+    n, c_in, c_out, k, l_in, stride, padding, output_padding, dilation, groups = shape
+    return explain(n, c_in, c_out, k, l_in, stride, padding, output_padding, dilation, groups, dtype=dtype, tf32=tf32,
+                   device=card)
+
+
+def tile(plan):
+    return plan["family"], plan["block_m"], plan["block_n"]
+
+
+@pytest.mark.parametrize("card", CARDS)
+@pytest.mark.parametrize("dtype,tf32", MATHS)
+def test_every_plan_fits_the_card(card, dtype, tf32):
+    for shape in random_shapes(150, seed=zlib.crc32(f"{card} {dtype} {tf32}".encode())):
+        plan = plans(shape, dtype, tf32, card)
+        for name in ("forward", "grad_input", "grad_weight"):
+            assert plan[name].get("smem_bytes", 0) <= SMEM_PER_BLOCK[card], (shape, name, plan[name])
+        for name in ("forward", "grad_input"):
+            if plan[name]["kernel"] == "gemm":
+                assert plan[name]["tiles"] >= 1 and plan[name]["parts"] >= plan[name]["tiles"], (shape, plan[name])
+                assert 2 <= plan[name]["stages"] <= 4 or plan[name]["family"] != "pipelined", (shape, plan[name])
+
+
+@pytest.mark.parametrize("dtype,tf32", MATHS)
+def test_a100_has_no_sm90_kernels(dtype, tf32):
+    for shape in random_shapes(150, seed=1) + list(NAMED.values()):
+        plan = plans(shape, dtype, tf32, "a100")
+        for name in ("forward", "grad_input"):
+            assert plan[name].get("family", "warp") == "warp", (shape, name, plan[name])
+        assert plan["grad_weight"]["kernel"] != "grad_weight_wgmma", shape
+
+
+@pytest.mark.parametrize("card", CARDS)
+def test_strict_float32_keeps_two_accumulators(card):
+    for shape in random_shapes(150, seed=2) + list(NAMED.values()):
+        plan = plans(shape, torch.float32, False, card)
+        for name in ("forward", "grad_input"):
+            if plan[name]["kernel"] == "gemm":
+                assert tile(plan[name]) not in ONE_ACCUMULATOR, (shape, name, plan[name])
+        assert plan["grad_weight"]["kernel"] != "grad_weight_wgmma", shape
+        if plan["grad_weight"]["kernel"] == "grad_weight_gemm":
+            assert plan["grad_weight"]["group_taps"] == 4, shape  # no wide tap groups
+        assert plan["grad_bias"]["kernel"] == "row_sums", shape
+
+
+@pytest.mark.parametrize("card", CARDS)
+def test_float64_runs_on_cuda_cores(card):
+    for shape in random_shapes(60, seed=3):
+        plan = plans(shape, torch.float64, True, card)
+        for name in ("forward", "grad_input", "grad_weight"):
+            assert plan[name]["kernel"] in ("direct", "depthwise"), (shape, name, plan[name])
+
+
+@pytest.mark.parametrize("card", CARDS)
+def test_which_shapes_leave_the_tensor_cores(card):
+    """Today: fewer than 8 channels a group on either side, or more than 32 taps (issue 31 will close
+    these); one input channel a group with at most 16 taps goes to the depthwise kernels."""
+    for shape in random_shapes(200, seed=4):
+        n, c_in, c_out, k, l_in, stride, padding, output_padding, dilation, groups = shape
+        plan = plans(shape, torch.float32, True, card)
+        narrow = c_in // groups < 8 or c_out // groups < 8 or k > 32
+        if narrow:
+            depthwise = c_in // groups == 1 and k <= 16
+            assert plan["forward"]["kernel"] == ("depthwise" if depthwise else "direct"), (shape, plan["forward"])
+        else:
+            assert plan["forward"]["kernel"] in ("gemm", "direct"), (shape, plan["forward"])
+
+
+def test_merged_phases_only_where_they_merge():
+    for shape in random_shapes(200, seed=5):
+        n, c_in, c_out, k, l_in, stride, padding, output_padding, dilation, groups = shape
+        plan = plans(shape, torch.bfloat16, True, "h100")["forward"]
+        if plan["kernel"] == "gemm" and plan["row_phases"] > 1:
+            assert dilation == 1 and stride > 1 and k % stride == 0 and plan["row_phases"] == stride, (shape, plan)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_h100_named_shapes(dtype):
+    """The choices the benchmark table rests on (docs/design.md §4)."""
+    kb64 = plans(NAMED["kb64"], dtype, True, "h100")
+    assert tile(kb64["forward"]) == ("pipelined", 128, 256) and kb64["forward"]["stages"] >= 3
+    assert kb64["grad_weight"]["kernel"] == "grad_weight_wgmma" and kb64["grad_weight"]["stages"] >= 2
+    assert kb64["grad_bias"]["kernel"] == "with_grad_weight"
+    up0 = plans(NAMED["hifigan_up0"], dtype, True, "h100")
+    assert up0["forward"]["family"] == "pipelined" and up0["forward"]["row_phases"] == 8
+    assert up0["grad_input"]["family"] == "pipelined" and up0["grad_input"]["channel_phases"] == 8
+    assert up0["grad_weight"]["merged"] == 1
+    kb74 = plans(NAMED["kb74"], dtype, True, "h100")
+    assert tile(kb74["forward"]) == ("pipelined", 64, 256)
+    kb79 = plans(NAMED["kb79"], dtype, True, "h100")  # strided, dilated: the staged-output warp tiles
+    assert tile(kb79["forward"]) == ("warp", 64, 256) and kb79["forward"]["stage_output"] == 1
+    assert plans(NAMED["depthwise"], dtype, True, "h100")["forward"]["kernel"] == "depthwise"
+    small = plans(NAMED["small"], dtype, True, "h100")["forward"]
+    assert tile(small) == ("warp", 32, 128)  # a few tiles: the smallest that fills the SMs
+
+
+def test_h200_plans_as_h100():
+    for shape in list(NAMED.values()) + random_shapes(30, seed=6):
+        assert plans(shape, torch.float32, True, "h200") == plans(shape, torch.float32, True, "h100")
+
+
+def test_bad_requests_raise():
+    with pytest.raises(RuntimeError, match="device must be"):
+        explain(1, 8, 8, 3, 16, device="tpu")
+    with pytest.raises(RuntimeError, match="sizes out of range"):
+        explain(1, 8, 8, 3, 16, groups=3)
+    with pytest.raises(RuntimeError, match="empty"):
+        explain(1, 8, 8, 1, 1, padding=2)
