@@ -1,6 +1,5 @@
 """Shared test vocabulary: devices, dtypes and their tolerances, the argument grid, random inputs
 and the float64 reference (torch.nn.functional.conv_transpose1d on the CPU)."""
-import dataclasses
 import gc
 from typing import Optional
 
@@ -9,6 +8,7 @@ import torch
 import torch.nn.functional as F
 
 import torch_convt_op  # noqa: F401  (loads torch.ops.convt)
+from torch_convt_op.shapes import Case  # one problem: sizes, arguments, input layout (shared with bench.py)
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
@@ -26,37 +26,6 @@ def tolerance(dtype: torch.dtype, device: str) -> float:
     if dtype == torch.float32 and device.startswith("cuda") and tf32_enabled():
         return _TF32_TOLERANCE
     return _TOLERANCE[dtype]
-
-
-@dataclasses.dataclass(frozen=True)
-class Case:
-    n: int
-    c_in: int
-    c_out: int
-    k: int
-    l_in: int
-    stride: int = 1
-    padding: int = 0
-    output_padding: int = 0
-    dilation: int = 1
-    groups: int = 1
-    bias: bool = True
-    batched: bool = True
-    layout: str = "contiguous"  # or one of LAYOUTS: how the input tensor is laid out in memory
-
-    @property
-    def args(self):
-        """(stride, padding, output_padding, groups, dilation), in the op's argument order."""
-        return self.stride, self.padding, self.output_padding, self.groups, self.dilation
-
-    @property
-    def l_out(self) -> int:
-        return (self.l_in - 1) * self.stride - 2 * self.padding + self.dilation * (self.k - 1) + self.output_padding + 1
-
-    def __str__(self):
-        fields = [f"{f.name}={getattr(self, f.name)}" for f in dataclasses.fields(self)
-                  if getattr(self, f.name) != f.default or f.default is dataclasses.MISSING]
-        return ",".join(fields)
 
 
 # Every argument and corner the op must get right.
