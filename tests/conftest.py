@@ -1,5 +1,6 @@
 """Shared test vocabulary: devices, dtypes and their tolerances, the argument grid, random inputs
 and the float64 reference (torch.nn.functional.conv_transpose1d on the CPU)."""
+import collections
 import gc
 from typing import Optional
 
@@ -236,3 +237,41 @@ def tf32(request):
 @pytest.fixture(params=DEVICES)
 def device(request):
     return request.param
+
+
+# ---- skips: reasons that say what the machine lacks ---------------------------------------------
+NEEDS_CUDA = "needs CUDA"
+NEEDS_TWO_GPUS = "needs 2 GPUs"
+requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason=NEEDS_CUDA)
+requires_two_gpus = pytest.mark.skipif(torch.cuda.device_count() < 2, reason=NEEDS_TWO_GPUS)
+
+
+def needs_memory(gib: float, device: str) -> str:
+    """The reason for a skip for want of memory on device ("cpu": RAM)."""
+    return f"needs >= {gib:.0f} GB free {'GPU memory' if device.startswith('cuda') else 'RAM'}"
+
+
+def _needs_a_gpu(reason: str) -> bool:
+    return reason in (NEEDS_CUDA, NEEDS_TWO_GPUS) or reason.endswith("GPU memory")
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)  # (outermost: the line comes after the short test summary)
+def pytest_terminal_summary(terminalreporter):
+    """One line after the session: how many tests were skipped for want of a GPU (and of which kind)."""
+    yield
+    skipped = terminalreporter.stats.get("skipped", [])
+    reasons = [str(r.longrepr[2]).removeprefix("Skipped: ") if isinstance(r.longrepr, tuple) else "" for r in skipped]
+    for_gpu = collections.Counter(reason for reason in reasons if _needs_a_gpu(reason))
+    if not for_gpu:
+        return
+    count, kinds = sum(for_gpu.values()), ", ".join(f"{reason}: {n}" for reason, n in for_gpu.most_common())
+    others = len(skipped) - count
+    tests = "test" if count == 1 else "tests"
+    if torch.cuda.is_available():
+        line = f"convt: {count} {tests} skipped for want of more GPUs or GPU memory ({kinds})"
+    else:
+        line = (f"convt: {count} {tests} skipped because there is no GPU ({kinds}): run the suite on a GPU machine "
+                "to cover them")
+    if others:
+        line += f"; {others} more for other reasons (pytest -rs lists them)"
+    terminalreporter.write_line(line, yellow=True)
