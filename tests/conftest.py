@@ -242,6 +242,23 @@ def device(request):
     return request.param
 
 
+# ---- the quick subset (python -m pytest tests -q -m quick) ---------------------------------------
+# A test joins it with @quick; a test over many parameters can put only some in it, with quick_params.
+quick = pytest.mark.quick
+
+
+def pytest_configure(config):
+    """Registers the marker where pyproject.toml is not read (the tests run from a copy, as .ci/run does
+    against the wheel)."""
+    if not any(line.startswith("quick:") for line in config.getini("markers")):
+        config.addinivalue_line("markers", "quick: a representative subset, under 2 minutes on 2 CPU cores")
+
+
+def quick_params(values, chosen):
+    """values for @pytest.mark.parametrize, those in `chosen` marked quick."""
+    return [pytest.param(v, marks=quick) if v in chosen else v for v in values]
+
+
 # ---- skips: reasons that say what the machine lacks ---------------------------------------------
 NEEDS_CUDA = "needs CUDA"
 NEEDS_TWO_GPUS = "needs 2 GPUs"

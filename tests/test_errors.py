@@ -8,6 +8,9 @@ import torch.nn.functional as F
 from expecttest import assert_expected_inline
 
 import torch_convt_op
+from conftest import quick
+
+pytestmark = quick  # every test here is in the quick subset
 
 
 def _x(*shape, dtype=torch.float32):
