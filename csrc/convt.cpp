@@ -82,8 +82,9 @@ std::vector<c10::SymInt> conv_transpose1d_output_size(const at::Tensor& input, c
                   text(input.sym_sizes()));
   TORCH_SYM_CHECK(length_in.sym_le(kMaxArgument), "conv_transpose1d: expected input length (last dim) < 2^31, but got input of size ",
                   text(input.sym_sizes()));
-  TORCH_SYM_CHECK(weight.sym_size(0).sym_eq(in_channels), "conv_transpose1d: expected weight.size(0) to equal input channels (",
-                  text(in_channels), "), but got weight of size ", text(weight.sym_sizes()));
+  TORCH_SYM_CHECK(weight.sym_size(0).sym_eq(in_channels), "conv_transpose1d: expected input", text(input.sym_sizes()),
+                  " to have ", text(weight.sym_size(0)), " channels (weight.size(0)), but got ", text(in_channels),
+                  " channels instead");
   TORCH_SYM_CHECK((in_channels % a.groups).sym_eq(0), "conv_transpose1d: expected groups (", text(a.groups),
                   ") to divide the input channels (", text(in_channels), ")");
   TORCH_SYM_CHECK(weight.sym_size(1).sym_ge(1), "conv_transpose1d: expected weight.size(1) (C_out/groups) >= 1, but got weight of size ",

@@ -8,6 +8,7 @@ that both give the same waveform and times them end to end, in eager mode and un
 ``torch.compile``.
 
     python examples/hifigan.py [--device cpu|cuda] [--batch 1] [--frames 860] [--small] [--no-compile]
+                               [--repeats 10]
 
 ``--small`` shrinks the channels (for tests); the structure stays the same.
 """
@@ -97,12 +98,17 @@ def median_ms(fn: Callable[[], torch.Tensor], device: str, repeats: int) -> floa
 
 def main(argv: List[str] = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--batch", type=int, default=1)
-    parser.add_argument("--frames", type=int, default=860, help="mel frames (860: 10 s of 22 kHz audio)")
-    parser.add_argument("--small", action="store_true", help="32 initial channels instead of 512")
-    parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile timings")
-    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
+                        help="where to run both models (default: cuda when available, else cpu)")
+    parser.add_argument("--batch", type=int, default=1, help="mel spectrograms per call (default: 1)")
+    parser.add_argument("--frames", type=int, default=860,
+                        help="mel frames per spectrogram (default: 860, 10 s of 22 kHz audio)")
+    parser.add_argument("--small", action="store_true",
+                        help="32 initial channels instead of 512: same layers, much faster (for tests)")
+    parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile timings (eager only)")
+    parser.add_argument("--repeats", type=int, default=10,
+                        help="timed calls per model and mode, after two warm-up calls; prints the median "
+                             "(default: 10)")
     args = parser.parse_args(argv)
 
     torch.manual_seed(0)

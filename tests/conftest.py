@@ -1,6 +1,6 @@
 """Shared test vocabulary: devices, dtypes and their tolerances, the argument grid, random inputs
 and the float64 reference (torch.nn.functional.conv_transpose1d on the CPU)."""
-import dataclasses
+import collections
 import gc
 from typing import Optional
 
@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 import torch_convt_op  # noqa: F401  (loads torch.ops.convt)
+from torch_convt_op.shapes import Case  # one problem: sizes, arguments, input layout (shared with bench.py)
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
@@ -26,37 +27,6 @@ def tolerance(dtype: torch.dtype, device: str) -> float:
     if dtype == torch.float32 and device.startswith("cuda") and tf32_enabled():
         return _TF32_TOLERANCE
     return _TOLERANCE[dtype]
-
-
-@dataclasses.dataclass(frozen=True)
-class Case:
-    n: int
-    c_in: int
-    c_out: int
-    k: int
-    l_in: int
-    stride: int = 1
-    padding: int = 0
-    output_padding: int = 0
-    dilation: int = 1
-    groups: int = 1
-    bias: bool = True
-    batched: bool = True
-    layout: str = "contiguous"  # or one of LAYOUTS: how the input tensor is laid out in memory
-
-    @property
-    def args(self):
-        """(stride, padding, output_padding, groups, dilation), in the op's argument order."""
-        return self.stride, self.padding, self.output_padding, self.groups, self.dilation
-
-    @property
-    def l_out(self) -> int:
-        return (self.l_in - 1) * self.stride - 2 * self.padding + self.dilation * (self.k - 1) + self.output_padding + 1
-
-    def __str__(self):
-        fields = [f"{f.name}={getattr(self, f.name)}" for f in dataclasses.fields(self)
-                  if getattr(self, f.name) != f.default or f.default is dataclasses.MISSING]
-        return ",".join(fields)
 
 
 # Every argument and corner the op must get right.
@@ -252,7 +222,10 @@ def poison_allocator(device: str, nbytes: int = 1 << 24):
     """Leave NaNs in memory the allocator hands out next, so an unwritten output element shows."""
     junk = torch.full((nbytes // 4,), float("nan"), dtype=torch.float32, device=device)
     del junk
-    gc.collect()
+    # `del` frees the block (nothing else refers to it). A full collection, which frees other garbage too, takes
+    # ~0.1 s once the suite has collected its tests: most of a small CPU test's time, so on GPUs only.
+    if device != "cpu":
+        gc.collect()
 
 
 @pytest.fixture
@@ -267,3 +240,58 @@ def tf32(request):
 @pytest.fixture(params=DEVICES)
 def device(request):
     return request.param
+
+
+# ---- the quick subset (python -m pytest tests -q -m quick) ---------------------------------------
+# A test joins it with @quick; a test over many parameters can put only some in it, with quick_params.
+quick = pytest.mark.quick
+
+
+def pytest_configure(config):
+    """Registers the marker where pyproject.toml is not read (the tests run from a copy, as .ci/run does
+    against the wheel)."""
+    if not any(line.startswith("quick:") for line in config.getini("markers")):
+        config.addinivalue_line("markers", "quick: a representative subset, under 2 minutes on 2 CPU cores")
+
+
+def quick_params(values, chosen):
+    """values for @pytest.mark.parametrize, those in `chosen` marked quick."""
+    return [pytest.param(v, marks=quick) if v in chosen else v for v in values]
+
+
+# ---- skips: reasons that say what the machine lacks ---------------------------------------------
+NEEDS_CUDA = "needs CUDA"
+NEEDS_TWO_GPUS = "needs 2 GPUs"
+requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason=NEEDS_CUDA)
+requires_two_gpus = pytest.mark.skipif(torch.cuda.device_count() < 2, reason=NEEDS_TWO_GPUS)
+
+
+def needs_memory(gib: float, device: str) -> str:
+    """The reason for a skip for want of memory on device ("cpu": RAM)."""
+    return f"needs >= {gib:.0f} GB free {'GPU memory' if device.startswith('cuda') else 'RAM'}"
+
+
+def _needs_a_gpu(reason: str) -> bool:
+    return reason in (NEEDS_CUDA, NEEDS_TWO_GPUS) or reason.endswith("GPU memory")
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)  # (outermost: the line comes after the short test summary)
+def pytest_terminal_summary(terminalreporter):
+    """One line after the session: how many tests were skipped for want of a GPU (and of which kind)."""
+    yield
+    skipped = terminalreporter.stats.get("skipped", [])
+    reasons = [str(r.longrepr[2]).removeprefix("Skipped: ") if isinstance(r.longrepr, tuple) else "" for r in skipped]
+    for_gpu = collections.Counter(reason for reason in reasons if _needs_a_gpu(reason))
+    if not for_gpu:
+        return
+    count, kinds = sum(for_gpu.values()), ", ".join(f"{reason}: {n}" for reason, n in for_gpu.most_common())
+    others = len(skipped) - count
+    tests = "test" if count == 1 else "tests"
+    if torch.cuda.is_available():
+        line = f"convt: {count} {tests} skipped for want of more GPUs or GPU memory ({kinds})"
+    else:
+        line = (f"convt: {count} {tests} skipped because there is no GPU ({kinds}): run the suite on a GPU machine "
+                "to cover them")
+    if others:
+        line += f"; {others} more for other reasons (pytest -rs lists them)"
+    terminalreporter.write_line(line, yellow=True)

@@ -8,11 +8,12 @@ import torch
 import torch.nn.functional as F
 
 import torch_convt_op
-from conftest import CASES, Case, assert_close, make_inputs, ours, reference
+from conftest import CASES, Case, assert_close, make_inputs, ours, quick, reference
 
 REGION_DTYPES = [torch.bfloat16, torch.float16]
 
 
+@quick
 @pytest.mark.parametrize("region_dtype", REGION_DTYPES, ids=str)
 @pytest.mark.parametrize("case", [CASES[1], Case(2, 6, 12, 5, 37, stride=3, padding=2, groups=6),
                                   Case(2, 4, 6, 3, 9, stride=2, bias=False)], ids=str)
@@ -37,6 +38,7 @@ def test_runs_in_the_region_dtype(case, region_dtype, device):
     assert_close(y, expected, region_dtype, device)
 
 
+@quick
 def test_float64_is_left_alone(device):
     case = Case(2, 4, 6, 3, 9, stride=2, padding=1)
     x, w, b = make_inputs(case, torch.float64, device)
@@ -46,6 +48,7 @@ def test_float64_is_left_alone(device):
     assert_close(y, reference(x, w, b, case)[0], torch.float64, device)
 
 
+@quick
 def test_outside_a_region_nothing_is_cast(device):
     case = Case(2, 4, 6, 3, 9)
     x, w, b = make_inputs(case, torch.float32, device)
@@ -53,6 +56,7 @@ def test_outside_a_region_nothing_is_cast(device):
         assert ours(x, w, b, case).dtype == torch.float32
 
 
+@quick
 @pytest.mark.parametrize("region_dtype", REGION_DTYPES, ids=str)
 def test_swapped_model_matches_torch_in_a_region(region_dtype, device):
     torch.manual_seed(0)

@@ -9,7 +9,7 @@ import torch
 from torch._dynamo.testing import CompileCounterWithBackend
 
 import torch_convt_op
-from conftest import Case, assert_close, make_inputs, reference
+from conftest import Case, assert_close, make_inputs, quick, reference
 
 
 class Upsampler(torch.nn.Module):
@@ -42,6 +42,7 @@ def _eager(model, x):
     return torch.nn.functional.leaky_relu(y, 0.1)
 
 
+@quick
 def test_compile_dynamic_one_frame_with_backward(device):
     torch._dynamo.reset()
     model = Upsampler(CASE).to(device)
@@ -59,6 +60,7 @@ def test_compile_dynamic_one_frame_with_backward(device):
     assert counter.frame_count == 1
 
 
+@quick
 def test_compile_unbatched_and_batched(device):
     torch._dynamo.reset()
     compiled = torch.compile(torch_convt_op.conv_transpose1d, fullgraph=True, dynamic=True)
@@ -93,6 +95,7 @@ def test_export_save_load_in_fresh_process(tmp_path, device):
     assert result.returncode == 0 and "OK" in result.stdout, result.stderr[-3000:]
 
 
+@quick
 def test_export_graph_keeps_our_op(device):
     model = Upsampler(CASE).to(device)
     program = torch.export.export(model, (torch.randn(2, 8, 16, device=device),))

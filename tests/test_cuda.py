@@ -5,9 +5,9 @@ import torch
 import torch.nn.functional as F
 
 from conftest import (Case, assert_backward_matches_reference, assert_close, assert_gradients_deterministic, make_inputs,
-                      ours, reference, relative_error)
+                      ours, reference, relative_error, requires_cuda, requires_two_gpus)
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+pytestmark = requires_cuda
 
 
 PRECISION_CASES = [
@@ -274,7 +274,7 @@ SECOND_DEVICE_CASES = [  # one per kernel family
 ]
 
 
-@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+@requires_two_gpus
 @pytest.mark.parametrize("case,dtype", SECOND_DEVICE_CASES, ids=str)
 def test_second_device(case, dtype):
     """Tensors on cuda:1 while cuda:0 is current: the device guard puts every launch and allocation on cuda:1."""

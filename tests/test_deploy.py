@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 import torch_convt_op
-from conftest import DEVICES, assert_close
+from conftest import DEVICES, assert_close, requires_cuda
 
 EXAMPLES = pathlib.Path(__file__).resolve().parent.parent / "examples"
 
@@ -70,7 +70,7 @@ def test_aot_inductor_package_gives_the_same_output(device, tmp_path):
             assert_close(actual, model(x).double(), torch.float32, device)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@requires_cuda
 def test_reduce_overhead_cuda_graphs_after_linear():
     model = LinearThenUpsample().cuda().eval()
     compiled = torch.compile(model, mode="reduce-overhead")

@@ -8,6 +8,9 @@ import torch.nn.functional as F
 from expecttest import assert_expected_inline
 
 import torch_convt_op
+from conftest import quick
+
+pytestmark = quick  # every test here is in the quick subset
 
 
 def _x(*shape, dtype=torch.float32):
@@ -21,7 +24,8 @@ BAD_INPUTS = [
     ("input 1-D", dict(input=_x(5)), "expected input to be 2-D (C_in, L_in) or 3-D (N, C_in, L_in)"),
     ("input 4-D", dict(input=_x(1, 2, 4, 5)), "expected input to be 2-D"),
     ("weight 2-D", dict(weight=_x(4, 3)), "expected weight to be 3-D"),
-    ("C_in mismatch", dict(weight=_x(5, 3, 3)), "expected weight.size(0) to equal input channels (4)"),
+    ("C_in mismatch", dict(weight=_x(5, 3, 3)),
+     "expected input[2, 4, 5] to have 5 channels (weight.size(0)), but got 4 channels instead"),
     ("groups not dividing", dict(groups=3), "expected groups (3) to divide the input channels (4)"),
     ("groups 0", dict(groups=0), "expected groups >= 1"),
     ("stride 0", dict(stride=0), "expected stride >= 1"),
@@ -107,6 +111,15 @@ def test_error_message_text():
     with pytest.raises(RuntimeError) as error:
         torch_convt_op.conv_transpose1d(X, W, padding=10)
     assert_expected_inline(str(error.value).splitlines()[0], """conv_transpose1d: the output length (L_out) would be -13 = (L_in - 1)*stride - 2*padding + dilation*(K - 1) + output_padding + 1 with L_in=5, K=3, stride=1, padding=10, dilation=1, output_padding=0; it must be at least 1 (padding too large?)""")
+
+
+def test_channel_mismatch_blames_the_input_as_torch_does():
+    x, w = _x(2, 15, 20), _x(16, 4, 3)
+    with pytest.raises(RuntimeError) as error:
+        torch_convt_op.conv_transpose1d(x, w)
+    assert_expected_inline(str(error.value).splitlines()[0], """conv_transpose1d: expected input[2, 15, 20] to have 16 channels (weight.size(0)), but got 15 channels instead""")
+    with pytest.raises(RuntimeError, match=re.escape("expected input[2, 15, 20] to have 16 channels")):
+        F.conv_transpose1d(x, w)
 
 
 def test_schemas():

@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import Case, assert_close, make_inputs, ours
+from conftest import Case, assert_close, make_inputs, needs_memory, ours, requires_cuda
 
 
 def window_reference(x, w, b, case: Case, start: int, width: int) -> torch.Tensor:
@@ -69,14 +69,15 @@ LARGE_CASES = [  # (case, dtype): more than 2^31 output elements each
 def test_outputs_past_2_31_elements(case, dtype, device):
     needed = _needed_gib(case, dtype, device)
     if _free_gib(device) < needed:
-        pytest.skip(f"needs {needed:.0f} GB free on {device}")
+        pytest.skip(needs_memory(needed, device))
     x, w, b = large_inputs(case, dtype, device)
     y = ours(x, w, b, case)
     assert y.numel() > 2**31
     check_windows(y, x, w, b, case, dtype, device)
 
 
-@pytest.mark.skipif(_free_gib("cuda") < 48, reason="needs a GPU with 48 GB free")
+@pytest.mark.skipif(_free_gib("cuda") < 48, reason=needs_memory(48, "cuda"))
+@requires_cuda  # (the closer mark is evaluated first)
 def test_gradients_past_2_31_elements():
     case = Case(2, 16, 64, 3, 2**24 + 1, padding=1)
     x, w, b = large_inputs(case, torch.float16, "cuda", requires_grad=True)

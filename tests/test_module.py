@@ -10,6 +10,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import torch_convt_op
 from torch_convt_op import ConvTranspose1d
+from conftest import quick, quick_params
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 OUR_OP = "convt.conv_transpose1d.default"
@@ -54,7 +55,8 @@ GRID = [dict(stride=s, padding=p, output_padding=op, groups=g, dilation=d, bias=
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-@pytest.mark.parametrize("kwargs", GRID, ids=lambda k: "-".join(f"{n}{v}" for n, v in k.items()))
+@pytest.mark.parametrize("kwargs", quick_params(GRID, GRID[::11]),
+                         ids=lambda k: "-".join(f"{n}{v}" for n, v in k.items()))
 def test_matches_nn(device, dtype, kwargs):
     ours = ConvTranspose1d(4, 6, 3, device=device, dtype=dtype, **kwargs)
     theirs = nn_twin(ours)
@@ -66,6 +68,7 @@ def test_matches_nn(device, dtype, kwargs):
     assert_close_to_ref(y, ref(x.double()), dtype, device)
 
 
+@quick
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_low_precision(device, dtype):
@@ -76,6 +79,7 @@ def test_low_precision(device, dtype):
     assert_close_to_ref(y, nn_twin(ours, torch.float64)(x.double()), dtype, device)
 
 
+@quick
 @pytest.mark.parametrize("device", DEVICES)
 def test_same_init_params_and_repr(device):
     args = (6, 4, 5)
@@ -93,11 +97,13 @@ def test_same_init_params_and_repr(device):
     assert ours.weight.abs().sum() > 0
 
 
+@quick
 def test_padding_mode_rejected():
     with pytest.raises(ValueError, match="zeros"):
         ConvTranspose1d(2, 2, 3, padding_mode="reflect")
 
 
+@quick
 @pytest.mark.parametrize("device", DEVICES)
 def test_state_dict_both_ways(device):
     kwargs = dict(stride=2, padding=1, groups=2, device=device)
@@ -112,6 +118,7 @@ def test_state_dict_both_ways(device):
     assert_close_to_ref(ours2(x), theirs2(x), torch.float32, device)
 
 
+@quick
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("batched", [True, False])
 def test_output_size(device, batched):
@@ -130,6 +137,7 @@ def test_output_size(device, batched):
             ours(x, output_size=bad)
 
 
+@quick
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("bias", [True, False])
 def test_gradients(device, bias):
@@ -194,6 +202,7 @@ def conv_classes(model):
     return [type(m) for m in model.modules() if isinstance(m, nn.ConvTranspose1d)]
 
 
+@quick
 @pytest.mark.parametrize("device", DEVICES)
 def test_convert(device):
     reference, model = make_model(device), make_model(device)
@@ -237,6 +246,7 @@ def test_convert(device):
     assert_close_to_ref(model(x), y_ref, torch.float64, device)
 
 
+@quick
 @pytest.mark.parametrize("device", DEVICES)
 def test_convert_twice_and_single_module(device):
     model = ConvTranspose1d.convert(make_model(device))
@@ -276,6 +286,7 @@ def test_compile_converted_model(device):
     torch.testing.assert_close(torch.compile(model, fullgraph=True)(x), y_ref, rtol=1e-7, atol=1e-7)
 
 
+@quick
 @pytest.mark.parametrize("device", DEVICES)
 def test_export(device):
     layer = ConvTranspose1d(4, 6, 4, stride=2, padding=1, groups=2, device=device)
@@ -286,5 +297,6 @@ def test_export(device):
     assert_close_to_ref(exported.module()(x2), nn_twin(layer)(x2), torch.float32, device)
 
 
+@quick
 def test_exported_from_package():
     assert torch_convt_op.ConvTranspose1d is ConvTranspose1d

@@ -2,7 +2,11 @@
 import pytest
 import torch
 
-from conftest import CASES, case_id, make_inputs
+from conftest import CASES, case_id, make_inputs, quick_params
+
+
+# The quick subset's cases: plain, strided with padding, groups, N = 0, unbatched, channels-last (GEMM path)
+QUICK_CASES = [CASES[0], CASES[1], CASES[6], CASES[13], CASES[14], CASES[19]]
 
 
 def _backward_args(case, x, w):
@@ -13,7 +17,7 @@ def _backward_args(case, x, w):
 
 
 @pytest.mark.parametrize("requires_grad", [False, True], ids=["no_grad", "requires_grad"])
-@pytest.mark.parametrize("case", CASES, ids=case_id)
+@pytest.mark.parametrize("case", quick_params(CASES, QUICK_CASES), ids=case_id)
 def test_opcheck_forward(case, requires_grad, device):
     x, w, b = make_inputs(case, torch.float64, device, requires_grad=requires_grad)
     args = (x, w, b, [case.stride], [case.padding], [case.output_padding], case.groups, [case.dilation])
@@ -21,7 +25,7 @@ def test_opcheck_forward(case, requires_grad, device):
 
 
 @pytest.mark.parametrize("requires_grad", [False, True], ids=["no_grad", "requires_grad"])
-@pytest.mark.parametrize("case", CASES[:6] + CASES[13:15], ids=case_id)
+@pytest.mark.parametrize("case", quick_params(CASES[:6] + CASES[13:15], QUICK_CASES), ids=case_id)
 def test_opcheck_backward(case, requires_grad, device):
     x, w, _ = make_inputs(case, torch.float64, device, requires_grad=requires_grad)
     args = _backward_args(case, x.detach(), w.detach())

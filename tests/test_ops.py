@@ -7,9 +7,10 @@ from torch.autograd import gradcheck, gradgradcheck
 
 import torch_convt_op
 from conftest import (CASES, DTYPES, Case, assert_backward_matches_reference, assert_close, assert_gradients_deterministic,
-                      case_id, make_inputs, ours, poison_allocator, product_norms, reference, relaid, relative_error)
+                      case_id, make_inputs, ours, poison_allocator, product_norms, quick, reference, relaid, relative_error)
 
 
+@quick
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("case", CASES, ids=case_id)
 def test_forward_matches_reference(case, dtype, device):
@@ -22,6 +23,7 @@ def test_forward_matches_reference(case, dtype, device):
     assert_close(y, expected, dtype, device, norms=product_norms(x, w, case))
 
 
+@quick
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("case", CASES, ids=case_id)
 def test_gradients_match_reference(case, dtype, device):
@@ -29,6 +31,7 @@ def test_gradients_match_reference(case, dtype, device):
 
 
 # A weight or bias in any layout (an nn.Module's may be a view): tensor-core, depthwise and direct paths
+@quick
 @pytest.mark.parametrize("layout", ["transposed", "last_first", "strided"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("case", [CASES[0], CASES[1], Case(2, 6, 12, 5, 37, stride=3, padding=2, groups=6),
@@ -48,6 +51,7 @@ def test_weight_and_bias_in_any_layout(case, dtype, layout, device):
         assert_close(grad, expected_grad, dtype, device, what=name)
 
 
+@quick
 @pytest.mark.parametrize("mask", list(itertools.product([False, True], repeat=3)), ids=str)
 def test_backward_honours_output_mask(mask, device):
     case = Case(2, 6, 4, 3, 10, stride=2, padding=1, groups=2)
@@ -77,6 +81,7 @@ def test_gradcheck_and_gradgradcheck(case, device):
     assert gradgradcheck(f, inputs)
 
 
+@quick
 def test_output_is_fresh(device):
     case = Case(1, 4, 4, 1, 8)  # K = 1, stride 1: the output has the input's shape
     x, w, b = make_inputs(case, torch.float32, device)
@@ -84,6 +89,7 @@ def test_output_is_fresh(device):
     assert y.untyped_storage().data_ptr() not in (x.untyped_storage().data_ptr(), w.untyped_storage().data_ptr())
 
 
+@quick
 def test_empty_batch_gives_empty_output_and_zero_weight_gradients(device):
     case = Case(0, 4, 6, 3, 9)
     x, w, b = make_inputs(case, torch.float32, device, requires_grad=True)
@@ -94,12 +100,14 @@ def test_empty_batch_gives_empty_output_and_zero_weight_gradients(device):
     assert x.grad.shape == x.shape
 
 
+@quick
 @pytest.mark.parametrize("case", [CASES[2], CASES[8]], ids=case_id)
 def test_gradients_are_deterministic(case, device):
     x, w, b = make_inputs(case, torch.float32, device, requires_grad=True)
     assert_gradients_deterministic(x, w, b, case)
 
 
+@quick
 def test_accepts_int_or_one_element_lists(device):
     case = Case(2, 4, 6, 3, 9, stride=2, padding=1, output_padding=1, dilation=2)
     x, w, b = make_inputs(case, torch.float64, device)
@@ -110,6 +118,7 @@ def test_accepts_int_or_one_element_lists(device):
     assert relative_error(as_ints, reference(x, w, b, case)[0]) < 1e-12
 
 
+@quick
 def test_defaults_match_functional(device):
     case = Case(2, 4, 6, 3, 9)
     x, w, b = make_inputs(case, torch.float64, device)

@@ -6,6 +6,10 @@ import os
 
 import pytest
 
+from conftest import quick
+
+pytestmark = quick  # every test here is in the quick subset (pure Python, milliseconds)
+
 _PATH = os.path.join(os.path.dirname(__file__), "..", "tools", "sass_hazards.py")
 _SPEC = importlib.util.spec_from_file_location("sass_hazards", _PATH)
 sass_hazards = importlib.util.module_from_spec(_SPEC)

@@ -39,68 +39,28 @@ import torch
 import torch.nn.functional as F
 
 import torch_convt_op
+from torch_convt_op.shapes import Case
 
 # ---- shapes --------------------------------------------------------------------------------------
 
 
-@dataclasses.dataclass(frozen=True)
-class Shape:
-    name: str
-    N: int
-    C_in: int
-    C_out: int
-    K: int
-    L_in: int
-    stride: int = 1
-    padding: int = 0
-    output_padding: int = 0
-    dilation: int = 1
-    groups: int = 1
-
-    def scaled(self, N: int, L_in: int) -> "Shape":
-        return dataclasses.replace(self, N=min(self.N, N), L_in=min(self.L_in, L_in))
-
-    @property
-    def L_out(self) -> int:
-        return ((self.L_in - 1) * self.stride - 2 * self.padding + self.dilation * (self.K - 1)
-                + self.output_padding + 1)
-
-    @property
-    def conv_args(self) -> Tuple[int, int, int, int, int]:
-        """(stride, padding, output_padding, groups, dilation), in the op's argument order."""
-        return self.stride, self.padding, self.output_padding, self.groups, self.dilation
-
-    @property
-    def flops(self) -> int:
-        return 2 * self.N * self.C_in * (self.C_out // self.groups) * self.K * self.L_in
-
-    def numels(self) -> Dict[str, int]:
-        """Elements of x, w, bias and y."""
-        return {"x": self.N * self.C_in * self.L_in, "w": self.C_in * (self.C_out // self.groups) * self.K,
-                "bias": self.C_out, "y": self.N * self.C_out * self.L_out}
-
-    def describe(self) -> str:
-        return (f"N={self.N} Cin={self.C_in} Cout={self.C_out} K={self.K} Lin={self.L_in} s={self.stride} "
-                f"p={self.padding} op={self.output_padding} d={self.dilation} g={self.groups}")
-
-
 # DESIGN.md section 4: (N, C_in, C_out, K, L_in, stride, padding, output_padding, dilation, groups)
-SHAPES: Dict[str, Shape] = {s.name: s for s in [
-    Shape("kb64", 64, 128, 128, 3, 65536, 1, 0, 0, 1, 1),
-    Shape("kb74", 32, 32, 64, 5, 131072, 1, 0, 0, 3, 1),
-    Shape("kb79", 16, 32, 64, 3, 131072, 2, 1, 0, 2, 1),
-    Shape("hifigan_up0", 8, 512, 256, 16, 862, 8, 4, 0, 1, 1),
-    Shape("hifigan_up1", 8, 256, 128, 16, 6896, 8, 4, 0, 1, 1),
-    Shape("hifigan_up2", 8, 128, 64, 4, 55168, 2, 1, 0, 1, 1),
-    Shape("hifigan_up3", 8, 64, 32, 4, 110336, 2, 1, 0, 1, 1),
-    Shape("encodec_up1", 8, 256, 128, 10, 6000, 5, 0, 0, 1, 1),
-    Shape("grouped", 16, 128, 128, 5, 16384, 2, 2, 1, 1, 4),
-    Shape("depthwise", 16, 256, 256, 7, 16384, 1, 3, 0, 1, 256),
-    Shape("small", 1, 64, 64, 4, 1024, 2, 1, 0, 1, 1),
+SHAPES: Dict[str, Case] = {s.name: s for s in [
+    Case(64, 128, 128, 3, 65536, 1, 0, 0, 1, 1, name="kb64"),
+    Case(32, 32, 64, 5, 131072, 1, 0, 0, 3, 1, name="kb74"),
+    Case(16, 32, 64, 3, 131072, 2, 1, 0, 2, 1, name="kb79"),
+    Case(8, 512, 256, 16, 862, 8, 4, 0, 1, 1, name="hifigan_up0"),
+    Case(8, 256, 128, 16, 6896, 8, 4, 0, 1, 1, name="hifigan_up1"),
+    Case(8, 128, 64, 4, 55168, 2, 1, 0, 1, 1, name="hifigan_up2"),
+    Case(8, 64, 32, 4, 110336, 2, 1, 0, 1, 1, name="hifigan_up3"),
+    Case(8, 256, 128, 10, 6000, 5, 0, 0, 1, 1, name="encodec_up1"),
+    Case(16, 128, 128, 5, 16384, 2, 2, 1, 1, 4, name="grouped"),
+    Case(16, 256, 256, 7, 16384, 1, 3, 0, 1, 256, name="depthwise"),
+    Case(1, 64, 64, 4, 1024, 2, 1, 0, 1, 1, name="small"),
 ]}
 
-CPU_SCALE = {"N": 2, "L_in": 4096}    # the CPU benchmark size (issue 2)
-CHECK_SCALE = {"N": 2, "L_in": 64}    # --check size
+CPU_SCALE = {"n": 2, "l_in": 4096}    # the CPU benchmark size (issue 2)
+CHECK_SCALE = {"n": 2, "l_in": 64}    # --check size
 
 # ---- dtypes ----------------------------------------------------------------------------------------
 # "tf32" and "fp32" are both float32; they differ in whether tensor cores may round to TF32.
@@ -135,34 +95,34 @@ def log(message: str) -> None:
 
 # ---- inputs and the two implementations --------------------------------------------------------
 
-def make_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int = 0) -> Dict[str, torch.Tensor]:
+def make_inputs(shape: Case, dtype: torch.dtype, device: str, seed: int = 0) -> Dict[str, torch.Tensor]:
     """Random x, w, bias and grad_y (never zeros), with w scaled so that y has unit-order values."""
     gen = torch.Generator(device=device).manual_seed(seed)
-    fan = shape.C_in // shape.groups * shape.K
-    sizes = {"x": (shape.N, shape.C_in, shape.L_in), "w": (shape.C_in, shape.C_out // shape.groups, shape.K),
-             "bias": (shape.C_out,), "grad_y": (shape.N, shape.C_out, shape.L_out)}
+    fan = shape.c_in // shape.groups * shape.k
+    sizes = {"x": (shape.n, shape.c_in, shape.l_in), "w": (shape.c_in, shape.c_out // shape.groups, shape.k),
+             "bias": (shape.c_out,), "grad_y": (shape.n, shape.c_out, shape.l_out)}
     scale = {"w": fan ** -0.5}
     return {name: torch.randn(size, generator=gen, device=device).mul_(scale.get(name, 1.0)).to(dtype)
             for name, size in sizes.items()}
 
 
-def torch_op(x, w, bias, shape: Shape):
-    stride, padding, output_padding, groups, dilation = shape.conv_args
+def torch_op(x, w, bias, shape: Case):
+    stride, padding, output_padding, groups, dilation = shape.args
     return F.conv_transpose1d(x, w, bias, stride, padding, output_padding, groups, dilation)
 
 
-def our_op(x, w, bias, shape: Shape):
-    return torch_convt_op.conv_transpose1d(x, w, bias, *shape.conv_args)
+def our_op(x, w, bias, shape: Case):
+    return torch_convt_op.conv_transpose1d(x, w, bias, *shape.args)
 
 
 IMPLEMENTATIONS = {"torch": torch_op, "ours": our_op}
 
 
-def forward_fn(op, inputs, shape: Shape) -> Callable[[], torch.Tensor]:
+def forward_fn(op, inputs, shape: Case) -> Callable[[], torch.Tensor]:
     return lambda: op(inputs["x"], inputs["w"], inputs["bias"], shape)
 
 
-def forward_backward_fn(op, inputs, shape: Shape) -> Callable[[], tuple]:
+def forward_backward_fn(op, inputs, shape: Case) -> Callable[[], tuple]:
     """y = op(x, w, bias) and the gradients of x, w and bias for grad_y (no accumulation into .grad)."""
     leaves = [inputs[name].detach().requires_grad_() for name in ("x", "w", "bias")]
 
@@ -271,10 +231,10 @@ def relative_error(value: torch.Tensor, reference: torch.Tensor) -> float:
     return diff / max(reference.abs().max().item(), 1e-30)
 
 
-def forward_errors(shape: Shape, inputs, outputs: Dict[str, torch.Tensor]) -> Dict[str, float]:
+def forward_errors(shape: Case, inputs, outputs: Dict[str, torch.Tensor]) -> Dict[str, float]:
     """Error of each output against float64 on the same (rounded) inputs, on the first batch elements
     when the full reference would be too big (batch elements are independent)."""
-    n = max(1, min(shape.N, REFERENCE_MAX_ELEMENTS // max(1, shape.numels()["y"] // shape.N)))
+    n = max(1, min(shape.n, REFERENCE_MAX_ELEMENTS // max(1, shape.numels()["y"] // shape.n)))
     reference = torch_op(inputs["x"][:n].double(), inputs["w"].double(), inputs["bias"].double(), shape)
     return {name: relative_error(y[:n], reference) for name, y in outputs.items()}
 
@@ -312,12 +272,12 @@ class Row:
                 "pct_of_floor": self.pct_of_floor}
 
 
-def floor_ms(shape: Shape, dtype_name: str, bandwidth: float) -> float:
+def floor_ms(shape: Case, dtype_name: str, bandwidth: float) -> float:
     nbytes = sum(shape.numels().values()) * DTYPES[dtype_name].itemsize
     return 1e3 * max(nbytes / bandwidth, shape.flops / PEAK_FLOPS[dtype_name])
 
 
-def bench_one(shape: Shape, dtype_name: str, device: str, timer, backward: bool,
+def bench_one(shape: Case, dtype_name: str, device: str, timer, backward: bool,
               bandwidth: Optional[float]) -> Row:
     inputs = make_inputs(shape, DTYPES[dtype_name], device)
     with tf32_mode(dtype_name):
@@ -394,7 +354,7 @@ def environment(device: str, bandwidth: Optional[float]) -> dict:
     return env
 
 
-def run_benchmark(shapes: List[Shape], dtype_names: List[str], device: str, backward: bool,
+def run_benchmark(shapes: List[Case], dtype_names: List[str], device: str, backward: bool,
                   min_time: float) -> Tuple[List[Row], dict]:
     bandwidth = None
     if device == "cuda":
@@ -421,7 +381,7 @@ def run_benchmark(shapes: List[Shape], dtype_names: List[str], device: str, back
 
 # ---- --check -------------------------------------------------------------------------------------
 
-def check_one(shape: Shape, dtype_name: str, device: str) -> List[Tuple[str, float]]:
+def check_one(shape: Case, dtype_name: str, device: str) -> List[Tuple[str, float]]:
     """(output name, error) of y, grad_x, grad_w, grad_bias against float64 on the same inputs."""
     inputs = make_inputs(shape, DTYPES[dtype_name], device)
     with tf32_mode(dtype_name):
@@ -436,7 +396,7 @@ def check_one(shape: Shape, dtype_name: str, device: str) -> List[Tuple[str, flo
             for name, v, r in zip(names, (y, *grads), (y_ref, *grads_ref))]
 
 
-def run_check(shapes: List[Shape], dtype_names: List[str], device: str) -> bool:
+def run_check(shapes: List[Case], dtype_names: List[str], device: str) -> bool:
     print(f"library {torch_convt_op.LIBRARY_PATH}")
     ok = True
     for shape in (s.scaled(**CHECK_SCALE) for s in shapes):
@@ -480,7 +440,7 @@ def resolve_device(name: str) -> str:
     return name
 
 
-def resolve_shapes(spec: str) -> List[Shape]:
+def resolve_shapes(spec: str) -> List[Case]:
     names = [n.strip() for n in spec.split(",") if n.strip()]
     unknown = [n for n in names if n not in SHAPES]
     if unknown:
