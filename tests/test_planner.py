@@ -9,6 +9,8 @@ import torch
 import torch_convt_op  # noqa: F401  (loads torch.ops.convt)
 from torch_convt_op.planner import explain
 
+pytestmark = pytest.mark.quick  # (a few seconds: all of it is in the quick subset)
+
 CARDS = ["h100", "a100"]
 # (N, C_in, C_out, K, L_in, stride, padding, output_padding, dilation, groups)
 NAMED = {
@@ -158,3 +160,10 @@ def test_bad_requests_raise():
         explain(1, 8, 8, 3, 16, groups=3)
     with pytest.raises(RuntimeError, match="empty"):
         explain(1, 8, 8, 1, 1, padding=2)
+
+
+def test_bench_explain_prints_every_pass():
+    from torch_convt_op.bench import SHAPES, explain_table
+    table = explain_table([SHAPES["kb64"], SHAPES["depthwise"]], ["tf32", "fp32", "bf16"], "a100")
+    assert "plans for a100" in table and table.count("\n") == 1 + 6
+    assert "gemm warp 128x128" in table and "depthwise" in table

@@ -1,7 +1,7 @@
 """Benchmark and self-check: ``python -m torch_convt_op.bench [--device cpu|cuda] [--backward] [--check]``.
 
 Times ``torch_convt_op.conv_transpose1d`` side by side with ``torch.nn.functional.conv_transpose1d``
-in one process on the same random inputs (DESIGN.md, section 4), and reports the speedup, the
+in one process on the same random inputs (docs/design.md §10), and reports the speedup, the
 error of both against a float64 reference and, on CUDA, the percentage of the roofline floor and
 the memory each allocates beyond its output. Progress goes to stderr; the table, last, to stdout.
 
@@ -44,7 +44,7 @@ from torch_convt_op.shapes import Case
 # ---- shapes --------------------------------------------------------------------------------------
 
 
-# DESIGN.md section 4: (N, C_in, C_out, K, L_in, stride, padding, output_padding, dilation, groups)
+# docs/design.md §10: (N, C_in, C_out, K, L_in, stride, padding, output_padding, dilation, groups)
 SHAPES: Dict[str, Case] = {s.name: s for s in [
     Case(64, 128, 128, 3, 65536, 1, 0, 0, 1, 1, name="kb64"),
     Case(32, 32, 64, 5, 131072, 1, 0, 0, 3, 1, name="kb74"),
@@ -411,6 +411,19 @@ def run_check(shapes: List[Case], dtype_names: List[str], device: str) -> bool:
     return ok
 
 
+def explain_table(shapes: List[Case], dtype_names: List[str], card: str) -> str:
+    """The planner's choice per shape, dtype and pass (torch_convt_op.planner)."""
+    from .planner import PASSES, explain, summary
+    lines = [f"plans for {card}:", f"{'shape':12s} {'dtype':5s} " + " | ".join(f"{name:40s}" for name in PASSES)]
+    for shape in shapes:
+        for dtype_name in dtype_names:
+            plan = explain(shape.n, shape.c_in, shape.c_out, shape.k, shape.l_in, shape.stride, shape.padding,
+                           shape.output_padding, shape.dilation, shape.groups, dtype=DTYPES[dtype_name],
+                           tf32=dtype_name != "fp32", device=card)
+            lines.append(f"{shape.name:12s} {dtype_name:5s} " + " | ".join(f"{summary(plan[name]):40s}" for name in PASSES))
+    return "\n".join(lines)
+
+
 # ---- command line --------------------------------------------------------------------------------
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -427,6 +440,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, help="torch.set_num_threads for CPU runs")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     parser.add_argument("--png", metavar="PATH", help="also draw the speedups (needs matplotlib)")
+    parser.add_argument("--explain", nargs="?", const="auto", choices=["auto", "h100", "h200", "a100", "cuda"],
+                        help="print which kernel the planner picks for each shape, pass and dtype, on this GPU "
+                             "(auto, the default: cuda when available, else h100) or a named card; runs nothing")
     parser.add_argument("--check", action="store_true",
                         help="run the correctness self-check (shapes scaled small) instead of the benchmark")
     return parser.parse_args(argv)
@@ -465,6 +481,10 @@ def main(argv=None) -> None:
     dtype_names = resolve_dtypes(args.dtypes, device)
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.explain:
+        card = args.explain if args.explain != "auto" else "cuda" if torch.cuda.is_available() else "h100"
+        print(explain_table(shapes, resolve_dtypes(args.dtypes, "cuda"), card))
+        return
     if args.check:
         sys.exit(0 if run_check(shapes, dtype_names, device) else 1)
     min_time = args.min_time if args.min_time is not None else (2.0 if device == "cpu" else 0.5)
