@@ -57,23 +57,23 @@ __global__ void __launch_bounds__(kGradWThreadsOf<kCiWarps, kCoWarps>, (kGradWMi
   using Epilogue = GradWGemmEpilogue<T, kMath, kCiWarps, kCoWarps, kGroupTaps>;
   extern __shared__ __align__(16) unsigned char wg_smem[];
   const Smem smem(wg_smem, p);
-  const WeightGradTile tile(p, Smem::kBlockCi, Smem::kBlockCo);
-  const Loader loader(p, smem, x, gy, tile);
-  const Mainloop mainloop(p, smem, tile);
-  GradWGemmItems items(p, tile);
+  const GradWGemmWork<kCiWarps, kCoWarps> work(p);
+  const Loader loader(p, smem, work, x, gy);
+  const Mainloop mainloop(p, smem, work, loader.x_lead);
 
   typename Mainloop::Accumulators acc;
   Mainloop::clear(acc);
+  GradWGemmItems items(p, work);
   const bool sums_bias = kMath == Math::kTF32 && p.sums_bias;
   if (sums_bias) {
     loader.clear_bias_slots();
     __syncthreads();
   }
-  if (items.valid(items.first())) loader.stage(items.first(), 0);
+  if (items.first() < items.end) loader.stage(items.first(), 0);
   cp_async_commit();
   int buffer = 0;
-  for (int64_t item = items.first(); items.valid(item); item = items.next(item), buffer ^= 1) {
-    if (items.valid(items.next(item))) loader.stage(items.next(item), buffer ^ 1);
+  for (int64_t item = items.first(); item < items.end; item = items.next(item), buffer ^= 1) {
+    if (items.next(item) < items.end) loader.stage(items.next(item), buffer ^ 1);
     cp_async_commit();
     cp_async_wait<1>();
     loader.finish_own_copies(item, buffer, items.take_bias_turn(sums_bias));
@@ -83,7 +83,7 @@ __global__ void __launch_bounds__(kGradWThreadsOf<kCiWarps, kCoWarps>, (kGradWMi
   }
   cp_async_wait<0>();
 
-  const Epilogue epilogue{p, tile};
+  const Epilogue epilogue{p, work};
   if (sums_bias) {
     __syncthreads();  // every thread's slots are complete
     epilogue.store_bias(smem, bias_partial);

@@ -14,12 +14,15 @@ struct GradWGemmEpilogue {
   using Smem = GradWGemmSharedStorage<T, kCiWarps, kCoWarps>;
   using Accumulators = typename GradWGemmMainloop<T, kMath, kCiWarps, kCoWarps, kGroupTaps>::Accumulators;
 
+  using Work = GradWGemmWork<kCiWarps, kCoWarps>;
+
   const WeightGradProblem& p;
-  const WeightGradTile& tile;
+  const Work& work;
 
   // bias_partial[slice][ci tile][tap group][co] = the sum of co's slots, in slot order (the slots
   // complete and visible to the block).
   __device__ __forceinline__ void store_bias(const Smem& smem, float* bias_partial) const {
+    const WeightGradTile& tile = work.tile;
     if (threadIdx.x < tile.co_count) {
       float total = 0.0f;
       for (int slot = 0; slot < p.bias_slots; ++slot) total += smem.bias_s[threadIdx.x * p.bias_slots + slot];
@@ -31,9 +34,8 @@ struct GradWGemmEpilogue {
   // partial[slice][(g*Cig + ci) * Cog + co][k] for the group's taps: element e of tile nt sits at ci
   // row lane/4 (+8 for e >= 2) and co column 2*(lane%4) + e%2 of the warp's tile.
   __device__ __forceinline__ void store_tile(const Accumulators& acc, float* partial) const {
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    const int warp_ci = (warp % kCiWarps) * 16, warp_co = (warp / kCiWarps) * kGradWTilesN * 8;
-    const int count = p.group_count[tile.tap_group];
+    const WeightGradTile& tile = work.tile;
+    const int lane = work.lane, warp_ci = work.warp_ci, warp_co = work.warp_co, count = work.count;
     float* out = partial + tile.slice * (p.groups * p.cig * p.cog * p.taps);
 #pragma unroll
     for (int t = 0; t < kGroupTaps; ++t) {

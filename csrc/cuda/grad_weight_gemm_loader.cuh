@@ -41,23 +41,22 @@ struct GradWGemmLoader {
   static constexpr int kBlockCi = Smem::kBlockCi, kBlockCo = Smem::kBlockCo, kGyRow = Smem::kGyRow;
   static constexpr bool k16 = kMath == Math::k16Bit;
 
+  using Work = GradWGemmWork<kCiWarps, kCoWarps>;
+
   const WeightGradProblem& p;
   const Smem& smem;
+  const Work& work;
   const T* x;
   const T* gy;
-  int64_t first_ci, first_co;
-  int ci_count, co_count, phase, shift_max, lane, warp;
   int x_vector, gy_vector, x_lead, x_positions;  // x_s position q holds x position m0 - shift_max - x_lead + q
   const Divider& x_vectors_per_row;              // ceil(x_positions / x_vector)
 
-  __device__ __forceinline__ GradWGemmLoader(const WeightGradProblem& p_, const Smem& smem_, const T* x_, const T* gy_,
-                                             const WeightGradTile& tile)
-      : p(p_), smem(smem_), x(x_), gy(gy_), first_ci(tile.first_ci), first_co(tile.first_co),
-        ci_count(tile.ci_count), co_count(tile.co_count), phase(p_.group_phase[tile.tap_group]),
-        shift_max(p_.group_shift_max[tile.tap_group]), lane(threadIdx.x % 32), warp(threadIdx.x / 32),
-        x_vector(p_.x_copy_elements), gy_vector(p_.gy_copy_elements), x_lead(p_.group_lead[tile.tap_group]),
-        x_positions(kGradWPositions + p_.group_span[tile.tap_group] + p_.group_lead[tile.tap_group]),
-        x_vectors_per_row(p_.group_window_copies[tile.tap_group]) {}
+  __device__ __forceinline__ GradWGemmLoader(const WeightGradProblem& p_, const Smem& smem_, const Work& work_,
+                                             const T* x_, const T* gy_)
+      : p(p_), smem(smem_), work(work_), x(x_), gy(gy_), x_vector(p_.x_copy_elements), gy_vector(p_.gy_copy_elements),
+        x_lead(p_.group_lead[work_.tile.tap_group]),
+        x_positions(kGradWPositions + p_.group_span[work_.tile.tap_group] + x_lead),
+        x_vectors_per_row(p_.group_window_copies[work_.tile.tap_group]) {}
 
   // Walks this thread's copies of the item: vector_copy(shared slot, source, vector size, elements
   // inside, grad_bias slot) and element_copy(shared slot, source, inside, grad_bias slot); the bias
@@ -66,6 +65,8 @@ struct GradWGemmLoader {
   template <typename VectorCopy, typename ElementCopy>
   __device__ __forceinline__ void for_each_copy(int64_t item, int buffer, VectorCopy&& vector_copy,
                                                 ElementCopy&& element_copy) const {
+    const int64_t first_ci = work.tile.first_ci, first_co = work.tile.first_co;
+    const int ci_count = work.tile.ci_count, co_count = work.tile.co_count, lane = work.lane, warp = work.warp;
     const auto row = p.div_chunks_per_row.divmod(unsigned(item));
     const int64_t n = row.div, m0 = int64_t(row.mod) * kGradWPositions;
     T* gy_s = smem.gy_s(buffer);
@@ -87,7 +88,7 @@ struct GradWGemmLoader {
     } else {
       for (int co = warp; co < kBlockCo; co += kThreads / 32) {
         for (int q = lane; q < kGradWPositions; q += 32) {
-          const int64_t j = (m0 + q) * p.stride + phase;
+          const int64_t j = (m0 + q) * p.stride + work.phase;
           element_copy(gy_s + co * kGyRow + q, gy_n + co * p.gy_channel_stride + j * p.gy_length_stride,
                        co < co_count && j < p.length_out, smem.bias_s + co * p.bias_slots + lane);
         }
@@ -95,7 +96,7 @@ struct GradWGemmLoader {
     }
     T* x_s = smem.x_s(buffer);
     const T* x_n = x + n * p.x_batch_stride + first_ci * p.x_channel_stride;
-    const int64_t first_position = m0 - shift_max - x_lead;
+    const int64_t first_position = m0 - work.shift_max - x_lead;
     if (x_vector > 1) {  // first_position is a multiple of x_vector: copies lie wholly inside or outside [0, L_in) but at the end
       with_copy_size<T>(x_vector, [&](auto vector) {
         constexpr int kVector = decltype(vector)::value;

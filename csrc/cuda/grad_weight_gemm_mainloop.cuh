@@ -17,14 +17,16 @@ struct GradWGemmMainloop {
   // first + kNext (TF32), or the pairs from there (16-bit, the lower position in the low half).
   static constexpr int kK = k16 ? 16 : 8, kNext = kK / 2;
 
+  using Work = GradWGemmWork<kCiWarps, kCoWarps>;
+
   const WeightGradProblem& p;
   const Smem& smem;
-  int tap_group, count, shift_max, x_lead, lane, warp_ci, warp_co;
+  const Work& work;
+  int x_lead;  // x_s position of the item's position 0 for the group's largest shift
 
-  __device__ __forceinline__ GradWGemmMainloop(const WeightGradProblem& p_, const Smem& smem_, const WeightGradTile& tile)
-      : p(p_), smem(smem_), tap_group(tile.tap_group), count(p_.group_count[tile.tap_group]),
-        shift_max(p_.group_shift_max[tile.tap_group]), x_lead(p_.group_lead[tile.tap_group]), lane(threadIdx.x % 32),
-        warp_ci(threadIdx.x / 32 % kCiWarps * 16), warp_co(threadIdx.x / 32 / kCiWarps * kGradWTilesN * 8) {}
+  __device__ __forceinline__ GradWGemmMainloop(const WeightGradProblem& p_, const Smem& smem_, const Work& work_,
+                                               int x_lead_)
+      : p(p_), smem(smem_), work(work_), x_lead(x_lead_) {}
 
   __device__ __forceinline__ static void clear(Accumulators& acc) {
 #pragma unroll
@@ -37,19 +39,25 @@ struct GradWGemmMainloop {
   // some tap's x position m - shift falls outside [0, L_in) in this item. Such a product does not
   // exist: its gy value is left out (x_s holds 0 there, but 0 x Inf or NaN in gy is NaN).
   __device__ __forceinline__ void mma_item(Accumulators& acc, int64_t item, int buffer) const {
+    const T* gy_s = smem.gy_s(buffer);
+    const T* x_s = smem.x_s(buffer);
+    const int r = work.lane / 4, c = work.lane % 4;
     const int64_t m0 = int64_t(p.div_chunks_per_row.mod(unsigned(item))) * kGradWPositions;
-    const int shift_min = shift_max - p.group_span[tap_group];
-    if (m0 < shift_max || m0 + kGradWPositions - 1 - shift_min >= p.length_in) {
-      multiply<true>(acc, smem.gy_s(buffer), smem.x_s(buffer), m0);
+    const int lane_position = k16 ? 2 * c : c;
+    const int shift_min = work.shift_max - p.group_span[work.tile.tap_group];
+    if (m0 < work.shift_max || m0 + kGradWPositions - 1 - shift_min >= p.length_in) {
+      multiply<true>(acc, gy_s, x_s, m0, r, lane_position);
     } else {
-      multiply<false>(acc, smem.gy_s(buffer), smem.x_s(buffer), m0);
+      multiply<false>(acc, gy_s, x_s, m0, r, lane_position);
     }
   }
 
+  // (r: the lane's first A row; lane_position: its first position in a k-step)
   template <bool kEdge>
-  __device__ __forceinline__ void multiply(Accumulators& acc, const T* gy_s, const T* x_s, int64_t m0) const {
-    const int r = lane / 4, c = lane % 4;
-    const int lane_position = k16 ? 2 * c : c;
+  __device__ __forceinline__ void multiply(Accumulators& acc, const T* gy_s, const T* x_s, int64_t m0, int r,
+                                           int lane_position) const {
+    const int lane = work.lane, warp_ci = work.warp_ci, warp_co = work.warp_co;
+    const int tap_group = work.tile.tap_group, count = work.count, shift_max = work.shift_max;
     const int x_row = smem.x_row;
 #pragma unroll
     for (int kstep = 0; kstep < kGradWPositions / kK; ++kstep) {

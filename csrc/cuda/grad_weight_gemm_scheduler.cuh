@@ -1,6 +1,6 @@
 // Which output tile, slice and items a grad_weight block works on (docs/design.md §5.1, §5.4).
-// WeightGradTile serves both grad_weight kernels; GradWGemmItems walks the items of the block's
-// slice for grad_weight_gemm_kernel.
+// WeightGradTile serves both grad_weight kernels; GradWGemmWork and GradWGemmItems are
+// grad_weight_gemm_kernel's.
 #pragma once
 
 #include "cuda/grad_weight_gemm_common.cuh"
@@ -31,22 +31,41 @@ struct WeightGradTile {
   }
 };
 
-// The items (n, m chunk) of the tile's slice, [slice * items / slices, (slice + 1) * items / slices),
-// in order: for (item = first(); valid(item); item = next(item)). With grad_bias (TF32), every block
-// of a phase (ci tiles x the phase's tap groups, bias_share of them) stages every item of its slice,
-// so the items are dealt round robin: this block sums the gy of every bias_share-th item, from its
-// rank. A ping-pong of two consumer groups would take first() + its index and steps of two here.
+// What a block of grad_weight_gemm_kernel works on (its tile, and the tap group's phase, tap count
+// and largest shift), and this thread's place in it: warp (warp % kCiWarps, warp / kCiWarps) holds
+// the 16 ci x 32 co warp tile from (warp_ci, warp_co). With grad_bias (TF32), every block of a phase
+// (ci tiles x the phase's tap groups: bias_share of them) stages every item of its slice, so the
+// items are dealt round robin: this block sums the gy of every bias_share-th item from bias_rank.
+// A persistent or ping-pong schedule would make one of these per tile it hands out.
+template <int kCiWarps, int kCoWarps>
+struct GradWGemmWork {
+  int lane, warp, warp_ci, warp_co;
+  WeightGradTile tile;
+  int phase, count, shift_max;
+  int bias_share, bias_rank;
+  __device__ __forceinline__ GradWGemmWork(const WeightGradProblem& p)
+      : lane(threadIdx.x % 32), warp(threadIdx.x / 32), warp_ci((warp % kCiWarps) * 16),
+        warp_co((warp / kCiWarps) * kGradWTilesN * 8), tile(p, 16 * kCiWarps, kGradWBlockCoOf<kCoWarps>),
+        phase(p.group_phase[tile.tap_group]), count(p.group_count[tile.tap_group]),
+        shift_max(p.group_shift_max[tile.tap_group]),
+        bias_share(p.ci_tiles * p.group_phase_groups[tile.tap_group]),
+        bias_rank(tile.ci_tile * p.group_phase_groups[tile.tap_group] + p.group_phase_index[tile.tap_group]) {}
+};
+
+// The items (n, m chunk) of the block's slice, [slice * items / slices, (slice + 1) * items / slices),
+// in order: for (item = first(); item < end; item = next(item)), and which of them are the block's
+// grad_bias items (GradWGemmWork). A ping-pong of two consumer groups would take first() + its
+// index and steps of two here. (The bound is compared in the caller: a member function comparing
+// its argument with `end` has the compiler swap the operands, which changes the code.)
 struct GradWGemmItems {
   int64_t begin, end;
   int bias_share, bias_turn;  // bias_turn: items until this block's next grad_bias item
-  __device__ __forceinline__ GradWGemmItems(const WeightGradProblem& p, const WeightGradTile& tile) {
-    bias_share = p.ci_tiles * p.group_phase_groups[tile.tap_group];
-    bias_turn = tile.ci_tile * p.group_phase_groups[tile.tap_group] + p.group_phase_index[tile.tap_group];
-    begin = tile.slice * p.items / p.slices, end = (tile.slice + 1) * p.items / p.slices;
-  }
+  template <typename Work>
+  __device__ __forceinline__ GradWGemmItems(const WeightGradProblem& p, const Work& work)
+      : begin(work.tile.slice * p.items / p.slices), end((work.tile.slice + 1) * p.items / p.slices),
+        bias_share(work.bias_share), bias_turn(work.bias_rank) {}
   __device__ __forceinline__ int64_t first() const { return begin; }
   __device__ __forceinline__ int64_t next(int64_t item) const { return item + 1; }
-  __device__ __forceinline__ bool valid(int64_t item) const { return item < end; }
   // Whether this item (the items taken in order) is one of this block's grad_bias items
   __device__ __forceinline__ bool take_bias_turn(bool sums_bias) {
     const bool bias_item = sums_bias && bias_turn == 0;
