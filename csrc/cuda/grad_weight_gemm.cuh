@@ -36,25 +36,28 @@
 
 namespace convt::cuda {
 
-// The blocks an SM must hold, which set the register budget (§5.2): blocks of 64 or 128 threads
-// 384 threads an SM (at most 170 registers); 256-thread blocks two an SM with 4 taps (at most 128),
-// one with 8; 3xTF32 one block (its accumulators spill under a lower cap).
+// The blocks an SM must hold, which set the register budget (§5.2): blocks of 64 or 128 threads,
+// 384 threads an SM (at most 170 registers); 256-thread blocks, two an SM with 4 taps (at most 128)
+// and one with 8; 3xTF32, one block (its accumulators would spill under a lower cap).
 template <Math kMath, int kCiWarps, int kCoWarps, int kGroupTaps>
 constexpr int kGradWMinBlocksOf = kMath == Math::k3xTF32                   ? 1
                                : kGradWThreadsOf<kCiWarps, kCoWarps> == 256 ? (kGroupTaps == kGradWGroupTaps ? 2 : 1)
                                                                          : 384 / kGradWThreadsOf<kCiWarps, kCoWarps>;
 
 // Items are staged one ahead: item + 1's copies are in flight while item's are multiplied; a
-// buffer is consumed (barrier) before the item after next overwrites it.
+// buffer is consumed (barrier) before the item after next overwrites it. The pieces are
+// constructed in this order because it is the order in which they read the parameters, which the
+// generated code follows (the register allocation with it).
 template <typename T, Math kMath, int kCiWarps, int kCoWarps, int kGroupTaps>
 __global__ void __launch_bounds__(kGradWThreadsOf<kCiWarps, kCoWarps>, (kGradWMinBlocksOf<kMath, kCiWarps, kCoWarps, kGroupTaps>))
     grad_weight_gemm_kernel(const T* __restrict__ x, const T* __restrict__ gy, float* __restrict__ partial,
                             float* __restrict__ bias_partial, const __grid_constant__ WeightGradProblem p) {
-  static_assert((kMath == Math::k16Bit) == (sizeof(T) == 2), "16-bit inputs use the 16-bit mma, float32 TF32 or 3xTF32");
+  static_assert((kMath == Math::k16Bit) == (sizeof(T) == 2),
+                "16-bit inputs use the 16-bit mma, float32 TF32 or 3xTF32");
   using Smem = GradWGemmSharedStorage<T, kCiWarps, kCoWarps>;
   using Loader = GradWGemmLoader<T, kMath, kCiWarps, kCoWarps>;
   using Mainloop = GradWGemmMainloop<T, kMath, kCiWarps, kCoWarps, kGroupTaps>;
-  using Epilogue = GradWGemmEpilogue<T, kMath, kCiWarps, kCoWarps, kGroupTaps>;
+  using Epilogue = GradWGemmEpilogue<T, kMath, kCiWarps, kCoWarps, kGroupTaps>;  // (an asynchronous one: here)
   extern __shared__ __align__(16) unsigned char wg_smem[];
   const Smem smem(wg_smem, p);
   const GradWGemmWork<kCiWarps, kCoWarps> work(p);

@@ -12,9 +12,8 @@ namespace convt::cuda {
 template <typename T, Math kMath, int kCiWarps, int kCoWarps, int kGroupTaps>
 struct GradWGemmEpilogue {
   using Smem = GradWGemmSharedStorage<T, kCiWarps, kCoWarps>;
-  using Accumulators = typename GradWGemmMainloop<T, kMath, kCiWarps, kCoWarps, kGroupTaps>::Accumulators;
-
   using Work = GradWGemmWork<kCiWarps, kCoWarps>;
+  using Accumulators = typename GradWGemmMainloop<T, kMath, kCiWarps, kCoWarps, kGroupTaps>::Accumulators;
 
   const WeightGradProblem& p;
   const Work& work;

@@ -37,11 +37,10 @@ struct GradWGemmSharedStorage {
 template <typename T, Math kMath, int kCiWarps, int kCoWarps>
 struct GradWGemmLoader {
   using Smem = GradWGemmSharedStorage<T, kCiWarps, kCoWarps>;
+  using Work = GradWGemmWork<kCiWarps, kCoWarps>;
   static constexpr int kThreads = kGradWThreadsOf<kCiWarps, kCoWarps>;
   static constexpr int kBlockCi = Smem::kBlockCi, kBlockCo = Smem::kBlockCo, kGyRow = Smem::kGyRow;
   static constexpr bool k16 = kMath == Math::k16Bit;
-
-  using Work = GradWGemmWork<kCiWarps, kCoWarps>;
 
   const WeightGradProblem& p;
   const Smem& smem;

@@ -10,14 +10,13 @@ namespace convt::cuda {
 template <typename T, Math kMath, int kCiWarps, int kCoWarps, int kGroupTaps>
 struct GradWGemmMainloop {
   using Smem = GradWGemmSharedStorage<T, kCiWarps, kCoWarps>;
+  using Work = GradWGemmWork<kCiWarps, kCoWarps>;
   using Accumulators = Accumulator<kMath>[kGroupTaps][kGradWTilesN];  // [tap of the group][n8 tile of co]
   static constexpr int kGyRow = Smem::kGyRow;
   static constexpr bool k16 = kMath == Math::k16Bit;
   // A k-step covers kK positions. A lane's two registers of a fragment hold positions `first` and
   // first + kNext (TF32), or the pairs from there (16-bit, the lower position in the low half).
   static constexpr int kK = k16 ? 16 : 8, kNext = kK / 2;
-
-  using Work = GradWGemmWork<kCiWarps, kCoWarps>;
 
   const WeightGradProblem& p;
   const Smem& smem;
