@@ -130,11 +130,12 @@ __global__ void grad_weight_direct_kernel(const scalar_t* __restrict__ grad_y, c
   }
 }
 
-// grad_bias in two fixed-order passes (no atomics; docs/design.md §5.4). First row_sums[n*C_out + co] = sum over j of
-// grad_y[n, co, j], a block per row (coalesced along the row; each thread keeps kLoads sums, so
-// that kLoads loads are in flight, added in a fixed order); then sum_slices_kernel adds the rows
-// of the N batch elements (slices of C_out sums). A contiguous row goes in 16-byte loads from its
-// first 16-byte boundary; the elements before it and after its last whole vector one at a time.
+// grad_bias in two fixed-order passes (no atomics; docs/design.md §5.4). First row_sums[n*C_out + co]
+// = sum over j of grad_y[n, co, j], a block per row (coalesced along the row; each thread keeps
+// kLoads sums, so that kLoads loads are in flight, added in a fixed order); then sum_slices_kernel
+// adds the rows of the N batch elements (slices of C_out sums). A contiguous row goes in 16-byte
+// loads from its first 16-byte boundary; the elements before it and after its last whole vector one
+// at a time.
 template <typename scalar_t, typename acc_t, int kThreads>
 __global__ void grad_y_row_sums_kernel(const scalar_t* __restrict__ grad_y, acc_t* __restrict__ row_sums, ConvTParams p) {
   constexpr int kLoads = 4, kVector = 16 / sizeof(scalar_t);
