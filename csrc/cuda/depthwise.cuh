@@ -1,7 +1,7 @@
 // Depthwise kernels (one input channel per group, C_in/groups == 1): every output row reads one
 // input row, so a block stages a segment of that row in shared memory once and each thread
 // computes kDwPerThread outputs from it, along the row (coalesced loads and stores). Polyphase
-// indexing as in convt.h; any dtype, acc_t accumulation; 64-bit offsets.
+// indexing as in convt.h; any dtype, acc_t accumulation; 64-bit offsets. docs/design.md §6.1.
 #pragma once
 
 #include "plan.h"
@@ -9,8 +9,6 @@
 #include "cuda/direct.cuh"
 
 namespace convt::cuda {
-
-
 
 // Stages w_s[co*K + k] = w[ci, co, k] (and, given bias, b_s[co] = bias[ci*Cog + co] after them):
 // issued beside a row segment's loads, so that one barrier covers both.
@@ -130,8 +128,8 @@ __global__ void __launch_bounds__(kDwThreads)
 // (that is (i + shift_k)*stride + phase_k). Block: one (weight row (ci, co), slice s). Its threads
 // stride over the slice's inputs i in [s*L_in/slices, (s+1)*L_in/slices) of every n in a fixed
 // order, keeping every tap's sum (x is read once per row, not once per tap); fixed-order block sums
-// go to partial[s][row][k], and sum_slices_kernel adds the slices in order: deterministic. Slices
-// give long rows several blocks; 64 registers give four blocks per SM.
+// go to partial[s][row][k], and sum_slices_kernel adds the slices in order: deterministic (§8).
+// Slices give long rows several blocks; 64 registers give four blocks per SM.
 template <typename scalar_t, typename acc_t>
 __global__ void __launch_bounds__(kDwThreads, 4)
     depthwise_grad_weight_kernel(const scalar_t* __restrict__ grad_y, const scalar_t* __restrict__ x,

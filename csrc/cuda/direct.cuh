@@ -1,7 +1,7 @@
 // Direct (CUDA-core) kernels: one thread per output element, loops over the channels of its group
 // and the taps, with the polyphase index formulas of convt.h. They serve every dtype and argument
 // the faster paths leave out (float64, groups of 2-7 channels, more than kMaxGemmTaps taps).
-// 64-bit indices.
+// 64-bit indices. docs/design.md §6.2.
 #pragma once
 
 #include "problem.h"
@@ -130,11 +130,12 @@ __global__ void grad_weight_direct_kernel(const scalar_t* __restrict__ grad_y, c
   }
 }
 
-// grad_bias in two fixed-order passes (no atomics). First row_sums[n*C_out + co] = sum over j of
-// grad_y[n, co, j], a block per row (coalesced along the row; each thread keeps kLoads sums, so
-// that kLoads loads are in flight, added in a fixed order); then sum_slices_kernel adds the rows
-// of the N batch elements (slices of C_out sums). A contiguous row goes in 16-byte loads from its
-// first 16-byte boundary; the elements before it and after its last whole vector one at a time.
+// grad_bias in two fixed-order passes (no atomics; docs/design.md §5.4). First row_sums[n*C_out + co]
+// = sum over j of grad_y[n, co, j], a block per row (coalesced along the row; each thread keeps
+// kLoads sums, so that kLoads loads are in flight, added in a fixed order); then sum_slices_kernel
+// adds the rows of the N batch elements (slices of C_out sums). A contiguous row goes in 16-byte
+// loads from its first 16-byte boundary; the elements before it and after its last whole vector one
+// at a time.
 template <typename scalar_t, typename acc_t, int kThreads>
 __global__ void grad_y_row_sums_kernel(const scalar_t* __restrict__ grad_y, acc_t* __restrict__ row_sums, ConvTParams p) {
   constexpr int kLoads = 4, kVector = 16 / sizeof(scalar_t);
@@ -179,10 +180,10 @@ __global__ void grad_y_row_sums_kernel(const scalar_t* __restrict__ grad_y, acc_
 }
 
 // out[e] = the sum of partial[slice][e] over slices in a fixed order (the second pass of the sliced
-// grad_weight reductions and of grad_bias: deterministic). A block takes 32 consecutive elements, a lane
-// each: warp w adds slices w, w + kSumWarps, ... in order, then lane by lane the warps' sums are
-// added in warp order (one thread per element summing every slice was a chain of dependent loads:
-// 76 us for kb79's 792 slices).
+// grad_weight reductions and of grad_bias: deterministic, docs/design.md §8). A block takes 32
+// consecutive elements, a lane each: warp w adds slices w, w + kSumWarps, ... in order, then lane by
+// lane the warps' sums are added in warp order (kSumWarps loads in flight per element, where one
+// thread summing every slice would be a chain of dependent loads).
 constexpr int kSumWarps = 8;
 template <typename T, typename acc_t>
 __global__ void __launch_bounds__(32 * kSumWarps)

@@ -1,0 +1,77 @@
+// Which output tile, slice and items a grad_weight block works on (docs/design.md §5.1, §5.4).
+// WeightGradTile serves both grad_weight kernels; GradWGemmWork and GradWGemmItems are
+// grad_weight_gemm_kernel's.
+#pragma once
+
+#include "cuda/grad_weight_gemm_common.cuh"
+
+namespace convt::cuda {
+
+// Where block blockIdx.x works (both grad_weight kernels): block = slice * tiles + tile, tile =
+// ((g * ci_tiles + ci_tile) * co_tiles + co_tile) * tap_groups + tap_group; the tile's first ci and
+// co, and how many of its block_ci x block_co rows and columns lie inside the group
+struct WeightGradTile {
+  int64_t slice, g, first_ci, first_co;
+  int tap_group, ci_tile, ci_count, co_count;
+  __device__ __forceinline__ WeightGradTile(const WeightGradProblem& p, int block_ci, int block_co) {
+    const int64_t tile = blockIdx.x % p.tiles;
+    slice = blockIdx.x / p.tiles;
+    tap_group = int(tile % p.tap_groups);
+    const int co_tile = int(tile / p.tap_groups % p.co_tiles);
+    ci_tile = int(tile / p.tap_groups / p.co_tiles % p.ci_tiles);
+    g = tile / p.tap_groups / p.co_tiles / p.ci_tiles;
+    first_ci = g * p.cig + int64_t(ci_tile) * block_ci, first_co = g * p.cog + int64_t(co_tile) * block_co;
+    const int64_t ci_left = p.cig - int64_t(ci_tile) * block_ci, co_left = p.cog - int64_t(co_tile) * block_co;
+    ci_count = ci_left < block_ci ? int(ci_left) : block_ci;
+    co_count = co_left < block_co ? int(co_left) : block_co;
+  }
+  // partial's index of (ci, co) of the tile, tap k (partial[slice][(g*Cig + ci) * Cog + co][k])
+  __device__ __forceinline__ int64_t partial_index(const WeightGradProblem& p, int ci, int co, int k) const {
+    return ((first_ci + ci) * p.cog + (first_co - g * p.cog + co)) * p.taps + k;
+  }
+};
+
+// What a block of grad_weight_gemm_kernel works on (its tile, and the tap group's phase, tap count
+// and largest shift), and this thread's place in it: warp (warp % kCiWarps, warp / kCiWarps) holds
+// the 16 ci x 32 co warp tile from (warp_ci, warp_co). With grad_bias (TF32), every block of a phase
+// (ci tiles x the phase's tap groups: bias_share of them) stages every item of its slice, so the
+// items are dealt round robin: this block sums the gy of every bias_share-th item from bias_rank.
+// A persistent or ping-pong schedule would make one of these per tile it hands out.
+template <int kCiWarps, int kCoWarps>
+struct GradWGemmWork {
+  int lane, warp, warp_ci, warp_co;
+  WeightGradTile tile;
+  int phase, count, shift_max;
+  int bias_share, bias_rank;
+  __device__ __forceinline__ GradWGemmWork(const WeightGradProblem& p)
+      : lane(threadIdx.x % 32), warp(threadIdx.x / 32), warp_ci((warp % kCiWarps) * 16),
+        warp_co((warp / kCiWarps) * kGradWTilesN * 8), tile(p, 16 * kCiWarps, kGradWBlockCoOf<kCoWarps>),
+        phase(p.group_phase[tile.tap_group]), count(p.group_count[tile.tap_group]),
+        shift_max(p.group_shift_max[tile.tap_group]),
+        bias_share(p.ci_tiles * p.group_phase_groups[tile.tap_group]),
+        bias_rank(tile.ci_tile * p.group_phase_groups[tile.tap_group] + p.group_phase_index[tile.tap_group]) {}
+};
+
+// The items (n, m chunk) of the block's slice, [slice * items / slices, (slice + 1) * items / slices),
+// in order: for (item = first(); item < end; item = next(item)), and which of them are the block's
+// grad_bias items (GradWGemmWork). A ping-pong of two consumer groups would take first() + its
+// index and steps of two here. (The bound is compared in the caller: a member function comparing
+// its argument with `end` has the compiler swap the operands, which changes the code.)
+struct GradWGemmItems {
+  int64_t begin, end;
+  int bias_share, bias_turn;  // bias_turn: items until this block's next grad_bias item
+  template <typename Work>
+  __device__ __forceinline__ GradWGemmItems(const WeightGradProblem& p, const Work& work)
+      : begin(work.tile.slice * p.items / p.slices), end((work.tile.slice + 1) * p.items / p.slices),
+        bias_share(work.bias_share), bias_turn(work.bias_rank) {}
+  __device__ __forceinline__ int64_t first() const { return begin; }
+  __device__ __forceinline__ int64_t next(int64_t item) const { return item + 1; }
+  // Whether this item (the items taken in order) is one of this block's grad_bias items
+  __device__ __forceinline__ bool take_bias_turn(bool sums_bias) {
+    const bool bias_item = sums_bias && bias_turn == 0;
+    bias_turn = bias_turn == 0 ? bias_share - 1 : bias_turn - 1;
+    return bias_item;
+  }
+};
+
+}  // namespace convt::cuda
