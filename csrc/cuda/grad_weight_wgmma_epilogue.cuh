@@ -28,7 +28,7 @@ struct WgmmaWeightGradEpilogue {
   // grad_bias's partial sums of a bias block: column 64 of the ones column (16-bit) or the register
   // sums (TF32), slice 0 adding the phase positions outside tap slot 0's range from gy; then
   // bias_partial[slice][phase][g*Cog + co], the four lanes of each row added in a fixed order
-  __device__ __forceinline__ void store_bias(Accumulators& acc) const {
+  __device__ __forceinline__ void store_bias(const Accumulators& acc) const {
     if (!tile.bias_block) return;
     const int lane = tile.lane, warp = tile.warp;
     float (&bias_sums)[2] = acc.bias_sums;

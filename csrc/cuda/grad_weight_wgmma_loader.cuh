@@ -1,13 +1,16 @@
-// The loaders of grad_weight_wgmma_kernel (docs/design.md §5.3): global -> shared, per item (n,
-// chunk of kGradWPositions x positions from i0)
+// The loaders of grad_weight_wgmma_kernel (docs/design.md §5.3): global -> shared. Per item (n,
+// chunk of kGradWPositions x positions from i0) they stage
 //   x_s[ci][q]             x[n, ci, i0 + q]                                 q in [0, kGradWPositions)
 //   gy_s[co][offset + q]   gy[n, co, (i0 + shift_min + q)*stride + phase]   q in [0, kGradWPositions + span)
-// (merged: each co's whole window, elements (i0 + shift_min)*s - phase_origin + e), zero outside
-// the tensors, in the input's type.
-//  - WgmmaWeightGradLoader: the one-warpgroup tiles, double-buffered, every thread's cp.async copies
-//    (and TF32's rounding pass over them);
-//  - WgmmaWeightGradProducer: the pipelined tiles' producer warpgroup, x_s by TMA boxes and gy_s by
-//    cp.async chunks into the ring's stages.
+// (merged: each co's whole window, gy_s[co][offset + e] = gy[n, co, (i0 + shift_min)*s - phase_origin
+// + e]), zero outside the tensors, in the input's type: x_s as wgmma's B (K-major rows of 128 bytes,
+// swizzled: wgmma.cuh; float rows are two such halves), gy_s in padded rows, each window at its row's
+// offset (0, or the window start's misalignment where 16-byte chunks copy it).
+//  - WgmmaWeightGradLoader: the one-warpgroup tiles, double-buffered: every thread's cp.async copies,
+//    and TF32's pass rounding its own landed copies in place;
+//  - WgmmaWeightGradProducer: the pipelined tiles' producer warpgroup: x_s by TMA boxes of p.x_map
+//    (float as TFLOAT32: the copy rounds to nearest), gy_s by every producer thread's cp.async
+//    chunks, or a lane a row (stage_window) where an item's windows reach past a row's ends.
 #pragma once
 
 #include "cuda/grad_weight_wgmma_scheduler.cuh"
@@ -25,7 +28,9 @@ struct WgmmaWeightGradLoader {
   const T* x;
   const T* gy;
 
-  // Item `item` into buffer `buffer`. The visitors get the shared slot, the source, for vector copies
+  // Item `item` into buffer `buffer`: x in vector copies (a thread keeps its column q and steps
+  // through the rows) or one element at a time with a warp per row and lanes along positions; gy in
+  // chunks spread over the block or element by element. The visitors get the shared slot, the source, for vector copies
   // the vector size, and how many elements lie inside (or whether the element does); the same walk
   // serves the TF32 pass over this thread's landed copies. The loops stay rolled (unrolled, the
   // addresses they hoist out of the item loop cost registers). gy_copies false: x's copies only.
@@ -35,6 +40,9 @@ struct WgmmaWeightGradLoader {
     const auto row = p.div_chunks_per_row.divmod(unsigned(item));
     const int64_t n = row.div, i0 = int64_t(row.mod) * kGradWPositions;
     unsigned char* x_s = smem.x_s(buffer);
+    // x_s element (ci, q): byte b = q * sizeof(T) of the row lies in half b / 128, at 16-byte chunk
+    // (b % 128) / 16 swizzled by the row's place in its atom of 8 (wgmma.cuh). (A local lambda: as a
+    // member function the swizzle's arithmetic compiled differently.)
     auto x_slot = [&](unsigned char* x_s, int ci, int q) {
       const int byte = q * int(sizeof(T)), in_row = byte % kWgmmaRowBytes;
       return reinterpret_cast<T*>(x_s + byte / kWgmmaRowBytes * Tr::kHalfBytes + ci * kWgmmaRowBytes +

@@ -26,23 +26,24 @@ struct WgmmaWeightGradMainloop {
   const WgmmaWeightGradSmem<Tr>& smem;
   const T* gy;
 
-  // An item's operands in shared memory: this warpgroup's x_s, and this lane's two A rows in gy_s
+  // An item's operands: this warpgroup's x_s, and this lane's A rows in gy_s (compute_item's locals,
+  // referred to: a struct holding their values compiled differently in the 16-bit bias kernels)
   struct Operands {
-    const unsigned char* x_s;
-    const T* a_rows[2];     // merged: row (co, r) at tap slot 0, else at shift 0
-    int lane_position;      // of the lane's first A value in a k-step
-    int window_parity;      // of every row's offset (16-bit chunks: rows of whole 32-bit words)
-    int positions_inside;   // of the item, inside x (< kGradWPositions: the last chunk of a row)
+    const unsigned char* const& x_s;
+    const T* const (&a_rows)[2];    // the lane's rows g and g + 8
+    const int& lane_position;       // of the lane's first A value in a k-step
+    const int& window_parity;       // of the rows' window offsets
+    const int& positions_inside;    // of the item, inside x (< kGradWPositions: the last chunk of a row)
   };
 
   // Item `item` from x_s (this warpgroup's) and gy_s, both landed: the products into acc
-  __device__ __forceinline__ void compute_item(Accumulators& acc, int64_t item, const unsigned char* x_s, const T* gy_s) const {
+  __device__ __forceinline__ void compute_item(const Accumulators& acc, int64_t item, const unsigned char* x_s, const T* gy_s) const {
     const auto row = p.div_chunks_per_row.divmod(unsigned(item));
     const int64_t i0 = int64_t(row.mod) * kGradWPositions, first_element = tile.window_start(i0 + tile.shift_min);
     const int lane_position = k16 ? 2 * (tile.lane % 4) : tile.lane % 4;
     const bool chunks = Tr::kPipelined || tile.chunked(first_element);  // (pipelined: every window from its 16-byte boundary)
-    const T* a_rows[2];
-    int window_parity = 0;
+    const T* a_rows[2];     // merged: row (co, r) at tap slot 0, else at shift 0
+    int window_parity = 0;  // of every row's offset (16-bit chunks: rows of whole 32-bit words)
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       // (merged rows past the tile's: its last gy_s row, whose products are not written)
@@ -54,10 +55,11 @@ struct WgmmaWeightGradMainloop {
                                  : gy_s + co * smem.gy_row + offset + lane_position - tile.shift_min;
       window_parity = offset % 2;
     }
+    // kEdge: the item reaches past L_in; the A values of positions i >= L_in are dropped (x_s holds 0
+    // there, but 0 x Inf or NaN in gy is NaN)
     const int positions_inside = int(min(int64_t(kGradWPositions), p.length_in - i0));
-    Operands in;
-    in.x_s = x_s; in.a_rows[0] = a_rows[0]; in.a_rows[1] = a_rows[1]; in.lane_position = lane_position; in.window_parity = window_parity; in.positions_inside = positions_inside;
-    if (in.positions_inside < kGradWPositions) {
+    const Operands in{x_s, a_rows, lane_position, window_parity, positions_inside};
+    if (positions_inside < kGradWPositions) {
       multiply_item<true>(acc, in);
     } else {
       multiply_item<false>(acc, in);
@@ -66,7 +68,7 @@ struct WgmmaWeightGradMainloop {
 
   // The item's k-steps in the form its block and item take (every form a compile-time specialization)
   template <bool kEdge>
-  __device__ __forceinline__ void multiply_item(Accumulators& acc, const Operands& in) const {
+  __device__ __forceinline__ void multiply_item(const Accumulators& acc, const Operands& in) const {
     if (Tr::kRegisterSums && tile.bias_block) {
       multiply<kEdge, Tr::kRegisterSums, -1>(acc, in);
       return;
@@ -88,7 +90,7 @@ struct WgmmaWeightGradMainloop {
   // set loaded next. The sets and the accumulators are pinned by empty asm operands so that the
   // compiler neither reuses nor copies them while a group runs.
   template <bool kEdge, bool kBias, int kPairs>
-  __device__ __forceinline__ void multiply(Accumulators& acc, const Operands& in) const {
+  __device__ __forceinline__ void multiply(const Accumulators& acc, const Operands& in) const {
     uint32_t a[2][kTaps][4];
 #pragma unroll
     for (int kstep = 0; kstep < kGradWPositions / kK; ++kstep) {
@@ -128,7 +130,7 @@ struct WgmmaWeightGradMainloop {
       }
     }
     // merged: register place e's value of slot t lies t positions (t*stride elements) past slot 0's;
-    // with the 16-bit pair's second value there are kTaps (+ 1) of them (slots past tile.count repeat tap 0)
+    // with the 16-bit pair's second value there are kTaps (+ 1) of them (slots past count repeat tap 0)
     constexpr int kMergedValues = kTaps + (k16 ? 1 : 0);
     uint32_t merged_values[4][kMergedValues];  // 16-bit: the value's bits in the low half
     if constexpr (Tr::kMerged) {
@@ -200,7 +202,7 @@ struct WgmmaWeightGradMainloop {
 
   // One k-step's wgmma for every tap slot (16-bit grad_bias: slot 0's as m64n72, the ones column),
   // as one committed group
-  __device__ __forceinline__ void issue_kstep(Accumulators& acc, uint32_t (&set)[kTaps][4], uint64_t b) const {
+  __device__ __forceinline__ void issue_kstep(const Accumulators& acc, uint32_t (&set)[kTaps][4], uint64_t b) const {
 #pragma unroll
     for (int t = 0; t < kTaps; ++t) wgmma_fence_operand(set[t]), wgmma_fence_accumulators(acc.acc[t]);
     if constexpr (Tr::kOnesColumn) wgmma_fence_accumulators(acc.ones_acc);
@@ -224,7 +226,7 @@ struct WgmmaWeightGradMainloop {
   // The pipelined tiles' consumer warpgroups: each item's stage once full, then released to the
   // producer (a warp each on `empty`). x_s lands rounded to TF32 (the tensor map's TFLOAT32); gy's A
   // values round as they load.
-  __device__ __forceinline__ void consume(Accumulators& acc, const WgmmaWeightGradScheduler& items,
+  __device__ __forceinline__ void consume(const Accumulators& acc, const WgmmaWeightGradScheduler& items,
                                           const WgmmaWeightGradRing& ring) const {
     set_max_registers<kConsumerRegisters, true>();
     WgmmaWeightGradRingPosition at;

@@ -51,13 +51,6 @@ struct WgmmaWeightGradSmem {
   __device__ __forceinline__ unsigned char* x_s(int index) const { return x_buffers + index * Tr::kXBytes; }
   __device__ __forceinline__ T* gy_s(int buffer) const { return gy_buffers + buffer * gy_rows * gy_row; }
   __device__ __forceinline__ uint64_t* barriers() const { return reinterpret_cast<uint64_t*>(gy_s(buffers)); }
-  // x_s element (ci, q): byte b = q * sizeof(T) of the row lies in half b / 128, at 16-byte chunk
-  // (b % 128) / 16 swizzled by the row's place in its atom of 8 (wgmma.cuh)
-  __device__ __forceinline__ T* x_slot(unsigned char* x_s, int ci, int q) const {
-    const int byte = q * int(sizeof(T)), in_row = byte % kWgmmaRowBytes;
-    return reinterpret_cast<T*>(x_s + byte / kWgmmaRowBytes * Tr::kHalfBytes + ci * kWgmmaRowBytes +
-                                ((in_row / 16) ^ swizzle_of_row(ci % 8, kWgmmaRowBytes)) * 16 + in_row % 16);
-  }
 };
 
 // This thread's place: lane, warp of its warpgroup, and (pipelined) its consumer warpgroup, whose
@@ -136,23 +129,16 @@ struct WgmmaWeightGradTile : WgmmaThreadPlace, WeightGradTile {
   }
 };
 
-// A block's sums: wgmma.cuh's d of each tap slot, grad_bias's register sums (TF32 bias blocks:
-// rows co 16 * warp + lane / 4 and 8 more), and the ones column's accumulators (16-bit: slot 0's
-// columns 64-71, column 64 the sums). Indexed only by constants after unrolling: registers.
+// A thread's sums, three register arrays of the kernel: wgmma.cuh's d of each tap slot, grad_bias's
+// register sums (TF32 bias blocks: rows co 16 * warp + lane / 4 and 8 more) and the ones column's
+// accumulators (16-bit: slot 0's columns 64-71, column 64 the sums). The pieces get them by
+// reference and index them only by constants after unrolling, so they stay in registers. (One
+// struct holding the arrays compiled to more instructions than the three arrays.)
 template <int kTaps>
 struct WgmmaWeightGradAccumulators {
-  float acc[kTaps][kWgmmaBlockCi / 2];
-  float bias_sums[2];
-  float ones_acc[4];
-  __device__ __forceinline__ WgmmaWeightGradAccumulators() {
-#pragma unroll
-    for (int t = 0; t < kTaps; ++t)
-#pragma unroll
-      for (int e = 0; e < kWgmmaBlockCi / 2; ++e) acc[t][e] = 0.0f;
-    bias_sums[0] = bias_sums[1] = 0.0f;
-#pragma unroll
-    for (int e = 0; e < 4; ++e) ones_acc[e] = 0.0f;
-  }
+  float (&acc)[kTaps][kWgmmaBlockCi / 2];
+  float (&bias_sums)[2];
+  float (&ones_acc)[4];
 };
 
 }  // namespace convt::cuda
