@@ -1,6 +1,7 @@
-// The item scheduler of grad_weight_wgmma_kernel: which tile and which items a block takes
-// (docs/design.md §5.1). A block owns one output tile and one slice of the (n, chunk) items, and
-// walks the slice's items in order; the slices' sums are added in a fixed order afterwards (§8).
+// The scheduler of grad_weight_wgmma_kernel (docs/design.md §5.1): a block owns one output tile and
+// one slice of the (n, chunk) items (both from blockIdx.x: WeightGradTile, as grad_weight_gemm.cuh's
+// blocks), and walks the slice's items in order; the slices' sums are added in a fixed order
+// afterwards (§8). With the items, the ring of stages through which the pipelined tiles walk them.
 #pragma once
 
 #include "cuda/grad_weight_gemm.cuh"
