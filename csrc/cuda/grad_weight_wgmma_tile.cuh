@@ -66,7 +66,7 @@ struct WgmmaThreadPlace {
 
 // The block's tile (WeightGradTile: group, ci and co tiles, slice, by blockIdx.x) with its tap
 // group, and this thread's place in it (bases and members initialized in the order the kernel
-// computed them before it was cut into pieces: another order compiled to other register counts). A block with a tap group of `count` < kTaps taps computes
+// computed them before it was cut into pieces, which keeps its register allocation). A block with a tap group of `count` < kTaps taps computes
 // tap 0 in the empty slots and does not write them, so that no branch lies between the wgmma of a
 // k-step (§5.3).
 template <class Tr>
