@@ -102,9 +102,8 @@ struct ImplicitGemmOutput {
   int lane, warp;
 
   __device__ __forceinline__ ImplicitGemmOutput(const GemmProblem& problem, const T* bias_, T* out_, float* y_s_, int lane_, int warp_)
-      : p(problem), bias(bias_), out(out_), y_s(y_s_), lane(lane_), warp(warp_) {
-    clear_y_s = p.stage_output && p.out_phases < p.out_step;
-  }
+      : p(problem), bias(bias_), out(out_), y_s(y_s_), clear_y_s(problem.stage_output && problem.out_phases < problem.out_step),
+        lane(lane_), warp(warp_) {}
 
   // The tile's rows of out, and their bias
   __device__ __forceinline__ T* out_row(const GemmTile& tile, int row) const {
@@ -226,8 +225,8 @@ struct ImplicitGemmEpilogue : ImplicitGemmOutput<T, kBlockMOf<kWarpTilesM, kWarp
         const float first = wg.acc[0][4 * j + half], second = wg.acc[0][4 * j + 2 + half];  // columns col, col + 8
         T* out_positions = first_row_positions + int64_t(row) * p.out_length;
         if (p.stage_output) {
-          float* y = y_s + (row + 2 * (lane % 4)) * p.y_row_elements + shift_of(out_positions + first_position(tile)) + phase +
-                     warp_first_col * p.out_step;
+          float* y = y_s + ((row + 2 * (lane % 4)) * p.y_row_elements + shift_of(out_positions + first_position(tile)) + phase +
+                            warp_first_col * p.out_step);
           y[0] = first;
           y[8 * p.out_step] = second;
           continue;
@@ -252,7 +251,7 @@ struct ImplicitGemmEpilogue : ImplicitGemmOutput<T, kBlockMOf<kWarpTilesM, kWarp
         const int row = tile.row_tile * kBlockM + tile_row;
         T* out_positions = out_row(tile, row);
         if (p.stage_output) {
-          float* y = y_s + tile_row * p.y_row_elements + shift_of(out_positions + first_position(tile)) + phase;
+          float* y = y_s + (tile_row * p.y_row_elements + shift_of(out_positions + first_position(tile)) + phase);
 #pragma unroll
           for (int nt = 0; nt < kWarpTilesN; ++nt) {
             const int tile_col = warp_col + nt * 8 + 2 * (lane % 4);

@@ -71,7 +71,7 @@ struct ImplicitGemmSmem {
     const int weight_buffers = p.resident ? 1 : 2;
     w_buffers = smem;
     x_buffers = reinterpret_cast<T*>(smem + weight_buffers * p.weight_slots * p.slot_words);
-    y_s = reinterpret_cast<float*>(smem + weight_buffers * p.weight_slots * p.slot_words + 2 * p.x_words);
+    y_s = reinterpret_cast<float*>(smem + (weight_buffers * p.weight_slots * p.slot_words + 2 * p.x_words));
     x_buffer_elements = p.x_words * 4 / int(sizeof(T));
   }
 };
@@ -246,8 +246,7 @@ struct ImplicitGemmLoader {
   const uint32_t* packed_w;
   ImplicitGemmSmem<T> smem;
   XWindowStager<T, kBlockN, kShiftedRows, kMerge> x;
-  int64_t tile_words;         // one (g, row_tile, chunk) of packed_w
-  int64_t resident_key = -1;  // resident: the GemmTile::weight_key whose weight w_buffers holds
+  int64_t tile_words;  // one (g, row_tile, chunk) of packed_w
 
   __device__ __forceinline__ ImplicitGemmLoader(const GemmProblem& problem, const T* in, const uint32_t* packed,
                                                 const ImplicitGemmSmem<T>& buffers)
@@ -259,8 +258,9 @@ struct ImplicitGemmLoader {
   }
 
   // Resident weights (docs/design.md §3.3): (re)loads every chunk and tap of the tile's (g,
-  // row_tile) when the tile's weight is not the one held, and waits for it
-  __device__ __forceinline__ void load_resident_weight(const GemmTile& tile) {
+  // row_tile) when the tile's weight is not the one held (resident_key: the GemmTile::weight_key of
+  // the weight w_buffers holds, -1 for none), and waits for it
+  __device__ __forceinline__ void load_resident_weight(const GemmTile& tile, int64_t& resident_key) const {
     if (p.resident && tile.weight_key() != resident_key) {
       const int64_t words = p.chunks * tile_words;
       const uint32_t* from = packed_w + (int64_t(tile.g) * p.row_tiles + tile.row_tile) * words;

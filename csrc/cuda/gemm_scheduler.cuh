@@ -69,20 +69,18 @@ struct GemmScheduler {
     return int(p.div_tile_parts.mod(part)) * part_steps;
   }
   // The step after (part, step): the part's next step, or the first step of the block's next part
-  // when this one ends (`valid`: there is one)
+  // when this one ends (`valid`: there is one; `new_tile`: it belongs to another tile, tile_of(part))
   struct Next {
     unsigned part;
     int step;
-    GemmTile tile;
-    bool valid;
+    bool valid, new_tile;
   };
-  __device__ __forceinline__ Next after(unsigned part, int step, const GemmTile& tile, bool phase_ends, bool tile_ends,
-                                        int part_steps) const {
+  __device__ __forceinline__ Next after(unsigned part, int step, bool phase_ends, bool tile_ends, int part_steps) const {
     const bool next_part = p.tile_parts > 1 ? phase_ends : tile_ends;
     const unsigned next_index = next_part ? next(part) : part;
     const bool has_next = has_part(next_index);
     const int next_step = next_part ? (has_next ? first_step_of(next_index, part_steps) : 0) : step + 1;
-    return Next{next_index, next_step, next_part && has_next ? tile_of(next_index) : tile, has_next};
+    return Next{next_index, next_step, has_next, next_part && has_next};
   }
 };
 

@@ -112,13 +112,14 @@ __global__ void __launch_bounds__(kGemmThreads, kMath == Math::k3xTF32 ? 1 : 2) 
   const int steps = p.out_phases * p.in_phases * p.chunks;          // reduction steps of a tile
   const int phase_steps = p.in_phases * p.chunks;                   // steps of one out_phase
   const int part_steps = p.tile_parts == 1 ? steps : phase_steps;   // steps of one part (tile_parts: 1 or out_phases)
-  ImplicitGemmLoader<T, kMath, kBlockN, kShiftedRows, kMerge> loader(p, in, packed_w, buffers);
+  const ImplicitGemmLoader<T, kMath, kBlockN, kShiftedRows, kMerge> loader(p, in, packed_w, buffers);
   const ImplicitGemmEpilogue<T, kMath, kWarpTilesM, kWarpsM, kWarpgroups, kMerge> epilogue(p, bias, out, buffers.y_s, lane, warp);
   const GemmScheduler scheduler(p);
   epilogue.clear_staging();
 
   typename Mainloop::Accumulators acc;  // mma.sync tiles
   typename Mainloop::Warpgroup wg;      // warpgroup tiles
+  int64_t resident_key = -1;            // the weight the resident buffer holds (ImplicitGemmLoader)
   unsigned part = scheduler.first();
   if (!scheduler.has_part(part)) return;
   GemmTile tile = scheduler.tile_of(part);
@@ -128,10 +129,11 @@ __global__ void __launch_bounds__(kGemmThreads, kMath == Math::k3xTF32 ? 1 : 2) 
   mainloop.clear(acc, wg);
   while (true) {
     const bool phase_ends = phase_step == phase_steps - 1, tile_ends = step_index == steps - 1;
-    loader.load_resident_weight(tile);
+    loader.load_resident_weight(tile, resident_key);
     // the next step, prefetched into the other buffer while this one computes
-    const GemmScheduler::Next next = scheduler.after(part, step_index, tile, phase_ends, tile_ends, part_steps);
-    if (next.valid) loader.stage(next.tile, GemmStep(next.step, p), buffer ^ 1);
+    const GemmScheduler::Next next = scheduler.after(part, step_index, phase_ends, tile_ends, part_steps);
+    const GemmTile next_tile = next.new_tile ? scheduler.tile_of(next.part) : tile;
+    if (next.valid) loader.stage(next_tile, GemmStep(next.step, p), buffer ^ 1);
     cp_async_commit();
     cp_async_wait<1>();
     loader.round_x(buffer);
@@ -153,7 +155,7 @@ __global__ void __launch_bounds__(kGemmThreads, kMath == Math::k3xTF32 ? 1 : 2) 
     part = next.part;
     step_index = next.step;
     phase_step = phase_ends ? 0 : phase_step + 1;  // parts start with an out_phase
-    tile = next.tile;
+    tile = next_tile;
     buffer ^= 1;
   }
   cp_async_wait<0>();
