@@ -276,7 +276,6 @@ struct ImplicitGemmEpilogue : ImplicitGemmOutput<T, kBlockMOf<kWarpTilesM, kWarp
         }
       }
   }
-
 };
 
 // ---- pipelined_gemm_kernel -----------------------------------------------------------------------

@@ -76,6 +76,25 @@ struct ImplicitGemmSmem {
   }
 };
 
+// body(ch, copy) for this thread's copies of a step's x_s: the chunk_channels (merged channels:
+// staged_rows) x row_copies copies spread over the whole block (the staging and the rounding pass
+// walk the same ones)
+template <Merge kMerge, typename Body>
+__device__ __forceinline__ void for_each_x_copy(const GemmProblem& p, Body&& body) {
+  // (a loop of its own: one loop with the bound chosen by kMerge changes other kernels' code)
+  if constexpr (kMerge == Merge::kChannels) {
+    for (int index = threadIdx.x; index < p.staged_rows * p.row_copies; index += kGemmThreads) {
+      const auto q = p.div_row_copies.divmod(unsigned(index));
+      body(int(q.div), int(q.mod));
+    }
+    return;
+  }
+  for (int index = threadIdx.x; index < p.chunk_channels * p.row_copies; index += kGemmThreads) {
+    const auto q = p.div_row_copies.divmod(unsigned(index));
+    body(int(q.div), int(q.mod));
+  }
+}
+
 // x_s of a step (docs/design.md §3.3): x_s[ch][pos] = in[n, ch, (col0 + first_offset - lead +
 // pos)*in_step + in_phase], zero outside, by cp.async (16-bit single elements by synchronous loads),
 // each thread its share of the copies (for_each_x_copy)
@@ -83,25 +102,6 @@ template <typename T, int kBlockN, bool kShiftedRows, Merge kMerge>
 struct XWindowStager {
   const GemmProblem& p;
   const T* in;
-
-  // body(ch, copy) for this thread's copies of x_s: the chunk_channels (merged channels: staged_rows)
-  // x row_copies copies of a step spread over the whole block (the staging and the rounding pass walk
-  // the same ones)
-  template <typename Body>
-  __device__ __forceinline__ void for_each_x_copy(Body&& body) const {
-    // (a loop of its own: one loop with the bound chosen by kMerge changes other kernels' code)
-    if constexpr (kMerge == Merge::kChannels) {
-      for (int index = threadIdx.x; index < p.staged_rows * p.row_copies; index += kGemmThreads) {
-        const auto q = p.div_row_copies.divmod(unsigned(index));
-        body(int(q.div), int(q.mod));
-      }
-      return;
-    }
-    for (int index = threadIdx.x; index < p.chunk_channels * p.row_copies; index += kGemmThreads) {
-      const auto q = p.div_row_copies.divmod(unsigned(index));
-      body(int(q.div), int(q.mod));
-    }
-  }
 
   __device__ __forceinline__ void stage(const GemmTile& tile, const GemmStep& step, T* x_s) const {
     if constexpr (kMerge == Merge::kChannels) {
@@ -133,7 +133,7 @@ struct XWindowStager {
     const int64_t first_row = int64_t(step.chunk) * p.staged_rows;      // of the group
     const T* in_rows = in + tile.n * p.in_batch_stride + (tile.g * group_rows + first_row) * p.in_channel_stride;
     const int first_position = (tile.col_tile * kBlockN + p.first_offset) * p.channel_phases - p.channel_origin - p.lead;
-    for_each_x_copy([&](int row, int copy) {
+    for_each_x_copy<kMerge>(p, [&](int row, int copy) {
       const int position = first_position + copy * kChunk;  // (a multiple of kChunk: lead)
       const int inside = first_row + row < group_rows && position >= 0 ? max(0, min(kChunk, p.in_length - position)) : 0;
       const T* from = inside ? in_rows + row * p.in_channel_stride + position : in;
@@ -148,14 +148,14 @@ struct XWindowStager {
     const int first = window_start(tile);
     const T* in_chunk = this->in_chunk(tile, step);
     if (chunked_rows<T>(first)) {
-      for_each_x_copy([&](int ch, int copy) {
+      for_each_x_copy<kMerge>(p, [&](int ch, int copy) {
         const int position = first - elements_past_16_bytes(in_chunk + ch * p.in_channel_stride + first) + copy * kChunk;
         const int inside = channel_inside(step, ch) ? max(0, min(kChunk, p.in_length - position)) : 0;
         const T* from = inside ? in_chunk + ch * p.in_channel_stride + position : in;
         cp_async<16>(x_s + ch * p.x_row_elements + copy * kChunk, from, inside * int(sizeof(T)));
       });
     } else {
-      for_each_x_copy([&](int ch, int copy) {
+      for_each_x_copy<kMerge>(p, [&](int ch, int copy) {
         T values[kChunk];
 #pragma unroll
         for (int e = 0; e < kChunk; ++e) {
@@ -211,7 +211,7 @@ struct XWindowStager {
     // in_step 1, contiguous aligned rows, `first` a multiple of copy_elements: copies of kBytes
     auto copy_vectors = [&](auto bytes) {
       constexpr int kBytes = decltype(bytes)::value, kElements = kBytes / int(sizeof(T));
-      for_each_x_copy([&](int ch, int copy) {
+      for_each_x_copy<kMerge>(p, [&](int ch, int copy) {
         const int position = first + copy * kElements;
         const int inside = channel_inside(step, ch) && position >= 0 ? max(0, min(kElements, p.in_length - position)) : 0;
         const T* from = inside ? in_chunk + ch * p.in_channel_stride + position : in;
@@ -226,7 +226,7 @@ struct XWindowStager {
     } else if constexpr (sizeof(T) == 2) {  // pairs (single 16-bit elements: above)
       copy_vectors(std::integral_constant<int, 4>());
     } else {  // one float a copy
-      for_each_x_copy([&](int ch, int pos) {
+      for_each_x_copy<kMerge>(p, [&](int ch, int pos) {
         const int position = element_position(pos);
         const bool inside = element_inside(step, ch, position);
         const T* from = inside ? in_chunk + ch * p.in_channel_stride + position * p.in_length_stride : in;
@@ -234,7 +234,6 @@ struct XWindowStager {
       });
     }
   }
-
 };
 
 // implicit_gemm_kernel's loader: stages a step, its x_s (XWindowStager) and unless resident the
@@ -290,7 +289,7 @@ struct ImplicitGemmLoader {
       auto round_copies = [&](auto elements) {  // copies of kElements floats, in one shared load and store
         constexpr int kElements = decltype(elements)::value;
         struct alignas(4 * kElements) Copy { float v[kElements]; };
-        x.for_each_x_copy([&](int ch, int copy) {
+        for_each_x_copy<kMerge>(p, [&](int ch, int copy) {
           Copy* values = reinterpret_cast<Copy*>(x_s + ch * p.x_row_elements + copy * kElements);
           Copy c = *values;
 #pragma unroll
