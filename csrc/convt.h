@@ -1,7 +1,7 @@
-// The shared vocabulary of the CPU and CUDA paths: the integer arguments, the one
+// The torch-facing vocabulary of the CPU and CUDA paths: the integer arguments, the one
 // shape-and-validation helper (used by the CPU path, the CUDA path and — through the
-// convt::_conv_transpose1d_output_size op — the fake implementation), the params struct,
-// and the polyphase index formulas.
+// convt::_conv_transpose1d_output_size op — the fake implementation), make_params and the op
+// front ends. The params struct and the polyphase index formulas are in problem.h.
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -65,8 +65,8 @@ __device__ __forceinline__ int elements_past_16_bytes(const T* at) {
 
 // float32 to TF32 (its low 13 mantissa bits zero), to nearest, as cuDNN's kernels for the GPU round:
 // on sm_90 ties to even (cuDNN's Hopper kernels, and TMA's TFLOAT32 copies), before it ties away from
-// zero (its sm_80 kernels; cvt.rn.tf32 needs sm_90). KernelBench's allclose(1e-4) against cuDNN's TF32
-// result fails at the ties otherwise (H100, session 23: kb64 and kb79 1,418 and 3,992 outputs).
+// zero (its sm_80 kernels; cvt.rn.tf32 needs sm_90). Ties broken the other way differ from cuDNN's
+// TF32 result by about 1e-4 (docs/design.md §7; docs/perf/2026-11-27-tf32-rounding.md).
 __device__ __forceinline__ uint32_t to_tf32(float value) {
   uint32_t result;
 #if __CUDA_ARCH__ >= 900

@@ -53,7 +53,7 @@ __device__ __forceinline__ uint64_t swizzled_b_descriptor(const void* b) {
 // Ordering: registers (A, accumulators) written before a wgmma need wgmma_fence(); a batch of wgmma
 // is committed as one group and waited for before its accumulators are read, B's shared memory is
 // overwritten or its A registers are reused (ptxas does not keep them: loading the next batch's A
-// while one ran gave wrong sums, session 12).
+// while one runs gives wrong sums).
 // B written to shared memory by ordinary stores or cp.async needs fence_async_shared() in each
 // writing thread before the barrier that precedes the wgmma.
 __device__ __forceinline__ void wgmma_fence() {
