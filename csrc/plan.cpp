@@ -414,7 +414,8 @@ std::optional<WeightGradPlan> plan_grad_weight(const ConvTParams& p, const Tenso
   g.warpgroups = one_pass && limits.wgmma && p.in_channels_per_group > 32 && p.out_channels_per_group > 32;
   g.merged = merge && g.warpgroups && phases_merge(p) && p.stride <= kWgmmaBlockCo;  // (a tile: at least a co's rows)
   if (merge && !g.merged) return std::nullopt;
-  g.batch = p.batch, g.groups = p.groups, g.cig = p.in_channels_per_group, g.cog = p.out_channels_per_group;
+  g.batch = p.batch, g.groups = p.groups;
+  g.in_channels_per_group = p.in_channels_per_group, g.out_channels_per_group = p.out_channels_per_group;
   g.x_batch_stride = p.x_batch_stride, g.x_channel_stride = p.x_channel_stride, g.x_length_stride = p.x_length_stride;
   g.gy_batch_stride = p.y_batch_stride, g.gy_channel_stride = p.y_channel_stride, g.gy_length_stride = p.y_length_stride;
   g.length_in = int(p.length_in), g.length_out = int(p.length_out), g.stride = int(p.stride), g.taps = int(p.kernel_size);
@@ -513,8 +514,8 @@ std::optional<WeightGradPlan> plan_grad_weight(const ConvTParams& p, const Tenso
   }
   if (g.window_row_elements > 1024) return std::nullopt;
   // 32-co tiles where C_out per group is at most 32, else 64 (merged: co of stride rows each)
-  g.block_co = g.merged ? kWgmmaBlockCo / g.stride : g.cog > 32 ? 64 : 32;
-  g.co_tiles = int((g.cog + g.block_co - 1) / g.block_co);
+  g.block_co = g.merged ? kWgmmaBlockCo / g.stride : g.out_channels_per_group > 32 ? 64 : 32;
+  g.co_tiles = int((g.out_channels_per_group + g.block_co - 1) / g.block_co);
   // grad_bias comes along where every phase has a tap, so that no row-sum pass is left: in warpgroup
   // tiles from tap slot 0's A values (16-bit: each x_s buffer holds the ones column's rows too)
   if (g.warpgroups) g.sums_bias = with_bias && (g.merged || phases_with_taps == g.stride);
@@ -534,10 +535,10 @@ std::optional<WeightGradPlan> plan_grad_weight(const ConvTParams& p, const Tenso
   const int64_t stage_bytes = buffer_bytes(2 * kWgmmaBlockCi) + 2 * ones_bytes + 2 * 8;
   const bool x_map = limits.tma && g.x_length_stride == 1 &&
                      tensor_map_fits(x, p.length_in, p.in_channels, p.batch, p.x_channel_stride, p.x_batch_stride);
-  const bool pipelined = g.warpgroups && g.gy_copy_elements * element_size == 16 && g.cig > kWgmmaBlockCi &&
+  const bool pipelined = g.warpgroups && g.gy_copy_elements * element_size == 16 && g.in_channels_per_group > kWgmmaBlockCi &&
                          limits.smem_one_block() / stage_bytes >= 2 && x_map;
-  g.block_ci = pipelined ? 2 * kWgmmaBlockCi : g.cig > 32 ? 64 : 32;
-  g.ci_tiles = int((g.cig + g.block_ci - 1) / g.block_ci);
+  g.block_ci = pipelined ? 2 * kWgmmaBlockCi : g.in_channels_per_group > 32 ? 64 : 32;
+  g.ci_tiles = int((g.in_channels_per_group + g.block_ci - 1) / g.block_ci);
   g.tiles = g.groups * g.ci_tiles * g.co_tiles * g.tap_groups;
   // items: chunks of the phase positions m (of the longest phase), in warpgroup tiles of the x positions
   const int64_t item_positions = g.warpgroups ? p.length_in : phase_length(0, p.length_out, p.stride);
@@ -555,7 +556,7 @@ std::optional<WeightGradPlan> plan_grad_weight(const ConvTParams& p, const Tenso
   // Slices, within the scratch budget: about six blocks per SM in all (twelve of the two-warp 32 x 32
   // tiles); warpgroup tiles at most two full waves of the blocks an SM holds (the slices are equal
   // work: a third wave of a few blocks takes as long as a full one)
-  const int64_t weight_elements = g.groups * g.cig * g.cog * g.taps;
+  const int64_t weight_elements = g.groups * g.in_channels_per_group * g.out_channels_per_group * g.taps;
   if (g.warpgroups) {
     const int64_t resident =
         limits.sm_count * (g.stages > 0 ? 1 : std::min<int64_t>(wgmma_min_blocks(g.group_taps), limits.blocks_per_sm(smem_bytes)));

@@ -189,7 +189,7 @@ int64_t packed_weight_words(const GemmPlan& g);
 // ---- grad_weight (docs/design.md §5) ------------------------------------------------------------------
 
 struct WeightGradPlan {
-  int64_t batch, groups, cig, cog;  // cig, cog: C_in and C_out per group
+  int64_t batch, groups, in_channels_per_group, out_channels_per_group;
   int64_t x_batch_stride, x_channel_stride, x_length_stride;
   int64_t gy_batch_stride, gy_channel_stride, gy_length_stride;
   int length_in, length_out, stride, taps;

@@ -26,7 +26,7 @@ struct GradWGemmEpilogue {
       float total = 0.0f;
       for (int slot = 0; slot < p.bias_slots; ++slot) total += smem.bias_s[threadIdx.x * p.bias_slots + slot];
       const int64_t bias_slice = (tile.slice * p.ci_tiles + tile.ci_tile) * p.tap_groups + tile.tap_group;
-      bias_partial[bias_slice * p.groups * p.cog + tile.first_co + threadIdx.x] = total;
+      bias_partial[bias_slice * p.groups * p.out_channels_per_group + tile.first_co + threadIdx.x] = total;
     }
   }
 
@@ -35,7 +35,7 @@ struct GradWGemmEpilogue {
   __device__ __forceinline__ void store_tile(const Accumulators& acc, float* partial) const {
     const WeightGradTile& tile = work.tile;
     const int lane = work.lane, warp_ci = work.warp_ci, warp_co = work.warp_co, count = work.count;
-    float* out = partial + tile.slice * (p.groups * p.cig * p.cog * p.taps);
+    float* out = partial + tile.slice * (p.groups * p.in_channels_per_group * p.out_channels_per_group * p.taps);
 #pragma unroll
     for (int t = 0; t < kGroupTaps; ++t) {
       if (t >= count) break;

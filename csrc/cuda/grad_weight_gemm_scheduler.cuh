@@ -20,14 +20,14 @@ struct WeightGradTile {
     const int co_tile = int(tile / p.tap_groups % p.co_tiles);
     ci_tile = int(tile / p.tap_groups / p.co_tiles % p.ci_tiles);
     g = tile / p.tap_groups / p.co_tiles / p.ci_tiles;
-    first_ci = g * p.cig + int64_t(ci_tile) * block_ci, first_co = g * p.cog + int64_t(co_tile) * block_co;
-    const int64_t ci_left = p.cig - int64_t(ci_tile) * block_ci, co_left = p.cog - int64_t(co_tile) * block_co;
+    first_ci = g * p.in_channels_per_group + int64_t(ci_tile) * block_ci, first_co = g * p.out_channels_per_group + int64_t(co_tile) * block_co;
+    const int64_t ci_left = p.in_channels_per_group - int64_t(ci_tile) * block_ci, co_left = p.out_channels_per_group - int64_t(co_tile) * block_co;
     ci_count = ci_left < block_ci ? int(ci_left) : block_ci;
     co_count = co_left < block_co ? int(co_left) : block_co;
   }
   // partial's index of (ci, co) of the tile, tap k (partial[slice][(g*Cig + ci) * Cog + co][k])
   __device__ __forceinline__ int64_t partial_index(const WeightGradProblem& p, int ci, int co, int k) const {
-    return ((first_ci + ci) * p.cog + (first_co - g * p.cog + co)) * p.taps + k;
+    return ((first_ci + ci) * p.out_channels_per_group + (first_co - g * p.out_channels_per_group + co)) * p.taps + k;
   }
 };
 

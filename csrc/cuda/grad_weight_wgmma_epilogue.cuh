@@ -62,7 +62,7 @@ struct WgmmaWeightGradEpilogue {
       sum += __shfl_xor_sync(0xffffffffu, sum, 2);
       const auto a_row = tile.row(16 * warp + lane / 4 + 8 * half);
       if (lane % 4 == 0 && a_row.co < tile.co_count)
-        bias_partial[(tile.slice * p.stride + a_row.phase) * (p.groups * p.cog) + tile.first_co + a_row.co] = sum;
+        bias_partial[(tile.slice * p.stride + a_row.phase) * (p.groups * p.out_channels_per_group) + tile.first_co + a_row.co] = sum;
     }
   }
 
@@ -87,7 +87,7 @@ struct WgmmaWeightGradEpilogue {
   // k is group_tap (its k of r = 0) + r
   __device__ __forceinline__ void store_tile(const Accumulators& acc) const {
     const int lane = tile.lane, warp = tile.warp;
-    float* out = partial + tile.slice * (p.groups * p.cig * p.cog * p.taps);
+    float* out = partial + tile.slice * (p.groups * p.in_channels_per_group * p.out_channels_per_group * p.taps);
 #pragma unroll
     for (int t = 0; t < Tr::kTaps; ++t) {
       if (t >= tile.count) break;
