@@ -1,4 +1,5 @@
 // The operator library: schemas, the shape op the fake implementations use, CPU registrations.
+#include <ATen/ops/empty.h>
 #include <torch/library.h>
 
 #include "convt.h"
@@ -33,8 +34,8 @@ std::vector<std::string> plan_op(at::IntArrayRef sizes, at::ScalarType dtype, bo
   TORCH_CHECK(n >= 1 && c_in >= 1 && c_out >= 1 && k >= 1 && l_in >= 1 && stride >= 1 && padding >= 0 &&
                   output_padding >= 0 && dilation >= 1 && groups >= 1 && c_in % groups == 0 && c_out % groups == 0,
               "_plan: sizes out of range");
-  TORCH_CHECK(dtype == at::kFloat || dtype == at::kDouble || dtype == at::kHalf || dtype == at::kBFloat16,
-              "_plan: dtype must be a floating type");
+  const ConvTArgs args = make_args({stride}, {padding}, {output_padding}, groups, {dilation});
+  TORCH_CHECK(output_length(l_in, k, args) >= 1, "_plan: the output would be empty");
   DeviceLimits limits{};
   if (device == "h100" || device == "h200") {
     limits = DeviceLimits::h100();
@@ -45,8 +46,11 @@ std::vector<std::string> plan_op(at::IntArrayRef sizes, at::ScalarType dtype, bo
     TORCH_CHECK(current_cuda_device_limits != nullptr, "_plan: this build of torch_convt_op has no CUDA kernels");
     limits = current_cuda_device_limits();
   }
-  const ConvTParams p = contiguous_params(n, c_in, c_out, k, l_in, stride, padding, output_padding, dilation, groups);
-  TORCH_CHECK(p.length_out >= 1, "_plan: the output would be empty");
+  // contiguous meta tensors of these sizes: the op's own validation and params, no data
+  const auto meta = at::TensorOptions().device(at::kMeta).dtype(dtype);
+  const at::Tensor x = at::empty({n, c_in, l_in}, meta), w = at::empty({c_in, c_out / groups, k}, meta);
+  const at::Tensor y = at::empty(C10_AS_INTARRAYREF_SLOW(conv_transpose1d_output_size(x, w, std::nullopt, args)), meta);
+  const ConvTParams p = make_params(x, w, y, args);
   const TensorFacts facts{int(c10::elementSize(dtype)), 256};
   const Math math = math_for(facts.element_size, tf32);
   const BackwardPlan backward = plan_backward(p, facts, facts, math, true, true, true, limits);

@@ -673,21 +673,6 @@ BackwardPlan plan_backward(const ConvTParams& p, const TensorFacts& x, const Ten
   return plan;
 }
 
-ConvTParams contiguous_params(int64_t batch, int64_t in_channels, int64_t out_channels, int64_t kernel_size,
-                              int64_t length_in, int64_t stride, int64_t padding, int64_t output_padding,
-                              int64_t dilation, int64_t groups) {
-  ConvTParams p{};
-  p.batch = batch, p.in_channels = in_channels, p.out_channels = out_channels, p.groups = groups;
-  p.in_channels_per_group = in_channels / groups, p.out_channels_per_group = out_channels / groups;
-  p.kernel_size = kernel_size, p.length_in = length_in;
-  p.length_out = (length_in - 1) * stride - 2 * padding + dilation * (kernel_size - 1) + output_padding + 1;
-  p.stride = stride, p.padding = padding, p.dilation = dilation;
-  p.x_length_stride = 1, p.x_channel_stride = length_in, p.x_batch_stride = in_channels * length_in;
-  p.w_tap_stride = 1, p.w_out_stride = kernel_size, p.w_in_stride = p.out_channels_per_group * kernel_size;
-  p.y_length_stride = 1, p.y_channel_stride = p.length_out, p.y_batch_stride = out_channels * p.length_out;
-  return p;
-}
-
 const char* kernel_name(Kernel kernel) {
   switch (kernel) {
     case Kernel::kNone: return "none";
@@ -702,7 +687,7 @@ const char* kernel_name(Kernel kernel) {
   return "?";
 }
 
-const char* gemm_tile_name(int tile_shape) {
+const char* gemm_family_name(int tile_shape) {
   static const char* const kFamilies[] = {"warp", "warpgroup", "pipelined"};
   return tile_shape < 0 || tile_shape >= kGemmTileShapeCount ? "none" : kFamilies[int(kGemmTileShapes[tile_shape].family)];
 }
@@ -723,7 +708,7 @@ std::string describe(const DataPlan& plan) {
   std::string text = std::string("kernel=") + kernel_name(plan.kernel);
   if (plan.kernel == Kernel::kGemm) {
     const GemmPlan& g = plan.gemm;
-    text += std::string(" family=") + gemm_tile_name(g.tile_shape);
+    text += std::string(" family=") + gemm_family_name(g.tile_shape);
     text += key_values({{"block_m", g.block_m}, {"block_n", g.block_n}, {"chunk_channels", g.chunk_channels},
                         {"chunks", g.chunks}, {"stages", g.stages}, {"row_phases", g.row_phases},
                         {"channel_phases", g.channel_phases}, {"stage_output", g.stage_output}, {"resident", g.resident},

@@ -248,7 +248,7 @@ enum class Kernel {
   kGradBiasFromGradWeight,  // grad_bias summed by the grad_weight kernel
 };
 const char* kernel_name(Kernel kernel);
-const char* gemm_tile_name(int tile_shape);  // "pipelined 128x256" etc.
+const char* gemm_family_name(int tile_shape);  // "warp", "warpgroup" or "pipelined"
 
 // The forward, or grad_input, of one problem
 struct DataPlan {
@@ -274,10 +274,6 @@ DataPlan plan_grad_input(const ConvTParams& p, const TensorFacts& grad_y, Math m
 BackwardPlan plan_backward(const ConvTParams& p, const TensorFacts& x, const TensorFacts& grad_y, Math math,
                            bool grad_input, bool grad_weight, bool grad_bias, const DeviceLimits& limits);
 
-// A problem of contiguous tensors from its sizes (the planner's tests and --explain)
-ConvTParams contiguous_params(int64_t batch, int64_t in_channels, int64_t out_channels, int64_t kernel_size,
-                              int64_t length_in, int64_t stride, int64_t padding, int64_t output_padding,
-                              int64_t dilation, int64_t groups);
 // The current CUDA device's limits; set by the CUDA library when it is built (else nullptr)
 extern DeviceLimits (*current_cuda_device_limits)();
 

@@ -35,7 +35,8 @@ TensorFacts facts_of(const at::Tensor& t) {
   return {int(t.element_size()), alignment};
 }
 
-Launch current_launch() { return {at::cuda::getCurrentDeviceProperties()->multiProcessorCount, at::cuda::getCurrentCUDAStream()}; }
+// Launches go to the current stream; persistent grids size themselves by the SMs the planner saw
+Launch launch_for(const DeviceLimits& limits) { return {limits.sm_count, at::cuda::getCurrentCUDAStream()}; }
 
 // float32 follows PyTorch's convolution setting: TF32 when cuDNN may use it, else 3xTF32.
 Math math_of(const at::Tensor& t) { return math_for(int(t.element_size()), at::globalContext().allowTF32CuDNN()); }
@@ -150,7 +151,7 @@ DeviceLimits without_tma(DeviceLimits limits) {
 // The forward (in = x, out = y) or grad_input (in = grad_y, out = grad_x) as planned
 void run_data(DataPlan plan, const ConvTParams& p, const at::Tensor& in, const at::Tensor& w, const at::Tensor& bias,
               const at::Tensor& out, bool forward, Math math, const DeviceLimits& limits) {
-  const Launch launch = current_launch();
+  const Launch launch = launch_for(limits);
   CUtensorMap in_map{};
   if (plan.kernel == Kernel::kGemm && plan.gemm.tensor_rows && !encode_in_map(in_map, plan.gemm, in, math)) {
     plan = forward ? plan_forward(p, facts_of(in), math, without_tma(limits))
@@ -203,8 +204,8 @@ at::ScalarType acc_dtype() {
 // grad_weight as planned, and grad_bias too where the plan sums it
 // (x_map: x's tensor map where the plan has stages)
 void run_grad_weight(const WeightPlan& plan, const ConvTParams& p, const at::Tensor& x, const at::Tensor& grad_y,
-                     const at::Tensor& grad_w, const at::Tensor& grad_bias, Math math, const CUtensorMap& x_map) {
-  const Launch launch = current_launch();
+                     const at::Tensor& grad_w, const at::Tensor& grad_bias, Math math, const CUtensorMap& x_map,
+                     const Launch& launch) {
   if (plan.kernel == Kernel::kGradWeightGemm || plan.kernel == Kernel::kGradWeightWgmma) {
     const WeightGradPlan& g = plan.gemm;
     const int64_t elements = grad_w.numel();
@@ -243,8 +244,8 @@ void run_grad_weight(const WeightPlan& plan, const ConvTParams& p, const at::Ten
 }
 
 // grad_bias from row sums of grad_y: row_sums[n][co], then one slice per batch element
-void run_grad_bias_row_sums(const ConvTParams& p, const at::Tensor& grad_y, const at::Tensor& grad_bias) {
-  const Launch launch = current_launch();
+void run_grad_bias_row_sums(const ConvTParams& p, const at::Tensor& grad_y, const at::Tensor& grad_bias,
+                            const Launch& launch) {
   dispatch_dtype(grad_y.scalar_type(), [&](auto element) {
     using scalar_t = decltype(element);
     const at::Tensor row_sums = at::empty({p.batch * p.out_channels}, grad_y.options().dtype(acc_dtype<scalar_t>()));
@@ -281,8 +282,11 @@ void backward(const at::Tensor& grad_y, const at::Tensor& x, const at::Tensor& w
   if (plan.grad_input.kernel != Kernel::kNone) {
     run_data(plan.grad_input, p, grad_y, w, at::Tensor(), grad_x, /*forward=*/false, math, limits);
   }
-  if (plan.grad_weight.kernel != Kernel::kNone) run_grad_weight(plan.grad_weight, p, x, grad_y, grad_w, grad_bias, math, x_map);
-  if (plan.grad_bias == Kernel::kGradBiasRowSums) run_grad_bias_row_sums(p, grad_y, grad_bias);
+  const Launch launch = launch_for(limits);
+  if (plan.grad_weight.kernel != Kernel::kNone) {
+    run_grad_weight(plan.grad_weight, p, x, grad_y, grad_w, grad_bias, math, x_map, launch);
+  }
+  if (plan.grad_bias == Kernel::kGradBiasRowSums) run_grad_bias_row_sums(p, grad_y, grad_bias, launch);
 }
 
 }  // namespace
