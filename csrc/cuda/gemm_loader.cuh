@@ -87,11 +87,11 @@ __device__ __forceinline__ void for_each_x_copy(const GemmProblem& p, Body&& bod
       const auto q = p.div_row_copies.divmod(unsigned(index));
       body(int(q.div), int(q.mod));
     }
-    return;
-  }
-  for (int index = threadIdx.x; index < p.chunk_channels * p.row_copies; index += kGemmThreads) {
-    const auto q = p.div_row_copies.divmod(unsigned(index));
-    body(int(q.div), int(q.mod));
+  } else {
+    for (int index = threadIdx.x; index < p.chunk_channels * p.row_copies; index += kGemmThreads) {
+      const auto q = p.div_row_copies.divmod(unsigned(index));
+      body(int(q.div), int(q.mod));
+    }
   }
 }
 

@@ -104,61 +104,65 @@ __global__ void __launch_bounds__(kGemmThreads, kMath == Math::k3xTF32 ? 1 : 2) 
   constexpr int kBlockM = kBlockMOf<kWarpTilesM, kWarpsM>, kBlockN = kBlockNOf<kWarpsM>;
   static_assert(!kWarpgroups || (kMath != Math::k3xTF32 && kBlockM == 128 && kBlockN == 128));
   static_assert(kWarpgroups || kMerge == Merge::kNone);
-  extern __shared__ __align__(kMaxSwizzleAtomBytes) uint32_t smem[];  // weight slots first: swizzle atoms aligned
-  using Mainloop = ImplicitGemmMainloop<T, kMath, kWarpTilesM, kWarpsM, kWarpgroups, kShiftedRows, kMerge>;
-  const ImplicitGemmSmem<T> buffers(smem, p);
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const Mainloop mainloop(p, in, lane, warp);
-  const int steps = p.out_phases * p.in_phases * p.chunks;          // reduction steps of a tile
-  const int phase_steps = p.in_phases * p.chunks;                   // steps of one out_phase
-  const int part_steps = p.tile_parts == 1 ? steps : phase_steps;   // steps of one part (tile_parts: 1 or out_phases)
-  const ImplicitGemmLoader<T, kMath, kBlockN, kShiftedRows, kMerge> loader(p, in, packed_w, buffers);
-  const ImplicitGemmEpilogue<T, kMath, kWarpTilesM, kWarpsM, kWarpgroups, kMerge> epilogue(p, bias, out, buffers.y_s, lane, warp);
-  const GemmScheduler scheduler(p);
-  epilogue.clear_staging();
+  if constexpr (kWarpgroups && !CONVT_WGMMA_AVAILABLE) {
+    return;  // (warpgroup tiles are sm_90a only: other archs get an empty kernel)
+  } else {
+    extern __shared__ __align__(kMaxSwizzleAtomBytes) uint32_t smem[];  // weight slots first: swizzle atoms aligned
+    using Mainloop = ImplicitGemmMainloop<T, kMath, kWarpTilesM, kWarpsM, kWarpgroups, kShiftedRows, kMerge>;
+    const ImplicitGemmSmem<T> buffers(smem, p);
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const Mainloop mainloop(p, in, lane, warp);
+    const int steps = p.out_phases * p.in_phases * p.chunks;          // reduction steps of a tile
+    const int phase_steps = p.in_phases * p.chunks;                   // steps of one out_phase
+    const int part_steps = p.tile_parts == 1 ? steps : phase_steps;   // steps of one part (tile_parts: 1 or out_phases)
+    const ImplicitGemmLoader<T, kMath, kBlockN, kShiftedRows, kMerge> loader(p, in, packed_w, buffers);
+    const ImplicitGemmEpilogue<T, kMath, kWarpTilesM, kWarpsM, kWarpgroups, kMerge> epilogue(p, bias, out, buffers.y_s, lane, warp);
+    const GemmScheduler scheduler(p);
+    epilogue.clear_staging();
 
-  typename Mainloop::Accumulators acc;  // mma.sync tiles
-  typename Mainloop::Warpgroup wg;      // warpgroup tiles
-  int64_t resident_key = -1;            // the weight the resident buffer holds (ImplicitGemmLoader)
-  unsigned part = scheduler.first();
-  if (!scheduler.has_part(part)) return;
-  GemmTile tile = scheduler.tile_of(part);
-  int step_index = scheduler.first_step_of(part, part_steps), phase_step = 0, buffer = 0;  // phase_step: of step_index's out_phase
-  loader.stage(tile, GemmStep(step_index, p), 0);
-  cp_async_commit();
-  mainloop.clear(acc, wg);
-  while (true) {
-    const bool phase_ends = phase_step == phase_steps - 1, tile_ends = step_index == steps - 1;
-    loader.load_resident_weight(tile, resident_key);
-    // the next step, prefetched into the other buffer while this one computes
-    const GemmScheduler::Next next = scheduler.after(part, step_index, phase_ends, tile_ends, part_steps);
-    const GemmTile next_tile = next.new_tile ? scheduler.tile_of(next.part) : tile;
-    if (next.valid) loader.stage(next_tile, GemmStep(next.step, p), buffer ^ 1);
+    typename Mainloop::Accumulators acc;  // mma.sync tiles
+    typename Mainloop::Warpgroup wg;      // warpgroup tiles
+    int64_t resident_key = -1;            // the weight the resident buffer holds (ImplicitGemmLoader)
+    unsigned part = scheduler.first();
+    if (!scheduler.has_part(part)) return;
+    GemmTile tile = scheduler.tile_of(part);
+    int step_index = scheduler.first_step_of(part, part_steps), phase_step = 0, buffer = 0;  // phase_step: of step_index's out_phase
+    loader.stage(tile, GemmStep(step_index, p), 0);
     cp_async_commit();
-    cp_async_wait<1>();
-    loader.round_x(buffer);
-    if constexpr (kWarpgroups) fence_async_shared();  // the weight slots (cp.async) are read by wgmma
-    __syncthreads();
+    mainloop.clear(acc, wg);
+    while (true) {
+      const bool phase_ends = phase_step == phase_steps - 1, tile_ends = step_index == steps - 1;
+      loader.load_resident_weight(tile, resident_key);
+      // the next step, prefetched into the other buffer while this one computes
+      const GemmScheduler::Next next = scheduler.after(part, step_index, phase_ends, tile_ends, part_steps);
+      const GemmTile next_tile = next.new_tile ? scheduler.tile_of(next.part) : tile;
+      if (next.valid) loader.stage(next_tile, GemmStep(next.step, p), buffer ^ 1);
+      cp_async_commit();
+      cp_async_wait<1>();
+      loader.round_x(buffer);
+      if constexpr (kWarpgroups) fence_async_shared();  // the weight slots (cp.async) are read by wgmma
+      __syncthreads();
 
-    const GemmStep step(step_index, p);
-    mainloop.run_step(tile, step, loader.w_s(buffer), loader.x_s(buffer), acc, wg);
-    if (phase_ends) {
-      epilogue.store_phase(tile, step.out_phase, acc, wg);
-      mainloop.clear(acc, wg);
+      const GemmStep step(step_index, p);
+      mainloop.run_step(tile, step, loader.w_s(buffer), loader.x_s(buffer), acc, wg);
+      if (phase_ends) {
+        epilogue.store_phase(tile, step.out_phase, acc, wg);
+        mainloop.clear(acc, wg);
+      }
+      if (tile_ends) {
+        if (p.stage_output) __syncthreads();  // y_s complete
+        epilogue.finish_tile(tile);
+      }
+      __syncthreads();  // this buffer (and y_s) is consumed: the next iteration may overwrite it
+      if (!next.valid) break;
+      part = next.part;
+      step_index = next.step;
+      phase_step = phase_ends ? 0 : phase_step + 1;  // parts start with an out_phase
+      tile = next_tile;
+      buffer ^= 1;
     }
-    if (tile_ends) {
-      if (p.stage_output) __syncthreads();  // y_s complete
-      epilogue.finish_tile(tile);
-    }
-    __syncthreads();  // this buffer (and y_s) is consumed: the next iteration may overwrite it
-    if (!next.valid) break;
-    part = next.part;
-    step_index = next.step;
-    phase_step = phase_ends ? 0 : phase_step + 1;  // parts start with an out_phase
-    tile = next_tile;
-    buffer ^= 1;
+    cp_async_wait<0>();
   }
-  cp_async_wait<0>();
 }
 
 }  // namespace convt::cuda

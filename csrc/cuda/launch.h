@@ -32,8 +32,8 @@ struct Launch {
 // Packs A into the mma fragment order of the plan's tiles: packed_weight_words(plan) words.
 template <typename scalar_t, Math kMath>
 void pack_gemm_weight(const GemmPlan& plan, const GemmWeight& weight, const scalar_t* w, uint32_t* packed, Launch launch);
-// implicit_gemm_kernel: kGemmTileShapes of the warp and warpgroup families
-template <typename scalar_t, Math kMath>
+// implicit_gemm_kernel: kGemmTileShapes of the warp or the warpgroup family
+template <typename scalar_t, Math kMath, GemmFamily kFamily>
 void launch_implicit_gemm(const GemmPlan& plan, const scalar_t* in, const uint32_t* packed_w, const scalar_t* bias,
                           scalar_t* out, Launch launch);
 // pipelined_gemm_kernel: the pipelined family; in_map: `in` as a tensor map where plan.tensor_rows

@@ -164,12 +164,21 @@ void run_data(DataPlan plan, const ConvTParams& p, const at::Tensor& in, const a
       using scalar_t = decltype(element);
       constexpr Math kMath = decltype(math_mode)::value;
       pack_gemm_weight<scalar_t, kMath>(plan.gemm, plan.weight, data_of<scalar_t>(w), packed_w, launch);
-      if (kGemmTileShapes[plan.gemm.tile_shape].family == GemmFamily::kPipelined) {
-        launch_pipelined_gemm<scalar_t, kMath>(plan.gemm, plan.gemm.tensor_rows ? &in_map : nullptr, data_of<scalar_t>(in),
-                                               packed_w, data_of<scalar_t>(bias), data_of<scalar_t>(out), launch);
-      } else {
-        launch_implicit_gemm<scalar_t, kMath>(plan.gemm, data_of<scalar_t>(in), packed_w, data_of<scalar_t>(bias),
-                                              data_of<scalar_t>(out), launch);
+      const scalar_t *in_data = data_of<scalar_t>(in), *bias_data = data_of<scalar_t>(bias);
+      scalar_t* out_data = data_of<scalar_t>(out);
+      switch (kGemmTileShapes[plan.gemm.tile_shape].family) {
+        case GemmFamily::kPipelined:
+          launch_pipelined_gemm<scalar_t, kMath>(plan.gemm, plan.gemm.tensor_rows ? &in_map : nullptr, in_data, packed_w,
+                                                 bias_data, out_data, launch);
+          break;
+        case GemmFamily::kWarpgroupTiles:
+          launch_implicit_gemm<scalar_t, kMath, GemmFamily::kWarpgroupTiles>(plan.gemm, in_data, packed_w, bias_data,
+                                                                             out_data, launch);
+          break;
+        case GemmFamily::kWarpTiles:
+          launch_implicit_gemm<scalar_t, kMath, GemmFamily::kWarpTiles>(plan.gemm, in_data, packed_w, bias_data, out_data,
+                                                                        launch);
+          break;
       }
     });
     return;
