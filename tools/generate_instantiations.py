@@ -18,8 +18,8 @@ PIPELINED = """template void launch_pipelined_gemm<{t}, {m}>(const GemmPlan&, co
                                                 const {t}*, {t}*, Launch);"""
 GRAD_WEIGHT_GEMM = """template void launch_grad_weight_gemm<{t}, {m}>(const WeightGradPlan&, const {t}*, const {t}*, float*, float*,
                                                   Launch);"""
-GRAD_WEIGHT_WGMMA = """template void launch_grad_weight_wgmma<{t}>(const WeightGradPlan&, const CUtensorMap*, const {t}*, const {t}*,
-                                             float*, float*, Launch);"""
+GRAD_WEIGHT_WGMMA = """template void launch_grad_weight_wgmma<{t}, {pipelined}, {merged}>(const WeightGradPlan&, const CUtensorMap*,
+                                                                const {t}*, const {t}*, float*, float*, Launch);"""
 DIRECT = """template void launch_forward_direct<{t}>(const ConvTParams&, const {t}*, const {t}*, const {t}*, {t}*, Launch);
 template void launch_depthwise_forward<{t}>(const ConvTParams&, const DepthwisePlan&, const {t}*, const {t}*, const {t}*,
                                             {t}*, Launch);
@@ -42,7 +42,11 @@ def files():
         yield f"pipelined_gemm_{suffix}.cu", "gemm_launch.cuh", PIPELINED.format(t=t, m=m)
         yield f"grad_weight_gemm_{suffix}.cu", "grad_weight_launch.cuh", GRAD_WEIGHT_GEMM.format(t=t, m=m)
         if m != "Math::k3xTF32":  # (the warpgroup grad_weight rounds float to TF32)
-            yield f"grad_weight_wgmma_{suffix}.cu", "grad_weight_launch.cuh", GRAD_WEIGHT_WGMMA.format(t=t)
+            for pipelined in ("false", "true"):  # (four files: the largest family of the build)
+                for merged in ("false", "true"):
+                    name = f"grad_weight_wgmma_{'pipelined_' if pipelined == 'true' else ''}" \
+                           f"{'merged_' if merged == 'true' else ''}{suffix}.cu"
+                    yield name, "grad_weight_launch.cuh", GRAD_WEIGHT_WGMMA.format(t=t, pipelined=pipelined, merged=merged)
     for suffix, t in CUDA_CORE:
         yield f"direct_{suffix}.cu", "direct_launch.cuh", DIRECT.format(t=t)
 

@@ -46,8 +46,8 @@ void launch_pipelined_gemm(const GemmPlan& plan, const CUtensorMap* in_map, cons
 template <typename scalar_t, Math kMath>
 void launch_grad_weight_gemm(const WeightGradPlan& plan, const scalar_t* x, const scalar_t* grad_y, float* partial,
                              float* bias_partial, Launch launch);
-// x_map: x as a tensor map where plan.stages > 0
-template <typename scalar_t>
+// x_map: x as a tensor map where plan.stages > 0 (kPipelined); kMerged: plan.merged
+template <typename scalar_t, bool kPipelined, bool kMerged>
 void launch_grad_weight_wgmma(const WeightGradPlan& plan, const CUtensorMap* x_map, const scalar_t* x,
                               const scalar_t* grad_y, float* partial, float* bias_partial, Launch launch);
 

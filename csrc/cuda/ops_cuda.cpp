@@ -228,8 +228,15 @@ void run_grad_weight(const WeightPlan& plan, const ConvTParams& p, const at::Ten
       constexpr Math kMath = decltype(math_mode)::value;
       float* bias_data = bias_slices > 0 ? data_of<float>(bias_partial) : nullptr;
       if (plan.kernel == Kernel::kGradWeightWgmma) {
-        launch_grad_weight_wgmma<scalar_t>(g, g.stages > 0 ? &x_map : nullptr, data_of<scalar_t>(x), data_of<scalar_t>(grad_y),
-                                           data_of<float>(partial), bias_data, launch);
+        const scalar_t *x_data = data_of<scalar_t>(x), *grad_y_data = data_of<scalar_t>(grad_y);
+        float* partial_data = data_of<float>(partial);
+        if (g.stages > 0) {
+          (g.merged ? launch_grad_weight_wgmma<scalar_t, true, true> : launch_grad_weight_wgmma<scalar_t, true, false>)(
+              g, &x_map, x_data, grad_y_data, partial_data, bias_data, launch);
+        } else {
+          (g.merged ? launch_grad_weight_wgmma<scalar_t, false, true> : launch_grad_weight_wgmma<scalar_t, false, false>)(
+              g, nullptr, x_data, grad_y_data, partial_data, bias_data, launch);
+        }
       } else {
         launch_grad_weight_gemm<scalar_t, kMath>(g, data_of<scalar_t>(x), data_of<scalar_t>(grad_y), data_of<float>(partial),
                                                  bias_data, launch);
