@@ -373,7 +373,8 @@ GemmWeight gemm_weight(const ConvTParams& p, bool forward) {  // A_t[row, ch] = 
   return {p.in_channels_per_group * p.w_in_stride, row_stride, channel_stride, p.w_tap_stride};
 }
 
-// A problem whose phases merge runs merged on warpgroup tiles where those fill the SMs; warpgroup
+// A problem whose phases merge runs merged on warpgroup tiles where those fill the SMs (more than 32
+// merged rows, or a narrow output); warpgroup
 // problems run pipelined where that plans; then the warp tiles by the rows of a group and the taps
 // of a step, the first that fills the SMs (else the last that plans). 3xTF32 takes warpgroup tiles
 // only pipelined, and no 64-row warp tiles (two accumulators would spill).
@@ -383,7 +384,9 @@ std::optional<GemmPlan> plan_gemm(const GemmPlan& g, const std::optional<GemmPla
   const bool pipelined = limits.wgmma;
   const bool warpgroups = one_accumulator && pipelined;  // implicit_gemm_kernel's warpgroup tiles
   const int warpgroup_tiles = gemm_tile_index(GemmFamily::kWarpgroupTiles, 128, 128);
-  if (merged && pipelined && merged->rows_per_group > 32) {
+  // (a narrow output, fewer than 8 rows a phase, reads x once merged instead of once a phase, which
+  // outweighs the rows its 64-row tiles pad: x is the problem's large operand)
+  if (merged && pipelined && (merged->rows_per_group > 32 || g.rows_per_group < 8)) {
     if (auto plan = plan_pipelined(*merged, in, math, limits)) return plan;
     if (warpgroups && merged->rows_per_group > 64) {
       const auto plan = plan_gemm_tiles(*merged, in, warpgroup_tiles, limits);

@@ -133,6 +133,16 @@ WIDE_TILE_CASES = [
     Case(4, 32, 64, 3, 9000, stride=2, padding=1, dilation=2),
     Case(4, 48, 96, 3, 6000, stride=2, padding=2, output_padding=1, dilation=2),
     Case(4, 40, 48, 3, 9000, stride=3, padding=1, dilation=3),
+    # narrow outputs whose phases merge, on the 64 x 256 pipelined tiles: 16 merged rows (2 x 8) and
+    # 15 (3 x 5, an odd stride); a phase's taps, 2 and 2, in one step
+    Case(4, 64, 2, 16, 9000, stride=8, padding=4),
+    Case(4, 48, 3, 10, 9001, stride=5, padding=2, output_padding=1),
+    # long filters: runs of a phase pair's taps, one step each (64 taps of one phase; 100 taps at
+    # stride 3, dilated; 40 taps at stride 10 merged into 4 merged taps) and channels 1-7
+    Case(2, 96, 80, 64, 1500, padding=20),
+    Case(2, 40, 36, 100, 600, stride=3, padding=7, output_padding=2, dilation=2),
+    Case(3, 96, 48, 40, 700, stride=10, padding=15),
+    Case(3, 5, 7, 7, 4000, stride=2, padding=3, output_padding=1),
 ]
 
 

@@ -137,10 +137,17 @@ def test_long_filters_run_in_steps_of_few_taps(card):
     assert plans((2, 64, 64, 129, 500, 1, 0, 0, 1, 1), torch.float32, True, card)["forward"]["kernel"] == "direct"
 
 
-def test_narrow_rows_take_16_row_tiles():
-    """A waveform decoder (C_out 1) pads its rows to 16, not 32 or 64."""
-    plan = plans((16, 512, 1, 16, 8000, 8, 4, 0, 1, 1), torch.float32, True, "h100")["forward"]
-    assert tile(plan) == ("warp", 16, 256), plan
+def test_narrow_outputs():
+    """A waveform decoder (C_out 1-4): on sm_90a, where its phases merge, merged into rows on pipelined
+    tiles (x, the large operand, read once rather than once a phase); else 16-row warp tiles (rows
+    padded to 16, not 32 or 64)."""
+    mergeable = (16, 512, 1, 16, 8000, 8, 4, 0, 1, 1)
+    not_mergeable = (3, 96, 1, 16, 100000, 10, 3, 0, 1, 1)  # (K not a multiple of stride)
+    for dtype, tf32 in MATHS:
+        merged = plans(mergeable, dtype, tf32, "h100")["forward"]
+        assert tile(merged) == ("pipelined", 64, 256) and merged["row_phases"] == 8, merged
+        assert tile(plans(mergeable, dtype, tf32, "a100")["forward"]) == ("warp", 16, 256)
+        assert tile(plans(not_mergeable, dtype, tf32, "h100")["forward"]) == ("warp", 16, 256)
 
 
 def test_merged_phases_only_where_they_merge():
