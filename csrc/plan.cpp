@@ -431,6 +431,20 @@ int64_t packed_weight_words(const GemmPlan& g) {
   return g.groups * g.row_tiles * g.chunks * int64_t(g.weight_parts) * g.taps * g.slot_words;
 }
 
+int row_tiles_per_launch(const GemmPlan& g) {
+  const int64_t row_tile_bytes = 4 * packed_weight_words(g) / g.row_tiles;
+  return int(std::clamp<int64_t>(kMaxPackedWeightBytes / row_tile_bytes, 1, g.row_tiles));
+}
+
+GemmPlan row_tile_range(const GemmPlan& g, int first, int count) {
+  GemmPlan launch = g;
+  launch.first_row_tile = first;
+  launch.row_tiles = count;
+  launch.tiles = g.batch * g.groups * count * g.col_tiles;
+  launch.parts = launch.tiles * g.tile_parts;
+  return launch;
+}
+
 // ---- grad_weight -------------------------------------------------------------------------------------
 
 namespace {
@@ -759,6 +773,8 @@ std::string describe(const DataPlan& plan) {
                         {"in_phases", g.in_phases}, {"step_taps", most_taps_per_step(g)}, {"row_phases", g.row_phases},
                         {"channel_phases", g.channel_phases}, {"stage_output", g.stage_output}, {"resident", g.resident},
                         {"tensor_rows", g.tensor_rows}, {"tiles", g.tiles}, {"parts", g.parts},
+                        {"row_tiles", g.row_tiles}, {"launch_row_tiles", row_tiles_per_launch(g)},
+                        {"workspace_bytes", 4 * packed_weight_words(row_tile_range(g, 0, row_tiles_per_launch(g)))},
                         {"smem_bytes", int64_t(g.smem_bytes)}});
   } else if (plan.kernel == Kernel::kDepthwise) {
     text += key_values({{"staged", plan.depthwise.staged}, {"smem_bytes", int64_t(plan.depthwise.smem_bytes)}});

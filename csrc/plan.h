@@ -163,6 +163,9 @@ struct GemmPlan {
   bool stage_output;         // y_s holds the tile's outputs (out_step <= kMaxStagedStep)
   int y_row_elements;        // floats per row of y_s: block_n * out_step + one vector of slack
   int row_tiles, col_tiles;  // col_tiles covers the longest out_phase
+  // A launch takes row tiles [first_row_tile, first_row_tile + row_tiles) of the problem's (0 and all
+  // of them unless the packed weight is split over launches: row_tile_range)
+  int first_row_tile;
   int64_t tiles;
   // Blocks walk parts of tiles: with direct stores each out_phase is a part of its own
   // (tile_parts = out_phases); staged output keeps a tile whole. part = tile * tile_parts + out_phase.
@@ -188,6 +191,13 @@ GemmWeight gemm_weight(const ConvTParams& p, bool forward);
 std::optional<GemmPlan> plan_gemm(const GemmPlan& problem, const std::optional<GemmPlan>& merged, const TensorFacts& in,
                                   Math math, const DeviceLimits& limits);
 int64_t packed_weight_words(const GemmPlan& g);
+// The workspace of the forward and of grad_input, the packed weight of one launch, is bounded: where
+// the whole weight packs to more than kMaxPackedWeightBytes, launches take ranges of row tiles (each
+// packing its own rows into the same buffer, in stream order), row_tiles_per_launch of them (at
+// least one). row_tile_range: the plan of the launch of row tiles [first, first + count).
+constexpr int64_t kMaxPackedWeightBytes = int64_t(16) << 20;
+int row_tiles_per_launch(const GemmPlan& g);
+GemmPlan row_tile_range(const GemmPlan& g, int first, int count);
 
 // ---- grad_weight (docs/design.md §5) ------------------------------------------------------------------
 

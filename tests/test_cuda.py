@@ -153,6 +153,21 @@ def test_wide_tiles_forward_and_backward(case, dtype, tf32):
     assert_backward_matches_reference(case, dtype, "cuda", check_forward=True)
 
 
+# Weights that pack to more than 16 MB (32 MB in TF32 and 16-bit, 64 MB in 3xTF32's two parts):
+# launches of row-tile ranges, each packing its own rows into one buffer; two groups in each launch
+PACKED_IN_LAUNCHES_CASES = [
+    Case(1, 1024, 1024, 8, 40, stride=2, padding=3),
+    Case(2, 1024, 1536, 8, 30, stride=4, padding=2, groups=2),
+]
+
+
+@pytest.mark.parametrize("dtype, tf32", [(torch.float32, True), (torch.float32, False), (torch.bfloat16, True)],
+                         ids=str, indirect=["tf32"])
+@pytest.mark.parametrize("case", PACKED_IN_LAUNCHES_CASES, ids=str)
+def test_weight_packed_in_launches(case, dtype, tf32):
+    assert_backward_matches_reference(case, dtype, "cuda", check_forward=True)
+
+
 # grad_weight's four tile kernels (16 x 32 warp tiles): 32 or 64 ci x 32 or 64 co by the channels per
 # group, and on sm_90 its warpgroup tiles (the cases after their comment), every tile part-empty, with
 # stride 1 (vector copies of grad_y: 16 bytes, 8 bytes where rows are 8-byte aligned only, 16-bit

@@ -73,6 +73,8 @@ def test_every_plan_fits_the_card(card, dtype, tf32):
             if plan[name]["kernel"] == "gemm":
                 assert plan[name]["tiles"] >= 1 and plan[name]["parts"] >= plan[name]["tiles"], (shape, plan[name])
                 assert 2 <= plan[name]["stages"] <= 4 or plan[name]["family"] != "pipelined", (shape, plan[name])
+                # the workspace (one launch's packed weight) within 16 MB, unless one row tile packs more
+                assert plan[name]["workspace_bytes"] <= 16 << 20 or plan[name]["launch_row_tiles"] == 1, (shape, plan[name])
 
 
 @pytest.mark.parametrize("dtype,tf32", MATHS)
@@ -176,6 +178,19 @@ def test_h100_named_shapes(dtype):
     assert plans(NAMED["depthwise"], dtype, True, "h100")["forward"]["kernel"] == "depthwise"
     small = plans(NAMED["small"], dtype, True, "h100")["forward"]
     assert tile(small) == ("warp", 32, 128)  # a few tiles: the smallest that fills the SMs
+
+
+@pytest.mark.parametrize("card", CARDS)
+@pytest.mark.parametrize("dtype,tf32", MATHS)
+def test_forward_workspace_is_at_most_16_mb(card, dtype, tf32):
+    """A 1536 -> 768, K 16, stride 8 upsampler's weight packs to 72 MB (TF32), 144 MB (3xTF32): its
+    launches take ranges of row tiles, each packing at most 16 MB."""
+    for shape in [(4, 1536, 768, 16, 200, 8, 4, 0, 1, 1), (1, 1024, 1024, 64, 100, 1, 0, 0, 1, 1)]:
+        plan = plans(shape, dtype, tf32, card)
+        for name in ("forward", "grad_input"):
+            g = plan[name]
+            assert g["kernel"] == "gemm" and g["workspace_bytes"] <= 16 << 20, (shape, name, g)
+            assert 1 <= g["launch_row_tiles"] < g["row_tiles"], (shape, name, g)
 
 
 def test_h200_plans_as_h100():

@@ -29,7 +29,8 @@
 
 namespace convt::cuda {
 
-// A packed once per call: words packed[g][row_tile][chunk][part][slot][slot_words], where slot i
+// A packed once per launch: words packed[g][row_tile][chunk][part][slot][slot_words] of the launch's
+// row tiles (GemmPlan::first_row_tile on), where slot i
 // holds tap step_tap[i] (the taps of a step are consecutive slots), each word one TF32 value (rounded
 // to nearest for kTF32; for 3xTF32 raw float32 bits, split at use, or on pipelined tiles, whose wgmma
 // reads A from shared memory, split here: part 0 the big TF32 parts, part 1 the small ones) or two
@@ -65,7 +66,7 @@ __global__ void pack_gemm_weight_kernel(const T* __restrict__ w, uint32_t* __res
     rest /= p.chunks;
     const int row_tile = int(rest % p.row_tiles);
     const int64_t g = rest / p.row_tiles;
-    const int64_t row = int64_t(row_tile) * p.block_m + tile_row;
+    const int64_t row = int64_t(p.first_row_tile + row_tile) * p.block_m + tile_row;  // (a launch packs its row tiles)
     const int64_t w_row = row / p.row_phases;  // (merged phases: GemmProblem::row_phases, channel_phases)
     uint32_t value = 0;
     for (int half = 0; half < kChannelsPerWord; ++half) {
