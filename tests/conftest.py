@@ -16,7 +16,6 @@ DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 
 
-
 def tf32_enabled() -> bool:
     return torch.backends.cudnn.allow_tf32
 
@@ -104,8 +103,9 @@ CPU_TILE_CASES = [
                                                          # taps of 513 positions, 2 chunks
 ]
 
-# The CUDA kernels' tiles. The CPU runs these too, with at most CPU_TILE_SCALE's batch elements and
-# input positions (tile_cases): still several of its column tiles and grad_weight chunks.
+# The CUDA kernels' tiles (below). The CPU runs these too, with at most CPU_TILE_SCALE's batch elements
+# and input positions (test_tiles.py's device_params): still 2 to 17 of its column tiles (all but a few
+# of GRAD_WEIGHT_TILE_CASES) and 2 to 6 grad_weight chunks.
 CPU_TILE_SCALE = {"n": 2, "l_in": 2600}
 
 # Problems with enough tiles to fill an H100's 132 SMs with the 64-row warp tiles (plan_gemm gives
