@@ -10,7 +10,8 @@ import torch
 from torch._dynamo.testing import CompileCounterWithBackend
 
 import torch_convt_op
-from conftest import Case, assert_close, make_inputs, quick, reference
+from conftest import Case, assert_close, make_inputs, quick, reference, relative_error, tolerance
+from torch_convt_op import tolerances
 
 
 class Upsampler(torch.nn.Module):
@@ -55,9 +56,12 @@ def test_compile_dynamic_one_frame_with_backward(device):
         assert_close(y, _eager(model, x), torch.float32, device, case=dataclasses.replace(CASE, l_in=length))
         grad_y = torch.randn_like(y)
         (grad_x,) = torch.autograd.grad(y, x, grad_y)
-        x64 = x.detach().double().requires_grad_()
-        (expected,) = torch.autograd.grad(_eager(model, x64), x64, grad_y.double().cpu())
-        assert_close(grad_x, expected, torch.float32, device, what="grad_input", case=dataclasses.replace(CASE, l_in=length))
+        # against the same model run eagerly on our op: leaky_relu's slope at y = 0 jumps from 0.1 to 1,
+        # so against float64 an output within rounding of 0 (TF32: 1e-3 of scale) may take the other
+        # slope; eager and compiled share the op's rounding (each within the bound of the exact result)
+        (eager_grad_x,) = torch.autograd.grad(model(x), x, grad_y)
+        reduction = tolerances.reduction_length(dataclasses.replace(CASE, l_in=length), "grad_input")
+        assert relative_error(grad_x, eager_grad_x) <= 2 * tolerance(torch.float32, device, reduction)
     assert counter.frame_count == 1
 
 
