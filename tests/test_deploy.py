@@ -390,7 +390,7 @@ def _gxx_command(compiler: str, source: pathlib.Path, executable: pathlib.Path) 
     torch_dir = pathlib.Path(torch.__file__).parent
     libraries = ["torch", "torch_cpu", "c10"] + [name for name in ("torch_cuda", "c10_cuda")
                                                   if (torch_dir / "lib" / f"lib{name}.so").exists()]
-    return [compiler, "-std=c++17", "-O2", f"-D_GLIBCXX_USE_CXX11_ABI={int(torch.compiled_with_cxx11_abi())}",
+    return [compiler, "-std=c++20", "-O2", f"-D_GLIBCXX_USE_CXX11_ABI={int(torch.compiled_with_cxx11_abi())}",
             f"-I{torch_dir / 'include'}", f"-I{torch_dir / 'include/torch/csrc/api/include'}", str(source),
             "-o", str(executable), f"-L{torch_dir / 'lib'}", f"-Wl,-rpath,{torch_dir / 'lib'}", "-Wl,--no-as-needed",
             *[f"-l{name}" for name in libraries], "-Wl,--as-needed", "-ldl"]
