@@ -205,8 +205,8 @@ def assert_parameters_match(result: Dict, tolerance: float, case: str, backend: 
     errors = {name: d["max_diff"] / d["moved"] for name, d in result["parameters"].items()}
     worst = max(errors, key=errors.get)
     max_diff = max(d["max_diff"] for d in result["parameters"].values())
-    report(case=case, backend=backend, max_param_diff=max_diff, worst=worst, relative=errors[worst],
-           tolerance=tolerance, passed=errors[worst] <= tolerance)
+    report(kind="training", case=case, backend=backend, max_param_diff=max_diff, worst=worst,
+           relative=errors[worst], tolerance=tolerance, passed=errors[worst] <= tolerance)
     assert errors[worst] <= tolerance, f"{worst}: max |difference| / max |update| = {errors[worst]:.3g} > {tolerance:.3g}"
 
 
@@ -379,15 +379,22 @@ def dtensor_results(tmp_path_factory):
 @pytest.mark.parametrize("name", DTENSOR_CASES)
 def test_dtensor_matches_the_unsharded_op(dtensor_results, name):
     case, result = DTENSOR_CASES[name], dtensor_results[name]
-    for what, error in result["errors"].items():
-        assert error <= tolerances.FLOAT64_TOLERANCE, f"{what}: relative error {error:.3g}"
+    problems = [f"{what}: relative error {error:.3g}" for what, error in result["errors"].items()
+                if not error <= tolerances.FLOAT64_TOLERANCE]
     if case.output is None:  # no strategy row: DTensor gathers what it needs
-        assert result["forward_comms"], "a redistribution was expected"
-        return
-    # a strategy row applies: its placements, and no collective in the forward or the backward
-    assert result["output"] == str(_placement(case.output))
-    assert result["grads"] == [str(_placement(p)) for p in case.grads]
-    assert result["forward_comms"] == {} and result["backward_comms"] == {}, result
+        if not result["forward_comms"]:
+            problems.append("no collective, where a redistribution was expected")
+    else:  # a strategy row: its placements, and no collective in the forward or the backward
+        if result["output"] != str(_placement(case.output)):
+            problems.append(f"output {result['output']}, not {case.output}")
+        if result["grads"] != [str(_placement(p)) for p in case.grads]:
+            problems.append(f"gradients {result['grads']}, not {list(case.grads)}")
+        if result["forward_comms"] or result["backward_comms"]:
+            problems.append(f"collectives: forward {result['forward_comms']}, backward {result['backward_comms']}")
+    report(kind="dtensor", case=name, output=result["output"], grads=result["grads"],
+           forward_comms=result["forward_comms"], backward_comms=result["backward_comms"],
+           max_error=max(result["errors"].values()), passed=not problems)
+    assert not problems, problems
 
 
 @requires_gloo
