@@ -37,7 +37,8 @@ struct WgmmaWeightGradLoader {
   // Float's single elements go by asynchronous copies, one at a time (element_copy); 16-bit ones are
   // synchronous loads, so they go in batches whose loads are all in flight before their stores
   // (element_copies(count, copy_of): an std::integral_constant count, copy_of(u) -> ElementCopy),
-  // kRowsInFlight rows of x, kElementsInFlight of a merged gy row, four rows of an unmerged one.
+  // kRowsInFlight rows of x, kElementsInFlight of a merged gy row. (An unmerged gy row's four rows
+  // at a time as one batch ran slower than as single copies, which the compiler already overlaps.)
   static constexpr int kRowsInFlight = 4, kElementsInFlight = 8;
   template <typename VectorCopy, typename OneElement, typename ElementBatch>
   __device__ __forceinline__ void for_each_copy(int64_t item, int buffer, VectorCopy&& vector_copy, OneElement&& element_copy,
@@ -139,19 +140,7 @@ struct WgmmaWeightGradLoader {
           }
         }
       }
-    } else if constexpr (Tr::k16) {  // a lane's position in four rows a batch
-      constexpr int kGyRowsInFlight = 4, kWarps = kWgmmaThreads / 32;
-      for (int first_row = tile.warp; first_row < kWgmmaBlockCo; first_row += kWarps * kGyRowsInFlight) {
-        for (int q = tile.lane; q < tile.gy_positions; q += 32) {
-          const int64_t m = first_position + q, j = m * p.stride + tile.phase;
-          element_copies(std::integral_constant<int, kGyRowsInFlight>{}, [&](int u) {
-            const int co = first_row + u * kWarps;
-            return ElementCopy<T>{gy_s + co * smem.gy_row + q, gy_n + co * p.gy_channel_stride + j * p.gy_length_stride,
-                                  co < tile.co_count && m >= 0 && j < p.length_out};
-          });
-        }
-      }
-    } else {  // rows kRowsInFlight at a time
+    } else {  // rows kRowsInFlight at a time (16-bit: loads the compiler issues before their stores)
       constexpr int kWarps = kWgmmaThreads / 32;
       for (int first_row = tile.warp; first_row < kWgmmaBlockCo; first_row += kWarps * kRowsInFlight) {
         for (int q = tile.lane; q < tile.gy_positions; q += 32) {
