@@ -207,7 +207,8 @@ def assert_parameters_match(result: Dict, tolerance: float, case: str, backend: 
     max_diff = max(d["max_diff"] for d in result["parameters"].values())
     report(kind="training", case=case, backend=backend, max_param_diff=max_diff, worst=worst,
            relative=errors[worst], tolerance=tolerance, passed=errors[worst] <= tolerance)
-    assert errors[worst] <= tolerance, f"{worst}: max |difference| / max |update| = {errors[worst]:.3g} > {tolerance:.3g}"
+    assert errors[worst] <= tolerance, (f"{worst}: max |difference| / max |update| = {errors[worst]:.3g} > "
+                                        f"{tolerance:.3g}")
 
 
 # Where the two runs may differ: each rank's gradients sum over its half of the batch and the all-reduce
