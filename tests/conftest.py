@@ -2,7 +2,17 @@
 and the float64 reference (torch.nn.functional.conv_transpose1d on the CPU)."""
 import collections
 import gc
+import os
 from typing import Optional
+
+# CONVT_TEST_GPUS=n under pytest-xdist spreads the workers over n GPUs: worker i sees them rotated by i
+# (its cuda:0 is GPU i mod n), so every card runs tests and each worker still sees all n for the
+# two-GPU tests. Set before torch initialises CUDA, which reads CUDA_VISIBLE_DEVICES once.
+_spread_gpus = int(os.environ.get("CONVT_TEST_GPUS") or 0)
+_xdist_worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+if _spread_gpus > 1 and _xdist_worker.startswith("gw") and "CUDA_VISIBLE_DEVICES" not in os.environ:
+    _first = int(_xdist_worker[2:]) % _spread_gpus
+    os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(str((_first + i) % _spread_gpus) for i in range(_spread_gpus))
 
 import pytest
 import torch
