@@ -19,6 +19,11 @@ import torch
 import torch.nn.functional as F
 
 import torch_convt_op  # noqa: F401  (loads torch.ops.convt)
+
+# Under pytest-xdist the workers share the cores: torch's default of one thread per core in each worker
+# oversubscribes them (the CPU float64 references of big shapes crawl).
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
 from torch_convt_op import tolerances
 from torch_convt_op.shapes import Case  # one problem: sizes, arguments, input layout (shared with bench.py)
 
