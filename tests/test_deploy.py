@@ -1,6 +1,7 @@
 """The ways users ship the op: AOTInductor packages (loaded by a fresh Python process and by the C++
 runner examples/aoti_runner), CUDA graphs (torch.compile's "reduce-overhead" mode after an nn.Linear,
 the wrong-stream bug class), and the HiFi-GAN example with the module swap."""
+import contextlib
 import copy
 import dataclasses
 import importlib.util
@@ -12,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from typing import Callable, List, Optional, Sequence, Tuple
 
@@ -122,6 +124,31 @@ def run_surviving_loader_faults(ours: Callable[[dict], subprocess.CompletedProce
     return Survived(again, env["LD_PRELOAD"])
 
 
+SERVER_TIMEOUT = 90  # s: loading a small package and running it twice takes seconds; one that hangs counts as dead
+
+
+def run_server(command: List[str], env: dict) -> subprocess.CompletedProcess:
+    """Runs a server to its end, its output in files: a server that dies can leave children (Inductor's
+    compile workers) holding inherited pipes open, which a read of pipes would wait for. It gets its own
+    session, killed whole once it ends or when it outlives SERVER_TIMEOUT (then its exit code is
+    -SIGKILL: a death like any other, so the control and the preload are tried as for a crash)."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        process = subprocess.Popen(command, stdout=out, stderr=err, env=env, start_new_session=True)
+        hung = False
+        try:
+            returncode = process.wait(timeout=SERVER_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            hung, returncode = True, -signal.SIGKILL
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        out.seek(0)
+        err.seek(0)
+        stderr = err.read() + (f"\n(hung: killed after {SERVER_TIMEOUT} s)" if hung else "")
+        return subprocess.CompletedProcess(command, returncode, out.read(), stderr)
+
+
 def _subprocess_env(extra: dict) -> dict:
     # PYTHONPATH: the test's own (the package under test, in tree or installed)
     return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p), **extra}
@@ -152,8 +179,8 @@ def python_server(package: pathlib.Path, device: str, inputs: pathlib.Path, outp
     """A function of env that loads and runs `package` in a fresh Python process."""
     def run(env: dict) -> subprocess.CompletedProcess:
         outputs.unlink(missing_ok=True)
-        return subprocess.run([sys.executable, "-c", _LOAD_AND_RUN, str(package), device, str(inputs), str(outputs)],
-                              capture_output=True, text=True, timeout=600, env=_subprocess_env(env))
+        return run_server([sys.executable, "-c", _LOAD_AND_RUN, str(package), device, str(inputs), str(outputs)],
+                          _subprocess_env(env))
     return run
 
 
@@ -443,8 +470,8 @@ def cpp_server(runner: pathlib.Path, package: pathlib.Path, device: str, inputs:
     """A function of env that runs `package` with the C++ runner (our library loaded by dlopen)."""
     def run(env: dict) -> subprocess.CompletedProcess:
         outputs.unlink(missing_ok=True)
-        return subprocess.run([str(runner), torch_convt_op.LIBRARY_PATH, str(package), device, str(inputs),
-                               str(outputs)], capture_output=True, text=True, timeout=600, env={**os.environ, **env})
+        return run_server([str(runner), torch_convt_op.LIBRARY_PATH, str(package), device, str(inputs), str(outputs)],
+                          {**os.environ, **env})
     return run
 
 

@@ -7,8 +7,8 @@
 #     python3 setup.py build_ext --inplace
 #     bash tools/device_aoti.sh
 #
-# It runs tests/test_deploy.py's CUDA AOTInductor tests in three processes side by side (float32 with
-# the loader-fault handling, bfloat16, the nn.Linear model; the C++ runner built with CMake where cmake
+# It runs tests/test_deploy.py's CUDA AOTInductor tests in five processes side by side (each server
+# and dtype; the nn.Linear model with the loader-fault handling; the C++ runner built with CMake where cmake
 # is, else one g++ command), then prints a table of every comparison (case, device, dtype,
 # max |packaged - eager|, that over max |eager| against its bound, the LD_PRELOAD it needed, the
 # server's load and run times), the compile and build times, and what failed. Within ~300 s:
@@ -49,14 +49,17 @@ start_pytest() {
     pids[$name]=$!
 }
 # Each process compiles its own packages (an Inductor compile is mostly one core), so the CUDA cases run
-# side by side, one process per dtype and one for the nn.Linear model (and the CUDA-graphs
-# test after it); the CPU cases are CI's.
+# side by side: one process per server and dtype, one for the nn.Linear model (with the CUDA-graphs test
+# and the loader-fault handling); the CPU cases are CI's.
 declare -A pids rcs
+names="python_float32 python_bfloat16 cpp_float32 cpp_bfloat16 linear"
 budget=$((limit - 10))
-start_pytest float32 "$budget" -k "fault_handling or ((vocoder or cpp_runner) and cuda and float32)"
-start_pytest bfloat16 "$budget" -k "(vocoder or cpp_runner) and cuda and bfloat16"
-start_pytest linear "$budget" -k "(aot_inductor_package_gives_the_same_output and cuda) or reduce_overhead"
-for name in float32 bfloat16 linear; do
+for dtype in float32 bfloat16; do
+    start_pytest "python_$dtype" "$budget" -k "vocoder and cuda and $dtype"
+    start_pytest "cpp_$dtype" "$budget" -k "cpp_runner and cuda and $dtype"
+done
+start_pytest linear "$budget" -k "(aot_inductor_package_gives_the_same_output and cuda) or reduce_overhead or fault_handling"
+for name in $names; do
     wait "${pids[$name]}"
     rcs[$name]=$?
     echo
@@ -99,11 +102,12 @@ table=$?
 
 echo
 echo "total: $((SECONDS - start)) s"
-for name in float32 bfloat16 linear; do
+for name in $names; do
     grep -E "^(FAILED|ERROR) " "$work/$name.log" | sed "s/^/$name: /"
 done
 echo "logs: $work"
-summary="float32 exit ${rcs[float32]}, bfloat16 exit ${rcs[bfloat16]}, nn.Linear exit ${rcs[linear]}"
+summary="$(for name in $names; do printf '%s exit %s, ' "$name" "${rcs[$name]}"; done)"
+summary="${summary%, }"
 for rc in "${rcs[@]}"; do
     if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
         echo "RESULT: OUT OF TIME ($summary)"
