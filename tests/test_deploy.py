@@ -124,7 +124,8 @@ def run_surviving_loader_faults(ours: Callable[[dict], subprocess.CompletedProce
     return Survived(again, env["LD_PRELOAD"])
 
 
-SERVER_TIMEOUT = 90  # s: loading a small package and running it twice takes seconds; one that hangs counts as dead
+# s: loading a small package and running it twice takes seconds; one that hangs counts as dead
+SERVER_TIMEOUT = float(os.environ.get("CONVT_SERVER_TIMEOUT", 60))
 
 
 def run_server(command: List[str], env: dict) -> subprocess.CompletedProcess:
@@ -155,9 +156,13 @@ def _subprocess_env(extra: dict) -> dict:
 
 
 # Loads an AOTInductor package in a fresh process (as a server would) and runs it on saved inputs.
+# Python's tracebacks go to stderr if it dies on a signal or hangs (shortly before SERVER_TIMEOUT).
 _LOAD_AND_RUN = """
-import sys, time, torch, torch_convt_op
-package, device, inputs, outputs = sys.argv[1:]
+import faulthandler, sys, time
+faulthandler.enable()
+faulthandler.dump_traceback_later(float(sys.argv[5]))
+import torch, torch_convt_op
+package, device, inputs, outputs = sys.argv[1:5]
 xs = [x.to(device) for x in torch.load(inputs)]
 start = time.perf_counter()
 loaded = torch._inductor.aoti_load_package(package)
@@ -179,8 +184,8 @@ def python_server(package: pathlib.Path, device: str, inputs: pathlib.Path, outp
     """A function of env that loads and runs `package` in a fresh Python process."""
     def run(env: dict) -> subprocess.CompletedProcess:
         outputs.unlink(missing_ok=True)
-        return run_server([sys.executable, "-c", _LOAD_AND_RUN, str(package), device, str(inputs), str(outputs)],
-                          _subprocess_env(env))
+        return run_server([sys.executable, "-c", _LOAD_AND_RUN, str(package), device, str(inputs), str(outputs),
+                           str(max(1.0, SERVER_TIMEOUT - 10))], _subprocess_env(env))
     return run
 
 
@@ -388,6 +393,23 @@ def test_aot_inductor_package_gives_the_same_output(device, packages, tmp_path):
     for actual, wanted in zip(outputs, expected):
         assert torch.isfinite(actual).all()
         assert_close(actual, wanted, torch.float32, device, reduction=REDUCTION)
+
+
+def test_run_server_returns_when_a_server_dies_or_hangs(monkeypatch):
+    """A server that dies leaving a child behind returns at once, with its output; one that hangs is
+    killed, with its whole session, at SERVER_TIMEOUT and reads as killed by SIGKILL."""
+    monkeypatch.setattr(sys.modules[__name__], "SERVER_TIMEOUT", 3.0)
+    orphan = "import os, signal, subprocess, sys; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)'])"
+    start = time.perf_counter()
+    died = run_server([sys.executable, "-c", orphan + "; print('serving', flush=True); os.kill(os.getpid(), signal.SIGSEGV)"],
+                      dict(os.environ))
+    assert died.returncode == -signal.SIGSEGV and died.stdout == "serving\n"
+    assert time.perf_counter() - start < 2.5, "waited for the orphan that held the server's output"
+    hung = run_server([sys.executable, "-c", "import time; print('loading', flush=True); time.sleep(30)"],
+                      dict(os.environ))
+    assert hung.returncode == -signal.SIGKILL and died_on_a_signal(hung)
+    assert hung.stdout == "loading\n" and "hung: killed after 3.0 s" in hung.stderr
+    assert time.perf_counter() - start < 12
 
 
 def _fake_server(crashes_without_preload: bool, crashes_with_preload: bool):

@@ -19,7 +19,8 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 python="${PYTHON:-python3}"
 limit="${CONVT_AOTI_TIMEOUT:-285}"
-work="$(mktemp -d)"
+work="${CONVT_AOTI_LOGS:-$(mktemp -d)}"  # the pytest logs (CONVT_AOTI_LOGS: a folder to keep them in)
+mkdir -p "$work"
 export CONVT_AOTI_REPORT="$work/report.jsonl"
 : > "$CONVT_AOTI_REPORT"
 start=$SECONDS
@@ -45,7 +46,7 @@ fi
 start_pytest() {
     local name="$1" seconds="$2"; shift 2
     timeout -k 10 "$seconds" "$python" -m pytest tests/test_deploy.py -q -rfEs --tb=short -p no:cacheprovider \
-        -p no:warnings --durations=0 "$@" > "$work/$name.log" 2>&1 &
+        -p no:warnings --log-level=WARNING --durations=0 "$@" > "$work/$name.log" 2>&1 &
     pids[$name]=$!
 }
 # Each process compiles its own packages (an Inductor compile is mostly one core), so the CUDA cases run
@@ -64,7 +65,9 @@ for name in $names; do
     rcs[$name]=$?
     echo
     echo "== pytest $name: exit ${rcs[$name]}"
-    tail -n 25 "$work/$name.log"
+    # the assertion and the server's last words (a traceback, its stderr), then pytest's summary
+    grep -E "^E |aoti_runner:|hung|Fatal Python error|^  File |Error" "$work/$name.log" | head -n 40
+    tail -n 8 "$work/$name.log"
     if [ "${rcs[$name]}" -eq 124 ] || [ "${rcs[$name]}" -eq 137 ]; then
         echo "TIMED OUT after ${budget} s: the table below shows what finished"
     fi
