@@ -445,6 +445,12 @@ def parse_args(argv=None) -> argparse.Namespace:
                              "(auto, the default: cuda when available, else h100) or a named card; runs nothing")
     parser.add_argument("--check", action="store_true",
                         help="run the correctness self-check (shapes scaled small) instead of the benchmark")
+    sweep = parser.add_argument_group("sweep (torch_convt_op/sweep.py)")
+    sweep.add_argument("--sweep", type=int, metavar="N",
+                       help="time N random realistic shapes (not the named ones) and print the distribution")
+    sweep.add_argument("--seed", type=int, default=0, help="the sweep's draw (default 0)")
+    sweep.add_argument("--no-backward", action="store_true", help="sweep: time the forward only")
+    sweep.add_argument("--max-seconds", type=float, help="sweep: time no further shape after this many seconds")
     return parser.parse_args(argv)
 
 
@@ -487,6 +493,9 @@ def main(argv=None) -> None:
         return
     if args.check:
         sys.exit(0 if run_check(shapes, dtype_names, device) else 1)
+    if args.sweep is not None:
+        from . import sweep
+        sys.exit(sweep.main(args, device, dtype_names))
     min_time = args.min_time if args.min_time is not None else (2.0 if device == "cpu" else 0.5)
     rows, env = run_benchmark(shapes, dtype_names, device, args.backward, min_time)
     title = f"torch_convt_op vs torch {env['torch']} on {env.get('gpu', 'CPU')}"
