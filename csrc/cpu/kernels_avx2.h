@@ -1,0 +1,54 @@
+// float32 micro-kernels for x86-64 CPUs with AVX2 and FMA (docs/design.md §6.3), compiled for that
+// instruction set function by function (kernels_avx2.cpp), so the library still loads and runs on any
+// x86-64 CPU: callers ask available() first. Plain C++: no torch here.
+#pragma once
+
+#include <cstdint>
+
+namespace convt::cpu::avx2 {
+
+// Whether this CPU runs the kernels (AVX2 and FMA; false where they are not compiled in).
+bool available();
+
+// Where reduction step kk of the GEMM operand B starts (kk = o*inner + i, o < outer, i < inner):
+// base + o*outer_stride + offsets[i], the step's row of contiguous columns. A convolution's GEMM
+// steps through (channel, tap) pairs this way and reads the activations in place.
+struct Operand {
+  const float* base;
+  int64_t outer_stride;
+  int64_t inner;
+  const int64_t* offsets;
+};
+
+// The columns one call of the micro-kernel covers for a tile of `rows` rows: 16 where rows >= 6
+// (panels of 6 rows), wider for fewer rows (all in one panel, so that 12 accumulators stay busy).
+int64_t column_step(int64_t rows);
+inline int64_t round_up_columns(int64_t cols, int64_t rows) {
+  const int64_t step = column_step(rows);
+  return (cols + step - 1) / step * step;
+}
+
+// The packed A of gemm (rows x depth, depth = outer * inner): element (r, o*inner + i) of A is
+// base[r*row_stride + o*outer_stride + offsets[i]]. Panels of 6 rows (the last one zero-padded; one
+// panel of `rows` rows where rows < 6), each a [step][row] block. Writes the part with o in
+// [o_begin, o_end) and panels [p_begin, p_end) of packed_size(rows, depth) floats at out, so that
+// callers can split the work. Plain C++ (no AVX2 needed).
+inline int64_t panels(int64_t rows) { return rows < 6 ? 1 : (rows + 5) / 6; }
+inline int64_t packed_size(int64_t rows, int64_t depth) { return (rows < 6 ? rows : panels(rows) * 6) * depth; }
+void pack_a(int64_t rows, int64_t outer, int64_t inner, const float* base, int64_t row_stride, int64_t outer_stride,
+            const int64_t* offsets, float* out, int64_t o_begin, int64_t o_end, int64_t p_begin, int64_t p_end);
+
+// c[r*ldc + j] = sum_{kk < depth} A(r, kk) * B(kk, j) for r < rows, j < round_up_columns(cols, rows),
+// A packed by pack_a (`a` at row 0 of a panel boundary: rows of a block start at a multiple of 6) and
+// B(kk, j) = b's step kk [column + j]: every B row must be readable for round_up_columns(cols, rows)
+// floats from `column`. Single-threaded.
+void gemm(int64_t rows, int64_t cols, int64_t depth, const float* a, const Operand& b, int64_t column, float* c,
+          int64_t ldc);
+
+// out[r*ld + c] (+)= sum_{m < length} x[r*x_stride + m] * y[c*y_stride + m] for r < rows, c < cols: the
+// sum in a fixed order (8 lanes, each in order of m, then the lanes in a fixed tree; chunks of
+// positions in order). Reads no element past `length` in a row. Single-threaded.
+void dot(int64_t rows, int64_t cols, int64_t length, const float* x, int64_t x_stride, const float* y,
+         int64_t y_stride, float* out, int64_t ld, bool accumulate);
+
+}  // namespace convt::cpu::avx2
