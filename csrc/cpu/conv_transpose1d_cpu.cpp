@@ -527,25 +527,6 @@ at::Tensor pack_units(int64_t units, int64_t rows, int64_t outer, const std::vec
   return packed;
 }
 
-// Writes a tile row to y (or grad_x): out[j*step] = in[j] + add; false where a value is not finite.
-bool write_row(const float* in, int64_t count, float add, float* out, int64_t step) {
-  bool finite = true;
-  if (step == 1) {
-    for (int64_t j = 0; j < count; ++j) {
-      const float v = in[j] + add;
-      finite &= v - v == 0.0f;
-      out[j] = v;
-    }
-  } else {
-    for (int64_t j = 0; j < count; ++j) {
-      const float v = in[j] + add;
-      finite &= v - v == 0.0f;
-      out[j * step] = v;
-    }
-  }
-  return finite;
-}
-
 // Forward: per (group, phase) A = W_phase (Cog x Cig*taps), element (co, ci*taps + t) = w[ci, co, k_t];
 // B row (ci, t) = x_padded[ci] shifted by -shift_t. Tasks of (n, group, block of positions, block of
 // rows), each running every phase (they read the same window of x); the epilogue adds the bias and
@@ -637,7 +618,7 @@ bool forward_avx2(const float* x, const float* w, const float* bias, float* y, c
                    columns_per_task);
         for (int64_t rr = 0; rr < rows; ++rr) {
           const int64_t co = g * Cog + row0 + rr;
-          all_finite &= write_row(tile.data() + rr * columns_per_task, cols, bias ? bias[co] : 0.0f,
+          all_finite &= avx2::write_row(tile.data() + rr * columns_per_task, cols, bias ? bias[co] : 0.0f,
                                   y + (n * p.out_channels + co) * p.length_out + m0 * p.stride + r, p.stride);
         }
       }
@@ -693,9 +674,12 @@ bool grad_input_avx2(const PaddedPhases& phases, const float* w, float* grad_x, 
     const Tap tap = tap_of(k, p.stride, p.padding, p.dilation);
     offsets.push_back(tap.phase * rows_per_phase * phases.length + tap.shift);
   }
-  // A per group: A(ci, (co, v)) = w[g*Cig + ci, co, k_v]
-  const at::Tensor a_packed = pack_units(p.groups, Cig, Cog, phases.taps, [&](int64_t g) { return w + g * Cig * Cog * K; },
-                                         Cog * K, K);
+  // A per group: A(ci, (co, v)) = w[g*Cig + ci, co, k_v]: w's rows themselves where every tap has outputs
+  // (steps (co, k) in order), else packed
+  const bool in_place = taps == K;
+  const at::Tensor a_packed =
+      in_place ? at::Tensor()
+               : pack_units(p.groups, Cig, Cog, phases.taps, [&](int64_t g) { return w + g * Cig * Cog * K; }, Cog * K, K);
   const int64_t depth = Cog * taps;
   const float* base = phases.data.data_ptr<float>();
   const int64_t step = avx2::column_step(Cig);
@@ -717,10 +701,15 @@ bool grad_input_avx2(const PaddedPhases& phases, const float* w, float* grad_x, 
       // B((co, v), i) = phase_v of grad_y[co] at i + shift_v
       const avx2::Operand b{base + (n * p.out_channels + g * Cog) * phases.length + phases.lead, phases.length, taps,
                             offsets.data()};
-      const float* a = a_packed.data_ptr<float>() + g * avx2::packed_size(Cig, depth) + row0 * depth;
-      avx2::gemm(rows, cols, depth, a, b, i0, tile.data(), columns_per_task);
+      if (in_place) {
+        avx2::gemm_rows(rows, cols, depth, w + (g * Cig + row0) * depth, depth, b, i0, tile.data(), columns_per_task,
+                        false);
+      } else {
+        const float* a = a_packed.data_ptr<float>() + g * avx2::packed_size(Cig, depth) + row0 * depth;
+        avx2::gemm(rows, cols, depth, a, b, i0, tile.data(), columns_per_task);
+      }
       for (int64_t rr = 0; rr < rows; ++rr) {
-        all_finite &= write_row(tile.data() + rr * columns_per_task, cols, 0.0f,
+        all_finite &= avx2::write_row(tile.data() + rr * columns_per_task, cols, 0.0f,
                                 grad_x + (n * p.in_channels + g * Cig + row0 + rr) * p.length_in + i0, 1);
       }
     }
@@ -763,6 +752,90 @@ void grad_weight_avx2(const PaddedPhases& phases, const float* x, float* grad_w,
       }
     }
   });
+}
+
+constexpr int64_t kGradWeightColumns = 256;
+// Blocks of input channels of grad_weight's GEMM form: one (each task's G^T serves every input channel)
+// unless its column blocks are too few to keep 8 tasks busy.
+int64_t grad_weight_row_blocks(const ConvTParams& p) {
+  const int64_t column_blocks = ceil_div(p.out_channels_per_group * p.kernel_size, kGradWeightColumns);
+  const int64_t for_tasks = ceil_div(8, p.groups * column_blocks);
+  const int64_t for_cache = ceil_div(p.in_channels_per_group, 192);  // a tile of 192 x 256 stays in L2
+  return std::clamp<int64_t>(std::max(for_tasks, for_cache), 1, ceil_div(p.in_channels_per_group, 24));
+}
+
+// grad_weight as a GEMM over positions (short rows, where per-pair dot products would spend more on
+// their horizontal sums than on the products): per group grad_w (Cig x Cog*K, w's layout) =
+// sum over n and input positions i of x[n, ci, i] * G^T[i, (co, k)], G^T[i, (co, k)] = grad_y[n, co,
+// i*stride + k*dilation - padding] (0 outside), built per task for its columns and a chunk of
+// positions. Tasks of (group, block of input channels, block of columns (co, k)), each summing over the
+// batch and the chunks in order (deterministic: the blocks and chunks depend on the problem only).
+void grad_weight_avx2_gemm(const float* grad_y, const float* x, float* grad_w, const ConvTParams& p) {
+  const int64_t Cig = p.in_channels_per_group, Cog = p.out_channels_per_group, K = p.kernel_size, R = Cog * K;
+  const int64_t column_blocks = ceil_div(R, kGradWeightColumns);
+  const int64_t row_blocks = grad_weight_row_blocks(p);
+  const int64_t row_block = Cig < 6 ? Cig : round_up(ceil_div(Cig, row_blocks), 6);
+  constexpr int64_t kColumns = kGradWeightColumns, kChunk = 512;
+  const int64_t tasks = p.groups * row_blocks * column_blocks;
+  at::parallel_for(0, tasks, 1, [&](int64_t begin, int64_t end) {
+    const int64_t width = round_up(kColumns, avx2::column_step(row_block));
+    std::vector<float> tile(row_block * width), rows_t(kChunk * width);
+    const int64_t zero_offset = 0;
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t cb = task % column_blocks, rb = (task / column_blocks) % row_blocks;
+      const int64_t g = task / (column_blocks * row_blocks);
+      const int64_t c0 = cb * kColumns, cols = std::min(kColumns, R - c0);
+      const int64_t row0 = rb * row_block, rows = std::min(row_block, Cig - row0);
+      const int64_t padded = round_up(cols, avx2::column_step(rows));
+      bool first = true;
+      for (int64_t n = 0; n < p.batch; ++n) {
+        const float* gy_rows = grad_y + (n * p.out_channels + g * Cog) * p.length_out;
+        for (int64_t i0 = 0; i0 < p.length_in; i0 += kChunk) {
+          const int64_t count = std::min(kChunk, p.length_in - i0);
+          for (int64_t i = 0; i < count; ++i) {  // G^T rows for the chunk, columns [c0, c0 + padded)
+            float* out = rows_t.data() + i * width;
+            const int64_t base = (i0 + i) * p.stride - p.padding;
+            int64_t co = c0 / K, k = c0 % K;
+            for (int64_t c = 0; c < cols; ++c) {
+              const int64_t j = base + k * p.dilation;
+              out[c] = j >= 0 && j < p.length_out ? gy_rows[co * p.length_out + j] : 0.0f;
+              if (++k == K) k = 0, ++co;
+            }
+            std::fill(out + cols, out + padded, 0.0f);
+          }
+          const avx2::Operand b{rows_t.data(), width, 1, &zero_offset};
+          avx2::gemm_rows(rows, cols, count, x + (n * p.in_channels + g * Cig + row0) * p.length_in + i0, p.length_in,
+                          b, 0, tile.data(), width, !first);
+          first = false;
+        }
+      }
+      for (int64_t r = 0; r < rows; ++r) {
+        float* out = grad_w + (g * Cig + row0 + r) * R + c0;
+        if (first) {
+          std::fill(out, out + cols, 0.0f);
+        } else {
+          std::memcpy(out, tile.data() + r * width, cols * sizeof(float));
+        }
+      }
+    }
+  });
+}
+
+// Which grad_weight form costs less, in cycles beyond the products themselves (Cig*Cog*K*N*L_in
+// multiply-adds, 16 a cycle): the dot products pay a horizontal sum per block of 3 x 4 channel pairs,
+// tap, batch row and chunk of 1024 positions (about 80 cycles); the GEMM pays for building G^T once
+// per block of input channels (about 4 cycles an element) and runs its products about a quarter slower
+// (its tile is read and written per block of positions). The GEMM sums each output over all positions
+// in one chain, so it is kept to a moderate count of them.
+bool grad_weight_by_gemm(const ConvTParams& p) {
+  static const int force = std::getenv("CONVT_GW") ? std::atoi(std::getenv("CONVT_GW")) : -1;
+  if (force >= 0) return force == 1;
+  const double Cig = p.in_channels_per_group, Cog = p.out_channels_per_group, K = p.kernel_size;
+  const double positions = double(p.batch) * p.length_in;
+  const double products = Cig * Cog * K * positions / 16;
+  const double sums = std::ceil(Cig / 3) * std::ceil(Cog / 4) * K * p.batch * std::ceil(p.length_in / 1024.0) * 80;
+  const double build = Cog * K * positions * grad_weight_row_blocks(p) * 4;
+  return build + products / 4 < sums && positions <= 16384;
 }
 
 // ---- direct form (few channels per group) ----------------------------------------------------
@@ -908,7 +981,11 @@ void backward(const at::Tensor& grad_y, const at::Tensor& x, const at::Tensor& w
             input_done = grad_input_avx2(phases, w_c.data_ptr<float>(), grad_x_c.data_ptr<float>(), p);
           }
           if (!weight_done && weight_form == Form::kAvx2) {
-            grad_weight_avx2(phases, x_c.data_ptr<float>(), grad_w_c.data_ptr<float>(), p);
+            if (grad_weight_by_gemm(p)) {
+              grad_weight_avx2_gemm(grad_y_c.data_ptr<float>(), x_c.data_ptr<float>(), grad_w_c.data_ptr<float>(), p);
+            } else {
+              grad_weight_avx2(phases, x_c.data_ptr<float>(), grad_w_c.data_ptr<float>(), p);
+            }
             weight_done = true;
           }
         }

@@ -32,10 +32,11 @@ constexpr int64_t kDepthBlock = 128;  // reduction steps per block: the B rows o
 template <int MR>
 constexpr int kVectorsFor = MR == 1 ? 8 : MR == 2 ? 6 : MR == 3 ? 4 : MR == 4 ? 3 : 2;
 
-// C (MR x 8*NV) (+)= A @ B over kc steps: A packed, step kk's column at a + kk*a_step; B's row at b[kk] + column.
-template <int MR, int NV>
-CONVT_TARGET void kernel(int64_t kc, const float* a, int64_t a_step, const float* const* b, int64_t column, float* c,
-                         int64_t ldc, bool accumulate) {
+// C (MR x 8*NV) (+)= A @ B over kc steps: A(r, kk) at a + kk*a_step + r*a_row (a_row 1 where kPacked); B's
+// row kk at b[kk] + column.
+template <int MR, int NV, bool kPacked>
+CONVT_TARGET void kernel(int64_t kc, const float* a, int64_t a_step, int64_t a_row, const float* const* b,
+                         int64_t column, float* c, int64_t ldc, bool accumulate) {
   __m256 acc[MR][NV];
   CONVT_UNROLL for (int r = 0; r < MR; ++r) {
     CONVT_UNROLL for (int v = 0; v < NV; ++v) {
@@ -48,7 +49,7 @@ CONVT_TARGET void kernel(int64_t kc, const float* a, int64_t a_step, const float
     __m256 bv[NV];
     CONVT_UNROLL for (int v = 0; v < NV; ++v) bv[v] = _mm256_loadu_ps(row + 8 * v);
     CONVT_UNROLL for (int r = 0; r < MR; ++r) {
-      const __m256 av = _mm256_broadcast_ss(col + r);
+      const __m256 av = _mm256_broadcast_ss(kPacked ? col + r : col + r * a_row);
       CONVT_UNROLL for (int v = 0; v < NV; ++v) acc[r][v] = _mm256_fmadd_ps(av, bv[v], acc[r][v]);
     }
   }
@@ -57,12 +58,23 @@ CONVT_TARGET void kernel(int64_t kc, const float* a, int64_t a_step, const float
   }
 }
 
-using Kernel = void (*)(int64_t, const float*, int64_t, const float* const*, int64_t, float*, int64_t, bool);
-// Panels' kernels by rows (1..6), 16 columns; narrow tiles' by rows (1..5), wider.
-constexpr Kernel kPanelKernels[7] = {nullptr, kernel<1, 2>, kernel<2, 2>, kernel<3, 2>, kernel<4, 2>, kernel<5, 2>,
-                                     kernel<6, 2>};
-constexpr Kernel kNarrowKernels[6] = {nullptr, kernel<1, kVectorsFor<1>>, kernel<2, kVectorsFor<2>>,
-                                      kernel<3, kVectorsFor<3>>, kernel<4, kVectorsFor<4>>, kernel<5, kVectorsFor<5>>};
+using Kernel = void (*)(int64_t, const float*, int64_t, int64_t, const float* const*, int64_t, float*, int64_t, bool);
+// Panels' kernels by rows (1..6), 16 columns; narrow tiles' by rows (1..5), wider; packed A or in place.
+template <bool kPacked>
+constexpr Kernel kPanelKernels[7] = {nullptr,
+                                     kernel<1, 2, kPacked>,
+                                     kernel<2, 2, kPacked>,
+                                     kernel<3, 2, kPacked>,
+                                     kernel<4, 2, kPacked>,
+                                     kernel<5, 2, kPacked>,
+                                     kernel<6, 2, kPacked>};
+template <bool kPacked>
+constexpr Kernel kNarrowKernels[6] = {nullptr,
+                                      kernel<1, kVectorsFor<1>, kPacked>,
+                                      kernel<2, kVectorsFor<2>, kPacked>,
+                                      kernel<3, kVectorsFor<3>, kPacked>,
+                                      kernel<4, kVectorsFor<4>, kPacked>,
+                                      kernel<5, kVectorsFor<5>, kPacked>};
 
 // The steps' start pointers for steps [k0, k0 + kc).
 inline void step_pointers(const Operand& x, int64_t k0, int64_t kc, const float** out) {
@@ -164,32 +176,81 @@ int64_t column_step(int64_t rows) {
 
 // Per block of reduction steps, per column step, every panel of 6 rows (the last one shorter): the B
 // rows of the column step stay in L1 across the panels, the A block in L2.
-void gemm(int64_t rows, int64_t cols, int64_t depth, const float* a, const Operand& b, int64_t column, float* c,
-          int64_t ldc) {
-  if (rows <= 0 || cols <= 0) return;
-  const int64_t step = column_step(rows), width = (cols + step - 1) / step * step;
-  if (depth <= 0) {
-    for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t j = 0; j < width; ++j) c[r * ldc + j] = 0.0f;
-    }
-    return;
-  }
+namespace {
+
+template <bool kPacked>
+CONVT_TARGET void gemm_blocks(int64_t rows, int64_t cols, int64_t depth, const float* a, int64_t a_row,
+                              const Operand& b, int64_t column, float* c, int64_t ldc, bool accumulate) {
+  const int64_t step = column_step(rows);
   const float* b_steps[kDepthBlock];
+  // where steps and panels of A start: packed, [panel][step][row]; in place, rows a_row apart
+  const int64_t a_step = kPacked ? (rows < 6 ? rows : 6) : 1;
+  const int64_t panel = kPacked ? 6 * depth : 6 * a_row;
   for (int64_t k0 = 0; k0 < depth; k0 += kDepthBlock) {
     const int64_t kc = depth - k0 < kDepthBlock ? depth - k0 : kDepthBlock;
     step_pointers(b, k0, kc, b_steps);
+    const float* a_block = a + k0 * a_step;
     if (rows < 6) {
-      const Kernel run = kNarrowKernels[rows];
-      for (int64_t j = 0; j < cols; j += step) run(kc, a + k0 * rows, rows, b_steps, column + j, c + j, ldc, k0 > 0);
+      const Kernel run = kNarrowKernels<kPacked>[rows];
+      for (int64_t j = 0; j < cols; j += step) {
+        run(kc, a_block, a_step, a_row, b_steps, column + j, c + j, ldc, accumulate || k0 > 0);
+      }
       continue;
     }
     for (int64_t j = 0; j < cols; j += step) {
-      for (int64_t r0 = 0; r0 < rows; r0 += 6) {
+      for (int64_t r0 = 0, p = 0; r0 < rows; r0 += 6, ++p) {
         const int64_t panel_rows = rows - r0 < 6 ? rows - r0 : 6;
-        kPanelKernels[panel_rows](kc, a + r0 * depth + k0 * 6, 6, b_steps, column + j, c + r0 * ldc + j, ldc, k0 > 0);
+        kPanelKernels<kPacked>[panel_rows](kc, a_block + p * panel, a_step, a_row, b_steps, column + j,
+                                           c + r0 * ldc + j, ldc, accumulate || k0 > 0);
       }
     }
   }
+}
+
+}  // namespace
+
+void zero_tile(int64_t rows, int64_t cols, float* c, int64_t ldc) {
+  const int64_t step = column_step(rows), width = (cols + step - 1) / step * step;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t j = 0; j < width; ++j) c[r * ldc + j] = 0.0f;
+  }
+}
+
+void gemm(int64_t rows, int64_t cols, int64_t depth, const float* a, const Operand& b, int64_t column, float* c,
+          int64_t ldc) {
+  if (rows <= 0 || cols <= 0) return;
+  if (depth <= 0) return zero_tile(rows, cols, c, ldc);
+  gemm_blocks<true>(rows, cols, depth, a, 1, b, column, c, ldc, false);
+}
+
+void gemm_rows(int64_t rows, int64_t cols, int64_t depth, const float* a, int64_t a_row, const Operand& b,
+               int64_t column, float* c, int64_t ldc, bool accumulate) {
+  if (rows <= 0 || cols <= 0) return;
+  if (depth <= 0) {
+    if (!accumulate) zero_tile(rows, cols, c, ldc);
+    return;
+  }
+  gemm_blocks<false>(rows, cols, depth, a, a_row, b, column, c, ldc, accumulate);
+}
+
+CONVT_TARGET bool write_row(const float* in, int64_t count, float add, float* out, int64_t step) {
+  const __m256 bias = _mm256_set1_ps(add);
+  __m256 check = _mm256_setzero_ps();  // v - v: 0 for finite v, NaN otherwise
+  int64_t j = 0;
+  if (step == 1) {
+    for (; j + 8 <= count; j += 8) {
+      const __m256 v = _mm256_add_ps(_mm256_loadu_ps(in + j), bias);
+      check = _mm256_add_ps(check, _mm256_sub_ps(v, v));
+      _mm256_storeu_ps(out + j, v);
+    }
+  }
+  bool finite = _mm256_movemask_ps(_mm256_cmp_ps(check, check, _CMP_UNORD_Q)) == 0;
+  for (; j < count; ++j) {
+    const float v = in[j] + add;
+    finite &= v - v == 0.0f;
+    out[j * step] = v;
+  }
+  return finite;
 }
 
 void dot(int64_t rows, int64_t cols, int64_t length, const float* x, int64_t x_stride, const float* y,
@@ -222,6 +283,8 @@ void dot(int64_t rows, int64_t cols, int64_t length, const float* x, int64_t x_s
 bool available() { return false; }
 int64_t column_step(int64_t) { return 16; }
 void gemm(int64_t, int64_t, int64_t, const float*, const Operand&, int64_t, float*, int64_t) {}
+void gemm_rows(int64_t, int64_t, int64_t, const float*, int64_t, const Operand&, int64_t, float*, int64_t, bool) {}
+bool write_row(const float*, int64_t, float, float*, int64_t) { return false; }
 void dot(int64_t, int64_t, int64_t, const float*, int64_t, const float*, int64_t, float*, int64_t, bool) {}
 
 #endif

@@ -45,6 +45,14 @@ void pack_a(int64_t rows, int64_t outer, int64_t inner, const float* base, int64
 void gemm(int64_t rows, int64_t cols, int64_t depth, const float* a, const Operand& b, int64_t column, float* c,
           int64_t ldc);
 
+// The same with A read in place, A(r, kk) = a[r*a_row + kk] (rows of contiguous steps), and c += A @ B
+// where `accumulate`.
+void gemm_rows(int64_t rows, int64_t cols, int64_t depth, const float* a, int64_t a_row, const Operand& b,
+               int64_t column, float* c, int64_t ldc, bool accumulate);
+
+// out[j*step] = in[j] + add for j < count; false where a value written is not finite.
+bool write_row(const float* in, int64_t count, float add, float* out, int64_t step);
+
 // out[r*ld + c] (+)= sum_{m < length} x[r*x_stride + m] * y[c*y_stride + m] for r < rows, c < cols: the
 // sum in a fixed order (8 lanes, each in order of m, then the lanes in a fixed tree; chunks of
 // positions in order). Reads no element past `length` in a row. Single-threaded.
