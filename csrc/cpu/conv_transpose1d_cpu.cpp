@@ -470,6 +470,7 @@ void grad_weight_taps(const T* phases, const T* x, T* grad_w_taps, const ConvTPa
 // the positions the tap reaches (avx2::dot), read in place.
 
 static const int64_t kAvx2Columns = std::getenv("CONVT_COLS") ? std::atoi(std::getenv("CONVT_COLS")) : 256;
+constexpr int64_t kGradWeightColumns = 256;  // columns (co, k) of a streamed-weight task's tile
 static const int64_t kAvx2Rows = std::getenv("CONVT_ROWS") ? std::atoi(std::getenv("CONVT_ROWS")) : 96;
 constexpr int64_t kSharedCopy = int64_t(4) << 20;  // floats of a padded copy of x made once per call, at most
 
@@ -525,6 +526,80 @@ at::Tensor pack_units(int64_t units, int64_t rows, int64_t outer, const std::vec
     }
   });
   return packed;
+}
+
+// Forward with the weight streamed once, for short inputs and many channels (where the weight is the
+// larger operand): Z^T[i, (co, k)] = sum_ci x[ci, i] * w[ci, co, k] (A = x^T packed, B = w's rows read in
+// place), then each Z^T element added into y at i*stride + k*dilation - padding (col2im). Tasks of
+// (group, block of whole output channels, n): a task owns its rows of y. Only products of real inputs
+// are formed, so Inf and NaN land as torch puts them.
+void forward_avx2_streamed(const float* x, const float* w, const float* bias, float* y, const ConvTParams& p) {
+  const int64_t Cig = p.in_channels_per_group, Cog = p.out_channels_per_group, K = p.kernel_size, R = Cog * K;
+  constexpr int64_t kPositions = 192;  // rows of a Z^T tile (32 panels)
+  const int64_t channels = std::clamp<int64_t>(kGradWeightColumns / K, 1, Cog);  // output channels per task
+  const int64_t blocks = ceil_div(Cog, channels);
+  const int64_t width = round_up(channels * K, 16);
+  // x^T per (n, group): panels of 6 positions, steps ci
+  const int64_t packed = avx2::packed_size(p.length_in, Cig);
+  at::Tensor x_t = at::empty({std::max<int64_t>(1, p.batch * p.groups * packed)}, at::TensorOptions().dtype(at::kFloat));
+  float* xt = x_t.data_ptr<float>();
+  const int64_t zero = 0;
+  const int64_t chunks = ceil_div(Cig, 64);
+  at::parallel_for(0, p.batch * p.groups * chunks, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t q = task % chunks, ng = task / chunks;
+      avx2::pack_a(p.length_in, Cig, 1, x + ng * Cig * p.length_in, 1, p.length_in, &zero, xt + ng * packed, q * 64,
+                   std::min(Cig, (q + 1) * 64), 0, avx2::panels(p.length_in));
+    }
+  });
+  at::parallel_for(0, p.groups * blocks * p.batch, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> tile(kPositions * width), tail;
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t n = task % p.batch, b = (task / p.batch) % blocks, g = task / (p.batch * blocks);
+      const int64_t co0 = b * channels, count = std::min(channels, Cog - co0), cols = count * K;
+      float* y_rows = y + (n * p.out_channels + g * Cog + co0) * p.length_out;
+      for (int64_t c = 0; c < count; ++c) {
+        std::fill(y_rows + c * p.length_out, y_rows + (c + 1) * p.length_out, bias ? bias[g * Cog + co0 + c] : 0.0f);
+      }
+      // B: w's rows from column co0*K; where the tile's columns run past a row, a copy padded with zeros
+      avx2::Operand b_rows{w + g * Cig * R + co0 * K, R, 1, &zero};
+      if (co0 * K + round_up(cols, 16) > R) {
+        tail.assign(Cig * width, 0.0f);
+        for (int64_t ci = 0; ci < Cig; ++ci) {
+          std::memcpy(tail.data() + ci * width, w + (g * Cig + ci) * R + co0 * K, cols * sizeof(float));
+        }
+        b_rows = avx2::Operand{tail.data(), width, 1, &zero};
+      }
+      for (int64_t i0 = 0; i0 < p.length_in; i0 += kPositions) {
+        const int64_t rows = std::min(kPositions, p.length_in - i0);
+        avx2::gemm(rows, cols, Cig, xt + (n * p.groups + g) * packed + i0 * Cig, b_rows, 0, tile.data(), width);
+        for (int64_t i = 0; i < rows; ++i) {
+          const float* z = tile.data() + i * width;
+          const int64_t origin = (i0 + i) * p.stride - p.padding;
+          for (int64_t k = 0; k < K; ++k) {
+            const int64_t j = origin + k * p.dilation;
+            if (j < 0 || j >= p.length_out) continue;
+            float* out = y_rows + j;
+            for (int64_t c = 0; c < count; ++c) out[c * p.length_out] += z[c * K + k];
+          }
+        }
+      }
+    }
+  });
+}
+
+// Whether the forward streams the weight (forward_avx2_streamed) rather than packing it: packing costs
+// about 2 cycles per weight element; streaming costs 2 per element of x (x^T) and about 3 per element
+// of Z^T (N*L_in*Cog*K, the col2im), and reads the weight once per tile of 192 positions.
+bool forward_streams_weight(const ConvTParams& p) {
+  static const int force = std::getenv("CONVT_FZ") ? std::atoi(std::getenv("CONVT_FZ")) : -1;
+  if (force >= 0) return force == 1;
+  const double Cig = p.in_channels_per_group, Cog = p.out_channels_per_group, K = p.kernel_size;
+  const double weight = double(p.groups) * Cig * Cog * K, positions = double(p.batch) * p.length_in;
+  const double pack = 2 * weight;
+  const double stream = 2 * positions * Cig * p.groups + 3 * positions * Cog * K * p.groups +
+                        weight * (std::ceil(p.length_in / 192.0) - 1) * p.batch * 0.5;
+  return stream < pack;
 }
 
 // Forward: per (group, phase) A = W_phase (Cog x Cig*taps), element (co, ci*taps + t) = w[ci, co, k_t];
@@ -754,7 +829,6 @@ void grad_weight_avx2(const PaddedPhases& phases, const float* x, float* grad_w,
   });
 }
 
-constexpr int64_t kGradWeightColumns = 256;
 // Blocks of input channels of grad_weight's GEMM form: one (each task's G^T serves every input channel)
 // unless its column blocks are too few to keep 8 tasks busy.
 int64_t grad_weight_row_blocks(const ConvTParams& p) {
@@ -930,6 +1004,11 @@ void forward(const at::Tensor& x, const at::Tensor& w, const std::optional<at::T
     const scalar_t* bias_data = bias_c.defined() ? bias_c.data_ptr<scalar_t>() : nullptr;
     Form form = plans.forward;
     if constexpr (std::is_same_v<scalar_t, float>) {
+      if (form == Form::kAvx2 && forward_streams_weight(p)) {
+        forward_avx2_streamed(x_c.data_ptr<float>(), w_c.data_ptr<float>(), reinterpret_cast<const float*>(bias_data),
+                              y_c.data_ptr<float>(), p);
+        return;
+      }
       if (form == Form::kAvx2 && forward_avx2(x_c.data_ptr<float>(), w_c.data_ptr<float>(),
                                               reinterpret_cast<const float*>(bias_data),
                                               y_c.data_ptr<float>(), p)) {

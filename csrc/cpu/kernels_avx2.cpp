@@ -3,7 +3,6 @@
 // only where available() says so. No torch header here: its inline functions must not be compiled
 // for AVX2 in this file and then picked by the linker for the rest of the library.
 #include "cpu/kernels_avx2.h"
-#include <cstdlib>
 
 #if (defined(__x86_64__) || defined(_M_X64)) && (defined(__GNUC__) || defined(__clang__))
 #define CONVT_AVX2 1
