@@ -21,6 +21,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -486,46 +487,78 @@ int64_t padded_length(int64_t needed) {
 // A padded copy is worth making when it holds at most about twice the elements of the original.
 bool padding_is_small(int64_t padded, int64_t original) { return padded <= 2 * original + (int64_t(1) << 20); }
 
-// out (rows x length) = zeros, with row r's elements [lead, lead + count) = src[r*src_stride + m*step].
-void pad_rows(const float* src, int64_t src_stride, int64_t step, int64_t count, int64_t rows, float* out,
-              int64_t length, int64_t lead) {
-  at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      float* dst = out + r * length;
-      const float* in = src + r * src_stride;
-      std::fill(dst, dst + lead, 0.0f);
-      if (step == 1) {
-        std::memcpy(dst + lead, in, count * sizeof(float));
-      } else {
-        for (int64_t m = 0; m < count; ++m) dst[lead + m] = in[m * step];
-      }
-      std::fill(dst + lead + count, dst + length, 0.0f);
-    }
-  });
+// Problems of fewer multiply-adds than this run on one thread: a parallel region costs more than it
+// saves, and on a busy machine one descheduled thread stalls the region.
+constexpr double kSerialWork = double(1 << 20);
+
+// at::parallel_for over [0, tasks), on one thread where `work` (multiply-adds or copies, all tasks) is small.
+template <typename F>
+void parallel(int64_t tasks, double work, const F& f) {
+  at::parallel_for(0, tasks, work < kSerialWork ? std::max<int64_t>(tasks, 1) : 1, f);
 }
 
-// Packs A of each unit u < units (avx2::pack_a with base(u), the same sizes and strides for every unit)
-// into one buffer, unit u's at u * packed_size; the work split over units and blocks of o or panels.
+// Independent pieces of preparation (copies, packing), run in one parallel region.
+struct Jobs {
+  std::vector<std::function<void()>> jobs;
+  double work = 0;
+  void add(double elements, std::function<void()> job) {
+    work += elements;
+    jobs.push_back(std::move(job));
+  }
+  void run() {
+    parallel(static_cast<int64_t>(jobs.size()), work, [&](int64_t begin, int64_t end) {
+      for (int64_t j = begin; j < end; ++j) jobs[j]();
+    });
+    jobs.clear();
+    work = 0;
+  }
+};
+
+// Jobs that fill out (rows x length) with zeros, row r's elements [lead, lead + count) being
+// src[r*src_stride + m*step].
+void pad_rows(Jobs& jobs, const float* src, int64_t src_stride, int64_t step, int64_t count, int64_t rows, float* out,
+              int64_t length, int64_t lead) {
+  const int64_t per_job = std::max<int64_t>(1, (int64_t(1) << 15) / std::max<int64_t>(length, 1));
+  for (int64_t r0 = 0; r0 < rows; r0 += per_job) {
+    const int64_t r1 = std::min(rows, r0 + per_job);
+    jobs.add(double(r1 - r0) * length, [=] {
+      for (int64_t r = r0; r < r1; ++r) {
+        float* dst = out + r * length;
+        const float* in = src + r * src_stride;
+        std::fill(dst, dst + lead, 0.0f);
+        if (step == 1) {
+          std::memcpy(dst + lead, in, count * sizeof(float));
+        } else {
+          for (int64_t m = 0; m < count; ++m) dst[lead + m] = in[m * step];
+        }
+        std::fill(dst + lead + count, dst + length, 0.0f);
+      }
+    });
+  }
+}
+
+// Jobs that pack A of each unit u < units (avx2::pack_a with base(u), the same sizes and strides for
+// every unit) into out, unit u's at u * packed_size(rows, outer * offsets.size()); the work split over
+// units and blocks of o or of panels. `offsets` must outlive the jobs.
 template <typename Base>
-at::Tensor pack_units(int64_t units, int64_t rows, int64_t outer, const std::vector<int64_t>& offsets, Base base,
-                      int64_t row_stride, int64_t outer_stride) {
+void pack_units(Jobs& jobs, int64_t units, int64_t rows, int64_t outer, const std::vector<int64_t>& offsets, Base base,
+                int64_t row_stride, int64_t outer_stride, float* out) {
   const int64_t inner = static_cast<int64_t>(offsets.size());
   const int64_t size = avx2::packed_size(rows, outer * inner);
-  at::Tensor packed = at::empty({std::max<int64_t>(1, units * size)}, at::TensorOptions().dtype(at::kFloat));
-  float* out = packed.data_ptr<float>();
   const bool by_outer = outer_stride >= row_stride;  // as pack_a's loops
   const int64_t parts = by_outer ? outer : avx2::panels(rows);
   const int64_t per_part = std::max<int64_t>(1, size / parts);
-  const int64_t chunk = std::max<int64_t>(1, (int64_t(1) << 14) / per_part);  // about 16k elements a task
-  const int64_t chunks = ceil_div(parts, chunk);
-  at::parallel_for(0, units * chunks, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t task = begin; task < end; ++task) {
-      const int64_t u = task / chunks, q0 = (task % chunks) * chunk, q1 = std::min(parts, q0 + chunk);
-      avx2::pack_a(rows, outer, inner, base(u), row_stride, outer_stride, offsets.data(), out + u * size,
-                   by_outer ? q0 : 0, by_outer ? q1 : outer, by_outer ? 0 : q0, by_outer ? avx2::panels(rows) : q1);
+  const int64_t chunk = std::max<int64_t>(1, (int64_t(1) << 15) / per_part);  // about 32k elements a job
+  for (int64_t u = 0; u < units; ++u) {
+    const float* source = base(u);
+    for (int64_t q0 = 0; q0 < parts; q0 += chunk) {
+      const int64_t q1 = std::min(parts, q0 + chunk);
+      jobs.add(double(q1 - q0) * per_part, [=, &offsets] {
+        avx2::pack_a(rows, outer, inner, source, row_stride, outer_stride, offsets.data(), out + u * size,
+                     by_outer ? q0 : 0, by_outer ? q1 : outer, by_outer ? 0 : q0, by_outer ? avx2::panels(rows) : q1);
+      });
     }
-  });
-  return packed;
+  }
 }
 
 // Forward with the weight streamed once, for short inputs and many channels (where the weight is the
@@ -545,14 +578,16 @@ void forward_avx2_streamed(const float* x, const float* w, const float* bias, fl
   float* xt = x_t.data_ptr<float>();
   const int64_t zero = 0;
   const int64_t chunks = ceil_div(Cig, 64);
-  at::parallel_for(0, p.batch * p.groups * chunks, 1, [&](int64_t begin, int64_t end) {
+  parallel(p.batch * p.groups * chunks, double(p.batch) * p.in_channels * p.length_in, [&](int64_t begin, int64_t end) {
     for (int64_t task = begin; task < end; ++task) {
       const int64_t q = task % chunks, ng = task / chunks;
       avx2::pack_a(p.length_in, Cig, 1, x + ng * Cig * p.length_in, 1, p.length_in, &zero, xt + ng * packed, q * 64,
                    std::min(Cig, (q + 1) * 64), 0, avx2::panels(p.length_in));
     }
   });
-  at::parallel_for(0, p.groups * blocks * p.batch, 1, [&](int64_t begin, int64_t end) {
+  parallel(p.groups * blocks * p.batch,
+           double(p.batch) * p.in_channels * p.out_channels_per_group * p.kernel_size * p.length_in,
+           [&](int64_t begin, int64_t end) {
     std::vector<float> tile(kPositions * width), tail;
     for (int64_t task = begin; task < end; ++task) {
       const int64_t n = task % p.batch, b = (task / p.batch) % blocks, g = task / (p.batch * blocks);
@@ -633,18 +668,23 @@ bool forward_avx2(const float* x, const float* w, const float* bias, float* y, c
   const int64_t window = padded_length(columns_per_task + step + max_shift - min_shift);
   if (!shared_copy && Cig * window > kSharedCopy) return false;  // taps far apart: windows as large as x
 
-  // A per (group, phase): A(co, (ci, t)) = w[g*Cig + ci, co, k_t]
-  std::vector<at::Tensor> a_packed(count);
+  // A per (phase, group): A(co, (ci, t)) = w[g*Cig + ci, co, k_t], at a_offsets[phase] + g * its size
+  Jobs jobs;
+  std::vector<int64_t> a_offsets(count + 1, 0);
   for (int64_t r = 0; r < count; ++r) {
-    a_packed[r] = pack_units(p.groups, Cog, Cig, phases[r], [&](int64_t g) { return w + g * Cig * Cog * K; }, K,
-                             Cog * K);
+    a_offsets[r + 1] = a_offsets[r] + p.groups * avx2::packed_size(Cog, Cig * static_cast<int64_t>(phases[r].size()));
   }
-
+  const at::Tensor a_packed = at::empty({std::max<int64_t>(1, a_offsets[count])}, at::TensorOptions().dtype(at::kFloat));
+  for (int64_t r = 0; r < count; ++r) {
+    pack_units(jobs, p.groups, Cog, Cig, phases[r], [&](int64_t g) { return w + g * Cig * Cog * K; }, K, Cog * K,
+               a_packed.data_ptr<float>() + a_offsets[r]);
+  }
   at::Tensor x_padded;
   if (shared_copy) {
     x_padded = at::empty({p.batch * p.in_channels, length}, at::TensorOptions().dtype(at::kFloat));
-    pad_rows(x, p.length_in, 1, p.length_in, p.batch * p.in_channels, x_padded.data_ptr<float>(), length, lead);
+    pad_rows(jobs, x, p.length_in, 1, p.length_in, p.batch * p.in_channels, x_padded.data_ptr<float>(), length, lead);
   }
+  jobs.run();
   const float* xp = shared_copy ? x_padded.data_ptr<float>() : nullptr;
 
   const int64_t row_block = Cog < 6 ? Cog : std::min(round_up(Cog, 6), kAvx2Rows);
@@ -652,7 +692,8 @@ bool forward_avx2(const float* x, const float* w, const float* bias, float* y, c
   const int64_t column_blocks = ceil_div(longest, columns_per_task);
   const int64_t tasks = p.batch * p.groups * column_blocks * row_blocks;
   std::atomic<bool> finite{true};
-  at::parallel_for(0, tasks, 1, [&](int64_t begin, int64_t end) {
+  parallel(tasks, double(p.batch) * p.in_channels * p.out_channels_per_group * K * p.length_in,
+           [&](int64_t begin, int64_t end) {
     std::vector<float> tile(row_block * columns_per_task);
     std::vector<float> window_rows;
     bool all_finite = true;
@@ -688,7 +729,7 @@ bool forward_avx2(const float* x, const float* w, const float* bias, float* y, c
         if (cols <= 0) continue;
         const int64_t taps = static_cast<int64_t>(phases[r].size());
         const int64_t depth = Cig * taps;  // B((ci, t), m) = x[ci, m - shift_t]
-        const float* a = a_packed[r].data_ptr<float>() + g * avx2::packed_size(Cog, depth) + row0 * depth;
+        const float* a = a_packed.data_ptr<float>() + a_offsets[r] + g * avx2::packed_size(Cog, depth) + row0 * depth;
         avx2::gemm(rows, cols, depth, a, avx2::Operand{base, stride, taps, offsets[r].data()}, column, tile.data(),
                    columns_per_task);
         for (int64_t rr = 0; rr < rows; ++rr) {
@@ -730,10 +771,12 @@ bool pad_phases(const float* grad_y, const ConvTParams& p, int64_t step, PaddedP
   const int64_t rows = p.batch * p.out_channels;
   if (!padding_is_small(out.count * rows * out.length, rows * p.length_out)) return false;
   out.data = at::empty({out.count * rows, out.length}, at::TensorOptions().dtype(at::kFloat));
+  Jobs jobs;
   for (int64_t r = 0; r < out.count; ++r) {
-    pad_rows(grad_y + r, p.length_out, p.stride, phase_length(r, p.length_out, p.stride), rows,
+    pad_rows(jobs, grad_y + r, p.length_out, p.stride, phase_length(r, p.length_out, p.stride), rows,
              out.data.data_ptr<float>() + r * rows * out.length, out.length, out.lead);
   }
+  jobs.run();
   return true;
 }
 
@@ -752,9 +795,15 @@ bool grad_input_avx2(const PaddedPhases& phases, const float* w, float* grad_x, 
   // A per group: A(ci, (co, v)) = w[g*Cig + ci, co, k_v]: w's rows themselves where every tap has outputs
   // (steps (co, k) in order), else packed
   const bool in_place = taps == K;
-  const at::Tensor a_packed =
-      in_place ? at::Tensor()
-               : pack_units(p.groups, Cig, Cog, phases.taps, [&](int64_t g) { return w + g * Cig * Cog * K; }, Cog * K, K);
+  at::Tensor a_packed;
+  if (!in_place) {
+    a_packed = at::empty({std::max<int64_t>(1, p.groups * avx2::packed_size(Cig, Cog * taps))},
+                         at::TensorOptions().dtype(at::kFloat));
+    Jobs jobs;
+    pack_units(jobs, p.groups, Cig, Cog, phases.taps, [&](int64_t g) { return w + g * Cig * Cog * K; }, Cog * K, K,
+               a_packed.data_ptr<float>());
+    jobs.run();
+  }
   const int64_t depth = Cog * taps;
   const float* base = phases.data.data_ptr<float>();
   const int64_t step = avx2::column_step(Cig);
@@ -764,7 +813,8 @@ bool grad_input_avx2(const PaddedPhases& phases, const float* w, float* grad_x, 
   const int64_t column_blocks = ceil_div(p.length_in, columns_per_task);
   const int64_t tasks = p.batch * p.groups * column_blocks * row_blocks;
   std::atomic<bool> finite{true};
-  at::parallel_for(0, tasks, 1, [&](int64_t begin, int64_t end) {
+  parallel(tasks, double(p.batch) * p.in_channels * p.out_channels_per_group * p.kernel_size * p.length_in,
+           [&](int64_t begin, int64_t end) {
     std::vector<float> tile(row_block * columns_per_task);
     bool all_finite = true;
     for (int64_t task = begin; task < end; ++task) {
@@ -802,7 +852,8 @@ void grad_weight_avx2(const PaddedPhases& phases, const float* x, float* grad_w,
   constexpr int64_t kInBlock = 24, kOutBlock = 32;  // multiples of dot's 3 x 4 blocks
   const int64_t in_blocks = ceil_div(Cig, kInBlock), out_blocks = ceil_div(Cog, kOutBlock);
   const int64_t tasks = p.groups * in_blocks * out_blocks * K;
-  at::parallel_for(0, tasks, 1, [&](int64_t begin, int64_t end) {
+  parallel(tasks, double(p.batch) * p.in_channels * p.out_channels_per_group * p.kernel_size * p.length_in,
+           [&](int64_t begin, int64_t end) {
     std::vector<float> tile(kInBlock * kOutBlock);
     for (int64_t task = begin; task < end; ++task) {
       const int64_t k = task % K, ob = (task / K) % out_blocks, ib = (task / (K * out_blocks)) % in_blocks;
@@ -851,7 +902,8 @@ void grad_weight_avx2_gemm(const float* grad_y, const float* x, float* grad_w, c
   const int64_t row_block = Cig < 6 ? Cig : round_up(ceil_div(Cig, row_blocks), 6);
   constexpr int64_t kColumns = kGradWeightColumns, kChunk = 512;
   const int64_t tasks = p.groups * row_blocks * column_blocks;
-  at::parallel_for(0, tasks, 1, [&](int64_t begin, int64_t end) {
+  parallel(tasks, double(p.batch) * p.in_channels * p.out_channels_per_group * p.kernel_size * p.length_in,
+           [&](int64_t begin, int64_t end) {
     const int64_t width = round_up(kColumns, avx2::column_step(row_block));
     std::vector<float> tile(row_block * width), rows_t(kChunk * width);
     const int64_t zero_offset = 0;
