@@ -571,7 +571,8 @@ void forward_avx2_streamed(const float* x, const float* w, const float* bias, fl
   constexpr int64_t kPositions = 192;  // rows of a Z^T tile (32 panels)
   const int64_t channels = std::clamp<int64_t>(kGradWeightColumns / K, 1, Cog);  // output channels per task
   const int64_t blocks = ceil_div(Cog, channels);
-  const int64_t width = round_up(channels * K, 16);
+  const int64_t panel = avx2::panel_rows(p.length_in);
+  const int64_t width = avx2::round_up_columns(channels * K, panel);
   // x^T per (n, group): panels of 6 positions, steps ci
   const int64_t packed = avx2::packed_size(p.length_in, Cig);
   at::Tensor x_t = at::empty({std::max<int64_t>(1, p.batch * p.groups * packed)}, at::TensorOptions().dtype(at::kFloat));
@@ -598,7 +599,7 @@ void forward_avx2_streamed(const float* x, const float* w, const float* bias, fl
       }
       // B: w's rows from column co0*K; where the tile's columns run past a row, a copy padded with zeros
       avx2::Operand b_rows{w + g * Cig * R + co0 * K, R, 1, &zero};
-      if (co0 * K + round_up(cols, 16) > R) {
+      if (co0 * K + avx2::round_up_columns(cols, panel) > R) {
         tail.assign(Cig * width, 0.0f);
         for (int64_t ci = 0; ci < Cig; ++ci) {
           std::memcpy(tail.data() + ci * width, w + (g * Cig + ci) * R + co0 * K, cols * sizeof(float));
@@ -607,7 +608,7 @@ void forward_avx2_streamed(const float* x, const float* w, const float* bias, fl
       }
       for (int64_t i0 = 0; i0 < p.length_in; i0 += kPositions) {
         const int64_t rows = std::min(kPositions, p.length_in - i0);
-        avx2::gemm(rows, cols, Cig, xt + (n * p.groups + g) * packed + i0 * Cig, b_rows, 0, tile.data(), width);
+        avx2::gemm(rows, cols, Cig, xt + (n * p.groups + g) * packed + i0 * Cig, panel, b_rows, 0, tile.data(), width);
         for (int64_t i = 0; i < rows; ++i) {
           const float* z = tile.data() + i * width;
           const int64_t origin = (i0 + i) * p.stride - p.padding;
@@ -657,7 +658,7 @@ bool forward_avx2(const float* x, const float* w, const float* bias, float* y, c
       max_shift = std::max(max_shift, shift);
     }
   }
-  const int64_t step = avx2::column_step(Cog);
+  const int64_t step = avx2::column_step(avx2::panel_rows(Cog));
   const int64_t columns_per_task = round_up(kAvx2Columns, step);
   const int64_t longest = phase_length(0, p.length_out, p.stride);
   // B's rows: one copy of x padded with zeros where it is small; otherwise x itself, and for the blocks
@@ -730,7 +731,8 @@ bool forward_avx2(const float* x, const float* w, const float* bias, float* y, c
         const int64_t taps = static_cast<int64_t>(phases[r].size());
         const int64_t depth = Cig * taps;  // B((ci, t), m) = x[ci, m - shift_t]
         const float* a = a_packed.data_ptr<float>() + a_offsets[r] + g * avx2::packed_size(Cog, depth) + row0 * depth;
-        avx2::gemm(rows, cols, depth, a, avx2::Operand{base, stride, taps, offsets[r].data()}, column, tile.data(),
+        avx2::gemm(rows, cols, depth, a, avx2::panel_rows(Cog), avx2::Operand{base, stride, taps, offsets[r].data()},
+                   column, tile.data(),
                    columns_per_task);
         for (int64_t rr = 0; rr < rows; ++rr) {
           const int64_t co = g * Cog + row0 + rr;
@@ -806,7 +808,7 @@ bool grad_input_avx2(const PaddedPhases& phases, const float* w, float* grad_x, 
   }
   const int64_t depth = Cog * taps;
   const float* base = phases.data.data_ptr<float>();
-  const int64_t step = avx2::column_step(Cig);
+  const int64_t step = avx2::column_step(avx2::panel_rows(Cig));
   const int64_t columns_per_task = round_up(kAvx2Columns, step);
   const int64_t row_block = Cig < 6 ? Cig : std::min(round_up(Cig, 6), kAvx2Rows);
   const int64_t row_blocks = ceil_div(Cig, row_block);
@@ -827,11 +829,12 @@ bool grad_input_avx2(const PaddedPhases& phases, const float* w, float* grad_x, 
       const avx2::Operand b{base + (n * p.out_channels + g * Cog) * phases.length + phases.lead, phases.length, taps,
                             offsets.data()};
       if (in_place) {
-        avx2::gemm_rows(rows, cols, depth, w + (g * Cig + row0) * depth, depth, b, i0, tile.data(), columns_per_task,
+        avx2::gemm_rows(rows, cols, depth, w + (g * Cig + row0) * depth, depth, avx2::panel_rows(Cig), b, i0,
+                        tile.data(), columns_per_task,
                         false);
       } else {
         const float* a = a_packed.data_ptr<float>() + g * avx2::packed_size(Cig, depth) + row0 * depth;
-        avx2::gemm(rows, cols, depth, a, b, i0, tile.data(), columns_per_task);
+        avx2::gemm(rows, cols, depth, a, avx2::panel_rows(Cig), b, i0, tile.data(), columns_per_task);
       }
       for (int64_t rr = 0; rr < rows; ++rr) {
         all_finite &= avx2::write_row(tile.data() + rr * columns_per_task, cols, 0.0f,
@@ -904,7 +907,8 @@ void grad_weight_avx2_gemm(const float* grad_y, const float* x, float* grad_w, c
   const int64_t tasks = p.groups * row_blocks * column_blocks;
   parallel(tasks, double(p.batch) * p.in_channels * p.out_channels_per_group * p.kernel_size * p.length_in,
            [&](int64_t begin, int64_t end) {
-    const int64_t width = round_up(kColumns, avx2::column_step(row_block));
+    const int64_t panel = avx2::panel_rows(Cig);
+    const int64_t width = avx2::round_up_columns(kColumns, panel);
     std::vector<float> tile(row_block * width), rows_t(kChunk * width);
     const int64_t zero_offset = 0;
     for (int64_t task = begin; task < end; ++task) {
@@ -912,7 +916,7 @@ void grad_weight_avx2_gemm(const float* grad_y, const float* x, float* grad_w, c
       const int64_t g = task / (column_blocks * row_blocks);
       const int64_t c0 = cb * kColumns, cols = std::min(kColumns, R - c0);
       const int64_t row0 = rb * row_block, rows = std::min(row_block, Cig - row0);
-      const int64_t padded = round_up(cols, avx2::column_step(rows));
+      const int64_t padded = avx2::round_up_columns(cols, panel);
       bool first = true;
       for (int64_t n = 0; n < p.batch; ++n) {
         const float* gy_rows = grad_y + (n * p.out_channels + g * Cog) * p.length_out;
@@ -931,7 +935,7 @@ void grad_weight_avx2_gemm(const float* grad_y, const float* x, float* grad_w, c
           }
           const avx2::Operand b{rows_t.data(), width, 1, &zero_offset};
           avx2::gemm_rows(rows, cols, count, x + (n * p.in_channels + g * Cig + row0) * p.length_in + i0, p.length_in,
-                          b, 0, tile.data(), width, !first);
+                          panel, b, 0, tile.data(), width, !first);
           first = false;
         }
       }
@@ -1106,7 +1110,7 @@ void backward(const at::Tensor& grad_y, const at::Tensor& x, const at::Tensor& w
     if constexpr (std::is_same_v<scalar_t, float>) {
       if ((!input_done && input_form == Form::kAvx2) || (!weight_done && weight_form == Form::kAvx2)) {
         PaddedPhases phases;
-        const int64_t step = avx2::column_step(p.in_channels_per_group);
+        const int64_t step = avx2::column_step(avx2::panel_rows(p.in_channels_per_group));
         if (pad_phases(grad_y_c.data_ptr<float>(), p, step, phases)) {
           if (!input_done && input_form == Form::kAvx2) {
             input_done = grad_input_avx2(phases, w_c.data_ptr<float>(), grad_x_c.data_ptr<float>(), p);

@@ -162,8 +162,8 @@ constexpr DotBlock kDotBlocks[3][4] = {
 
 }  // namespace
 
-int64_t column_step(int64_t rows) {
-  switch (rows) {
+int64_t column_step(int64_t panel) {
+  switch (panel) {
     case 1: return 8 * kVectorsFor<1>;
     case 2: return 8 * kVectorsFor<2>;
     case 3: return 8 * kVectorsFor<3>;
@@ -178,29 +178,28 @@ int64_t column_step(int64_t rows) {
 namespace {
 
 template <bool kPacked>
-CONVT_TARGET void gemm_blocks(int64_t rows, int64_t cols, int64_t depth, const float* a, int64_t a_row,
+CONVT_TARGET void gemm_blocks(int64_t rows, int64_t cols, int64_t depth, const float* a, int64_t a_row, int64_t panel,
                               const Operand& b, int64_t column, float* c, int64_t ldc, bool accumulate) {
-  const int64_t step = column_step(rows);
+  const int64_t step = column_step(panel);
   const float* b_steps[kDepthBlock];
   // where steps and panels of A start: packed, [panel][step][row]; in place, rows a_row apart
-  const int64_t a_step = kPacked ? (rows < 6 ? rows : 6) : 1;
-  const int64_t panel = kPacked ? 6 * depth : 6 * a_row;
+  const int64_t a_step = kPacked ? panel : 1;
+  const int64_t panel_offset = kPacked ? panel * depth : panel * a_row;
   for (int64_t k0 = 0; k0 < depth; k0 += kDepthBlock) {
     const int64_t kc = depth - k0 < kDepthBlock ? depth - k0 : kDepthBlock;
     step_pointers(b, k0, kc, b_steps);
     const float* a_block = a + k0 * a_step;
-    if (rows < 6) {
+    const bool add = accumulate || k0 > 0;
+    if (panel < 6) {  // one narrow panel, wide column steps
       const Kernel run = kNarrowKernels<kPacked>[rows];
-      for (int64_t j = 0; j < cols; j += step) {
-        run(kc, a_block, a_step, a_row, b_steps, column + j, c + j, ldc, accumulate || k0 > 0);
-      }
+      for (int64_t j = 0; j < cols; j += step) run(kc, a_block, a_step, a_row, b_steps, column + j, c + j, ldc, add);
       continue;
     }
     for (int64_t j = 0; j < cols; j += step) {
       for (int64_t r0 = 0, p = 0; r0 < rows; r0 += 6, ++p) {
         const int64_t panel_rows = rows - r0 < 6 ? rows - r0 : 6;
-        kPanelKernels<kPacked>[panel_rows](kc, a_block + p * panel, a_step, a_row, b_steps, column + j,
-                                           c + r0 * ldc + j, ldc, accumulate || k0 > 0);
+        kPanelKernels<kPacked>[panel_rows](kc, a_block + p * panel_offset, a_step, a_row, b_steps, column + j,
+                                           c + r0 * ldc + j, ldc, add);
       }
     }
   }
@@ -208,28 +207,28 @@ CONVT_TARGET void gemm_blocks(int64_t rows, int64_t cols, int64_t depth, const f
 
 }  // namespace
 
-void zero_tile(int64_t rows, int64_t cols, float* c, int64_t ldc) {
-  const int64_t step = column_step(rows), width = (cols + step - 1) / step * step;
+void zero_tile(int64_t rows, int64_t cols, int64_t panel, float* c, int64_t ldc) {
+  const int64_t step = column_step(panel), width = (cols + step - 1) / step * step;
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t j = 0; j < width; ++j) c[r * ldc + j] = 0.0f;
   }
 }
 
-void gemm(int64_t rows, int64_t cols, int64_t depth, const float* a, const Operand& b, int64_t column, float* c,
-          int64_t ldc) {
+void gemm(int64_t rows, int64_t cols, int64_t depth, const float* a, int64_t panel, const Operand& b, int64_t column,
+          float* c, int64_t ldc) {
   if (rows <= 0 || cols <= 0) return;
-  if (depth <= 0) return zero_tile(rows, cols, c, ldc);
-  gemm_blocks<true>(rows, cols, depth, a, 1, b, column, c, ldc, false);
+  if (depth <= 0) return zero_tile(rows, cols, panel, c, ldc);
+  gemm_blocks<true>(rows, cols, depth, a, 1, panel, b, column, c, ldc, false);
 }
 
-void gemm_rows(int64_t rows, int64_t cols, int64_t depth, const float* a, int64_t a_row, const Operand& b,
-               int64_t column, float* c, int64_t ldc, bool accumulate) {
+void gemm_rows(int64_t rows, int64_t cols, int64_t depth, const float* a, int64_t a_row, int64_t panel,
+               const Operand& b, int64_t column, float* c, int64_t ldc, bool accumulate) {
   if (rows <= 0 || cols <= 0) return;
   if (depth <= 0) {
-    if (!accumulate) zero_tile(rows, cols, c, ldc);
+    if (!accumulate) zero_tile(rows, cols, panel, c, ldc);
     return;
   }
-  gemm_blocks<false>(rows, cols, depth, a, a_row, b, column, c, ldc, accumulate);
+  gemm_blocks<false>(rows, cols, depth, a, a_row, panel, b, column, c, ldc, accumulate);
 }
 
 CONVT_TARGET bool write_row(const float* in, int64_t count, float add, float* out, int64_t step) {
@@ -281,8 +280,9 @@ void dot(int64_t rows, int64_t cols, int64_t length, const float* x, int64_t x_s
 
 bool available() { return false; }
 int64_t column_step(int64_t) { return 16; }
-void gemm(int64_t, int64_t, int64_t, const float*, const Operand&, int64_t, float*, int64_t) {}
-void gemm_rows(int64_t, int64_t, int64_t, const float*, int64_t, const Operand&, int64_t, float*, int64_t, bool) {}
+void gemm(int64_t, int64_t, int64_t, const float*, int64_t, const Operand&, int64_t, float*, int64_t) {}
+void gemm_rows(int64_t, int64_t, int64_t, const float*, int64_t, int64_t, const Operand&, int64_t, float*, int64_t,
+               bool) {}
 bool write_row(const float*, int64_t, float, float*, int64_t) { return false; }
 void dot(int64_t, int64_t, int64_t, const float*, int64_t, const float*, int64_t, float*, int64_t, bool) {}
 

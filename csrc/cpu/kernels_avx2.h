@@ -20,11 +20,14 @@ struct Operand {
   const int64_t* offsets;
 };
 
-// The columns one call of the micro-kernel covers for a tile of `rows` rows: 16 where rows >= 6
-// (panels of 6 rows), wider for fewer rows (all in one panel, so that 12 accumulators stay busy).
-int64_t column_step(int64_t rows);
-inline int64_t round_up_columns(int64_t cols, int64_t rows) {
-  const int64_t step = column_step(rows);
+// Rows per panel of A for a matrix of `rows` rows: 6, or all of them where there are fewer. Every
+// block of rows that a caller hands gemm starts at a multiple of the panel.
+inline int64_t panel_rows(int64_t rows) { return rows < 6 ? rows : 6; }
+// The columns one call of the micro-kernel covers with panels of `panel` rows: 16 for 6, wider for
+// fewer (so that 12 accumulators stay busy).
+int64_t column_step(int64_t panel);
+inline int64_t round_up_columns(int64_t cols, int64_t panel) {
+  const int64_t step = column_step(panel);
   return (cols + step - 1) / step * step;
 }
 
@@ -38,17 +41,17 @@ inline int64_t packed_size(int64_t rows, int64_t depth) { return (rows < 6 ? row
 void pack_a(int64_t rows, int64_t outer, int64_t inner, const float* base, int64_t row_stride, int64_t outer_stride,
             const int64_t* offsets, float* out, int64_t o_begin, int64_t o_end, int64_t p_begin, int64_t p_end);
 
-// c[r*ldc + j] = sum_{kk < depth} A(r, kk) * B(kk, j) for r < rows, j < round_up_columns(cols, rows),
-// A packed by pack_a (`a` at row 0 of a panel boundary: rows of a block start at a multiple of 6) and
-// B(kk, j) = b's step kk [column + j]: every B row must be readable for round_up_columns(cols, rows)
+// c[r*ldc + j] = sum_{kk < depth} A(r, kk) * B(kk, j) for r < rows, j < round_up_columns(cols, panel),
+// A a block of rows of a matrix packed by pack_a with panels of `panel` rows (starting at a panel), and
+// B(kk, j) = b's step kk [column + j]: every B row must be readable for round_up_columns(cols, panel)
 // floats from `column`. Single-threaded.
-void gemm(int64_t rows, int64_t cols, int64_t depth, const float* a, const Operand& b, int64_t column, float* c,
-          int64_t ldc);
+void gemm(int64_t rows, int64_t cols, int64_t depth, const float* a, int64_t panel, const Operand& b, int64_t column,
+          float* c, int64_t ldc);
 
 // The same with A read in place, A(r, kk) = a[r*a_row + kk] (rows of contiguous steps), and c += A @ B
 // where `accumulate`.
-void gemm_rows(int64_t rows, int64_t cols, int64_t depth, const float* a, int64_t a_row, const Operand& b,
-               int64_t column, float* c, int64_t ldc, bool accumulate);
+void gemm_rows(int64_t rows, int64_t cols, int64_t depth, const float* a, int64_t a_row, int64_t panel,
+               const Operand& b, int64_t column, float* c, int64_t ldc, bool accumulate);
 
 // out[j*step] = in[j] + add for j < count; false where a value written is not finite.
 bool write_row(const float* in, int64_t count, float add, float* out, int64_t step);
