@@ -608,7 +608,8 @@ void forward_avx2_streamed(const float* x, const float* w, const float* bias, fl
       }
       for (int64_t i0 = 0; i0 < p.length_in; i0 += kPositions) {
         const int64_t rows = std::min(kPositions, p.length_in - i0);
-        avx2::gemm(rows, cols, Cig, xt + (n * p.groups + g) * packed + i0 * Cig, panel, b_rows, 0, tile.data(), width);
+        avx2::gemm(rows, cols, Cig, xt + (n * p.groups + g) * packed + i0 * Cig, panel, panel * Cig, b_rows, 0,
+                   tile.data(), width, false);
         for (int64_t i = 0; i < rows; ++i) {
           const float* z = tile.data() + i * width;
           const int64_t origin = (i0 + i) * p.stride - p.padding;
@@ -731,9 +732,8 @@ bool forward_avx2(const float* x, const float* w, const float* bias, float* y, c
         const int64_t taps = static_cast<int64_t>(phases[r].size());
         const int64_t depth = Cig * taps;  // B((ci, t), m) = x[ci, m - shift_t]
         const float* a = a_packed.data_ptr<float>() + a_offsets[r] + g * avx2::packed_size(Cog, depth) + row0 * depth;
-        avx2::gemm(rows, cols, depth, a, avx2::panel_rows(Cog), avx2::Operand{base, stride, taps, offsets[r].data()},
-                   column, tile.data(),
-                   columns_per_task);
+        avx2::gemm(rows, cols, depth, a, avx2::panel_rows(Cog), avx2::panel_rows(Cog) * depth,
+                   avx2::Operand{base, stride, taps, offsets[r].data()}, column, tile.data(), columns_per_task, false);
         for (int64_t rr = 0; rr < rows; ++rr) {
           const int64_t co = g * Cog + row0 + rr;
           all_finite &= avx2::write_row(tile.data() + rr * columns_per_task, cols, bias ? bias[co] : 0.0f,
@@ -834,7 +834,8 @@ bool grad_input_avx2(const PaddedPhases& phases, const float* w, float* grad_x, 
                         false);
       } else {
         const float* a = a_packed.data_ptr<float>() + g * avx2::packed_size(Cig, depth) + row0 * depth;
-        avx2::gemm(rows, cols, depth, a, avx2::panel_rows(Cig), b, i0, tile.data(), columns_per_task);
+        avx2::gemm(rows, cols, depth, a, avx2::panel_rows(Cig), avx2::panel_rows(Cig) * depth, b, i0, tile.data(),
+                   columns_per_task, false);
       }
       for (int64_t rr = 0; rr < rows; ++rr) {
         all_finite &= avx2::write_row(tile.data() + rr * columns_per_task, cols, 0.0f,
@@ -902,12 +903,24 @@ void grad_weight_avx2_gemm(const float* grad_y, const float* x, float* grad_w, c
   const int64_t Cig = p.in_channels_per_group, Cog = p.out_channels_per_group, K = p.kernel_size, R = Cog * K;
   const int64_t column_blocks = ceil_div(R, kGradWeightColumns);
   const int64_t row_blocks = grad_weight_row_blocks(p);
+  const int64_t panel = avx2::panel_rows(Cig);
   const int64_t row_block = Cig < 6 ? Cig : round_up(ceil_div(Cig, row_blocks), 6);
   constexpr int64_t kColumns = kGradWeightColumns, kChunk = 512;
+  // x per (n, group) packed once: A(ci, i) = x[n, g*Cig + ci, i], panels of ci, steps i
+  const int64_t packed = avx2::packed_size(Cig, p.length_in);
+  const at::Tensor x_packed =
+      at::empty({std::max<int64_t>(1, p.batch * p.groups * packed)}, at::TensorOptions().dtype(at::kFloat));
+  float* xp = x_packed.data_ptr<float>();
+  const std::vector<int64_t> zero(1, 0);
+  Jobs jobs;
+  for (int64_t ng = 0; ng < p.batch * p.groups; ++ng) {
+    pack_units(jobs, 1, Cig, p.length_in, zero, [&](int64_t) { return x + ng * Cig * p.length_in; }, p.length_in, 1,
+               xp + ng * packed);
+  }
+  jobs.run();
   const int64_t tasks = p.groups * row_blocks * column_blocks;
   parallel(tasks, double(p.batch) * p.in_channels * p.out_channels_per_group * p.kernel_size * p.length_in,
            [&](int64_t begin, int64_t end) {
-    const int64_t panel = avx2::panel_rows(Cig);
     const int64_t width = avx2::round_up_columns(kColumns, panel);
     std::vector<float> tile(row_block * width), rows_t(kChunk * width);
     const int64_t zero_offset = 0;
@@ -925,17 +938,25 @@ void grad_weight_avx2_gemm(const float* grad_y, const float* x, float* grad_w, c
           for (int64_t i = 0; i < count; ++i) {  // G^T rows for the chunk, columns [c0, c0 + padded)
             float* out = rows_t.data() + i * width;
             const int64_t base = (i0 + i) * p.stride - p.padding;
-            int64_t co = c0 / K, k = c0 % K;
-            for (int64_t c = 0; c < cols; ++c) {
-              const int64_t j = base + k * p.dilation;
-              out[c] = j >= 0 && j < p.length_out ? gy_rows[co * p.length_out + j] : 0.0f;
-              if (++k == K) k = 0, ++co;
+            // the columns of one output channel at a time: taps k, grad_y at base + k*dilation
+            for (int64_t c = 0, co = c0 / K, k = c0 % K; c < cols; ++co, k = 0) {
+              const int64_t span = std::min(K - k, cols - c), j0 = base + k * p.dilation;
+              const float* src = gy_rows + co * p.length_out;
+              if (p.dilation == 1 && j0 >= 0 && j0 + span <= p.length_out) {
+                std::memcpy(out + c, src + j0, span * sizeof(float));
+              } else {
+                for (int64_t t = 0; t < span; ++t) {
+                  const int64_t j = j0 + t * p.dilation;
+                  out[c + t] = j >= 0 && j < p.length_out ? src[j] : 0.0f;
+                }
+              }
+              c += span;
             }
             std::fill(out + cols, out + padded, 0.0f);
           }
           const avx2::Operand b{rows_t.data(), width, 1, &zero_offset};
-          avx2::gemm_rows(rows, cols, count, x + (n * p.in_channels + g * Cig + row0) * p.length_in + i0, p.length_in,
-                          panel, b, 0, tile.data(), width, !first);
+          avx2::gemm(rows, cols, count, xp + (n * p.groups + g) * packed + row0 * p.length_in + i0 * panel, panel,
+                     panel * p.length_in, b, 0, tile.data(), width, !first);
           first = false;
         }
       }

@@ -4,6 +4,8 @@
 // for AVX2 in this file and then picked by the linker for the rest of the library.
 #include "cpu/kernels_avx2.h"
 
+#include <vector>
+
 #if (defined(__x86_64__) || defined(_M_X64)) && (defined(__GNUC__) || defined(__clang__))
 #define CONVT_AVX2 1
 #include <immintrin.h>
@@ -177,29 +179,52 @@ int64_t column_step(int64_t panel) {
 // rows of the column step stay in L1 across the panels, the A block in L2.
 namespace {
 
+// A block of in-place rows (rows x kc, row r at a + r*a_row) packed into panels of `panel` rows.
+CONVT_TARGET void pack_block(int64_t rows, int64_t kc, const float* a, int64_t a_row, int64_t panel, float* out) {
+  for (int64_t r0 = 0; r0 < rows; r0 += panel) {
+    const int64_t valid = rows - r0 < panel ? rows - r0 : panel;
+    float* dst = out + r0 * kc;
+    for (int64_t r = 0; r < valid; ++r) {
+      const float* src = a + (r0 + r) * a_row;
+      for (int64_t kk = 0; kk < kc; ++kk) dst[kk * panel + r] = src[kk];
+    }
+    for (int64_t r = valid; r < panel; ++r) {
+      for (int64_t kk = 0; kk < kc; ++kk) dst[kk * panel + r] = 0.0f;
+    }
+  }
+}
+
+// kPacked: A packed by pack_a (panels of `panel` rows over the whole depth). Otherwise A's rows in place
+// (row r at a + r*a_row), packed here per block of steps into `scratch` (rows rounded up to panels x
+// kDepthBlock floats): rows read in place directly would be re-read for every column step, often from
+// the same cache sets (a_row a multiple of 4 KB).
 template <bool kPacked>
 CONVT_TARGET void gemm_blocks(int64_t rows, int64_t cols, int64_t depth, const float* a, int64_t a_row, int64_t panel,
-                              const Operand& b, int64_t column, float* c, int64_t ldc, bool accumulate) {
+                              int64_t panel_stride, const Operand& b, int64_t column, float* c, int64_t ldc,
+                              bool accumulate, float* scratch) {
   const int64_t step = column_step(panel);
   const float* b_steps[kDepthBlock];
-  // where steps and panels of A start: packed, [panel][step][row]; in place, rows a_row apart
-  const int64_t a_step = kPacked ? panel : 1;
-  const int64_t panel_offset = kPacked ? panel * depth : panel * a_row;
   for (int64_t k0 = 0; k0 < depth; k0 += kDepthBlock) {
     const int64_t kc = depth - k0 < kDepthBlock ? depth - k0 : kDepthBlock;
     step_pointers(b, k0, kc, b_steps);
-    const float* a_block = a + k0 * a_step;
+    const float* a_block = a + k0 * panel;
+    int64_t panel_offset = panel_stride;
+    if (!kPacked) {
+      pack_block(rows, kc, a + k0, a_row, panel, scratch);
+      a_block = scratch;
+      panel_offset = panel * kc;
+    }
     const bool add = accumulate || k0 > 0;
     if (panel < 6) {  // one narrow panel, wide column steps
-      const Kernel run = kNarrowKernels<kPacked>[rows];
-      for (int64_t j = 0; j < cols; j += step) run(kc, a_block, a_step, a_row, b_steps, column + j, c + j, ldc, add);
+      const Kernel run = kNarrowKernels<true>[rows];
+      for (int64_t j = 0; j < cols; j += step) run(kc, a_block, panel, 1, b_steps, column + j, c + j, ldc, add);
       continue;
     }
     for (int64_t j = 0; j < cols; j += step) {
       for (int64_t r0 = 0, p = 0; r0 < rows; r0 += 6, ++p) {
         const int64_t panel_rows = rows - r0 < 6 ? rows - r0 : 6;
-        kPanelKernels<kPacked>[panel_rows](kc, a_block + p * panel_offset, a_step, a_row, b_steps, column + j,
-                                           c + r0 * ldc + j, ldc, add);
+        kPanelKernels<true>[panel_rows](kc, a_block + p * panel_offset, 6, 1, b_steps, column + j, c + r0 * ldc + j,
+                                        ldc, add);
       }
     }
   }
@@ -214,11 +239,14 @@ void zero_tile(int64_t rows, int64_t cols, int64_t panel, float* c, int64_t ldc)
   }
 }
 
-void gemm(int64_t rows, int64_t cols, int64_t depth, const float* a, int64_t panel, const Operand& b, int64_t column,
-          float* c, int64_t ldc) {
+void gemm(int64_t rows, int64_t cols, int64_t depth, const float* a, int64_t panel, int64_t panel_stride,
+          const Operand& b, int64_t column, float* c, int64_t ldc, bool accumulate) {
   if (rows <= 0 || cols <= 0) return;
-  if (depth <= 0) return zero_tile(rows, cols, panel, c, ldc);
-  gemm_blocks<true>(rows, cols, depth, a, 1, panel, b, column, c, ldc, false);
+  if (depth <= 0) {
+    if (!accumulate) zero_tile(rows, cols, panel, c, ldc);
+    return;
+  }
+  gemm_blocks<true>(rows, cols, depth, a, 1, panel, panel_stride, b, column, c, ldc, accumulate, nullptr);
 }
 
 void gemm_rows(int64_t rows, int64_t cols, int64_t depth, const float* a, int64_t a_row, int64_t panel,
@@ -228,7 +256,9 @@ void gemm_rows(int64_t rows, int64_t cols, int64_t depth, const float* a, int64_
     if (!accumulate) zero_tile(rows, cols, panel, c, ldc);
     return;
   }
-  gemm_blocks<false>(rows, cols, depth, a, a_row, panel, b, column, c, ldc, accumulate);
+  thread_local std::vector<float> scratch;
+  scratch.resize((rows + 5) / 6 * 6 * kDepthBlock);
+  gemm_blocks<false>(rows, cols, depth, a, a_row, panel, 0, b, column, c, ldc, accumulate, scratch.data());
 }
 
 CONVT_TARGET bool write_row(const float* in, int64_t count, float add, float* out, int64_t step) {
@@ -280,7 +310,7 @@ void dot(int64_t rows, int64_t cols, int64_t length, const float* x, int64_t x_s
 
 bool available() { return false; }
 int64_t column_step(int64_t) { return 16; }
-void gemm(int64_t, int64_t, int64_t, const float*, int64_t, const Operand&, int64_t, float*, int64_t) {}
+void gemm(int64_t, int64_t, int64_t, const float*, int64_t, int64_t, const Operand&, int64_t, float*, int64_t, bool) {}
 void gemm_rows(int64_t, int64_t, int64_t, const float*, int64_t, int64_t, const Operand&, int64_t, float*, int64_t,
                bool) {}
 bool write_row(const float*, int64_t, float, float*, int64_t) { return false; }

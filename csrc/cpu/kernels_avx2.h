@@ -41,12 +41,13 @@ inline int64_t packed_size(int64_t rows, int64_t depth) { return (rows < 6 ? row
 void pack_a(int64_t rows, int64_t outer, int64_t inner, const float* base, int64_t row_stride, int64_t outer_stride,
             const int64_t* offsets, float* out, int64_t o_begin, int64_t o_end, int64_t p_begin, int64_t p_end);
 
-// c[r*ldc + j] = sum_{kk < depth} A(r, kk) * B(kk, j) for r < rows, j < round_up_columns(cols, panel),
-// A a block of rows of a matrix packed by pack_a with panels of `panel` rows (starting at a panel), and
-// B(kk, j) = b's step kk [column + j]: every B row must be readable for round_up_columns(cols, panel)
-// floats from `column`. Single-threaded.
-void gemm(int64_t rows, int64_t cols, int64_t depth, const float* a, int64_t panel, const Operand& b, int64_t column,
-          float* c, int64_t ldc);
+// c[r*ldc + j] (+ c where `accumulate`) = sum_{kk < depth} A(r, kk) * B(kk, j) for r < rows,
+// j < round_up_columns(cols, panel): A a block of a matrix packed by pack_a with panels of `panel` rows
+// (a at the first step of the block's first panel; panels panel_stride floats apart: panel * the
+// matrix's depth), B(kk, j) = b's step kk [column + j]; every B row must be readable for
+// round_up_columns(cols, panel) floats from `column`. Single-threaded.
+void gemm(int64_t rows, int64_t cols, int64_t depth, const float* a, int64_t panel, int64_t panel_stride,
+          const Operand& b, int64_t column, float* c, int64_t ldc, bool accumulate);
 
 // The same with A read in place, A(r, kk) = a[r*a_row + kk] (rows of contiguous steps), and c += A @ B
 // where `accumulate`.
