@@ -99,42 +99,6 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const T* 
   }
 }
 
-// ---- plans ---------------------------------------------------------------------------------------
-
-enum class Form { kDirect, kTaps, kUnrolled, kAvx2 };
-
-struct Plans {
-  Form forward, grad_input, grad_weight;
-};
-
-// Developer override for A/B runs: CONVT_CPU_FORMS="fwd,gx,gw" with each of d, t, u (direct, taps,
-// unrolled) or "-" (the planner's choice).
-Form override_form(int pass, Form chosen) {
-  static const std::string spec = [] {
-    const char* value = std::getenv("CONVT_CPU_FORMS");
-    return std::string(value ? value : "");
-  }();
-  if (spec.size() < 5) return chosen;
-  switch (spec[2 * pass]) {
-    case 'd': return Form::kDirect;
-    case 't': return Form::kTaps;
-    case 'u': return Form::kUnrolled;
-    case 'a': return Form::kAvx2;
-    default: return chosen;
-  }
-}
-
-Plans plan(const ConvTParams& p, at::ScalarType dtype) {
-  const bool direct = p.in_channels_per_group * p.out_channels_per_group <= 64;
-  const Form form = dtype == at::kFloat && avx2::available() ? Form::kAvx2 : direct ? Form::kDirect : Form::kUnrolled;
-  return {override_form(0, form), override_form(1, form), override_form(2, form)};
-}
-
-// The form of a pass that the AVX2 form hands back (a weight with Inf or NaN, a padded copy too large).
-Form fallback_form(const ConvTParams& p) {
-  return p.in_channels_per_group * p.out_channels_per_group <= 64 ? Form::kDirect : Form::kUnrolled;
-}
-
 int64_t threads() { return std::max<int64_t>(1, at::get_num_threads()); }
 
 // ---- weight layouts ------------------------------------------------------------------------------
@@ -470,9 +434,9 @@ void grad_weight_taps(const T* phases, const T* x, T* grad_w_taps, const ConvTPa
 // forms no such product. grad_weight is a dot product per (tap, input channel, output channel) over
 // the positions the tap reaches (avx2::dot), read in place.
 
-static const int64_t kAvx2Columns = std::getenv("CONVT_COLS") ? std::atoi(std::getenv("CONVT_COLS")) : 256;
-constexpr int64_t kGradWeightColumns = 256;  // columns (co, k) of a streamed-weight task's tile
-static const int64_t kAvx2Rows = std::getenv("CONVT_ROWS") ? std::atoi(std::getenv("CONVT_ROWS")) : 96;
+constexpr int64_t kAvx2Columns = 256;  // positions per task: a tile of C stays in L2
+constexpr int64_t kAvx2Rows = 96;      // rows per task (16 panels): the A block stays in L2
+constexpr int64_t kGradWeightColumns = 256;  // columns (co, k) of a task's tile where the weight is the GEMM's B
 constexpr int64_t kSharedCopy = int64_t(4) << 20;  // floats of a padded copy of x made once per call, at most
 
 int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
@@ -629,8 +593,6 @@ void forward_avx2_streamed(const float* x, const float* w, const float* bias, fl
 // about 2 cycles per weight element; streaming costs 2 per element of x (x^T) and about 3 per element
 // of Z^T (N*L_in*Cog*K, the col2im), and reads the weight once per tile of 192 positions.
 bool forward_streams_weight(const ConvTParams& p) {
-  static const int force = std::getenv("CONVT_FZ") ? std::atoi(std::getenv("CONVT_FZ")) : -1;
-  if (force >= 0) return force == 1;
   const double Cig = p.in_channels_per_group, Cog = p.out_channels_per_group, K = p.kernel_size;
   const double weight = double(p.groups) * Cig * Cog * K, positions = double(p.batch) * p.length_in;
   const double pack = 2 * weight;
@@ -645,7 +607,8 @@ bool forward_streams_weight(const ConvTParams& p) {
 // writes the phase's positions of y. False: not run (the padded copy would be large), or an output is
 // not finite (Inf or NaN in x or w: the products with the padding may have made NaN of what torch
 // leaves finite, and the caller reruns the pass in a form that forms no such product).
-bool forward_avx2(const float* x, const float* w, const float* bias, float* y, const ConvTParams& p) {
+bool forward_avx2(const float* x, const float* w, const float* bias, float* y, const ConvTParams& p,
+                  bool windows) {
   const int64_t Cig = p.in_channels_per_group, Cog = p.out_channels_per_group, K = p.kernel_size;
   const auto phases = taps_by_phase(p);
   const int64_t count = static_cast<int64_t>(phases.size());
@@ -666,7 +629,7 @@ bool forward_avx2(const float* x, const float* w, const float* bias, float* y, c
   // whose windows reach past its ends a padded copy of the window, per task.
   const int64_t lead = max_shift;
   const int64_t length = padded_length(std::max(lead + p.length_in, lead + longest + step - min_shift));
-  const bool shared_copy = p.batch * p.in_channels * length <= kSharedCopy;
+  const bool shared_copy = !windows && p.batch * p.in_channels * length <= kSharedCopy;
   const int64_t window = padded_length(columns_per_task + step + max_shift - min_shift);
   if (!shared_copy && Cig * window > kSharedCopy) return false;  // taps far apart: windows as large as x
 
@@ -979,8 +942,6 @@ void grad_weight_avx2_gemm(const float* grad_y, const float* x, float* grad_w, c
 // (its tile is read and written per block of positions). The GEMM sums each output over all positions
 // in one chain, so it is kept to a moderate count of them.
 bool grad_weight_by_gemm(const ConvTParams& p) {
-  static const int force = std::getenv("CONVT_GW") ? std::atoi(std::getenv("CONVT_GW")) : -1;
-  if (force >= 0) return force == 1;
   const double Cig = p.in_channels_per_group, Cog = p.out_channels_per_group, K = p.kernel_size;
   const double positions = double(p.batch) * p.length_in;
   const double products = Cig * Cog * K * positions / 16;
@@ -1068,6 +1029,69 @@ void grad_weight_direct(const at::Tensor& grad_y, const at::Tensor& x, const Con
   });
 }
 
+// ---- plans -----------------------------------------------------------------------------------------
+// Each pass's form is chosen here, from the problem alone (docs/design.md §6.3):
+//  - float32 where the CPU has AVX2 and FMA: the AVX2 forms. Forward: the weight streamed (Z^T, then
+//    col2im) or packed, by forward_streams_weight; grad_input: packed weight on grad_y's phases;
+//    grad_weight: dot products or a GEMM over positions, by grad_weight_by_gemm.
+//  - otherwise (float64; float32 on other CPUs), and where an AVX2 pass hands back: direct loops for
+//    few channels per group, else BLAS GEMMs, one per tap (taps) or one over every tap (unrolled).
+
+enum class Form { kDirect, kTaps, kUnrolled, kPacked, kStreamed, kDot, kPositions };
+
+struct Plans {
+  Form forward, grad_input, grad_weight;
+  bool windows = false;  // forward kPacked: x in place with padded windows at its ends, not one padded copy
+};
+
+Form blas_form(const ConvTParams& p) {
+  if (p.in_channels_per_group * p.out_channels_per_group <= 64) return Form::kDirect;  // GEMMs of tiny matrices
+  // more than 4 taps per phase: one GEMM over every tap, rather than a pass over the tile per tap
+  return ceil_div(p.kernel_size, p.stride) > 4 ? Form::kUnrolled : Form::kTaps;
+}
+
+// Test and A/B hook: CONVT_CPU_FORMS="forward=streamed,grad_input=taps,grad_weight=positions" (any of
+// the passes) overrides the planner, where the form applies (AVX2 forms: float32 on an AVX2 CPU).
+// Forms: direct, taps, unrolled, packed, packed_windows (forward), streamed (forward), dot and
+// positions (grad_weight). Read at every call.
+void apply_override(Plans& plans, bool avx2_float) {
+  const char* value = std::getenv("CONVT_CPU_FORMS");
+  if (value == nullptr) return;
+  const std::string spec(value);
+  auto form_of = [&](const std::string& pass) -> std::string {
+    const auto at = spec.find(pass + "=");
+    if (at == std::string::npos) return "";
+    const auto begin = at + pass.size() + 1, end = spec.find(',', begin);
+    return spec.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
+  };
+  auto set = [&](Form& form, const std::string& name, bool is_forward, bool is_weight) {
+    if (name == "direct") form = Form::kDirect;
+    if (name == "taps") form = Form::kTaps;
+    if (name == "unrolled") form = Form::kUnrolled;
+    if (!avx2_float) return;
+    if (name == "packed" || (is_forward && name == "packed_windows")) form = Form::kPacked;
+    if (is_forward && name == "packed_windows") plans.windows = true;
+    if (is_forward && name == "streamed") form = Form::kStreamed;
+    if (is_weight && name == "dot") form = Form::kDot;
+    if (is_weight && name == "positions") form = Form::kPositions;
+  };
+  set(plans.forward, form_of("forward"), true, false);
+  set(plans.grad_input, form_of("grad_input"), false, false);
+  set(plans.grad_weight, form_of("grad_weight"), false, true);
+}
+
+Plans plan(const ConvTParams& p, at::ScalarType dtype) {
+  const bool avx2_float = dtype == at::kFloat && avx2::available();
+  Plans plans{blas_form(p), blas_form(p), blas_form(p)};
+  if (avx2_float) {
+    plans.forward = forward_streams_weight(p) ? Form::kStreamed : Form::kPacked;
+    plans.grad_input = Form::kPacked;
+    plans.grad_weight = grad_weight_by_gemm(p) ? Form::kPositions : Form::kDot;
+  }
+  apply_override(plans, avx2_float);
+  return plans;
+}
+
 }  // namespace
 
 void forward(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& bias, const at::Tensor& y,
@@ -1080,19 +1104,18 @@ void forward(const at::Tensor& x, const at::Tensor& w, const std::optional<at::T
   AT_DISPATCH_FLOATING_TYPES(y_c.scalar_type(), "conv_transpose1d_cpu", [&] {
     const scalar_t* bias_data = bias_c.defined() ? bias_c.data_ptr<scalar_t>() : nullptr;
     Form form = plans.forward;
-    if constexpr (std::is_same_v<scalar_t, float>) {
-      if (form == Form::kAvx2 && forward_streams_weight(p)) {
-        forward_avx2_streamed(x_c.data_ptr<float>(), w_c.data_ptr<float>(), reinterpret_cast<const float*>(bias_data),
-                              y_c.data_ptr<float>(), p);
-        return;
-      }
-      if (form == Form::kAvx2 && forward_avx2(x_c.data_ptr<float>(), w_c.data_ptr<float>(),
-                                              reinterpret_cast<const float*>(bias_data),
-                                              y_c.data_ptr<float>(), p)) {
-        return;
-      }
+    if (form == Form::kStreamed) {  // (float32 only: plan)
+      forward_avx2_streamed(x_c.data_ptr<float>(), w_c.data_ptr<float>(), reinterpret_cast<const float*>(bias_data),
+                            y_c.data_ptr<float>(), p);
+      return;
     }
-    if (form == Form::kAvx2) form = fallback_form(p);
+    if (form == Form::kPacked) {
+      if (forward_avx2(x_c.data_ptr<float>(), w_c.data_ptr<float>(), reinterpret_cast<const float*>(bias_data),
+                       y_c.data_ptr<float>(), p, plans.windows)) {
+        return;
+      }
+      form = blas_form(p);  // a non-finite output (or windows too large): a form that forms no padding products
+    }
     switch (form) {
       case Form::kDirect:
         forward_direct<scalar_t>(x_c, w_c, bias_c, y_c, p);
@@ -1105,8 +1128,7 @@ void forward(const at::Tensor& x, const at::Tensor& w, const std::optional<at::T
                                y_c.data_ptr<scalar_t>(), p);
         break;
       }
-      case Form::kUnrolled:
-      case Form::kAvx2:
+      default:
         forward_unrolled<scalar_t>(x_c.data_ptr<scalar_t>(), w_c.data_ptr<scalar_t>(), bias_data,
                                    y_c.data_ptr<scalar_t>(), p);
         break;
@@ -1126,29 +1148,34 @@ void backward(const at::Tensor& grad_y, const at::Tensor& x, const at::Tensor& w
   const at::Tensor grad_x_c = grad_x.defined() ? compute_buffer(grad_x) : at::Tensor();
   const at::Tensor grad_w_c = grad_w.defined() ? compute_buffer(grad_w) : at::Tensor();
   AT_DISPATCH_FLOATING_TYPES(grad_y_c.scalar_type(), "conv_transpose1d_backward_cpu", [&] {
-    Form input_form = plans.grad_input, weight_form = plans.grad_weight;
+    Form input_form = grad_x.defined() ? plans.grad_input : Form::kDirect;
+    Form weight_form = grad_w.defined() ? plans.grad_weight : Form::kDirect;
     bool input_done = !grad_x.defined(), weight_done = !grad_w.defined();
-    if constexpr (std::is_same_v<scalar_t, float>) {
-      if ((!input_done && input_form == Form::kAvx2) || (!weight_done && weight_form == Form::kAvx2)) {
-        PaddedPhases phases;
-        const int64_t step = avx2::column_step(avx2::panel_rows(p.in_channels_per_group));
-        if (pad_phases(grad_y_c.data_ptr<float>(), p, step, phases)) {
-          if (!input_done && input_form == Form::kAvx2) {
-            input_done = grad_input_avx2(phases, w_c.data_ptr<float>(), grad_x_c.data_ptr<float>(), p);
-          }
-          if (!weight_done && weight_form == Form::kAvx2) {
-            if (grad_weight_by_gemm(p)) {
-              grad_weight_avx2_gemm(grad_y_c.data_ptr<float>(), x_c.data_ptr<float>(), grad_w_c.data_ptr<float>(), p);
-            } else {
-              grad_weight_avx2(phases, x_c.data_ptr<float>(), grad_w_c.data_ptr<float>(), p);
-            }
-            weight_done = true;
-          }
+    // (the AVX2 forms are planned for float32 only)
+    if (!weight_done && weight_form == Form::kPositions) {
+      grad_weight_avx2_gemm(grad_y_c.data_ptr<float>(), x_c.data_ptr<float>(), grad_w_c.data_ptr<float>(), p);
+      weight_done = true;
+    }
+    if ((!input_done && input_form == Form::kPacked) || (!weight_done && weight_form == Form::kDot)) {
+      PaddedPhases phases;
+      const int64_t step = avx2::column_step(avx2::panel_rows(p.in_channels_per_group));
+      if (pad_phases(grad_y_c.data_ptr<float>(), p, step, phases)) {
+        if (!input_done && input_form == Form::kPacked) {
+          input_done = grad_input_avx2(phases, w_c.data_ptr<float>(), grad_x_c.data_ptr<float>(), p);
+        }
+        if (!weight_done && weight_form == Form::kDot) {
+          grad_weight_avx2(phases, x_c.data_ptr<float>(), grad_w_c.data_ptr<float>(), p);
+          weight_done = true;
         }
       }
     }
-    if (input_form == Form::kAvx2) input_form = fallback_form(p);
-    if (weight_form == Form::kAvx2) weight_form = fallback_form(p);
+    // what is left (float64, other CPUs, an AVX2 pass handed back): direct or BLAS forms
+    if (input_form != Form::kDirect && input_form != Form::kTaps && input_form != Form::kUnrolled) {
+      input_form = blas_form(p);
+    }
+    if (weight_form != Form::kDirect && weight_form != Form::kTaps && weight_form != Form::kUnrolled) {
+      weight_form = blas_form(p);
+    }
     const bool taps = (!input_done && input_form == Form::kTaps) || (!weight_done && weight_form == Form::kTaps);
     const at::Tensor phases = taps ? phases_of(grad_y_c, p) : at::Tensor();
     if (!input_done) {
@@ -1164,8 +1191,7 @@ void backward(const at::Tensor& grad_y, const at::Tensor& x, const at::Tensor& w
                                     grad_x_c.data_ptr<scalar_t>(), p);
           break;
         }
-        case Form::kUnrolled:
-        case Form::kAvx2:
+        default:
           grad_input_unrolled<scalar_t>(grad_y_c.data_ptr<scalar_t>(), w_c.data_ptr<scalar_t>(),
                                         grad_x_c.data_ptr<scalar_t>(), p);
           break;
@@ -1184,8 +1210,7 @@ void backward(const at::Tensor& grad_y, const at::Tensor& x, const at::Tensor& w
                       p.out_channels_per_group, p.kernel_size);
           break;
         }
-        case Form::kUnrolled:
-        case Form::kAvx2:
+        default:
           grad_weight_unrolled<scalar_t>(grad_y_c.data_ptr<scalar_t>(), x_c.data_ptr<scalar_t>(),
                                          grad_w_c.data_ptr<scalar_t>(), p);
           break;
