@@ -885,7 +885,7 @@ void grad_weight_avx2_gemm(const float* grad_y, const float* x, float* grad_w, c
   parallel(tasks, double(p.batch) * p.in_channels * p.out_channels_per_group * p.kernel_size * p.length_in,
            [&](int64_t begin, int64_t end) {
     const int64_t width = avx2::round_up_columns(kColumns, panel);
-    std::vector<float> tile(row_block * width), rows_t(kChunk * width);
+    std::vector<float> tile(row_block * width), sum(row_block * width), rows_t(kChunk * width);
     const int64_t zero_offset = 0;
     for (int64_t task = begin; task < end; ++task) {
       const int64_t cb = task % column_blocks, rb = (task / column_blocks) % row_blocks;
@@ -917,9 +917,17 @@ void grad_weight_avx2_gemm(const float* grad_y, const float* x, float* grad_w, c
             }
             std::fill(out + cols, out + padded, 0.0f);
           }
+          // each chunk's sums apart, then added in order: no chain of more than kChunk roundings
           const avx2::Operand b{rows_t.data(), width, 1, &zero_offset};
           avx2::gemm(rows, cols, count, xp + (n * p.groups + g) * packed + row0 * p.length_in + i0 * panel, panel,
-                     panel * p.length_in, b, 0, tile.data(), width, !first);
+                     panel * p.length_in, b, 0, first ? sum.data() : tile.data(), width, false);
+          if (!first) {
+            for (int64_t r = 0; r < rows; ++r) {
+              float* to = sum.data() + r * width;
+              const float* from = tile.data() + r * width;
+              for (int64_t c = 0; c < cols; ++c) to[c] += from[c];
+            }
+          }
           first = false;
         }
       }
@@ -928,7 +936,7 @@ void grad_weight_avx2_gemm(const float* grad_y, const float* x, float* grad_w, c
         if (first) {
           std::fill(out, out + cols, 0.0f);
         } else {
-          std::memcpy(out, tile.data() + r * width, cols * sizeof(float));
+          std::memcpy(out, sum.data() + r * width, cols * sizeof(float));
         }
       }
     }
@@ -939,15 +947,14 @@ void grad_weight_avx2_gemm(const float* grad_y, const float* x, float* grad_w, c
 // multiply-adds, 16 a cycle): the dot products pay a horizontal sum per block of 3 x 4 channel pairs,
 // tap, batch row and chunk of 1024 positions (about 80 cycles); the GEMM pays for building G^T once
 // per block of input channels (about 4 cycles an element) and runs its products about a quarter slower
-// (its tile is read and written per block of positions). The GEMM sums each output over all positions
-// in one chain, so it is kept to a moderate count of them.
+// (its tile is read and written per block of positions).
 bool grad_weight_by_gemm(const ConvTParams& p) {
   const double Cig = p.in_channels_per_group, Cog = p.out_channels_per_group, K = p.kernel_size;
   const double positions = double(p.batch) * p.length_in;
   const double products = Cig * Cog * K * positions / 16;
   const double sums = std::ceil(Cig / 3) * std::ceil(Cog / 4) * K * p.batch * std::ceil(p.length_in / 1024.0) * 80;
   const double build = Cog * K * positions * grad_weight_row_blocks(p) * 4;
-  return build + products / 4 < sums && positions <= 16384;
+  return build + products / 4 < sums;
 }
 
 // ---- direct form (few channels per group) ----------------------------------------------------
