@@ -898,24 +898,42 @@ void grad_weight_avx2_gemm(const float* grad_y, const float* x, float* grad_w, c
         const float* gy_rows = grad_y + (n * p.out_channels + g * Cog) * p.length_out;
         for (int64_t i0 = 0; i0 < p.length_in; i0 += kChunk) {
           const int64_t count = std::min(kChunk, p.length_in - i0);
-          for (int64_t i = 0; i < count; ++i) {  // G^T rows for the chunk, columns [c0, c0 + padded)
-            float* out = rows_t.data() + i * width;
-            const int64_t base = (i0 + i) * p.stride - p.padding;
-            // the columns of one output channel at a time: taps k, grad_y at base + k*dilation
-            for (int64_t c = 0, co = c0 / K, k = c0 % K; c < cols; ++co, k = 0) {
-              const int64_t span = std::min(K - k, cols - c), j0 = base + k * p.dilation;
-              const float* src = gy_rows + co * p.length_out;
-              if (p.dilation == 1 && j0 >= 0 && j0 + span <= p.length_out) {
-                std::memcpy(out + c, src + j0, span * sizeof(float));
-              } else {
-                for (int64_t t = 0; t < span; ++t) {
-                  const int64_t j = j0 + t * p.dilation;
-                  out[c + t] = j >= 0 && j < p.length_out ? src[j] : 0.0f;
+          // G^T for the chunk, columns [c0, c0 + padded): column (co, k) is grad_y[co] at i*stride + k*dilation -
+          // padding, 0 outside. Copied by rows (each output channel's K taps a run of grad_y) where runs are
+          // long, else by columns (each read along a row of grad_y).
+          if (K >= 8) {
+            for (int64_t i = 0; i < count; ++i) {
+              float* out = rows_t.data() + i * width;
+              const int64_t base = (i0 + i) * p.stride - p.padding;
+              for (int64_t c = 0, co = c0 / K, k = c0 % K; c < cols; ++co, k = 0) {
+                const int64_t span = std::min(K - k, cols - c), j0 = base + k * p.dilation;
+                const float* src = gy_rows + co * p.length_out;
+                if (p.dilation == 1 && j0 >= 0 && j0 + span <= p.length_out) {
+                  std::memcpy(out + c, src + j0, span * sizeof(float));
+                } else {
+                  for (int64_t t = 0; t < span; ++t) {
+                    const int64_t j = j0 + t * p.dilation;
+                    out[c + t] = j >= 0 && j < p.length_out ? src[j] : 0.0f;
+                  }
                 }
+                c += span;
               }
-              c += span;
             }
-            std::fill(out + cols, out + padded, 0.0f);
+          } else {
+            for (int64_t c = 0, co = c0 / K, k = c0 % K; c < cols; ++c) {
+              const int64_t offset = i0 * p.stride + k * p.dilation - p.padding;  // of position i0 (+ i*stride)
+              const float* src = gy_rows + co * p.length_out + offset;
+              const int64_t ia = std::clamp<int64_t>(ceil_div(-offset, p.stride), 0, count);
+              const int64_t ib = std::clamp<int64_t>(ceil_div(p.length_out - offset, p.stride), ia, count);
+              float* dst = rows_t.data() + c;
+              for (int64_t i = 0; i < ia; ++i) dst[i * width] = 0.0f;
+              for (int64_t i = ia; i < ib; ++i) dst[i * width] = src[i * p.stride];
+              for (int64_t i = ib; i < count; ++i) dst[i * width] = 0.0f;
+              if (++k == K) k = 0, ++co;
+            }
+          }
+          for (int64_t i = 0; i < count; ++i) {
+            std::fill(rows_t.data() + i * width + cols, rows_t.data() + i * width + padded, 0.0f);
           }
           // each chunk's sums apart, then added in order: no chain of more than kChunk roundings
           const avx2::Operand b{rows_t.data(), width, 1, &zero_offset};
