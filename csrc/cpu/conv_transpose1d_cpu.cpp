@@ -1,12 +1,15 @@
-// CPU kernels (docs/design.md §6.3). Each pass (forward, grad_input, grad_weight) runs in one of three
-// forms, chosen per problem and pass in one place (plan_*):
-//  - unrolled: one GEMM over every tap at once, with the weight read in place as the (Cig x Cog*K)
-//    matrix it is. Forward: Z[(co,k), i] = sum_ci W[ci, co, k] x[ci, i], then each row of Z is added into
-//    y at i*stride + k*dilation - padding (col2im). Backward: G[(co,k), i] = grad_y[co, i*stride +
-//    k*dilation - padding] (im2col, 0 outside), grad_x = W @ G, grad_w = X @ G^T (in w's layout).
-//  - taps: per output phase one GEMM per tap (convt.h, "Polyphase indexing") on windows of x (of
-//    grad_y's phases) read in place, accumulated in a tile. No copy of the activations; a pass over
-//    the tile per tap.
+// CPU kernels (docs/design.md §6.3). Each pass (forward, grad_input, grad_weight) runs in one of these
+// forms, chosen per problem and pass in one place (plan, near the end of the file):
+//  - AVX2 (float32 on CPUs with AVX2 and FMA; kernels_avx2.h): implicit GEMMs on a register-blocked
+//    micro-kernel, activations read in place. Forward packed (the weight packed per phase) or streamed
+//    (the weight read in place as B, x^T packed, col2im); grad_input on the packed weight and grad_y's
+//    phases; grad_weight as dot products over positions or a GEMM over positions.
+//  - unrolled: one BLAS GEMM over every tap at once, with the weight read in place as the (Cig x
+//    Cog*K) matrix it is. Forward: Z[(co,k), i] = sum_ci W[ci, co, k] x[ci, i], then each row of Z is
+//    added into y at i*stride + k*dilation - padding (col2im). Backward: G[(co,k), i] = grad_y[co,
+//    i*stride + k*dilation - padding] (im2col, 0 outside), grad_x = W @ G, grad_w = X @ G^T.
+//  - taps: per output phase one BLAS GEMM per tap (convt.h, "Polyphase indexing") on windows of x (of
+//    grad_y's phases) read in place, accumulated in a tile.
 //  - direct: loops, for few channels per group (depthwise), where GEMMs would be tiny matrices.
 // float16 / bfloat16 are computed in float32, float64 in float64.
 #include "cpu/conv_transpose1d_cpu.h"
