@@ -54,8 +54,8 @@ int64_t ceil_div(int64_t a, int64_t b) { return -floor_div(-a, b); }  // b > 0, 
 // c (m x n, row stride ldc) = a @ b (+ c when accumulate), row-major. a is stored (m x k, row stride
 // lda), or with trans_a as (k x m); b likewise (k x n) or, with trans_b, (n x k). Called inside parallel
 // regions: single-threaded. Goes through at::mm_out / addmm_ on views of the same memory (BLAS), except
-// untransposed float products on CPUs with AVX-512, where ATen's brgemm is oneDNN's JIT micro-kernel
-// (faster there than BLAS on small blocks; on AVX2 it falls well behind, so it is not used).
+// untransposed float products on CPUs with AVX-512, which oneDNN's JIT brgemm micro-kernel (ATen's
+// cpublas::brgemm) targets; without AVX-512 its float path takes unpacked operands at a disadvantage.
 bool use_brgemm() {
 #if defined(CPUBLAS_BRGEMM_F32F32F32) && (defined(__x86_64__) || defined(_M_X64)) && defined(__GNUC__)
   static const bool avx512 = __builtin_cpu_supports("avx512f");
