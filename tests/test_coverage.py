@@ -39,6 +39,7 @@ AVX2_FORMS = [
     "forward=packed,grad_input=packed,grad_weight=dot",
     "forward=packed_windows,grad_weight=positions",
     "forward=streamed",
+    "forward=scatter",
 ]
 BLAS_FORMS = [
     "forward=taps,grad_input=taps,grad_weight=taps",
@@ -91,7 +92,8 @@ def _classes(t):
 
 
 @pytest.mark.quick
-@pytest.mark.parametrize("forms", ["forward=packed,grad_input=packed", "forward=packed_windows", "forward=streamed"])
+@pytest.mark.parametrize("forms", ["forward=packed,grad_input=packed", "forward=packed_windows", "forward=streamed",
+                                   "forward=scatter"])
 @pytest.mark.parametrize("value", [float("inf"), float("nan")], ids=["inf", "nan"])
 def test_weight_inf_and_nan_land_where_the_products_put_them(forms, value, monkeypatch):
     """The packed AVX2 forms multiply the zeros around the input by the weight; where an output is not
@@ -128,3 +130,29 @@ def test_long_input_float32(forms, monkeypatch):
         monkeypatch.setenv("CONVT_CPU_FORMS", forms)
     assert_backward_matches_reference(Case(1, 8, 6, 9, 600_000, stride=1, padding=3), torch.float32, "cpu",
                                       check_forward=True)
+
+
+@pytest.mark.quick
+@pytest.mark.parametrize("forms", [None, "forward=packed,grad_input=packed,grad_weight=dot",
+                                   "forward=streamed,grad_weight=positions", "forward=scatter"])
+@pytest.mark.parametrize("case", [Case(2, 40, 36, 7, 300, stride=2, padding=3), Case(1, 96, 80, 4, 13, stride=2)],
+                         ids=case_id)
+def test_cpu_results_do_not_depend_on_the_thread_count(case, forms, monkeypatch):
+    """The CPU's blocks and orders of summation depend on the problem only: the same inputs give
+    bit-identical outputs and gradients on 1 thread and on several."""
+    if forms is None:
+        monkeypatch.delenv("CONVT_CPU_FORMS", raising=False)
+    else:
+        monkeypatch.setenv("CONVT_CPU_FORMS", forms)
+    x, w, b = make_inputs(case, torch.float32, "cpu", requires_grad=True)
+    grad_y = torch.randn(case.n, case.c_out, case.l_out)
+    saved = torch.get_num_threads()
+    results = []
+    try:
+        for threads in (1, max(2, saved)):
+            torch.set_num_threads(threads)
+            y = ours(x, w, b, case)
+            results.append((y, *torch.autograd.grad(y, (x, w, b), grad_y)))
+    finally:
+        torch.set_num_threads(saved)
+    assert all(torch.equal(one, several) for one, several in zip(*results))

@@ -104,6 +104,9 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const T* 
 
 int64_t threads() { return std::max<int64_t>(1, at::get_num_threads()); }
 
+// The forms of a pass (plan, near the end of the file, picks one).
+enum class Form { kDirect, kTaps, kUnrolled, kPacked, kStreamed, kScatter, kDot, kPositions };
+
 // ---- weight layouts ------------------------------------------------------------------------------
 // The weight (C_in, Cog, K) as one (C_in, Cog) matrix per tap: (K, C_in, Cog), and back.
 template <typename T>
@@ -444,6 +447,13 @@ constexpr int64_t kSharedCopy = int64_t(4) << 20;  // floats of a padded copy of
 
 int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 
+// Rows of a task's block for a matrix of `rows` rows: at most kAvx2Rows, whole panels, the blocks of
+// about equal size (a short last block would leave a thread idle at the end).
+int64_t balanced_rows(int64_t rows) {
+  if (rows < 6) return rows;
+  return std::min(round_up(ceil_div(rows, ceil_div(rows, kAvx2Rows)), 6), round_up(rows, 6));
+}
+
 // A row length of at least `needed` floats, 16-float aligned, an odd number of 64-byte lines (rows
 // read together do not all fall in the same cache sets).
 int64_t padded_length(int64_t needed) {
@@ -528,61 +538,85 @@ void pack_units(Jobs& jobs, int64_t units, int64_t rows, int64_t outer, const st
   }
 }
 
-// Forward with the weight streamed once, for short inputs and many channels (where the weight is the
-// larger operand): Z^T[i, (co, k)] = sum_ci x[ci, i] * w[ci, co, k] (A = x^T packed, B = w's rows read in
-// place), then each Z^T element added into y at i*stride + k*dilation - padding (col2im). Tasks of
-// (group, block of whole output channels, n): a task owns its rows of y. Only products of real inputs
-// are formed, so Inf and NaN land as torch puts them.
+// Forward with the weight read in place as the GEMM's B, for short inputs and many channels (where the
+// weight is the larger operand) and for few output channels (where the weight is small and x would be
+// read once per tap otherwise): Z^T[(n, i), (co, k)] = sum_ci x[n, ci, i] * w[ci, co, k] (A's rows gathered
+// from x), then each Z^T element added into y at i*stride + k*dilation - padding (col2im). A task owns
+// its rows of y: (group, block of whole output channels) with every batch row where the inputs are
+// few (the weight crosses memory once per tile of 192 input positions), else (group, block, n, segment
+// of outputs) with the inputs that reach the segment. Only products of real inputs are formed, so Inf
+// and NaN land as torch puts them.
+constexpr int64_t kStreamedPositions = 192;  // rows of a Z^T tile (32 panels)
+
+bool streamed_by_batch(const ConvTParams& p) { return p.batch * p.length_in > 2 * kStreamedPositions; }
+
 void forward_avx2_streamed(const float* x, const float* w, const float* bias, float* y, const ConvTParams& p) {
   const int64_t Cig = p.in_channels_per_group, Cog = p.out_channels_per_group, K = p.kernel_size, R = Cog * K;
-  constexpr int64_t kPositions = 192;  // rows of a Z^T tile (32 panels)
+  const int64_t span = (K - 1) * p.dilation;
   const int64_t channels = std::clamp<int64_t>(kGradWeightColumns / K, 1, Cog);  // output channels per task
   const int64_t blocks = ceil_div(Cog, channels);
-  const int64_t panel = avx2::panel_rows(p.length_in);
-  const int64_t width = avx2::round_up_columns(channels * K, panel);
-  // x^T per (n, group): panels of 6 positions, steps ci
-  const int64_t packed = avx2::packed_size(p.length_in, Cig);
-  at::Tensor x_t = at::empty({std::max<int64_t>(1, p.batch * p.groups * packed)}, at::TensorOptions().dtype(at::kFloat));
-  float* xt = x_t.data_ptr<float>();
+  const bool by_batch = streamed_by_batch(p);
+  // segments of outputs per batch row: enough tasks for the threads, each at least 4 halos of inputs
+  const int64_t halo = ceil_div(span, p.stride) + 1;
+  const int64_t most = std::max<int64_t>(1, p.length_in / std::max(kStreamedPositions, 4 * halo));
+  const int64_t segments =
+      by_batch ? std::clamp<int64_t>(ceil_div(4 * threads(), p.groups * blocks * p.batch), 1, most) : 1;
+  const int64_t segment = ceil_div(p.length_out, segments);
+  const int64_t units = p.groups * blocks * (by_batch ? p.batch * segments : 1);
   const int64_t zero = 0;
-  const int64_t chunks = ceil_div(Cig, 64);
-  parallel(p.batch * p.groups * chunks, double(p.batch) * p.in_channels * p.length_in, [&](int64_t begin, int64_t end) {
-    for (int64_t task = begin; task < end; ++task) {
-      const int64_t q = task % chunks, ng = task / chunks;
-      avx2::pack_a(p.length_in, Cig, 1, x + ng * Cig * p.length_in, 1, p.length_in, &zero, xt + ng * packed, q * 64,
-                   std::min(Cig, (q + 1) * 64), 0, avx2::panels(p.length_in));
-    }
-  });
-  parallel(p.groups * blocks * p.batch,
-           double(p.batch) * p.in_channels * p.out_channels_per_group * p.kernel_size * p.length_in,
+  parallel(units, double(p.batch) * p.in_channels * p.out_channels_per_group * p.kernel_size * p.length_in,
            [&](int64_t begin, int64_t end) {
-    std::vector<float> tile(kPositions * width), tail;
+    std::vector<float> tile(kStreamedPositions * avx2::round_up_columns(channels * K, 1)), tail;
+    std::vector<const float*> a_rows(kStreamedPositions);
+    std::vector<int64_t> row_n(kStreamedPositions), row_i(kStreamedPositions);
     for (int64_t task = begin; task < end; ++task) {
-      const int64_t n = task % p.batch, b = (task / p.batch) % blocks, g = task / (p.batch * blocks);
+      int64_t rest = task;
+      const int64_t q = by_batch ? rest % segments : 0;
+      rest = by_batch ? rest / segments : rest;
+      const int64_t n_only = by_batch ? rest % p.batch : -1;
+      rest = by_batch ? rest / p.batch : rest;
+      const int64_t b = rest % blocks, g = rest / blocks;
       const int64_t co0 = b * channels, count = std::min(channels, Cog - co0), cols = count * K;
-      float* y_rows = y + (n * p.out_channels + g * Cog + co0) * p.length_out;
-      for (int64_t c = 0; c < count; ++c) {
-        std::fill(y_rows + c * p.length_out, y_rows + (c + 1) * p.length_out, bias ? bias[g * Cog + co0 + c] : 0.0f);
+      const int64_t j0 = q * segment, j1 = std::min(p.length_out, j0 + segment);
+      if (j0 >= j1) continue;
+      // the inputs (n, i) of the task, in tiles: i in [i_lo, i_hi) for each n
+      const int64_t i_lo = by_batch ? std::max<int64_t>(0, ceil_div(j0 - span + p.padding, p.stride)) : 0;
+      const int64_t i_hi = by_batch ? std::min(p.length_in, floor_div(j1 - 1 + p.padding, p.stride) + 1) : p.length_in;
+      const int64_t n_begin = by_batch ? n_only : 0, n_end = by_batch ? n_only + 1 : p.batch;
+      const int64_t total = (n_end - n_begin) * std::max<int64_t>(0, i_hi - i_lo);
+      const int64_t panel = avx2::panel_rows(total);
+      const int64_t width = avx2::round_up_columns(cols, std::max<int64_t>(panel, 1));
+      for (int64_t n = n_begin; n < n_end; ++n) {
+        for (int64_t c = 0; c < count; ++c) {
+          float* row = y + (n * p.out_channels + g * Cog + co0 + c) * p.length_out;
+          std::fill(row + j0, row + j1, bias ? bias[g * Cog + co0 + c] : 0.0f);
+        }
       }
+      if (total <= 0) continue;
       // B: w's rows from column co0*K; where the tile's columns run past a row, a copy padded with zeros
       avx2::Operand b_rows{w + g * Cig * R + co0 * K, R, 1, &zero};
-      if (co0 * K + avx2::round_up_columns(cols, panel) > R) {
+      if (co0 * K + width > R) {
         tail.assign(Cig * width, 0.0f);
         for (int64_t ci = 0; ci < Cig; ++ci) {
           std::memcpy(tail.data() + ci * width, w + (g * Cig + ci) * R + co0 * K, cols * sizeof(float));
         }
         b_rows = avx2::Operand{tail.data(), width, 1, &zero};
       }
-      for (int64_t i0 = 0; i0 < p.length_in; i0 += kPositions) {
-        const int64_t rows = std::min(kPositions, p.length_in - i0);
-        avx2::gemm(rows, cols, Cig, xt + (n * p.groups + g) * packed + i0 * Cig, panel, panel * Cig, b_rows, 0,
-                   tile.data(), width, false);
-        for (int64_t i = 0; i < rows; ++i) {
-          const float* z = tile.data() + i * width;
-          const int64_t origin = (i0 + i) * p.stride - p.padding;
+      for (int64_t r0 = 0; r0 < total; r0 += kStreamedPositions) {
+        const int64_t rows = std::min(kStreamedPositions, total - r0);
+        for (int64_t r = 0; r < rows; ++r) {
+          const int64_t index = r0 + r, n = n_begin + index / (i_hi - i_lo), i = i_lo + index % (i_hi - i_lo);
+          row_n[r] = n, row_i[r] = i;
+          a_rows[r] = x + (n * p.in_channels + g * Cig) * p.length_in + i;  // step ci at + ci*L_in
+        }
+        avx2::gemm_gathered(rows, cols, Cig, a_rows.data(), p.length_in, panel, b_rows, 0, tile.data(), width);
+        for (int64_t r = 0; r < rows; ++r) {
+          const float* z = tile.data() + r * width;
+          const int64_t origin = row_i[r] * p.stride - p.padding;
+          float* y_rows = y + (row_n[r] * p.out_channels + g * Cog + co0) * p.length_out;
           for (int64_t k = 0; k < K; ++k) {
             const int64_t j = origin + k * p.dilation;
-            if (j < 0 || j >= p.length_out) continue;
+            if (j < j0 || j >= j1) continue;
             float* out = y_rows + j;
             for (int64_t c = 0; c < count; ++c) out[c * p.length_out] += z[c * K + k];
           }
@@ -592,16 +626,99 @@ void forward_avx2_streamed(const float* x, const float* w, const float* bias, fl
   });
 }
 
-// Whether the forward streams the weight (forward_avx2_streamed) rather than packing it: packing costs
-// about 2 cycles per weight element; streaming costs 2 per element of x (x^T) and about 3 per element
-// of Z^T (N*L_in*Cog*K, the col2im), and reads the weight once per tile of 192 positions.
-bool forward_streams_weight(const ConvTParams& p) {
-  const double Cig = p.in_channels_per_group, Cog = p.out_channels_per_group, K = p.kernel_size;
-  const double weight = double(p.groups) * Cig * Cog * K, positions = double(p.batch) * p.length_in;
-  const double pack = 2 * weight;
-  const double stream = 2 * positions * Cig * p.groups + 3 * positions * Cog * K * p.groups +
-                        weight * (std::ceil(p.length_in / 192.0) - 1) * p.batch * 0.5;
-  return stream < pack;
+// Forward for few output channels per group (waveform decoders, C_out 1-4): Z[(co, k), i] = sum_ci
+// w[ci, co, k] * x[ci, i] with the positions along the vectors (A = w^T packed, small; B = x's rows read
+// in place: each x element loaded once for every tap of a block of output channels), then col2im into y.
+// Tasks of (group, block of whole output channels, n, segment of outputs), each with the inputs that
+// reach its segment (as forward_avx2_streamed); only products of real inputs reach y.
+void forward_avx2_scatter(const float* x, const float* w, const float* bias, float* y, const ConvTParams& p) {
+  const int64_t Cig = p.in_channels_per_group, Cog = p.out_channels_per_group, K = p.kernel_size, R = Cog * K;
+  constexpr int64_t kColumns = 256;  // positions of a Z tile
+  const int64_t span = (K - 1) * p.dilation;
+  const int64_t channels = std::clamp<int64_t>(kAvx2Rows / K, 1, Cog);  // output channels per task
+  const int64_t blocks = ceil_div(Cog, channels);
+  const int64_t halo = ceil_div(span, p.stride) + 1;
+  const int64_t most = std::max<int64_t>(1, p.length_in / std::max(kColumns, 4 * halo));
+  const int64_t segments = std::clamp<int64_t>(ceil_div(4 * threads(), p.groups * blocks * p.batch), 1, most);
+  const int64_t segment = ceil_div(p.length_out, segments);
+  // A per (group, block): rows (co, k) of the block, steps ci: w[g*Cig + ci, co0*K + row]
+  const int64_t block_rows = channels * K;
+  const int64_t packed = avx2::packed_size(block_rows, Cig);
+  at::Tensor a_packed = at::empty({std::max<int64_t>(1, p.groups * blocks * packed)}, at::TensorOptions().dtype(at::kFloat));
+  float* a = a_packed.data_ptr<float>();
+  const int64_t zero = 0;
+  parallel(p.groups * blocks, double(p.groups) * Cig * R, [&](int64_t begin, int64_t end) {
+    for (int64_t u = begin; u < end; ++u) {
+      const int64_t g = u / blocks, co0 = (u % blocks) * channels, rows = std::min(channels, Cog - co0) * K;
+      avx2::pack_a(rows, Cig, 1, w + g * Cig * R + co0 * K, 1, R, &zero, a + u * packed, 0, Cig, 0, avx2::panels(rows));
+    }
+  });
+  const int64_t tasks = p.groups * blocks * p.batch * segments;
+  parallel(tasks, double(p.batch) * p.in_channels * p.out_channels_per_group * p.kernel_size * p.length_in,
+           [&](int64_t begin, int64_t end) {
+    std::vector<float> tile(block_rows * (kColumns + 64)), window;
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t q = task % segments, n = (task / segments) % p.batch, u = task / (segments * p.batch);
+      const int64_t g = u / blocks, co0 = (u % blocks) * channels, count = std::min(channels, Cog - co0);
+      const int64_t rows = count * K, panel = avx2::panel_rows(rows);  // as pack_a packed the block
+      const int64_t step = avx2::column_step(panel), width = round_up(kColumns, step);
+      const int64_t j0 = q * segment, j1 = std::min(p.length_out, j0 + segment);
+      if (j0 >= j1) continue;
+      float* y_rows = y + (n * p.out_channels + g * Cog + co0) * p.length_out;
+      for (int64_t c = 0; c < count; ++c) {
+        std::fill(y_rows + c * p.length_out + j0, y_rows + c * p.length_out + j1, bias ? bias[g * Cog + co0 + c] : 0.0f);
+      }
+      const int64_t i_lo = std::max<int64_t>(0, ceil_div(j0 - span + p.padding, p.stride));
+      const int64_t i_hi = std::min(p.length_in, floor_div(j1 - 1 + p.padding, p.stride) + 1);
+      const float* x_rows = x + (n * p.in_channels + g * Cig) * p.length_in;
+      for (int64_t i0 = i_lo; i0 < i_hi; i0 += kColumns) {
+        const int64_t cols = std::min(kColumns, i_hi - i0);
+        // B: x's rows from i0, or where the kernel's columns would run past a row, a padded copy
+        avx2::Operand b{x_rows, p.length_in, 1, &zero};
+        int64_t column = i0;
+        if (i0 + round_up(cols, step) > p.length_in) {
+          window.assign(Cig * width, 0.0f);
+          for (int64_t ci = 0; ci < Cig; ++ci) {
+            std::memcpy(window.data() + ci * width, x_rows + ci * p.length_in + i0, cols * sizeof(float));
+          }
+          b = avx2::Operand{window.data(), width, 1, &zero}, column = 0;
+        }
+        avx2::gemm(rows, cols, Cig, a + u * packed, panel, panel * Cig, b, column, tile.data(), width, false);
+        for (int64_t r = 0; r < rows; ++r) {  // col2im: row (c, k) of Z to y[c] at i*stride + k*dilation - padding
+          const int64_t c = r / K, k = r % K, offset = k * p.dilation - p.padding;
+          const int64_t ia = std::max(i0, ceil_div(j0 - offset, p.stride));
+          const int64_t ib = std::min(i0 + cols, ceil_div(j1 - offset, p.stride));
+          const float* z = tile.data() + r * width - i0;
+          float* out = y_rows + c * p.length_out + offset;
+          if (p.stride == 1) {
+            for (int64_t i = ia; i < ib; ++i) out[i] += z[i];
+          } else {
+            for (int64_t i = ia; i < ib; ++i) out[i * p.stride] += z[i];
+          }
+        }
+      }
+    }
+  });
+}
+
+// The forward's AVX2 form, by estimates in cycles of what each costs beyond its multiply-adds (16 a
+// cycle): packed, about 2 per weight element to pack, and with fewer than 6 output channels per group
+// a kernel that loads a vector of x per multiply-add row or two (x read once per tap); streamed, about 3
+// per element of Z^T (N*L_in*Cog*K, the col2im), 2 per element of x transposed per block of output
+// channels, and the weight read again per tile of 192 input positions; scatter, the col2im and the
+// packing of w^T.
+Form forward_avx2_form(const ConvTParams& p) {
+  const double Cig = p.in_channels_per_group, Cog = p.out_channels_per_group, K = p.kernel_size, G = p.groups;
+  const double weight = G * Cig * Cog * K, positions = double(p.batch) * p.length_in;
+  const double products = weight * positions / 16, col2im = 3 * positions * Cog * K * G;
+  const double packed = 2 * weight + (Cog < 6 ? products * (6 / Cog - 1) / 2 : 0);
+  const double tiles = streamed_by_batch(p) ? p.batch * std::ceil(p.length_in / double(kStreamedPositions))
+                                            : std::ceil(positions / kStreamedPositions);
+  const double blocks = std::ceil(Cog / std::clamp(std::floor(kGradWeightColumns / K), 1.0, Cog));
+  const double streamed = col2im + 2 * positions * Cig * G * blocks + weight * (tiles - 1) / 2;
+  const double scatter = col2im + 2 * weight;
+  if (packed <= streamed && packed <= scatter) return Form::kPacked;
+  return streamed <= scatter ? Form::kStreamed : Form::kScatter;
 }
 
 // Forward: per (group, phase) A = W_phase (Cog x Cig*taps), element (co, ci*taps + t) = w[ci, co, k_t];
@@ -655,32 +772,41 @@ bool forward_avx2(const float* x, const float* w, const float* bias, float* y, c
   jobs.run();
   const float* xp = shared_copy ? x_padded.data_ptr<float>() : nullptr;
 
-  const int64_t row_block = Cog < 6 ? Cog : std::min(round_up(Cog, 6), kAvx2Rows);
+  const int64_t row_block = balanced_rows(Cog);
   const int64_t row_blocks = ceil_div(Cog, row_block);
   const int64_t column_blocks = ceil_div(longest, columns_per_task);
-  const int64_t tasks = p.batch * p.groups * column_blocks * row_blocks;
+  const int64_t width = round_up(std::min(columns_per_task, longest), step);  // of a tile
+  // Batch rows per task (their outputs side by side in tiles): where a task's columns are few, one
+  // block of A serves several batch rows while it is in cache. The reduction then runs in blocks of
+  // whole input channels, each block's products for every batch row of the task in turn.
+  const int64_t other_tasks = p.groups * column_blocks * row_blocks;
+  const int64_t batch_block =
+      shared_copy ? std::clamp<int64_t>(std::min(1024 / width, p.batch / ceil_div(2 * threads(), other_tasks)), 1, p.batch)
+                  : 1;
+  const int64_t batch_blocks = ceil_div(p.batch, batch_block);
+  const int64_t tasks = batch_blocks * p.groups * column_blocks * row_blocks;
+  const int64_t panel = avx2::panel_rows(Cog);
   std::atomic<bool> finite{true};
   parallel(tasks, double(p.batch) * p.in_channels * p.out_channels_per_group * K * p.length_in,
            [&](int64_t begin, int64_t end) {
-    std::vector<float> tile(row_block * columns_per_task);
+    std::vector<float> tiles(batch_block * row_block * width);
     std::vector<float> window_rows;
     bool all_finite = true;
     for (int64_t task = begin; task < end; ++task) {
       const int64_t rb = task % row_blocks, cb = (task / row_blocks) % column_blocks;
       const int64_t g = (task / (row_blocks * column_blocks)) % p.groups;
-      const int64_t n = task / (row_blocks * column_blocks * p.groups);
+      const int64_t n0 = (task / (row_blocks * column_blocks * p.groups)) * batch_block;
+      const int64_t n1 = std::min(p.batch, n0 + batch_block);
       const int64_t m0 = cb * columns_per_task;
       const int64_t row0 = rb * row_block, rows = std::min(row_block, Cog - row0);
-      // where row (ci, t) of B starts for output m0: base + ci*stride + offset_t + column
-      const float* base;
-      int64_t stride, column;
-      if (shared_copy) {
-        base = xp + (n * p.in_channels + g * Cig) * length + lead, stride = length, column = m0;
-      } else {
+      // where row (ci, t) of B starts for output m0 of batch row n: base(n) + ci*stride + offset_t + column
+      const float* window_base = nullptr;
+      int64_t stride = length, column = m0;
+      if (!shared_copy) {  // (one batch row a task)
         const int64_t lo = m0 - max_shift, hi = m0 + columns_per_task + step - min_shift;
-        const float* x_rows = x + (n * p.in_channels + g * Cig) * p.length_in;
+        const float* x_rows = x + (n0 * p.in_channels + g * Cig) * p.length_in;
         if (lo >= 0 && hi <= p.length_in) {
-          base = x_rows, stride = p.length_in, column = m0;
+          window_base = x_rows, stride = p.length_in;
         } else {
           window_rows.resize(Cig * window);
           const int64_t a0 = std::clamp<int64_t>(lo, 0, p.length_in), a1 = std::clamp<int64_t>(hi, a0, p.length_in);
@@ -689,21 +815,35 @@ bool forward_avx2(const float* x, const float* w, const float* bias, float* y, c
             std::fill(out, out + window, 0.0f);
             std::memcpy(out + (a0 - lo), x_rows + ci * p.length_in + a0, (a1 - a0) * sizeof(float));
           }
-          base = window_rows.data() + max_shift, stride = window, column = 0;
+          window_base = window_rows.data() + max_shift, stride = window, column = 0;
         }
       }
+      auto base = [&](int64_t n) {
+        return shared_copy ? xp + (n * p.in_channels + g * Cig) * length + lead : window_base;
+      };
       for (int64_t r = 0; r < count; ++r) {
         const int64_t cols = std::min(columns_per_task, phase_length(r, p.length_out, p.stride) - m0);
         if (cols <= 0) continue;
         const int64_t taps = static_cast<int64_t>(phases[r].size());
         const int64_t depth = Cig * taps;  // B((ci, t), m) = x[ci, m - shift_t]
         const float* a = a_packed.data_ptr<float>() + a_offsets[r] + g * avx2::packed_size(Cog, depth) + row0 * depth;
-        avx2::gemm(rows, cols, depth, a, avx2::panel_rows(Cog), avx2::panel_rows(Cog) * depth,
-                   avx2::Operand{base, stride, taps, offsets[r].data()}, column, tile.data(), columns_per_task, false);
-        for (int64_t rr = 0; rr < rows; ++rr) {
-          const int64_t co = g * Cog + row0 + rr;
-          all_finite &= avx2::write_row(tile.data() + rr * columns_per_task, cols, bias ? bias[co] : 0.0f,
-                                  y + (n * p.out_channels + co) * p.length_out + m0 * p.stride + r, p.stride);
+        // blocks of about 256 steps (whole input channels) where several batch rows share them
+        const int64_t channels = n1 - n0 > 1 ? std::clamp<int64_t>(256 / std::max<int64_t>(taps, 1), 1, Cig) : Cig;
+        for (int64_t c0 = 0; c0 < Cig; c0 += channels) {
+          const int64_t kc = (std::min(Cig, c0 + channels) - c0) * taps;
+          for (int64_t n = n0; n < n1; ++n) {
+            avx2::gemm(rows, cols, kc, a + c0 * taps * panel, panel, panel * depth,
+                       avx2::Operand{base(n) + c0 * stride, stride, taps, offsets[r].data()}, column,
+                       tiles.data() + (n - n0) * row_block * width, width, c0 > 0);
+          }
+        }
+        for (int64_t n = n0; n < n1; ++n) {
+          const float* tile = tiles.data() + (n - n0) * row_block * width;
+          for (int64_t rr = 0; rr < rows; ++rr) {
+            const int64_t co = g * Cog + row0 + rr;
+            all_finite &= avx2::write_row(tile + rr * width, cols, bias ? bias[co] : 0.0f,
+                                          y + (n * p.out_channels + co) * p.length_out + m0 * p.stride + r, p.stride);
+          }
         }
       }
     }
@@ -776,7 +916,7 @@ bool grad_input_avx2(const PaddedPhases& phases, const float* w, float* grad_x, 
   const float* base = phases.data.data_ptr<float>();
   const int64_t step = avx2::column_step(avx2::panel_rows(Cig));
   const int64_t columns_per_task = round_up(kAvx2Columns, step);
-  const int64_t row_block = Cig < 6 ? Cig : std::min(round_up(Cig, 6), kAvx2Rows);
+  const int64_t row_block = balanced_rows(Cig);
   const int64_t row_blocks = ceil_div(Cig, row_block);
   const int64_t column_blocks = ceil_div(p.length_in, columns_per_task);
   const int64_t tasks = p.batch * p.groups * column_blocks * row_blocks;
@@ -1059,13 +1199,11 @@ void grad_weight_direct(const at::Tensor& grad_y, const at::Tensor& x, const Con
 
 // ---- plans -----------------------------------------------------------------------------------------
 // Each pass's form is chosen here, from the problem alone (docs/design.md §6.3):
-//  - float32 where the CPU has AVX2 and FMA: the AVX2 forms. Forward: the weight streamed (Z^T, then
-//    col2im) or packed, by forward_streams_weight; grad_input: packed weight on grad_y's phases;
+//  - float32 where the CPU has AVX2 and FMA: the AVX2 forms. Forward: the weight packed, streamed (Z^T,
+//    then col2im) or scattered (Z, then col2im), by forward_avx2_form; grad_input: packed weight on grad_y's phases;
 //    grad_weight: dot products or a GEMM over positions, by grad_weight_by_gemm.
 //  - otherwise (float64; float32 on other CPUs), and where an AVX2 pass hands back: direct loops for
 //    few channels per group, else BLAS GEMMs, one per tap (taps) or one over every tap (unrolled).
-
-enum class Form { kDirect, kTaps, kUnrolled, kPacked, kStreamed, kDot, kPositions };
 
 struct Plans {
   Form forward, grad_input, grad_weight;
@@ -1080,8 +1218,8 @@ Form blas_form(const ConvTParams& p) {
 
 // Test and A/B hook: CONVT_CPU_FORMS="forward=streamed,grad_input=taps,grad_weight=positions" (any of
 // the passes) overrides the planner, where the form applies (AVX2 forms: float32 on an AVX2 CPU).
-// Forms: direct, taps, unrolled, packed, packed_windows (forward), streamed (forward), dot and
-// positions (grad_weight). Read at every call.
+// Forms: direct, taps, unrolled, packed, packed_windows (forward), streamed and scatter (forward), dot
+// and positions (grad_weight). Read at every call.
 void apply_override(Plans& plans, bool avx2_float) {
   const char* value = std::getenv("CONVT_CPU_FORMS");
   if (value == nullptr) return;
@@ -1100,6 +1238,7 @@ void apply_override(Plans& plans, bool avx2_float) {
     if (name == "packed" || (is_forward && name == "packed_windows")) form = Form::kPacked;
     if (is_forward && name == "packed_windows") plans.windows = true;
     if (is_forward && name == "streamed") form = Form::kStreamed;
+    if (is_forward && name == "scatter") form = Form::kScatter;
     if (is_weight && name == "dot") form = Form::kDot;
     if (is_weight && name == "positions") form = Form::kPositions;
   };
@@ -1112,7 +1251,7 @@ Plans plan(const ConvTParams& p, at::ScalarType dtype) {
   const bool avx2_float = dtype == at::kFloat && avx2::available();
   Plans plans{blas_form(p), blas_form(p), blas_form(p)};
   if (avx2_float) {
-    plans.forward = forward_streams_weight(p) ? Form::kStreamed : Form::kPacked;
+    plans.forward = forward_avx2_form(p);
     plans.grad_input = Form::kPacked;
     plans.grad_weight = grad_weight_by_gemm(p) ? Form::kPositions : Form::kDot;
   }
@@ -1132,9 +1271,10 @@ void forward(const at::Tensor& x, const at::Tensor& w, const std::optional<at::T
   AT_DISPATCH_FLOATING_TYPES(y_c.scalar_type(), "conv_transpose1d_cpu", [&] {
     const scalar_t* bias_data = bias_c.defined() ? bias_c.data_ptr<scalar_t>() : nullptr;
     Form form = plans.forward;
-    if (form == Form::kStreamed) {  // (float32 only: plan)
-      forward_avx2_streamed(x_c.data_ptr<float>(), w_c.data_ptr<float>(), reinterpret_cast<const float*>(bias_data),
-                            y_c.data_ptr<float>(), p);
+    if (form == Form::kStreamed || form == Form::kScatter) {  // (float32 only: plan)
+      (form == Form::kStreamed ? forward_avx2_streamed : forward_avx2_scatter)(
+          x_c.data_ptr<float>(), w_c.data_ptr<float>(), reinterpret_cast<const float*>(bias_data), y_c.data_ptr<float>(),
+          p);
       return;
     }
     if (form == Form::kPacked) {

@@ -194,14 +194,32 @@ CONVT_TARGET void pack_block(int64_t rows, int64_t kc, const float* a, int64_t a
   }
 }
 
-// kPacked: A packed by pack_a (panels of `panel` rows over the whole depth). Otherwise A's rows in place
-// (row r at a + r*a_row), packed here per block of steps into `scratch` (rows rounded up to panels x
-// kDepthBlock floats): rows read in place directly would be re-read for every column step, often from
-// the same cache sets (a_row a multiple of 4 KB).
-template <bool kPacked>
-CONVT_TARGET void gemm_blocks(int64_t rows, int64_t cols, int64_t depth, const float* a, int64_t a_row, int64_t panel,
-                              int64_t panel_stride, const Operand& b, int64_t column, float* c, int64_t ldc,
-                              bool accumulate, float* scratch) {
+// A block of gathered rows (row r's step kk at rows[r][kk*a_col]) packed into panels of `panel` rows,
+// step by step (rows of consecutive positions read in sequence).
+CONVT_TARGET void pack_gathered(int64_t rows, int64_t k0, int64_t kc, const float* const* a_rows, int64_t a_col,
+                                int64_t panel, float* out) {
+  for (int64_t kk = 0; kk < kc; ++kk) {
+    const int64_t offset = (k0 + kk) * a_col;
+    float* dst = out + kk * panel;
+    for (int64_t r0 = 0; r0 < rows; r0 += panel, dst += panel * kc) {
+      const int64_t valid = rows - r0 < panel ? rows - r0 : panel;
+      for (int64_t r = 0; r < valid; ++r) dst[r] = a_rows[r0 + r][offset];
+      for (int64_t r = valid; r < panel; ++r) dst[r] = 0.0f;
+    }
+  }
+}
+
+enum class ASource { kPacked, kRows, kGathered };
+
+// kPacked: A packed by pack_a (panels of `panel` rows over the whole depth). Otherwise packed here per
+// block of steps into `scratch` (rows rounded up to panels x kDepthBlock floats): kRows, A's rows in
+// place (row r at a + r*a_row; read in place directly, they would be re-read for every column step,
+// often from the same cache sets, a_row a multiple of 4 KB); kGathered, row r's step kk at
+// a_rows[r][kk*a_row].
+template <ASource kSource>
+CONVT_TARGET void gemm_blocks(int64_t rows, int64_t cols, int64_t depth, const float* a, const float* const* a_rows,
+                              int64_t a_row, int64_t panel, int64_t panel_stride, const Operand& b, int64_t column,
+                              float* c, int64_t ldc, bool accumulate, float* scratch) {
   const int64_t step = column_step(panel);
   const float* b_steps[kDepthBlock];
   for (int64_t k0 = 0; k0 < depth; k0 += kDepthBlock) {
@@ -209,8 +227,12 @@ CONVT_TARGET void gemm_blocks(int64_t rows, int64_t cols, int64_t depth, const f
     step_pointers(b, k0, kc, b_steps);
     const float* a_block = a + k0 * panel;
     int64_t panel_offset = panel_stride;
-    if (!kPacked) {
-      pack_block(rows, kc, a + k0, a_row, panel, scratch);
+    if constexpr (kSource != ASource::kPacked) {
+      if constexpr (kSource == ASource::kRows) {
+        pack_block(rows, kc, a + k0, a_row, panel, scratch);
+      } else {
+        pack_gathered(rows, k0, kc, a_rows, a_row, panel, scratch);
+      }
       a_block = scratch;
       panel_offset = panel * kc;
     }
@@ -220,11 +242,28 @@ CONVT_TARGET void gemm_blocks(int64_t rows, int64_t cols, int64_t depth, const f
       for (int64_t j = 0; j < cols; j += step) run(kc, a_block, panel, 1, b_steps, column + j, c + j, ldc, add);
       continue;
     }
+    // B's rows a multiple of 4 KB apart fall in the same L1 sets, and the column step's rows, which every
+    // panel reads, would not stay there: then each column step's B block is copied, contiguous, first.
+    const bool copy_b = (b.outer_stride % 1024) == 0 && rows > 12;
+    alignas(32) float b_block[kDepthBlock * 16];
+    const float* copied[kDepthBlock];
+    if (copy_b) {
+      for (int64_t kk = 0; kk < kc; ++kk) copied[kk] = b_block + kk * 16;
+    }
     for (int64_t j = 0; j < cols; j += step) {
+      const float* const* steps = b_steps;
+      int64_t b_column = column + j;
+      if (copy_b) {
+        for (int64_t kk = 0; kk < kc; ++kk) {
+          _mm256_store_ps(b_block + kk * 16, _mm256_loadu_ps(b_steps[kk] + column + j));
+          _mm256_store_ps(b_block + kk * 16 + 8, _mm256_loadu_ps(b_steps[kk] + column + j + 8));
+        }
+        steps = copied, b_column = 0;
+      }
       for (int64_t r0 = 0, p = 0; r0 < rows; r0 += 6, ++p) {
         const int64_t panel_rows = rows - r0 < 6 ? rows - r0 : 6;
-        kPanelKernels<true>[panel_rows](kc, a_block + p * panel_offset, 6, 1, b_steps, column + j, c + r0 * ldc + j,
-                                        ldc, add);
+        kPanelKernels<true>[panel_rows](kc, a_block + p * panel_offset, 6, 1, steps, b_column, c + r0 * ldc + j, ldc,
+                                        add);
       }
     }
   }
@@ -246,7 +285,8 @@ void gemm(int64_t rows, int64_t cols, int64_t depth, const float* a, int64_t pan
     if (!accumulate) zero_tile(rows, cols, panel, c, ldc);
     return;
   }
-  gemm_blocks<true>(rows, cols, depth, a, 1, panel, panel_stride, b, column, c, ldc, accumulate, nullptr);
+  gemm_blocks<ASource::kPacked>(rows, cols, depth, a, nullptr, 1, panel, panel_stride, b, column, c, ldc, accumulate,
+                                nullptr);
 }
 
 void gemm_rows(int64_t rows, int64_t cols, int64_t depth, const float* a, int64_t a_row, int64_t panel,
@@ -258,7 +298,18 @@ void gemm_rows(int64_t rows, int64_t cols, int64_t depth, const float* a, int64_
   }
   thread_local std::vector<float> scratch;
   scratch.resize((rows + 5) / 6 * 6 * kDepthBlock);
-  gemm_blocks<false>(rows, cols, depth, a, a_row, panel, 0, b, column, c, ldc, accumulate, scratch.data());
+  gemm_blocks<ASource::kRows>(rows, cols, depth, a, nullptr, a_row, panel, 0, b, column, c, ldc, accumulate,
+                              scratch.data());
+}
+
+void gemm_gathered(int64_t rows, int64_t cols, int64_t depth, const float* const* a_rows, int64_t a_col, int64_t panel,
+                   const Operand& b, int64_t column, float* c, int64_t ldc) {
+  if (rows <= 0 || cols <= 0) return;
+  if (depth <= 0) return zero_tile(rows, cols, panel, c, ldc);
+  thread_local std::vector<float> scratch;
+  scratch.resize((rows + 5) / 6 * 6 * kDepthBlock);
+  gemm_blocks<ASource::kGathered>(rows, cols, depth, nullptr, a_rows, a_col, panel, 0, b, column, c, ldc, false,
+                                  scratch.data());
 }
 
 CONVT_TARGET bool write_row(const float* in, int64_t count, float add, float* out, int64_t step) {
@@ -314,6 +365,8 @@ void gemm(int64_t, int64_t, int64_t, const float*, int64_t, int64_t, const Opera
 void gemm_rows(int64_t, int64_t, int64_t, const float*, int64_t, int64_t, const Operand&, int64_t, float*, int64_t,
                bool) {}
 bool write_row(const float*, int64_t, float, float*, int64_t) { return false; }
+void gemm_gathered(int64_t, int64_t, int64_t, const float* const*, int64_t, int64_t, const Operand&, int64_t, float*,
+                   int64_t) {}
 void dot(int64_t, int64_t, int64_t, const float*, int64_t, const float*, int64_t, float*, int64_t, bool) {}
 
 #endif
