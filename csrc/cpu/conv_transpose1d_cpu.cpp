@@ -900,18 +900,6 @@ bool grad_input_avx2(const PaddedPhases& phases, const float* w, float* grad_x, 
     const Tap tap = tap_of(k, p.stride, p.padding, p.dilation);
     offsets.push_back(tap.phase * rows_per_phase * phases.length + tap.shift);
   }
-  // A per group: A(ci, (co, v)) = w[g*Cig + ci, co, k_v]: w's rows themselves where every tap has outputs
-  // (steps (co, k) in order), else packed
-  const bool in_place = taps == K;
-  at::Tensor a_packed;
-  if (!in_place) {
-    a_packed = at::empty({std::max<int64_t>(1, p.groups * avx2::packed_size(Cig, Cog * taps))},
-                         at::TensorOptions().dtype(at::kFloat));
-    Jobs jobs;
-    pack_units(jobs, p.groups, Cig, Cog, phases.taps, [&](int64_t g) { return w + g * Cig * Cog * K; }, Cog * K, K,
-               a_packed.data_ptr<float>());
-    jobs.run();
-  }
   const int64_t depth = Cog * taps;
   const float* base = phases.data.data_ptr<float>();
   const int64_t step = avx2::column_step(avx2::panel_rows(Cig));
@@ -919,33 +907,63 @@ bool grad_input_avx2(const PaddedPhases& phases, const float* w, float* grad_x, 
   const int64_t row_block = balanced_rows(Cig);
   const int64_t row_blocks = ceil_div(Cig, row_block);
   const int64_t column_blocks = ceil_div(p.length_in, columns_per_task);
-  const int64_t tasks = p.batch * p.groups * column_blocks * row_blocks;
+  const int64_t width = round_up(std::min(columns_per_task, p.length_in), step);  // of a tile
+  // Batch rows per task, as in forward_avx2: on short inputs a block of A serves several of them.
+  const int64_t other_tasks = p.groups * column_blocks * row_blocks;
+  const int64_t batch_block =
+      std::clamp<int64_t>(std::min(1024 / width, p.batch / ceil_div(2 * threads(), other_tasks)), 1, p.batch);
+  const int64_t batch_blocks = ceil_div(p.batch, batch_block);
+  // A per group: A(ci, (co, v)) = w[g*Cig + ci, co, k_v]. Packed once where several tasks read each block
+  // of it; else w's rows themselves where every tap has outputs (steps (co, k) in order), packed per block
+  // of steps by the task that reads it.
+  const bool in_place = taps == K && batch_blocks * column_blocks <= 2;
+  at::Tensor a_packed;
+  if (!in_place) {
+    a_packed = at::empty({std::max<int64_t>(1, p.groups * avx2::packed_size(Cig, depth))},
+                         at::TensorOptions().dtype(at::kFloat));
+    Jobs jobs;
+    pack_units(jobs, p.groups, Cig, Cog, phases.taps, [&](int64_t g) { return w + g * Cig * Cog * K; }, Cog * K, K,
+               a_packed.data_ptr<float>());
+    jobs.run();
+  }
+  const int64_t panel = avx2::panel_rows(Cig);
+  const int64_t tasks = batch_blocks * other_tasks;
   std::atomic<bool> finite{true};
   parallel(tasks, double(p.batch) * p.in_channels * p.out_channels_per_group * p.kernel_size * p.length_in,
            [&](int64_t begin, int64_t end) {
-    std::vector<float> tile(row_block * columns_per_task);
+    std::vector<float> tiles(batch_block * row_block * width);
     bool all_finite = true;
     for (int64_t task = begin; task < end; ++task) {
       const int64_t rb = task % row_blocks, cb = (task / row_blocks) % column_blocks;
       const int64_t g = (task / (row_blocks * column_blocks)) % p.groups;
-      const int64_t n = task / (row_blocks * column_blocks * p.groups);
+      const int64_t n0 = (task / (row_blocks * column_blocks * p.groups)) * batch_block;
+      const int64_t n1 = std::min(p.batch, n0 + batch_block);
       const int64_t i0 = cb * columns_per_task, cols = std::min(columns_per_task, p.length_in - i0);
       const int64_t row0 = rb * row_block, rows = std::min(row_block, Cig - row0);
-      // B((co, v), i) = phase_v of grad_y[co] at i + shift_v
-      const avx2::Operand b{base + (n * p.out_channels + g * Cog) * phases.length + phases.lead, phases.length, taps,
-                            offsets.data()};
-      if (in_place) {
-        avx2::gemm_rows(rows, cols, depth, w + (g * Cig + row0) * depth, depth, avx2::panel_rows(Cig), b, i0,
-                        tile.data(), columns_per_task,
-                        false);
-      } else {
-        const float* a = a_packed.data_ptr<float>() + g * avx2::packed_size(Cig, depth) + row0 * depth;
-        avx2::gemm(rows, cols, depth, a, avx2::panel_rows(Cig), avx2::panel_rows(Cig) * depth, b, i0, tile.data(),
-                   columns_per_task, false);
+      // blocks of about 256 steps (whole output channels) where several batch rows share them
+      const int64_t channels = n1 - n0 > 1 ? std::clamp<int64_t>(256 / std::max<int64_t>(taps, 1), 1, Cog) : Cog;
+      for (int64_t c0 = 0; c0 < Cog; c0 += channels) {
+        const int64_t kc = (std::min(Cog, c0 + channels) - c0) * taps;
+        for (int64_t n = n0; n < n1; ++n) {
+          // B((co, v), i) = phase_v of grad_y[co] at i + shift_v
+          const avx2::Operand b{base + (n * p.out_channels + g * Cog + c0) * phases.length + phases.lead,
+                                phases.length, taps, offsets.data()};
+          float* tile = tiles.data() + (n - n0) * row_block * width;
+          if (in_place) {
+            avx2::gemm_rows(rows, cols, kc, w + (g * Cig + row0) * depth + c0 * taps, depth, panel, b, i0, tile, width,
+                            c0 > 0);
+          } else {
+            const float* a = a_packed.data_ptr<float>() + g * avx2::packed_size(Cig, depth) + row0 * depth;
+            avx2::gemm(rows, cols, kc, a + c0 * taps * panel, panel, panel * depth, b, i0, tile, width, c0 > 0);
+          }
+        }
       }
-      for (int64_t rr = 0; rr < rows; ++rr) {
-        all_finite &= avx2::write_row(tile.data() + rr * columns_per_task, cols, 0.0f,
-                                grad_x + (n * p.in_channels + g * Cig + row0 + rr) * p.length_in + i0, 1);
+      for (int64_t n = n0; n < n1; ++n) {
+        const float* tile = tiles.data() + (n - n0) * row_block * width;
+        for (int64_t rr = 0; rr < rows; ++rr) {
+          all_finite &= avx2::write_row(tile + rr * width, cols, 0.0f,
+                                        grad_x + (n * p.in_channels + g * Cig + row0 + rr) * p.length_in + i0, 1);
+        }
       }
     }
     if (!all_finite) finite = false;
@@ -1012,17 +1030,17 @@ void grad_weight_avx2_gemm(const float* grad_y, const float* x, float* grad_w, c
   const int64_t panel = avx2::panel_rows(Cig);
   const int64_t row_block = Cig < 6 ? Cig : round_up(ceil_div(Cig, row_blocks), 6);
   constexpr int64_t kColumns = kGradWeightColumns, kChunk = 512;
-  // x per (n, group) packed once: A(ci, i) = x[n, g*Cig + ci, i], panels of ci, steps i
-  const int64_t packed = avx2::packed_size(Cig, p.length_in);
+  // x per group packed once: A(ci, (n, i)) = x[n, g*Cig + ci, i], panels of ci, steps (n, i)
+  const int64_t positions = p.batch * p.length_in;
+  const int64_t packed = avx2::packed_size(Cig, positions);
   const at::Tensor x_packed =
-      at::empty({std::max<int64_t>(1, p.batch * p.groups * packed)}, at::TensorOptions().dtype(at::kFloat));
+      at::empty({std::max<int64_t>(1, p.groups * packed)}, at::TensorOptions().dtype(at::kFloat));
   float* xp = x_packed.data_ptr<float>();
-  const std::vector<int64_t> zero(1, 0);
+  std::vector<int64_t> along(p.length_in);
+  for (int64_t i = 0; i < p.length_in; ++i) along[i] = i;
   Jobs jobs;
-  for (int64_t ng = 0; ng < p.batch * p.groups; ++ng) {
-    pack_units(jobs, 1, Cig, p.length_in, zero, [&](int64_t) { return x + ng * Cig * p.length_in; }, p.length_in, 1,
-               xp + ng * packed);
-  }
+  pack_units(jobs, p.groups, Cig, p.batch, along, [&](int64_t g) { return x + g * Cig * p.length_in; }, p.length_in,
+             p.in_channels * p.length_in, xp);
   jobs.run();
   const int64_t tasks = p.groups * row_blocks * column_blocks;
   parallel(tasks, double(p.batch) * p.in_channels * p.out_channels_per_group * p.kernel_size * p.length_in,
@@ -1037,16 +1055,20 @@ void grad_weight_avx2_gemm(const float* grad_y, const float* x, float* grad_w, c
       const int64_t row0 = rb * row_block, rows = std::min(row_block, Cig - row0);
       const int64_t padded = avx2::round_up_columns(cols, panel);
       bool first = true;
-      for (int64_t n = 0; n < p.batch; ++n) {
-        const float* gy_rows = grad_y + (n * p.out_channels + g * Cog) * p.length_out;
-        for (int64_t i0 = 0; i0 < p.length_in; i0 += kChunk) {
-          const int64_t count = std::min(kChunk, p.length_in - i0);
-          // G^T for the chunk, columns [c0, c0 + padded): column (co, k) is grad_y[co] at i*stride + k*dilation -
-          // padding, 0 outside. Copied by rows (each output channel's K taps a run of grad_y) where runs are
-          // long, else by columns (each read along a row of grad_y).
+      for (int64_t q0 = 0; q0 < positions; q0 += kChunk) {
+        const int64_t count = std::min(kChunk, positions - q0);
+        // G^T for the chunk's positions (n, i), columns [c0, c0 + padded): column (co, k) is grad_y[n, co] at
+        // i*stride + k*dilation - padding, 0 outside; by batch row
+        for (int64_t t0 = 0; t0 < count;) {
+          const int64_t n = (q0 + t0) / p.length_in, i0 = (q0 + t0) % p.length_in;
+          const int64_t run = std::min(count - t0, p.length_in - i0);  // rows t0.. of batch row n, from i0
+          const float* gy_rows = grad_y + (n * p.out_channels + g * Cog) * p.length_out;
+          float* rows_n = rows_t.data() + t0 * width;
+          // copied by rows (each output channel's K taps a run of grad_y) where runs are long, else by
+          // columns (each read along a row of grad_y)
           if (K >= 8) {
-            for (int64_t i = 0; i < count; ++i) {
-              float* out = rows_t.data() + i * width;
+            for (int64_t i = 0; i < run; ++i) {
+              float* out = rows_n + i * width;
               const int64_t base = (i0 + i) * p.stride - p.padding;
               for (int64_t c = 0, co = c0 / K, k = c0 % K; c < cols; ++co, k = 0) {
                 const int64_t span = std::min(K - k, cols - c), j0 = base + k * p.dilation;
@@ -1066,31 +1088,30 @@ void grad_weight_avx2_gemm(const float* grad_y, const float* x, float* grad_w, c
             for (int64_t c = 0, co = c0 / K, k = c0 % K; c < cols; ++c) {
               const int64_t offset = i0 * p.stride + k * p.dilation - p.padding;  // of position i0 (+ i*stride)
               const float* src = gy_rows + co * p.length_out + offset;
-              const int64_t ia = std::clamp<int64_t>(ceil_div(-offset, p.stride), 0, count);
-              const int64_t ib = std::clamp<int64_t>(ceil_div(p.length_out - offset, p.stride), ia, count);
-              float* dst = rows_t.data() + c;
+              const int64_t ia = std::clamp<int64_t>(ceil_div(-offset, p.stride), 0, run);
+              const int64_t ib = std::clamp<int64_t>(ceil_div(p.length_out - offset, p.stride), ia, run);
+              float* dst = rows_n + c;
               for (int64_t i = 0; i < ia; ++i) dst[i * width] = 0.0f;
               for (int64_t i = ia; i < ib; ++i) dst[i * width] = src[i * p.stride];
-              for (int64_t i = ib; i < count; ++i) dst[i * width] = 0.0f;
+              for (int64_t i = ib; i < run; ++i) dst[i * width] = 0.0f;
               if (++k == K) k = 0, ++co;
             }
           }
-          for (int64_t i = 0; i < count; ++i) {
-            std::fill(rows_t.data() + i * width + cols, rows_t.data() + i * width + padded, 0.0f);
-          }
-          // each chunk's sums apart, then added in order: no chain of more than kChunk roundings
-          const avx2::Operand b{rows_t.data(), width, 1, &zero_offset};
-          avx2::gemm(rows, cols, count, xp + (n * p.groups + g) * packed + row0 * p.length_in + i0 * panel, panel,
-                     panel * p.length_in, b, 0, first ? sum.data() : tile.data(), width, false);
-          if (!first) {
-            for (int64_t r = 0; r < rows; ++r) {
-              float* to = sum.data() + r * width;
-              const float* from = tile.data() + r * width;
-              for (int64_t c = 0; c < cols; ++c) to[c] += from[c];
-            }
-          }
-          first = false;
+          for (int64_t i = 0; i < run; ++i) std::fill(rows_n + i * width + cols, rows_n + i * width + padded, 0.0f);
+          t0 += run;
         }
+        // each chunk's sums apart, then added in order: no chain of more than kChunk roundings
+        const avx2::Operand b{rows_t.data(), width, 1, &zero_offset};
+        avx2::gemm(rows, cols, count, xp + g * packed + row0 * positions + q0 * panel, panel, panel * positions, b, 0,
+                   first ? sum.data() : tile.data(), width, false);
+        if (!first) {
+          for (int64_t r = 0; r < rows; ++r) {
+            float* to = sum.data() + r * width;
+            const float* from = tile.data() + r * width;
+            for (int64_t c = 0; c < cols; ++c) to[c] += from[c];
+          }
+        }
+        first = false;
       }
       for (int64_t r = 0; r < rows; ++r) {
         float* out = grad_w + (g * Cig + row0 + r) * R + c0;
