@@ -53,22 +53,31 @@ bool tensor_map_fits(const TensorFacts& t, int64_t length, int64_t channels, int
          size_fits(channels) && size_fits(batch);
 }
 
-// The taps of a problem; `forward` picks the roles of docs/design.md §3.
-void set_taps(GemmPlan& g, const ConvTParams& p, bool forward) {
-  // index of `value` in list[0, count), appended when new
-  auto index_in = [](int* list, int& count, int value) {
-    int index = 0;
-    while (index < count && list[index] != value) ++index;
-    if (index == count) list[count++] = value;
-    return index;
-  };
-  g.taps = int(p.kernel_size);
-  g.out_phases = g.in_phases = 0;
+// The steps' taps (docs/design.md §3.3): the taps of each (out phase, in phase) in order of k, cut
+// into runs of at most step_taps, so that a step's weight slots fit in shared memory however long
+// the filter. Run j of in phase v is an in phase of its own, (v, j): in_phase_value lists v once per
+// run, and a step reads the in phase's positions for just the run's taps. tap_in_value[t] is tap
+// t's in phase value; tap_out_phase is set.
+void set_steps(GemmPlan& g, const int* tap_in_value, int step_taps) {
+  int values[kMaxGemmTaps], value_count = 0, runs[kMaxGemmTaps] = {};
+  int rank[kMaxGemmTaps];  // of tap t among the earlier taps of its (out phase, in phase value)
   for (int t = 0; t < g.taps; ++t) {
-    const Tap tap = tap_of(t, p.stride, p.padding, p.dilation);
-    g.tap_offset[t] = int(forward ? -tap.shift : tap.shift);
-    g.tap_out_phase[t] = index_in(g.out_phase_value, g.out_phases, forward ? int(tap.phase) : 0);
-    g.tap_in_phase[t] = index_in(g.in_phase_value, g.in_phases, forward ? 0 : int(tap.phase));
+    int v = 0;
+    while (v < value_count && values[v] != tap_in_value[t]) ++v;
+    if (v == value_count) values[value_count++] = tap_in_value[t];
+    rank[t] = 0;
+    for (int u = 0; u < t; ++u) rank[t] += g.tap_out_phase[u] == g.tap_out_phase[t] && tap_in_value[u] == tap_in_value[t];
+    runs[v] = std::max(runs[v], rank[t] / step_taps + 1);
+  }
+  int first_run[kMaxGemmTaps];  // in phase (values[v], j) is first_run[v] + j
+  g.in_phases = 0;
+  for (int v = 0; v < value_count; ++v) {
+    first_run[v] = g.in_phases;
+    for (int j = 0; j < runs[v]; ++j) g.in_phase_value[g.in_phases++] = values[v];
+  }
+  for (int t = 0; t < g.taps; ++t) {
+    const int v = int(std::find(values, values + value_count, tap_in_value[t]) - values);
+    g.tap_in_phase[t] = first_run[v] + rank[t] / step_taps;
   }
   int next = 0;  // taps grouped by phase pair
   for (int pair = 0; pair < g.out_phases * g.in_phases; ++pair) {
@@ -81,6 +90,24 @@ void set_taps(GemmPlan& g, const ConvTParams& p, bool forward) {
   g.last_offset = *std::max_element(g.tap_offset, g.tap_offset + g.taps);
 }
 
+// The taps of a problem; `forward` picks the roles of docs/design.md §3.
+void set_taps(GemmPlan& g, const ConvTParams& p, bool forward, int step_taps) {
+  g.taps = int(p.kernel_size);
+  g.out_phases = 0;
+  int tap_in_value[kMaxGemmTaps];
+  for (int t = 0; t < g.taps; ++t) {
+    const Tap tap = tap_of(t, p.stride, p.padding, p.dilation);
+    const int out_value = forward ? int(tap.phase) : 0;
+    int o = 0;
+    while (o < g.out_phases && g.out_phase_value[o] != out_value) ++o;
+    if (o == g.out_phases) g.out_phase_value[g.out_phases++] = out_value;
+    g.tap_offset[t] = int(forward ? -tap.shift : tap.shift);
+    g.tap_out_phase[t] = o;
+    tap_in_value[t] = forward ? 0 : int(tap.phase);
+  }
+  set_steps(g, tap_in_value, step_taps);
+}
+
 // Where merged phases compute no zero products: dilation 1 and K a multiple of stride > 1, and the
 // merged rows (stride x C_out per group) within int range
 bool phases_merge(const ConvTParams& p) {
@@ -89,21 +116,19 @@ bool phases_merge(const ConvTParams& p) {
 }
 
 // The taps of merged phases: t in [0, taps) at offset first_offset + t * offset_step
-void set_merged_taps(GemmPlan& g, int taps, int first_offset, int offset_step) {
+void set_merged_taps(GemmPlan& g, int taps, int first_offset, int offset_step, int step_taps) {
   g.taps = taps;
-  g.out_phases = g.in_phases = 1;
-  g.out_phase_value[0] = g.in_phase_value[0] = 0;
+  g.out_phases = 1;
+  g.out_phase_value[0] = 0;
+  int tap_in_value[kMaxGemmTaps];
   for (int t = 0; t < g.taps; ++t) {
     g.tap_offset[t] = first_offset + t * offset_step;
-    g.tap_out_phase[t] = g.tap_in_phase[t] = 0;
-    g.step_tap[t] = t;
+    g.tap_out_phase[t] = tap_in_value[t] = 0;
   }
-  g.pair_begin[0] = 0, g.pair_begin[1] = g.taps;
-  g.first_offset = std::min(g.tap_offset[0], g.tap_offset[taps - 1]);
-  g.last_offset = std::max(g.tap_offset[0], g.tap_offset[taps - 1]);
+  set_steps(g, tap_in_value, step_taps);
 }
 
-// The most taps one reduction step (out_phase, in_phase) uses.
+// The most taps one reduction step (out_phase, in_phase) uses: at most the step_taps of set_steps.
 int most_taps_per_step(const GemmPlan& g) {
   int taps = 0;
   for (int pair = 0; pair < g.out_phases * g.in_phases; ++pair) taps = std::max(taps, g.pair_begin[pair + 1] - g.pair_begin[pair]);
@@ -286,12 +311,13 @@ std::optional<GemmPlan> plan_pipelined(const GemmPlan& problem, const TensorFact
 
 }  // namespace
 
-// The tensor-core path covers C_in/groups and C_out/groups >= 8 and up to kMaxGemmTaps taps, with
+// The tensor-core path covers any C_in/groups and C_out/groups (channels pad to the k-step and rows
+// to the tile in shared memory and registers, never in memory) and up to kMaxGemmTaps taps, with
 // every length and tap offset in 32-bit range, in float32 and 16-bit types; the rest goes to the
 // direct kernels.
 bool gemm_applies(const ConvTParams& p, int element_size) {
   const int64_t span = p.dilation * (p.kernel_size - 1) + p.padding;
-  return element_size <= 4 && p.in_channels_per_group >= 8 && p.out_channels_per_group >= 8 &&
+  return element_size <= 4 &&
          p.in_channels_per_group < kGemmIndexLimit && p.out_channels_per_group < kGemmIndexLimit &&
          p.kernel_size <= kMaxGemmTaps && p.length_in < kGemmIndexLimit && p.length_out < kGemmIndexLimit &&
          p.stride < kGemmIndexLimit && span < kGemmIndexLimit;
@@ -299,7 +325,7 @@ bool gemm_applies(const ConvTParams& p, int element_size) {
 
 // The forward (out = y, in = x, rows = C_out/groups, channels = C_in/groups) or grad_input (out =
 // grad_x, in = grad_y, rows = C_in/groups, channels = C_out/groups) as one GEMM problem.
-GemmPlan gemm_problem(const ConvTParams& p, bool forward) {
+GemmPlan gemm_problem(const ConvTParams& p, bool forward, int step_taps) {
   GemmPlan g{};
   g.batch = p.batch, g.groups = p.groups;
   g.rows_per_group = forward ? p.out_channels_per_group : p.in_channels_per_group;
@@ -314,30 +340,30 @@ GemmPlan gemm_problem(const ConvTParams& p, bool forward) {
   g.row_phases = g.channel_phases = 1;
   g.weight_parts = 1;
   g.tile_shape = -1;
-  set_taps(g, p, forward);
+  set_taps(g, p, forward, step_taps);
   return g;
 }
 
 // The forward with its phases merged into rows, and grad_input with them merged into channels where
 // stride divides 8 (docs/design.md §3.2). Merged tap t reads x[col - t + padding div stride] in the
 // forward, channel (co, r) at column i + t in grad_input.
-std::optional<GemmPlan> merged_forward_problem(const ConvTParams& p) {
+std::optional<GemmPlan> merged_forward_problem(const ConvTParams& p, int step_taps) {
   if (!phases_merge(p)) return std::nullopt;
-  GemmPlan g = gemm_problem(p, /*forward=*/true);
+  GemmPlan g = gemm_problem(p, /*forward=*/true, step_taps);
   g.row_phases = int(p.stride);
   g.phase_origin = int(p.padding % p.stride);
   g.rows_per_group *= p.stride;
   g.out_step = 1;
-  set_merged_taps(g, int(p.kernel_size / p.stride), int(p.padding / p.stride), -1);
+  set_merged_taps(g, int(p.kernel_size / p.stride), int(p.padding / p.stride), -1, step_taps);
   return g;
 }
-std::optional<GemmPlan> merged_grad_input_problem(const ConvTParams& p) {
+std::optional<GemmPlan> merged_grad_input_problem(const ConvTParams& p, int step_taps) {
   if (!phases_merge(p) || 8 % p.stride != 0) return std::nullopt;
-  GemmPlan g = gemm_problem(p, /*forward=*/false);
+  GemmPlan g = gemm_problem(p, /*forward=*/false, step_taps);
   g.channel_phases = int(p.stride);
   g.channel_origin = int(p.padding);
   g.channels_per_group *= p.stride;
-  set_merged_taps(g, int(p.kernel_size / p.stride), 0, 1);
+  set_merged_taps(g, int(p.kernel_size / p.stride), 0, 1, step_taps);
   return g;
 }
 
@@ -347,7 +373,8 @@ GemmWeight gemm_weight(const ConvTParams& p, bool forward) {  // A_t[row, ch] = 
   return {p.in_channels_per_group * p.w_in_stride, row_stride, channel_stride, p.w_tap_stride};
 }
 
-// A problem whose phases merge runs merged on warpgroup tiles where those fill the SMs; warpgroup
+// A problem whose phases merge runs merged on warpgroup tiles where those fill the SMs (more than 32
+// merged rows, or a narrow output); warpgroup
 // problems run pipelined where that plans; then the warp tiles by the rows of a group and the taps
 // of a step, the first that fills the SMs (else the last that plans). 3xTF32 takes warpgroup tiles
 // only pipelined, and no 64-row warp tiles (two accumulators would spill).
@@ -357,7 +384,9 @@ std::optional<GemmPlan> plan_gemm(const GemmPlan& g, const std::optional<GemmPla
   const bool pipelined = limits.wgmma;
   const bool warpgroups = one_accumulator && pipelined;  // implicit_gemm_kernel's warpgroup tiles
   const int warpgroup_tiles = gemm_tile_index(GemmFamily::kWarpgroupTiles, 128, 128);
-  if (merged && pipelined && merged->rows_per_group > 32) {
+  // (a narrow output, fewer than 8 rows a phase, reads x once merged instead of once a phase, which
+  // outweighs the rows its 64-row tiles pad: x is the problem's large operand)
+  if (merged && pipelined && (merged->rows_per_group > 32 || g.rows_per_group < 8)) {
     if (auto plan = plan_pipelined(*merged, in, math, limits)) return plan;
     if (warpgroups && merged->rows_per_group > 64) {
       const auto plan = plan_gemm_tiles(*merged, in, warpgroup_tiles, limits);
@@ -370,7 +399,10 @@ std::optional<GemmPlan> plan_gemm(const GemmPlan& g, const std::optional<GemmPla
   auto warp_tiles = [](int block_m, int block_n) { return gemm_tile_index(GemmFamily::kWarpTiles, block_m, block_n); };
   std::vector<int> shapes;
   if (warpgroups && g.rows_per_group > 64) shapes.push_back(warpgroup_tiles);
-  if (g.rows_per_group <= 32) {
+  if (g.rows_per_group <= 16) {  // (half the padded rows of 32-row tiles)
+    shapes.push_back(warp_tiles(16, 256));
+    shapes.push_back(warp_tiles(32, 128));
+  } else if (g.rows_per_group <= 32) {
     shapes.push_back(warp_tiles(32, 128));
   } else if (g.rows_per_group <= 64) {
     shapes.push_back(warp_tiles(64, 256));
@@ -397,6 +429,20 @@ std::optional<GemmPlan> plan_gemm(const GemmPlan& g, const std::optional<GemmPla
 
 int64_t packed_weight_words(const GemmPlan& g) {
   return g.groups * g.row_tiles * g.chunks * int64_t(g.weight_parts) * g.taps * g.slot_words;
+}
+
+int row_tiles_per_launch(const GemmPlan& g) {
+  const int64_t row_tile_bytes = 4 * packed_weight_words(g) / g.row_tiles;
+  return int(std::clamp<int64_t>(kMaxPackedWeightBytes / row_tile_bytes, 1, g.row_tiles));
+}
+
+GemmPlan row_tile_range(const GemmPlan& g, int first, int count) {
+  GemmPlan launch = g;
+  launch.first_row_tile = first;
+  launch.row_tiles = count;
+  launch.tiles = g.batch * g.groups * count * g.col_tiles;
+  launch.parts = launch.tiles * g.tile_parts;
+  return launch;
 }
 
 // ---- grad_weight -------------------------------------------------------------------------------------
@@ -615,16 +661,27 @@ int64_t depthwise_grad_weight_slices(const ConvTParams& p, const DeviceLimits& l
 // The forward or grad_input: tensor cores where a plan fits, else depthwise, else direct
 DataPlan plan_data(const ConvTParams& p, const TensorFacts& in, Math math, bool forward, const DeviceLimits& limits) {
   DataPlan plan;
+  // one input channel per group: the depthwise kernels where they plan (no channel padding)
+  const auto depthwise = plan_depthwise(p, forward, in.element_size, limits);
+  if (depthwise && p.in_channels_per_group == 1) {
+    plan.kernel = Kernel::kDepthwise;
+    plan.depthwise = *depthwise;
+    return plan;
+  }
   if (gemm_applies(p, in.element_size)) {
-    const auto merged = forward ? merged_forward_problem(p) : merged_grad_input_problem(p);
-    if (auto gemm = plan_gemm(gemm_problem(p, forward), merged, in, math, limits)) {
-      plan.kernel = Kernel::kGemm;
-      plan.gemm = *gemm;
-      plan.weight = gemm_weight(p, forward);
-      return plan;
+    // every tap in one step where the weight slots fit, else runs of fewer taps a step (set_steps)
+    for (const int step_taps : {kMaxGemmTaps, 16, 8, 4, 2, 1}) {
+      if (step_taps < kMaxGemmTaps && step_taps >= p.kernel_size) continue;
+      const auto merged = forward ? merged_forward_problem(p, step_taps) : merged_grad_input_problem(p, step_taps);
+      if (auto gemm = plan_gemm(gemm_problem(p, forward, step_taps), merged, in, math, limits)) {
+        plan.kernel = Kernel::kGemm;
+        plan.gemm = *gemm;
+        plan.weight = gemm_weight(p, forward);
+        return plan;
+      }
     }
   }
-  if (auto depthwise = plan_depthwise(p, forward, in.element_size, limits)) {
+  if (depthwise) {
     plan.kernel = Kernel::kDepthwise;
     plan.depthwise = *depthwise;
     return plan;
@@ -651,12 +708,14 @@ BackwardPlan plan_backward(const ConvTParams& p, const TensorFacts& x, const Ten
     // merged phases where they plan, else per phase; 3xTF32: no wide tap groups, no warpgroup tiles
     const bool one_pass = math != Math::k3xTF32;
     const bool with_bias = grad_bias && one_pass;
-    auto gemm = plan_grad_weight(p, x, grad_y, with_bias, one_pass, /*merge=*/true, limits);
-    if (!gemm) gemm = plan_grad_weight(p, x, grad_y, with_bias, one_pass, /*merge=*/false, limits);
+    // (one input channel per group: the depthwise kernel where it applies, no channel padding)
+    const bool depthwise = p.in_channels_per_group == 1 && p.kernel_size <= kDwMaxTaps;
+    auto gemm = depthwise ? std::nullopt : plan_grad_weight(p, x, grad_y, with_bias, one_pass, /*merge=*/true, limits);
+    if (!gemm && !depthwise) gemm = plan_grad_weight(p, x, grad_y, with_bias, one_pass, /*merge=*/false, limits);
     if (gemm) {
       plan.grad_weight.kernel = gemm->warpgroups ? Kernel::kGradWeightWgmma : Kernel::kGradWeightGemm;
       plan.grad_weight.gemm = *gemm;
-    } else if (p.in_channels_per_group == 1 && p.kernel_size <= kDwMaxTaps) {
+    } else if (depthwise) {
       plan.grad_weight.kernel = Kernel::kDepthwise;
       plan.grad_weight.depthwise_slices = depthwise_grad_weight_slices(p, limits);
     } else {
@@ -710,9 +769,12 @@ std::string describe(const DataPlan& plan) {
     const GemmPlan& g = plan.gemm;
     text += std::string(" family=") + gemm_family_name(g.tile_shape);
     text += key_values({{"block_m", g.block_m}, {"block_n", g.block_n}, {"chunk_channels", g.chunk_channels},
-                        {"chunks", g.chunks}, {"stages", g.stages}, {"row_phases", g.row_phases},
+                        {"chunks", g.chunks}, {"stages", g.stages}, {"taps", g.taps}, {"out_phases", g.out_phases},
+                        {"in_phases", g.in_phases}, {"step_taps", most_taps_per_step(g)}, {"row_phases", g.row_phases},
                         {"channel_phases", g.channel_phases}, {"stage_output", g.stage_output}, {"resident", g.resident},
                         {"tensor_rows", g.tensor_rows}, {"tiles", g.tiles}, {"parts", g.parts},
+                        {"row_tiles", g.row_tiles}, {"launch_row_tiles", row_tiles_per_launch(g)},
+                        {"workspace_bytes", 4 * packed_weight_words(row_tile_range(g, 0, row_tiles_per_launch(g)))},
                         {"smem_bytes", int64_t(g.smem_bytes)}});
   } else if (plan.kernel == Kernel::kDepthwise) {
     text += key_values({{"staged", plan.depthwise.staged}, {"smem_bytes", int64_t(plan.depthwise.smem_bytes)}});

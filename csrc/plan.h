@@ -50,7 +50,7 @@ struct TensorFacts {
 
 constexpr int64_t kGemmIndexLimit = int64_t(1) << 30;  // positions, offsets and strides in 32-bit ints
 constexpr int kFragmentWords = 32 * 4;                 // one m16 x k-step A fragment: 4 words per lane
-constexpr int kMaxGemmTaps = 32;
+constexpr int kMaxGemmTaps = 128;
 constexpr int kMaxStagedStep = 8;                      // the largest out_step whose outputs are staged
 constexpr int kMaxGemmXRow = 4096;                     // positions of one staged x row
 constexpr int kPipelineConsumers = 2;                  // consumer warpgroups of the pipelined kernels
@@ -96,11 +96,11 @@ struct GemmTileShape {
   bool one_accumulator;  // too many registers for 3xTF32's two accumulators
 };
 inline constexpr GemmTileShape kGemmTileShapes[] = {
-    {GemmFamily::kWarpTiles, 32, 128, false},      {GemmFamily::kWarpTiles, 64, 128, false},
-    {GemmFamily::kWarpTiles, 128, 64, false},      {GemmFamily::kWarpTiles, 64, 256, true},
-    {GemmFamily::kWarpTiles, 128, 128, true},      {GemmFamily::kWarpgroupTiles, 128, 128, true},
-    {GemmFamily::kPipelined, 64, 256, false},      {GemmFamily::kPipelined, 128, 128, false},
-    {GemmFamily::kPipelined, 128, 256, true},
+    {GemmFamily::kWarpTiles, 16, 256, false},       {GemmFamily::kWarpTiles, 32, 128, false},
+    {GemmFamily::kWarpTiles, 64, 128, false},       {GemmFamily::kWarpTiles, 128, 64, false},
+    {GemmFamily::kWarpTiles, 64, 256, true},        {GemmFamily::kWarpTiles, 128, 128, true},
+    {GemmFamily::kWarpgroupTiles, 128, 128, true},  {GemmFamily::kPipelined, 64, 256, false},
+    {GemmFamily::kPipelined, 128, 128, false},      {GemmFamily::kPipelined, 128, 256, true},
 };
 constexpr int kGemmTileShapeCount = int(sizeof(kGemmTileShapes) / sizeof(kGemmTileShapes[0]));
 // The index of a shape in kGemmTileShapes (-1: none)
@@ -120,15 +120,18 @@ struct GemmPlan {
   int in_length;              // positions of `in`
   int out_length;             // positions of `out` (contiguous (N, groups*rows_per_group, out_length))
   int out_step, in_step;      // docs/design.md §3
-  // The phases some tap reaches: out_phase_value[0, out_phases) and in_phase_value[0, in_phases).
-  // Each tap's tap_out_phase / tap_in_phase is an index into these lists.
+  // The phases some tap reaches: out_phase_value[0, out_phases) and in_phase_value[0, in_phases),
+  // an in phase once per run of at most step_taps taps (set_steps). Each tap's tap_out_phase /
+  // tap_in_phase is an index into these lists.
   int out_phases, in_phases;
   int out_phase_value[kMaxGemmTaps], in_phase_value[kMaxGemmTaps];
   int taps;
   int tap_offset[kMaxGemmTaps], tap_out_phase[kMaxGemmTaps], tap_in_phase[kMaxGemmTaps];
   // The taps grouped by phase pair (out_phase, in_phase): pair q = out_phase * in_phases + in_phase
-  // owns step_tap[pair_begin[q], pair_begin[q + 1]) (out_phases * in_phases <= taps: one of them is 1).
-  int step_tap[kMaxGemmTaps], pair_begin[kMaxGemmTaps + 1];
+  // owns step_tap[pair_begin[q], pair_begin[q + 1]). Pairs <= 2 * taps: one of out_phases and the
+  // real in phases is 1, and the phases' tap counts differ by at most one (k * dilation mod stride
+  // cycles), so out_phases * ceil(most taps of a phase / step_taps) <= taps + out_phases.
+  int step_tap[kMaxGemmTaps], pair_begin[2 * kMaxGemmTaps + 1];
   int first_offset, last_offset;  // min and max of tap_offset
   // Merged phases (docs/design.md §3.2): row R of A_t is W's row R / row_phases at tap
   // t*row_phases + R % row_phases, out row R / row_phases at out position col*row_phases + R %
@@ -160,6 +163,9 @@ struct GemmPlan {
   bool stage_output;         // y_s holds the tile's outputs (out_step <= kMaxStagedStep)
   int y_row_elements;        // floats per row of y_s: block_n * out_step + one vector of slack
   int row_tiles, col_tiles;  // col_tiles covers the longest out_phase
+  // A launch takes row tiles [first_row_tile, first_row_tile + row_tiles) of the problem's (0 and all
+  // of them unless the packed weight is split over launches: row_tile_range)
+  int first_row_tile;
   int64_t tiles;
   // Blocks walk parts of tiles: with direct stores each out_phase is a part of its own
   // (tile_parts = out_phases); staged output keeps a tile whole. part = tile * tile_parts + out_phase.
@@ -176,15 +182,22 @@ struct GemmPlan {
 // The implicit GEMM of the forward (out = y, in = x) or of grad_input (out = grad_x, in = grad_y),
 // before any tiling; nullopt where the tensor-core path does not apply (gemm_applies).
 bool gemm_applies(const ConvTParams& p, int element_size);
-GemmPlan gemm_problem(const ConvTParams& p, bool forward);
+GemmPlan gemm_problem(const ConvTParams& p, bool forward, int step_taps);
 // The same with the phases merged into rows (forward) or channels (grad_input), where they merge.
-std::optional<GemmPlan> merged_forward_problem(const ConvTParams& p);
-std::optional<GemmPlan> merged_grad_input_problem(const ConvTParams& p);
+std::optional<GemmPlan> merged_forward_problem(const ConvTParams& p, int step_taps);
+std::optional<GemmPlan> merged_grad_input_problem(const ConvTParams& p, int step_taps);
 GemmWeight gemm_weight(const ConvTParams& p, bool forward);
 // The tiling of a problem; nullopt: no tensor-core plan fits
 std::optional<GemmPlan> plan_gemm(const GemmPlan& problem, const std::optional<GemmPlan>& merged, const TensorFacts& in,
                                   Math math, const DeviceLimits& limits);
 int64_t packed_weight_words(const GemmPlan& g);
+// The workspace of the forward and of grad_input, the packed weight of one launch, is bounded: where
+// the whole weight packs to more than kMaxPackedWeightBytes, launches take ranges of row tiles (each
+// packing its own rows into the same buffer, in stream order), row_tiles_per_launch of them (at
+// least one). row_tile_range: the plan of the launch of row tiles [first, first + count).
+constexpr int64_t kMaxPackedWeightBytes = int64_t(16) << 20;
+int row_tiles_per_launch(const GemmPlan& g);
+GemmPlan row_tile_range(const GemmPlan& g, int first, int count);
 
 // ---- grad_weight (docs/design.md §5) ------------------------------------------------------------------
 

@@ -9,24 +9,23 @@ import torch
 import torch.nn.functional as F
 
 import torch_convt_op  # noqa: F401  (loads torch.ops.convt)
+from torch_convt_op import tolerances
 from torch_convt_op.shapes import Case  # one problem: sizes, arguments, input layout (shared with bench.py)
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
-
-# max |ours - reference| / max |reference| allowed, per dtype
-_TOLERANCE = {torch.float64: 1e-12, torch.float32: 1e-5, torch.float16: 4e-3, torch.bfloat16: 3e-2}
-_TF32_TOLERANCE = 3e-3
 
 
 def tf32_enabled() -> bool:
     return torch.backends.cudnn.allow_tf32
 
 
-def tolerance(dtype: torch.dtype, device: str) -> float:
-    if dtype == torch.float32 and device.startswith("cuda") and tf32_enabled():
-        return _TF32_TOLERANCE
-    return _TOLERANCE[dtype]
+def tolerance(dtype: torch.dtype, device: str, reduction: int) -> float:
+    """The largest max |ours - reference| / scale (relative_error) of a correct result in dtype on device,
+    each element a sum of at most `reduction` products (torch_convt_op/tolerances.py: the one table, which
+    bench.py's --check uses too); TF32 where float32 on CUDA may use it."""
+    tf32 = dtype == torch.float32 and device.startswith("cuda") and tf32_enabled()
+    return tolerances.tolerance(dtype, reduction, tf32)
 
 
 # Every argument and corner the op must get right.
@@ -75,6 +74,141 @@ CASES = [
     # padding and dilation that cancel out
     Case(2, 2, 4, 2, 1, stride=2**30 + 1, dilation=5, groups=2),
     Case(1, 16, 8, 3, 3, stride=2**12, padding=2**12, output_padding=1, dilation=2**11),
+]
+
+
+# ---- tile edges -------------------------------------------------------------------------------------
+# Problems whose rows span several tiles of each kernel, so that every tile edge and the last,
+# part-empty tile are computed (tests/test_tiles.py runs them on every device).
+#
+# The CPU's GEMM path (csrc/cpu/conv_transpose1d_cpu.cpp, C_in/groups x C_out/groups > 64) cuts each
+# phase of y, and grad_input, into column tiles of clamp(32768 / max(C_in/groups, C_out/groups), 128,
+# 1024) rounded down to 16 positions, and sums grad_weight over chunks of 512 positions. Each case
+# here has several of those tiles (counts in the comments: tiles of y's phases / of grad_input;
+# grad_weight chunks of the longest tap), a last tile part-empty, small enough for a 2-core CI.
+CPU_TILE_CASES = [
+    Case(2, 80, 72, 3, 1300, padding=1),                 # 400 wide: 4 / 4, the last 100 wide; 3 chunks
+    Case(2, 12, 16, 4, 2048, stride=2, padding=1, output_padding=1),  # 1024: phase 0 3 (the last 1 wide),
+                                                                      # phase 1 2 / 2; 4 chunks
+    Case(1, 24, 40, 5, 2500, padding=4, dilation=3),     # 816: taps 3 apart across the edges, 4 / 4; 5 chunks
+    Case(2, 96, 64, 6, 900, stride=3, padding=2, output_padding=1, groups=2),  # 672 a group: 2 / 2; 2 chunks
+    Case(2, 16, 24, 2, 1500, stride=3, dilation=3),      # 1024: phases 1 and 2 bias only (no tap), 2 / 2; 3 chunks
+    Case(1, 256, 64, 4, 300, stride=2, padding=1),       # the narrowest, 128: 3 / 3, the last 44 wide; 1 chunk
+    Case(1, 64, 48, 10, 700, stride=5),                  # 512: 2 / 2, two taps a phase; 2 chunks
+    Case(2, 40, 48, 3, 1500, padding=1, layout="channels_last"),  # 672: 3 / 3 of a transposed input view; 3 chunks
+    Case(1, 24, 16, 3, 2100, padding=1, bias=False, batched=False),  # 1024: 3 / 3, unbatched, no bias; 5 chunks
+    Case(2, 16, 12, 3, 1025, padding=1),                 # 1024: 2 / 2; taps of 1024 and 1025 positions: 2 whole
+                                                         # chunks, or a third of 1 position
+    Case(2, 9, 8, 2, 513, stride=2),                     # 9 x 8 (the fewest channels on the GEMM path): 1 / 1;
+                                                         # taps of 513 positions, 2 chunks
+]
+
+# The CUDA kernels' tiles (below). The CPU runs these too, with at most CPU_TILE_SCALE's batch elements
+# and input positions (test_tiles.py's device_params): still 2 to 17 of its column tiles (all but a few
+# of GRAD_WEIGHT_TILE_CASES) and 2 to 6 grad_weight chunks.
+CPU_TILE_SCALE = {"n": 2, "l_in": 2600}
+
+# Problems with enough tiles to fill an H100's 132 SMs with the 64-row warp tiles (plan_gemm gives
+# problems with fewer tiles smaller ones): 64 x 256 tiles for 33-64 rows, and for more rows 128 x 128
+# (3 taps a step) or 128 x 64 (strided upsampling); on an H100 or H200 every group of more than 64
+# rows runs on 128 x 128 warpgroup tiles (wgmma) instead. In the forward and in grad_input (rows =
+# C_in there). Strided upsampling with direct stores (no room to stage a tile's interleaved output)
+# has blocks walk each tile's out_phases as parts of their own, several parts per block, with and
+# without phases no tap reaches (bias only). Warpgroup tiles take rows that do not start 16-byte
+# aligned in 16-byte chunks, each row's window at its own shift (the first column tile of a row
+# element by element). On warpgroup tiles a strided problem with dilation 1 and K a multiple of
+# stride merges its phases: the forward into rows (stride x C_out rows), grad_input, where stride
+# divides 8, into channels (stride x C_out channels, grad_y rows staged whole): even and odd
+# strides, padding below and above stride, groups, output_padding, part-empty tiles, rows not
+# 16-byte aligned. Strict float32 (3xTF32) takes the pipelined tiles too, and mma.sync tiles elsewhere.
+WIDE_TILE_CASES = [
+    Case(8, 36, 50, 5, 4500, padding=2, dilation=2),  # 64 x 256, adjacent stores, part-empty m16 tiles
+    Case(8, 48, 40, 4, 4500, stride=2, padding=1),    # 64 x 256, staged interleaved output
+    Case(4, 96, 160, 3, 4200, padding=1),             # 128 x 128, a part-empty row tile
+    Case(4, 96, 160, 3, 4202, padding=1),             # rows 8-byte (float) or 4-byte (16-bit) aligned: shifted windows
+    Case(3, 160, 96, 4, 2001, padding=1),             # rows of an odd length: windows at odd shifts
+    Case(4, 64, 160, 16, 2000, stride=8, padding=4),  # 128 x 64, 2048 parts, every phase reached; merged
+    Case(3, 48, 160, 5, 1500, stride=8, padding=2),   # 128 x 64, 5 of 8 phases reached
+    Case(3, 40, 96, 16, 1001, stride=8, padding=4),   # merged, rows of an odd length
+    Case(3, 48, 40, 10, 3000, stride=5, padding=3, output_padding=2),  # merged, odd stride: 200 rows
+    Case(5, 40, 48, 4, 4000, stride=2, padding=1),    # merged, pairs at odd positions: 96 rows
+    Case(2, 64, 96, 6, 3000, stride=3, padding=4, groups=2),  # merged, padding above stride, two groups
+    Case(12, 96, 40, 16, 1500, stride=8, padding=4),  # merged forward (320 rows) and grad_input (320 channels)
+    Case(8, 80, 36, 10, 2500, stride=5, padding=7, output_padding=3),  # merged forward; grad_input by phase
+    Case(4, 160, 64, 4, 3000, stride=2, padding=1, groups=2),  # merged grad_input, odd padding, two groups
+    # The pipelined warpgroup kernel (enough tiles of 256 or 128 columns to fill the SMs): a last chunk
+    # of channels part-empty (zero rows), part-empty row tiles, rows of an odd length (windows from
+    # their 16-byte boundaries, the row ends element by element); merged rows and channels
+    Case(2, 136, 200, 3, 20001, padding=1),
+    Case(12, 72, 136, 16, 3001, stride=8, padding=4),
+    # its 64 x 256 tiles (33-64 rows): merged rows (48, forward) and channels (48, grad_input); rows of
+    # an odd length; and the first case above (50 rows, grad_input 36)
+    Case(8, 40, 24, 4, 4500, stride=2, padding=1),
+    Case(6, 56, 40, 3, 6001, padding=1),
+    # and one out phase of a strided forward (dilation a multiple of stride: no tap reaches the other
+    # phases, bias only): out rows of an odd length (pair stores on every other row), phase 0 on
+    # 128-row tiles, stride 3
+    Case(4, 32, 64, 3, 9000, stride=2, padding=1, dilation=2),
+    Case(4, 48, 96, 3, 6000, stride=2, padding=2, output_padding=1, dilation=2),
+    Case(4, 40, 48, 3, 9000, stride=3, padding=1, dilation=3),
+    # narrow outputs whose phases merge, on the 64 x 256 pipelined tiles: 16 merged rows (2 x 8) and
+    # 15 (3 x 5, an odd stride); a phase's taps, 2 and 2, in one step
+    Case(4, 64, 2, 16, 9000, stride=8, padding=4),
+    Case(4, 48, 3, 10, 9001, stride=5, padding=2, output_padding=1),
+    # long filters: runs of a phase pair's taps, one step each (64 taps of one phase; 100 taps at
+    # stride 3, dilated; 40 taps at stride 10 merged into 4 merged taps) and channels 1-7
+    Case(2, 96, 80, 64, 1500, padding=20),
+    Case(2, 40, 36, 100, 600, stride=3, padding=7, output_padding=2, dilation=2),
+    Case(3, 96, 48, 40, 700, stride=10, padding=15),
+    Case(3, 5, 7, 7, 4000, stride=2, padding=3, output_padding=1),
+]
+
+
+# grad_weight's four tile kernels (16 x 32 warp tiles): 32 or 64 ci x 32 or 64 co by the channels per
+# group, and on sm_90 its warpgroup tiles (the cases after their comment), every tile part-empty, with
+# stride 1 (vector copies of grad_y: 16 bytes, 8 bytes where rows are 8-byte aligned only, 16-bit
+# pairs) and stride 2 (element copies).
+# grad_bias comes along where every phase has a tap: in the mma.sync tiles in TF32 where its slots fit
+# (the blocks of a phase take the items in turns), in the warpgroup tiles from the A values of each
+# phase's smallest shift (slice 0 adds the positions those skip: a phase whose smallest shift is
+# above 0, output_padding; merged, each row (co, r) of its own phase); else from its own pass (a phase
+# without taps; 16-bit mma.sync tiles).
+GRAD_WEIGHT_TILE_CASES = [
+    Case(4, 24, 20, 3, 900, padding=1),                 # 32 ci x 32 co
+    Case(3, 24, 40, 3, 902, padding=1),                 # rows of 902: float in 8-byte copies, 16-bit in pairs
+    Case(3, 40, 24, 3, 1004, padding=1),                # rows of 1004: float in 16-byte, 16-bit in 8-byte copies
+    Case(4, 40, 24, 4, 700, stride=2, padding=1),       # 64 ci x 32 co, strided
+    Case(3, 20, 56, 5, 800, padding=3, dilation=2),     # 32 ci x 64 co
+    Case(2, 80, 48, 3, 600, stride=2, groups=2),        # 64 ci x 32 co per group, two groups
+    Case(2, 24, 40, 10, 400, stride=2, padding=3),      # 5 taps a phase: one 8-tap group (two 4-tap in 3xTF32)
+    Case(2, 24, 40, 18, 400, stride=2, padding=5),      # 9 taps a phase: 8 + 1 (4 + 4 + 1 in 3xTF32)
+    Case(2, 80, 40, 10, 400, stride=2, padding=3),      # two ci tiles (x two tap groups in 3xTF32) take turns
+    Case(1, 80, 24, 10, 20, stride=2, padding=3),       # one item: fewer than the turns
+    Case(3, 40, 24, 2, 500, stride=3, output_padding=2),  # a phase without taps
+    # warpgroup tiles (sm_90; C_in and C_out per group above 32): 64 co x 64 ci, items of x positions
+    Case(3, 40, 72, 3, 902, padding=1),                 # part-empty tiles; x in 8-byte copies (float) or pairs;
+                                                        # gy in chunks from windows at every offset (16-bit: odd ones)
+    Case(2, 48, 40, 3, 1000),                           # x in 16-byte copies; gy in chunks, 16-bit windows at even offsets
+    Case(2, 72, 40, 4, 1001, stride=2, padding=1),      # x rows of odd length: element copies; gy de-interleaved
+    Case(2, 96, 80, 5, 700, padding=2, dilation=3, groups=2),  # 5 taps a phase: 4 + 1, a window of span 12
+    Case(2, 40, 72, 4, 777, padding=2),                 # 4 taps at consecutive shifts (16-bit: shared A words)
+    Case(2, 72, 40, 3, 500, stride=2, output_padding=1, dilation=3),  # phase 1's shifts start at 1
+    Case(4, 64, 96, 3, 20000, padding=1),               # slices of several items
+    # merged phases (dilation 1, stride dividing K): 64 div stride co of stride rows a tile
+    Case(2, 40, 72, 10, 700, stride=2, padding=3),      # 5 merged taps: groups of 4 + 1
+    Case(2, 72, 48, 12, 600, stride=4, padding=6, output_padding=3),  # 3 taps from shift -1, rows past phase origin 2
+    Case(3, 48, 40, 10, 1200, stride=5),                # stride 5: 12 co (60 rows) a tile
+    Case(2, 40, 36, 16, 333, stride=8, padding=5),      # stride 8, rows of an odd length, tiles of 8 co, 4 in the last
+    # pipelined warpgroup tiles (C_in per group above 64, x rows of whole 16 bytes: a tensor map):
+    # 64 co x 128 ci, two consumer warpgroups of 64 ci each
+    Case(3, 136, 72, 3, 2000),                          # two ci tiles, the last 8 ci (one warpgroup empty); gy
+                                                        # rows of 2002: windows at every offset; a part-empty last item
+    Case(2, 100, 48, 4, 1000, padding=2),               # 4 taps at consecutive shifts; the second warpgroup 36 ci
+    Case(2, 96, 40, 3, 1024, padding=1, layout="transposed"),  # x's batch stride below its channels' (N*L a channel)
+    Case(2, 160, 80, 16, 1000, stride=8, padding=4, groups=2),  # merged, two groups of 80 ci, 8 co of 8 rows a tile
+    Case(3, 72, 48, 12, 600, stride=4, padding=6, output_padding=3),  # merged, rows past phase origin 2
+    Case(2, 72, 40, 3, 700, padding=1, dilation=140),   # float windows of 356: two pipelined stages do not fit,
+                                                        # 64 co x 64 ci tiles do (16-bit: still pipelined)
 ]
 
 
@@ -159,23 +293,31 @@ def relative_error(actual: torch.Tensor, expected: torch.Tensor, norms: Optional
     return ((actual - expected).abs().max() / scale.clamp_min(1e-30)).item()
 
 
-def assert_close(actual, expected, dtype, device, what="output", norms=None):
+def assert_close(actual, expected, dtype, device, what="output", norms=None, *, case: Optional[Case] = None,
+                 reduction: Optional[int] = None):
+    """actual within tolerance of the float64 `expected`: `what` ("output" (or "output[...]"), "grad_input",
+    "grad_weight" or "grad_bias") of the problem `case`, or a result summing at most `reduction` products."""
+    if reduction is None:
+        if case is None:
+            raise TypeError("assert_close needs the case or the reduction length")
+        reduction = tolerances.reduction_length(case, what)
     err = relative_error(actual, expected, norms)
-    tol = tolerance(dtype, device)
-    assert err <= tol, f"{what}: relative error {err:.3g} > {tol:.3g}"
+    tol = tolerance(dtype, device, reduction)
+    assert err <= tol, f"{what}: relative error {err:.3g} > {tol:.3g} (reduction length {reduction})"
 
 
 def assert_gradients_close(y, expected, inputs, inputs64, case: Case, dtype, device):
     """The gradients of our y (from inputs x, w, b) and of the float64 reference `expected` (from
-    inputs64) for one random grad_output agree; unwritten gradient elements show as NaN."""
-    grad_y = torch.randn_like(expected)
+    inputs64) for one random grad_output (the same values, exact in dtype, for both) agree; unwritten
+    gradient elements show as NaN."""
+    grad_y = torch.randn_like(expected).to(dtype).to(torch.float64)
     poison_allocator(device)
     grads = torch.autograd.grad(y, [t for t in inputs if t is not None], grad_y.to(device, dtype))
     expected_grads = torch.autograd.grad(expected, [t for t in inputs64 if t is not None], grad_y)
     names = ("grad_input", "grad_weight", "grad_bias")
     for name, grad, expected_grad, norms in zip(names, grads, expected_grads, product_norms(*inputs[:2], case, grad_y)):
         assert grad.dtype == dtype
-        assert_close(grad, expected_grad, dtype, device, name, norms)
+        assert_close(grad, expected_grad, dtype, device, name, norms, case=case)
 
 
 def assert_backward_matches_reference(case: Case, dtype, device, check_forward: bool = False):
@@ -186,7 +328,7 @@ def assert_backward_matches_reference(case: Case, dtype, device, check_forward: 
     y = ours(x, w, b, case)
     expected, inputs64 = reference(x, w, b, case)
     if check_forward:
-        assert_close(y, expected, dtype, device, norms=product_norms(x, w, case))
+        assert_close(y, expected, dtype, device, norms=product_norms(x, w, case), case=case)
     assert_gradients_close(y, expected, (x, w, b), inputs64, case, dtype, device)
     return x, w, b
 

@@ -1,4 +1,5 @@
 """torch.compile (dynamic shapes, one frame, backward through it) and torch.export round trips."""
+import dataclasses
 import os
 import subprocess
 import sys
@@ -9,7 +10,8 @@ import torch
 from torch._dynamo.testing import CompileCounterWithBackend
 
 import torch_convt_op
-from conftest import Case, assert_close, make_inputs, quick, reference
+from conftest import Case, assert_close, make_inputs, quick, reference, relative_error, tolerance
+from torch_convt_op import tolerances
 
 
 class Upsampler(torch.nn.Module):
@@ -51,12 +53,15 @@ def test_compile_dynamic_one_frame_with_backward(device):
     for length in (16, 23, 40, 57):
         x = torch.randn(2, 8, length, device=device, requires_grad=True)
         y = compiled(x)
-        assert_close(y, _eager(model, x), torch.float32, device)
+        assert_close(y, _eager(model, x), torch.float32, device, case=dataclasses.replace(CASE, l_in=length))
         grad_y = torch.randn_like(y)
         (grad_x,) = torch.autograd.grad(y, x, grad_y)
-        x64 = x.detach().double().requires_grad_()
-        (expected,) = torch.autograd.grad(_eager(model, x64), x64, grad_y.double().cpu())
-        assert_close(grad_x, expected, torch.float32, device, what="grad_input")
+        # against the same model run eagerly on our op: leaky_relu's slope at y = 0 jumps from 0.1 to 1,
+        # so against float64 an output within rounding of 0 (TF32: 1e-3 of scale) may take the other
+        # slope; eager and compiled share the op's rounding (each within the bound of the exact result)
+        (eager_grad_x,) = torch.autograd.grad(model(x), x, grad_y)
+        reduction = tolerances.reduction_length(dataclasses.replace(CASE, l_in=length), "grad_input")
+        assert relative_error(grad_x, eager_grad_x) <= 2 * tolerance(torch.float32, device, reduction)
     assert counter.frame_count == 1
 
 
@@ -66,7 +71,7 @@ def test_compile_unbatched_and_batched(device):
     compiled = torch.compile(torch_convt_op.conv_transpose1d, fullgraph=True, dynamic=True)
     case = Case(1, 4, 6, 3, 9, stride=3, padding=1, output_padding=2, batched=False)
     x, w, b = make_inputs(case, torch.float32, device)
-    assert_close(compiled(x, w, b, 3, 1, 2), reference(x, w, b, case)[0], torch.float32, device)
+    assert_close(compiled(x, w, b, 3, 1, 2), reference(x, w, b, case)[0], torch.float32, device, case=case)
 
 
 def test_export_save_load_in_fresh_process(tmp_path, device):

@@ -69,7 +69,7 @@ def test_matches_torch_in_float64(case, dtype, device, tf32, seed):
         y = ours(x, w, b, case)
         expected, inputs64 = reference(x, w, b, case)
         assert y.dtype == dtype and y.is_contiguous()
-        assert_close(y, expected, dtype, device, norms=product_norms(x, w, case))
+        assert_close(y, expected, dtype, device, norms=product_norms(x, w, case), case=case)
         if y.numel() == 0:
             return
         grad_y = torch.randn(expected.shape, dtype=torch.float64, generator=generator).to(dtype)  # exact in dtype
@@ -78,6 +78,6 @@ def test_matches_torch_in_float64(case, dtype, device, tf32, seed):
         expected_grads = torch.autograd.grad(expected, [t for t in inputs64 if t is not None], grad_y.double())
         names = ["grad_input", "grad_weight", "grad_bias"]
         for name, grad, expected_grad, norms in zip(names, grads, expected_grads, product_norms(x, w, case, grad_y)):
-            assert_close(grad, expected_grad, dtype, device, name, norms)
+            assert_close(grad, expected_grad, dtype, device, name, norms, case=case)
     finally:
         torch.backends.cudnn.allow_tf32 = saved

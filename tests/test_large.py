@@ -33,7 +33,8 @@ def check_windows(y, x, w, b, case, dtype, device, width=4096):
     length = y.shape[-1]
     for start in (0, length // 2 - width // 2, length - width):
         expected = window_reference(x, w, b, case, start, width)
-        assert_close(y[..., start:start + width], expected, dtype, device, f"output[{start}:{start + width}]")
+        assert_close(y[..., start:start + width], expected, dtype, device, f"output[{start}:{start + width}]",
+                     case=case)
 
 
 def large_inputs(case: Case, dtype, device, requires_grad=False):
@@ -87,7 +88,8 @@ def test_gradients_past_2_31_elements():
     # grad_input window: the forward's adjoint, a strided conv1d of grad_y, over the slice it reads
     start, width = x.shape[-1] // 2, 4096
     expected = F.conv1d(grad_y[..., start:start + width + 2].double().cpu(), w.double().cpu())
-    assert_close(grad_x[..., start + 1:start + width + 1], expected[..., :width], torch.float16, "cuda", "grad_input")
+    assert_close(grad_x[..., start + 1:start + width + 1], expected[..., :width], torch.float16, "cuda", "grad_input",
+                 case=case)
     # grad_weight in full: grad_w[ci, co, k] = sum over n, i of x[n, ci, i] gy[n, co, i + k - 1], float64 in chunks
     expected_w = torch.zeros(w.shape, dtype=torch.float64, device="cuda")
     length, chunk = x.shape[-1], 2**22
@@ -97,7 +99,7 @@ def test_gradients_past_2_31_elements():
             last = min(first + chunk, length, length - shift)
             expected_w[:, :, k] += torch.einsum("ncl,nol->co", x[..., first:last].double(),
                                                 grad_y[..., first + shift:last + shift].double())
-    assert_close(grad_w, expected_w, torch.float16, "cuda", "grad_weight")
+    assert_close(grad_w, expected_w, torch.float16, "cuda", "grad_weight", case=case)
 
 
 def test_cpu_rows_longer_than_the_micro_kernel_takes():

@@ -73,6 +73,8 @@ def test_every_plan_fits_the_card(card, dtype, tf32):
             if plan[name]["kernel"] == "gemm":
                 assert plan[name]["tiles"] >= 1 and plan[name]["parts"] >= plan[name]["tiles"], (shape, plan[name])
                 assert 2 <= plan[name]["stages"] <= 4 or plan[name]["family"] != "pipelined", (shape, plan[name])
+                # the workspace (one launch's packed weight) within 16 MB, unless one row tile packs more
+                assert plan[name]["workspace_bytes"] <= 16 << 20 or plan[name]["launch_row_tiles"] == 1, (shape, plan[name])
 
 
 @pytest.mark.parametrize("dtype,tf32", MATHS)
@@ -106,18 +108,48 @@ def test_float64_runs_on_cuda_cores(card):
 
 
 @pytest.mark.parametrize("card", CARDS)
-def test_which_shapes_leave_the_tensor_cores(card):
-    """Today: fewer than 8 channels a group on either side, or more than 32 taps (issue 31 will close
-    these); one input channel a group with at most 16 taps goes to the depthwise kernels."""
+@pytest.mark.parametrize("dtype,tf32", MATHS)
+def test_tensor_cores_for_every_shape(card, dtype, tf32):
+    """float32 and 16-bit run on tensor cores whatever the channel counts (1 included) and up to 128
+    taps; only one input channel a group with at most 16 taps takes the depthwise kernels instead."""
     for shape in random_shapes(200, seed=4):
         n, c_in, c_out, k, l_in, stride, padding, output_padding, dilation, groups = shape
-        plan = plans(shape, torch.float32, True, card)
-        narrow = c_in // groups < 8 or c_out // groups < 8 or k > 32
-        if narrow:
-            depthwise = c_in // groups == 1 and k <= 16
-            assert plan["forward"]["kernel"] == ("depthwise" if depthwise else "direct"), (shape, plan["forward"])
-        else:
-            assert plan["forward"]["kernel"] in ("gemm", "direct"), (shape, plan["forward"])
+        plan = plans(shape, dtype, tf32, card)
+        depthwise = c_in // groups == 1 and k <= 16
+        for name in ("forward", "grad_input"):
+            assert plan[name]["kernel"] == ("depthwise" if depthwise else "gemm"), (shape, name, plan[name])
+        assert plan["grad_weight"]["kernel"] in (("depthwise",) if depthwise else ("grad_weight_gemm", "grad_weight_wgmma"))
+
+
+@pytest.mark.parametrize("card", CARDS)
+def test_long_filters_run_in_steps_of_few_taps(card):
+    """Any K up to 128, stride and dilation: a tensor-core plan whose steps hold what fits, and at
+    most 2 * taps phase pairs (the size of GemmPlan::pair_begin)."""
+    for k in (33, 40, 64, 100, 128):
+        for stride in (1, 2, 3, 8):
+            for dilation in (1, 2, 3):
+                shape = (2, 64, 64, k, 500, stride, k // 3, 0, dilation, 1)
+                for dtype, tf32 in MATHS:
+                    plan = plans(shape, dtype, tf32, card)
+                    for name in ("forward", "grad_input"):
+                        g = plan[name]
+                        assert g["kernel"] == "gemm", (shape, name, g)
+                        assert 1 <= g["step_taps"] <= g["taps"] and g["out_phases"] * g["in_phases"] <= 2 * g["taps"]
+                    assert plan["forward"]["smem_bytes"] <= SMEM_PER_BLOCK[card]
+    assert plans((2, 64, 64, 129, 500, 1, 0, 0, 1, 1), torch.float32, True, card)["forward"]["kernel"] == "direct"
+
+
+def test_narrow_outputs():
+    """A waveform decoder (C_out 1-4): on sm_90a, where its phases merge, merged into rows on pipelined
+    tiles (x, the large operand, read once rather than once a phase); else 16-row warp tiles (rows
+    padded to 16, not 32 or 64)."""
+    mergeable = (16, 512, 1, 16, 8000, 8, 4, 0, 1, 1)
+    not_mergeable = (3, 96, 1, 16, 100000, 10, 3, 0, 1, 1)  # (K not a multiple of stride)
+    for dtype, tf32 in MATHS:
+        merged = plans(mergeable, dtype, tf32, "h100")["forward"]
+        assert tile(merged) == ("pipelined", 64, 256) and merged["row_phases"] == 8, merged
+        assert tile(plans(mergeable, dtype, tf32, "a100")["forward"]) == ("warp", 16, 256)
+        assert tile(plans(not_mergeable, dtype, tf32, "h100")["forward"]) == ("warp", 16, 256)
 
 
 def test_merged_phases_only_where_they_merge():
@@ -146,6 +178,19 @@ def test_h100_named_shapes(dtype):
     assert plans(NAMED["depthwise"], dtype, True, "h100")["forward"]["kernel"] == "depthwise"
     small = plans(NAMED["small"], dtype, True, "h100")["forward"]
     assert tile(small) == ("warp", 32, 128)  # a few tiles: the smallest that fills the SMs
+
+
+@pytest.mark.parametrize("card", CARDS)
+@pytest.mark.parametrize("dtype,tf32", MATHS)
+def test_forward_workspace_is_at_most_16_mb(card, dtype, tf32):
+    """A 1536 -> 768, K 16, stride 8 upsampler's weight packs to 72 MB (TF32), 144 MB (3xTF32): its
+    launches take ranges of row tiles, each packing at most 16 MB."""
+    for shape in [(4, 1536, 768, 16, 200, 8, 4, 0, 1, 1), (1, 1024, 1024, 64, 100, 1, 0, 0, 1, 1)]:
+        plan = plans(shape, dtype, tf32, card)
+        for name in ("forward", "grad_input"):
+            g = plan[name]
+            assert g["kernel"] == "gemm" and g["workspace_bytes"] <= 16 << 20, (shape, name, g)
+            assert 1 <= g["launch_row_tiles"] < g["row_tiles"], (shape, name, g)
 
 
 def test_h200_plans_as_h100():

@@ -11,14 +11,15 @@ TENSOR_CORE = [("tf32", "float", "Math::kTF32"), ("3xtf32", "float", "Math::k3xT
                ("fp16", "c10::Half", "Math::k16Bit"), ("bf16", "c10::BFloat16", "Math::k16Bit")]
 CUDA_CORE = [("fp32", "float"), ("fp64", "double"), ("fp16", "c10::Half"), ("bf16", "c10::BFloat16")]
 
-IMPLICIT = """template void pack_gemm_weight<{t}, {m}>(const GemmPlan&, const GemmWeight&, const {t}*, uint32_t*, Launch);
-template void launch_implicit_gemm<{t}, {m}>(const GemmPlan&, const {t}*, const uint32_t*, const {t}*, {t}*, Launch);"""
+PACK = """template void pack_gemm_weight<{t}, {m}>(const GemmPlan&, const GemmWeight&, const {t}*, uint32_t*, Launch);"""
+IMPLICIT = """template void launch_implicit_gemm<{t}, {m}, GemmFamily::{f}>(const GemmPlan&, const {t}*, const uint32_t*, const {t}*,
+                                                              {t}*, Launch);"""
 PIPELINED = """template void launch_pipelined_gemm<{t}, {m}>(const GemmPlan&, const CUtensorMap*, const {t}*, const uint32_t*,
                                                 const {t}*, {t}*, Launch);"""
 GRAD_WEIGHT_GEMM = """template void launch_grad_weight_gemm<{t}, {m}>(const WeightGradPlan&, const {t}*, const {t}*, float*, float*,
                                                   Launch);"""
-GRAD_WEIGHT_WGMMA = """template void launch_grad_weight_wgmma<{t}>(const WeightGradPlan&, const CUtensorMap*, const {t}*, const {t}*,
-                                             float*, float*, Launch);"""
+GRAD_WEIGHT_WGMMA = """template void launch_grad_weight_wgmma<{t}, {pipelined}, {merged}>(const WeightGradPlan&, const CUtensorMap*,
+                                                                const {t}*, const {t}*, float*, float*, Launch);"""
 DIRECT = """template void launch_forward_direct<{t}>(const ConvTParams&, const {t}*, const {t}*, const {t}*, {t}*, Launch);
 template void launch_depthwise_forward<{t}>(const ConvTParams&, const DepthwisePlan&, const {t}*, const {t}*, const {t}*,
                                             {t}*, Launch);
@@ -34,11 +35,18 @@ template void launch_sum_slices<{t}>(const acc_type<{t}>*, {t}*, int64_t, int64_
 
 def files():
     for suffix, t, m in TENSOR_CORE:
-        yield f"implicit_gemm_{suffix}.cu", "gemm_launch.cuh", IMPLICIT.format(t=t, m=m)
+        # (the warp and the warpgroup tiles in files of their own: the two largest parts of the build)
+        yield f"implicit_gemm_warp_{suffix}.cu", "gemm_launch.cuh", \
+            PACK.format(t=t, m=m) + "\n" + IMPLICIT.format(t=t, m=m, f="kWarpTiles")
+        yield f"implicit_gemm_warpgroup_{suffix}.cu", "gemm_launch.cuh", IMPLICIT.format(t=t, m=m, f="kWarpgroupTiles")
         yield f"pipelined_gemm_{suffix}.cu", "gemm_launch.cuh", PIPELINED.format(t=t, m=m)
         yield f"grad_weight_gemm_{suffix}.cu", "grad_weight_launch.cuh", GRAD_WEIGHT_GEMM.format(t=t, m=m)
         if m != "Math::k3xTF32":  # (the warpgroup grad_weight rounds float to TF32)
-            yield f"grad_weight_wgmma_{suffix}.cu", "grad_weight_launch.cuh", GRAD_WEIGHT_WGMMA.format(t=t)
+            for pipelined in ("false", "true"):  # (four files: the largest family of the build)
+                for merged in ("false", "true"):
+                    name = f"grad_weight_wgmma_{'pipelined_' if pipelined == 'true' else ''}" \
+                           f"{'merged_' if merged == 'true' else ''}{suffix}.cu"
+                    yield name, "grad_weight_launch.cuh", GRAD_WEIGHT_WGMMA.format(t=t, pipelined=pipelined, merged=merged)
     for suffix, t in CUDA_CORE:
         yield f"direct_{suffix}.cu", "direct_launch.cuh", DIRECT.format(t=t)
 

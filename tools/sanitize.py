@@ -37,7 +37,13 @@ SHAPES = [
     (2, 32, 24, 3, 33, 2, 1, 0, 1, 2, True),     # a transposed (N, L, C) input view
     (2, 6, 12, 5, 37, 3, 2, 1, 6, 2, False),     # depthwise with a channel multiplier
     (1, 4, 4, 7, 2500, 1, 3, 0, 4, 1, False),    # depthwise, rows longer than a segment
-    (2, 4, 6, 3, 9, 1, 0, 0, 1, 1, False),       # few channels: direct kernels
+    (2, 4, 6, 3, 9, 1, 0, 0, 1, 1, False),       # few channels: padded to the k-step and the tile
+    (2, 512, 1, 16, 100, 8, 4, 0, 1, 1, False),  # one output channel (few tiles): 16 x 256 warp tiles
+    (4, 64, 2, 16, 9000, 8, 4, 0, 1, 1, False),  # two output channels: sm_90 merged into 16 rows, pipelined
+    (2, 3, 64, 7, 300, 1, 3, 0, 1, 1, False),    # three input channels
+    (2, 64, 48, 64, 90, 1, 20, 0, 1, 1, False),  # 64 taps of one phase: steps of a run of taps each
+    (2, 48, 40, 100, 60, 3, 7, 2, 1, 2, False),  # 100 taps, strided and dilated: runs per phase
+    (1, 3, 2, 130, 5, 2, 3, 0, 1, 1, False),     # more taps than the tensor cores take: direct kernels
     (2, 16, 16, 4, 40, 1, 5, 0, 1, 300, False),  # taps hundreds of positions apart: grad_weight on the direct kernel
 ]
 

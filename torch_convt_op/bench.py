@@ -22,7 +22,8 @@ Roofline floor (CUDA) = max(bytes / bandwidth, flops / peak), with
   H100 PCIe) differ, so the % of floor is only meaningful on an H100 SXM.
 
 ``--check`` instead runs a quick correctness check: every shape scaled small, forward and the three
-gradients, each dtype, against a float64 reference; the exit status is 1 on any mismatch.
+gradients, in every dtype of the device (or those of --dtypes), against a float64 reference within
+torch_convt_op/tolerances.py's bounds; the exit status is 1 on any mismatch or non-finite error.
 """
 import argparse
 import contextlib
@@ -39,6 +40,7 @@ import torch
 import torch.nn.functional as F
 
 import torch_convt_op
+from torch_convt_op import tolerances
 from torch_convt_op.shapes import Case
 
 # ---- shapes --------------------------------------------------------------------------------------
@@ -74,8 +76,15 @@ DEFAULT_DTYPES = {"cpu": "fp32", "cuda": "tf32,fp32,bf16"}
 # Assumed dense peak FLOP/s of an H100 SXM (no sparsity), per dtype; fp32/fp64 without tensor cores.
 PEAK_FLOPS = {"tf32": 494.7e12, "bf16": 989e12, "fp16": 989e12, "fp32": 67e12, "fp64": 67e12}
 
-# max |ours - ref| / max |ref| allowed by --check (the same as tests/conftest.py)
-TOLERANCE = {"fp64": 1e-12, "fp32": 1e-5, "tf32": 3e-3, "fp16": 4e-3, "bf16": 3e-2}
+# --check's dtypes when --dtypes is not given: every dtype (and float32 math mode) the device has
+CHECK_DTYPES = {"cpu": "fp64,fp32,bf16,fp16", "cuda": "tf32,fp32,bf16,fp16,fp64"}
+
+
+def tolerance(shape: Case, dtype_name: str, output: str) -> float:
+    """max |ours - ref| / max |ref| allowed for `output` (y, grad_x, grad_w, grad_bias) of shape in dtype_name:
+    torch_convt_op/tolerances.py, the table the tests use too."""
+    return tolerances.tolerance(DTYPES[dtype_name], tolerances.reduction_length(shape, output),
+                                tf32=dtype_name == "tf32")
 
 
 @contextlib.contextmanager
@@ -397,16 +406,23 @@ def check_one(shape: Case, dtype_name: str, device: str) -> List[Tuple[str, floa
 
 
 def run_check(shapes: List[Case], dtype_names: List[str], device: str) -> bool:
+    """Every output of every shape and dtype within its tolerance; an error that is not a finite number
+    (NaN or Inf in an output) fails too. Prints a line per shape and dtype (the output nearest its bound,
+    or every one that fails) and returns whether all passed."""
     print(f"library {torch_convt_op.LIBRARY_PATH}")
     ok = True
     for shape in (s.scaled(**CHECK_SCALE) for s in shapes):
         for dtype_name in dtype_names:
-            errors = check_one(shape, dtype_name, device)
-            worst_name, worst = max(errors, key=lambda e: e[1])
-            passed = worst <= TOLERANCE[dtype_name]
-            ok &= passed
-            print(f"{'ok  ' if passed else 'FAIL'} {shape.name:12s} {dtype_name:5s} worst {worst_name} "
-                  f"error {worst:.1e} (tolerance {TOLERANCE[dtype_name]:.0e})", flush=True)
+            # (error / tolerance, name, error, tolerance); NaN and Inf errors count as infinitely over
+            results = []
+            for name, error in check_one(shape, dtype_name, device):
+                tol = tolerance(shape, dtype_name, name)
+                results.append((error / tol if math.isfinite(error) else math.inf, name, error, tol))
+            failed = [r for r in results if not r[0] <= 1]
+            ok &= not failed
+            for _, name, error, tol in failed or [max(results)]:
+                print(f"{'FAIL' if failed else 'ok  '} {shape.name:12s} {dtype_name:5s} "
+                      f"{'' if failed else 'worst '}{name} error {error:.1e} (tolerance {tol:.1e})", flush=True)
     print("check passed" if ok else "check FAILED")
     return ok
 
@@ -492,6 +508,7 @@ def main(argv=None) -> None:
         print(explain_table(shapes, resolve_dtypes(args.dtypes, "cuda"), card))
         return
     if args.check:
+        dtype_names = resolve_dtypes(args.dtypes or CHECK_DTYPES[device], device)
         sys.exit(0 if run_check(shapes, dtype_names, device) else 1)
     if args.sweep is not None:
         from . import sweep

@@ -1,4 +1,4 @@
-"""Python layer of the operator: public wrappers, fake implementations, autograd.
+"""Python layer of the operator: public wrappers, fake implementations, autocast (autograd is C++).
 
 Validation and shape arithmetic live in one C++ helper (csrc/convt.cpp). The fake
 implementations reach it through ``convt::_conv_transpose1d_output_size`` (a composite op that
@@ -57,69 +57,8 @@ def _conv_transpose1d_backward_fake(grad_output, input, weight, stride, padding,
 
 
 # ---- autograd ----------------------------------------------------------------------------------
-# Forward: y = conv_transpose1d(x, w) + b. Its backward is the backward op.
-
-def _forward_setup_context(ctx, inputs, output):
-    input, weight, bias, stride, padding, output_padding, groups, dilation = inputs
-    ctx.save_for_backward(input, weight)
-    ctx.conv_args = (stride, padding, output_padding, groups, dilation)
-    ctx.has_bias = bias is not None
-
-
-def _forward_backward(ctx, grad_output):
-    input, weight = ctx.saved_tensors
-    mask = [ctx.needs_input_grad[0], ctx.needs_input_grad[1], ctx.has_bias and ctx.needs_input_grad[2]]
-    grad_input, grad_weight, grad_bias = torch.ops.convt.conv_transpose1d_backward.default(
-        grad_output, input, weight, *ctx.conv_args, mask)
-    return (grad_input if mask[0] else None, grad_weight if mask[1] else None, grad_bias if mask[2] else None,
-            None, None, None, None, None)
-
-
-torch.library.register_autograd("convt::conv_transpose1d", _forward_backward, setup_context=_forward_setup_context)
-
-
-# Backward op: (gx, gw, gb) = backward(gy, x, w). All three are linear in gy, gx is linear in w and
-# gw in x. With cotangents (ggx, ggw, ggb) of (gx, gw, gb):
-#   d/d gy = conv_transpose1d(ggx, w, ggb) + conv_transpose1d(x, ggw)
-#   d/d x  = grad_input of backward(gy, x, ggw)
-#   d/d w  = grad_weight of backward(gy, ggx, w)
-# so double (and higher) backward runs on the same two ops.
-
-def _backward_setup_context(ctx, inputs, output):
-    grad_output, input, weight, stride, padding, output_padding, groups, dilation, output_mask = inputs
-    ctx.save_for_backward(grad_output, input, weight)
-    ctx.conv_args = (stride, padding, output_padding, groups, dilation)
-    ctx.output_mask = list(output_mask)
-
-
-def _backward_backward(ctx, grad_grad_input, grad_grad_weight, grad_grad_bias):
-    grad_output, input, weight = ctx.saved_tensors
-    args = ctx.conv_args
-    stride, padding, output_padding, groups, dilation = args
-    has_ggx, has_ggw, has_ggb = (ctx.output_mask[i] and g is not None
-                                 for i, g in enumerate((grad_grad_input, grad_grad_weight, grad_grad_bias)))
-    d_grad_output = d_input = d_weight = None
-    if ctx.needs_input_grad[0]:
-        terms = []
-        if has_ggx or has_ggb:
-            terms.append(torch.ops.convt.conv_transpose1d.default(
-                grad_grad_input if has_ggx else torch.zeros_like(input), weight,
-                grad_grad_bias if has_ggb else None, stride, padding, output_padding, groups, dilation))
-        if has_ggw:
-            terms.append(torch.ops.convt.conv_transpose1d.default(
-                input, grad_grad_weight, None, stride, padding, output_padding, groups, dilation))
-        d_grad_output = sum(terms[1:], terms[0]) if terms else torch.zeros_like(grad_output)
-    if ctx.needs_input_grad[1] and has_ggw:
-        d_input = torch.ops.convt.conv_transpose1d_backward.default(
-            grad_output, input, grad_grad_weight, *args, [True, False, False])[0]
-    if ctx.needs_input_grad[2] and has_ggx:
-        d_weight = torch.ops.convt.conv_transpose1d_backward.default(
-            grad_output, grad_grad_input, weight, *args, [False, True, False])[1]
-    return d_grad_output, d_input, d_weight, None, None, None, None, None, None
-
-
-torch.library.register_autograd("convt::conv_transpose1d_backward", _backward_backward,
-                                setup_context=_backward_setup_context)
+# Both ops' autograd formulas are registered in C++ (csrc/autograd.cpp, the Autograd key): no Python
+# runs per call, and double backward runs on the same two ops.
 
 
 # ---- autocast -----------------------------------------------------------------------------------

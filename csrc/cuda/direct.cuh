@@ -1,6 +1,6 @@
 // Direct (CUDA-core) kernels: one thread per output element, loops over the channels of its group
 // and the taps, with the polyphase index formulas of convt.h. They serve every dtype and argument
-// the faster paths leave out (float64, groups of 2-7 channels, more than kMaxGemmTaps taps).
+// the faster paths leave out (float64, more than kMaxGemmTaps taps: no tensor-core form).
 // 64-bit indices. docs/design.md §6.2.
 #pragma once
 

@@ -88,20 +88,22 @@ void pack_gemm_weight(const GemmPlan& plan, const GemmWeight& weight, const scal
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-// implicit_gemm_kernel of a warp or warpgroup tile shape: 8 warps, (256 / block_n) along the rows,
-// each with block_m / (16 * warps along the rows) m16 tiles; warpgroup problems by the phases they
-// merge and whether their rows sit at offsets
-template <typename scalar_t, Math kMath>
+// implicit_gemm_kernel of the warp or warpgroup tile shapes (kFamily: one instantiation file each, so
+// that they compile in parallel): 8 warps, (256 / block_n) along the rows, each with block_m / (16 *
+// warps along the rows) m16 tiles; warpgroup problems by the phases they merge and whether their rows
+// sit at offsets
+template <typename scalar_t, Math kMath, GemmFamily kFamily>
 void launch_implicit_gemm(const GemmPlan& plan, const scalar_t* in, const uint32_t* packed_w, const scalar_t* bias,
                           scalar_t* out, Launch launch) {
   using T = cuda_type<scalar_t>;
   const GemmProblem g = make_gemm_problem(plan, nullptr);
+  TORCH_INTERNAL_ASSERT(kGemmTileShapes[plan.tile_shape].family == kFamily, "convt: a tile shape of another family");
   with_tile_shape(plan.tile_shape, [&](auto shape_index) {
     constexpr GemmTileShape kShape = kGemmTileShapes[decltype(shape_index)::value];
     constexpr int kWarpsM = 256 / kShape.block_n, kWarpTilesM = kShape.block_m / (16 * kWarpsM);
     auto run = [&](auto kernel) { launch_persistent(kernel, kGemmThreads, g, as_cuda(in), packed_w, as_cuda(bias), as_cuda(out), launch); };
-    if constexpr (kShape.one_accumulator && kMath == Math::k3xTF32) {
-      TORCH_INTERNAL_ASSERT(false, "convt: a one-accumulator tile shape planned for 3xTF32");
+    if constexpr (kShape.family != kFamily || (kShape.one_accumulator && kMath == Math::k3xTF32)) {
+      TORCH_INTERNAL_ASSERT(false, "convt: a tile shape launch_implicit_gemm does not have");
     } else if constexpr (kShape.family == GemmFamily::kWarpTiles) {
       run(implicit_gemm_kernel<T, kMath, kWarpTilesM, kWarpsM>);
     } else if constexpr (kShape.family == GemmFamily::kWarpgroupTiles) {
@@ -114,8 +116,6 @@ void launch_implicit_gemm(const GemmPlan& plan, const scalar_t* in, const uint32
         g.row_offsets ? run(implicit_gemm_kernel<T, kMath, kWarpTilesM, kWarpsM, true, true>)
                       : run(implicit_gemm_kernel<T, kMath, kWarpTilesM, kWarpsM, true>);
       }
-    } else {
-      TORCH_INTERNAL_ASSERT(false, "convt: a pipelined tile shape sent to launch_implicit_gemm");
     }
   });
 }

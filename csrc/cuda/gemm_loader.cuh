@@ -87,11 +87,11 @@ __device__ __forceinline__ void for_each_x_copy(const GemmProblem& p, Body&& bod
       const auto q = p.div_row_copies.divmod(unsigned(index));
       body(int(q.div), int(q.mod));
     }
-    return;
-  }
-  for (int index = threadIdx.x; index < p.chunk_channels * p.row_copies; index += kGemmThreads) {
-    const auto q = p.div_row_copies.divmod(unsigned(index));
-    body(int(q.div), int(q.mod));
+  } else {
+    for (int index = threadIdx.x; index < p.chunk_channels * p.row_copies; index += kGemmThreads) {
+      const auto q = p.div_row_copies.divmod(unsigned(index));
+      body(int(q.div), int(q.mod));
+    }
   }
 }
 
@@ -262,7 +262,7 @@ struct ImplicitGemmLoader {
   __device__ __forceinline__ void load_resident_weight(const GemmTile& tile, int64_t& resident_key) const {
     if (p.resident && tile.weight_key() != resident_key) {
       const int64_t words = p.chunks * tile_words;
-      const uint32_t* from = packed_w + (int64_t(tile.g) * p.row_tiles + tile.row_tile) * words;
+      const uint32_t* from = packed_w + tile.packed_index(p) * words;
       copy_words_async(smem.w_buffers, from, int(words));
       cp_async_commit();
       cp_async_wait<0>();
@@ -273,7 +273,7 @@ struct ImplicitGemmLoader {
   __device__ __forceinline__ void stage(const GemmTile& tile, const GemmStep& step, int buffer) const {
     if (!p.resident) {  // the step's taps are consecutive slots of packed_w
       const uint32_t* from = packed_w +
-          ((int64_t(tile.g) * p.row_tiles + tile.row_tile) * p.chunks + step.chunk) * tile_words + step.first_tap * p.slot_words;
+          (tile.packed_index(p) * p.chunks + step.chunk) * tile_words + step.first_tap * p.slot_words;
       uint32_t* to = smem.w_buffers + buffer * p.weight_slots * p.slot_words;
       const int words = (step.end_tap - step.first_tap) * p.slot_words;
       copy_words_async(to, from, words);
@@ -448,7 +448,7 @@ struct PipelinedProducer {
       const uint32_t bytes = uint32_t(stages.stage_weight_words) * 4;
       mbarrier_expect_bytes(landed, bytes);
       bulk_copy_to_shared(stages.w_s(stage),
-                          packed_w + ((int64_t(tile.g) * p.row_tiles + tile.row_tile) * p.chunks + chunk) * stages.stage_weight_words,
+                          packed_w + (tile.packed_index(p) * p.chunks + chunk) * stages.stage_weight_words,
                           bytes, landed);
     }
     T* x_s = stages.x_s(stage);

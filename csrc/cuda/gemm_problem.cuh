@@ -13,7 +13,7 @@
 namespace convt::cuda {
 
 // implicit_gemm_kernel's tile shapes (docs/design.md §3.7): 8 warps in a kWarpsM x (8 / kWarpsM)
-// grid, each with kWarpTilesM m16 x kWarpTilesN n8 mma tiles: 32 x 128 (<1, 2>), 64 x 128 (<2, 2>),
+// grid, each with kWarpTilesM m16 x kWarpTilesN n8 mma tiles: 16 x 256 (<1, 1>), 32 x 128 (<1, 2>), 64 x 128 (<2, 2>),
 // 128 x 64 (<2, 4>), 64 x 256 (<4, 1>) or 128 x 128 (<4, 2>) rows x columns. The 64-row warp tiles
 // are for TF32 and 16-bit only: 3xTF32's two sets of accumulators would spill.
 // Warpgroup tiles (wgmma, sm_90a; TF32 and 16-bit, docs/design.md §3.5): 128 x 128 (<4, 2>), out^T =

@@ -7,7 +7,8 @@
 namespace convt::cuda {
 
 // Where a tile sits. Resident weights: (group, row tile) outermost, so a block keeps its weight;
-// otherwise row tiles innermost, so concurrent tiles share their x in L2.
+// otherwise row tiles innermost, so concurrent tiles share their x in L2. row_tile counts the
+// problem's row tiles; the launch's packed weight holds its own (GemmPlan::first_row_tile).
 struct GemmTile {
   int64_t n;
   int g, row_tile, col_tile;
@@ -18,11 +19,11 @@ struct GemmTile {
       q = p.div_batch.divmod(q.div);
       n = q.mod;
       q = p.div_row_tiles.divmod(q.div);
-      row_tile = int(q.mod);
+      row_tile = int(q.mod) + p.first_row_tile;
       g = int(q.div);
     } else {
       auto q = p.div_row_tiles.divmod(tile);
-      row_tile = int(q.mod);
+      row_tile = int(q.mod) + p.first_row_tile;
       q = p.div_col_tiles.divmod(q.div);
       col_tile = int(q.mod);
       q = p.div_groups.divmod(q.div);
@@ -31,6 +32,8 @@ struct GemmTile {
     }
   }
   __device__ int64_t weight_key() const { return (int64_t(g) << 32) + row_tile; }
+  // (g, row tile) in the launch's packed weight
+  __device__ int64_t packed_index(const GemmProblem& p) const { return int64_t(g) * p.row_tiles + row_tile - p.first_row_tile; }
 };
 
 // A reduction step of a tile: step = (out_phase * in_phases + in_phase) * chunks + chunk (list

@@ -54,35 +54,31 @@ void launch_grad_weight_gemm(const WeightGradPlan& plan, const scalar_t* x, cons
   with_tile(std::integral_constant<int, kGradWGroupTaps>{});
 }
 
-// grad_weight_wgmma_kernel: by its tap slots (the group taps), grad_bias, merged phases, pipelined tiles
-template <typename scalar_t>
+// grad_weight_wgmma_kernel of pipelined tiles or not (kPipelined: plan.stages > 0), merged phases or
+// not (kMerged; one instantiation file each, so that they compile in parallel), by its tap slots (the
+// group taps) and grad_bias
+template <typename scalar_t, bool kPipelined, bool kMerged>
 void launch_grad_weight_wgmma(const WeightGradPlan& plan, const CUtensorMap* x_map, const scalar_t* x,
                               const scalar_t* grad_y, float* partial, float* bias_partial, Launch launch) {
   using T = cuda_type<scalar_t>;
+  TORCH_INTERNAL_ASSERT((plan.stages > 0) == kPipelined && bool(plan.merged) == kMerged, "convt: another wgmma grad_weight form");
   const WeightGradProblem g = make_weight_grad_problem(plan, x_map);
-  auto run = [&](auto taps, auto sums_bias, auto merged, auto pipelined) {
+  auto run = [&](auto taps, auto sums_bias) {
     constexpr int kTaps = decltype(taps)::value;
-    constexpr bool kSumsBias = decltype(sums_bias)::value, kMerged = decltype(merged)::value;
-    constexpr bool kPipelined = decltype(pipelined)::value;
+    constexpr bool kSumsBias = decltype(sums_bias)::value;
     launch_grad_weight_kernel(grad_weight_wgmma_kernel<T, kTaps, kSumsBias, kMerged, kPipelined>,
                               kPipelined ? kPipelineThreads : kWgmmaThreads, g, as_cuda(x), as_cuda(grad_y), partial,
                               bias_partial, launch);
   };
-  auto with_taps = [&](auto... options) {
+  auto with_taps = [&](auto sums_bias) {
     switch (g.group_taps) {
-      case 1: return run(std::integral_constant<int, 1>{}, options...);
-      case 2: return run(std::integral_constant<int, 2>{}, options...);
-      case 3: return run(std::integral_constant<int, 3>{}, options...);
-      default: return run(std::integral_constant<int, 4>{}, options...);
+      case 1: return run(std::integral_constant<int, 1>{}, sums_bias);
+      case 2: return run(std::integral_constant<int, 2>{}, sums_bias);
+      case 3: return run(std::integral_constant<int, 3>{}, sums_bias);
+      default: return run(std::integral_constant<int, 4>{}, sums_bias);
     }
   };
-  auto with_bias = [&](auto... options) {
-    g.sums_bias ? with_taps(std::true_type{}, options...) : with_taps(std::false_type{}, options...);
-  };
-  auto with_merged = [&](auto pipelined) {
-    g.merged ? with_bias(std::true_type{}, pipelined) : with_bias(std::false_type{}, pipelined);
-  };
-  g.stages > 0 ? with_merged(std::true_type{}) : with_merged(std::false_type{});
+  g.sums_bias ? with_taps(std::true_type{}) : with_taps(std::false_type{});
 }
 
 }  // namespace convt::cuda

@@ -29,7 +29,8 @@
 
 namespace convt::cuda {
 
-// A packed once per call: words packed[g][row_tile][chunk][part][slot][slot_words], where slot i
+// A packed once per launch: words packed[g][row_tile][chunk][part][slot][slot_words] of the launch's
+// row tiles (GemmPlan::first_row_tile on), where slot i
 // holds tap step_tap[i] (the taps of a step are consecutive slots), each word one TF32 value (rounded
 // to nearest for kTF32; for 3xTF32 raw float32 bits, split at use, or on pipelined tiles, whose wgmma
 // reads A from shared memory, split here: part 0 the big TF32 parts, part 1 the small ones) or two
@@ -65,7 +66,7 @@ __global__ void pack_gemm_weight_kernel(const T* __restrict__ w, uint32_t* __res
     rest /= p.chunks;
     const int row_tile = int(rest % p.row_tiles);
     const int64_t g = rest / p.row_tiles;
-    const int64_t row = int64_t(row_tile) * p.block_m + tile_row;
+    const int64_t row = int64_t(p.first_row_tile + row_tile) * p.block_m + tile_row;  // (a launch packs its row tiles)
     const int64_t w_row = row / p.row_phases;  // (merged phases: GemmProblem::row_phases, channel_phases)
     uint32_t value = 0;
     for (int half = 0; half < kChannelsPerWord; ++half) {
@@ -104,61 +105,65 @@ __global__ void __launch_bounds__(kGemmThreads, kMath == Math::k3xTF32 ? 1 : 2) 
   constexpr int kBlockM = kBlockMOf<kWarpTilesM, kWarpsM>, kBlockN = kBlockNOf<kWarpsM>;
   static_assert(!kWarpgroups || (kMath != Math::k3xTF32 && kBlockM == 128 && kBlockN == 128));
   static_assert(kWarpgroups || kMerge == Merge::kNone);
-  extern __shared__ __align__(kMaxSwizzleAtomBytes) uint32_t smem[];  // weight slots first: swizzle atoms aligned
-  using Mainloop = ImplicitGemmMainloop<T, kMath, kWarpTilesM, kWarpsM, kWarpgroups, kShiftedRows, kMerge>;
-  const ImplicitGemmSmem<T> buffers(smem, p);
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const Mainloop mainloop(p, in, lane, warp);
-  const int steps = p.out_phases * p.in_phases * p.chunks;          // reduction steps of a tile
-  const int phase_steps = p.in_phases * p.chunks;                   // steps of one out_phase
-  const int part_steps = p.tile_parts == 1 ? steps : phase_steps;   // steps of one part (tile_parts: 1 or out_phases)
-  const ImplicitGemmLoader<T, kMath, kBlockN, kShiftedRows, kMerge> loader(p, in, packed_w, buffers);
-  const ImplicitGemmEpilogue<T, kMath, kWarpTilesM, kWarpsM, kWarpgroups, kMerge> epilogue(p, bias, out, buffers.y_s, lane, warp);
-  const GemmScheduler scheduler(p);
-  epilogue.clear_staging();
+  if constexpr (kWarpgroups && !CONVT_WGMMA_AVAILABLE) {
+    return;  // (warpgroup tiles are sm_90a only: other archs get an empty kernel)
+  } else {
+    extern __shared__ __align__(kMaxSwizzleAtomBytes) uint32_t smem[];  // weight slots first: swizzle atoms aligned
+    using Mainloop = ImplicitGemmMainloop<T, kMath, kWarpTilesM, kWarpsM, kWarpgroups, kShiftedRows, kMerge>;
+    const ImplicitGemmSmem<T> buffers(smem, p);
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const Mainloop mainloop(p, in, lane, warp);
+    const int steps = p.out_phases * p.in_phases * p.chunks;          // reduction steps of a tile
+    const int phase_steps = p.in_phases * p.chunks;                   // steps of one out_phase
+    const int part_steps = p.tile_parts == 1 ? steps : phase_steps;   // steps of one part (tile_parts: 1 or out_phases)
+    const ImplicitGemmLoader<T, kMath, kBlockN, kShiftedRows, kMerge> loader(p, in, packed_w, buffers);
+    const ImplicitGemmEpilogue<T, kMath, kWarpTilesM, kWarpsM, kWarpgroups, kMerge> epilogue(p, bias, out, buffers.y_s, lane, warp);
+    const GemmScheduler scheduler(p);
+    epilogue.clear_staging();
 
-  typename Mainloop::Accumulators acc;  // mma.sync tiles
-  typename Mainloop::Warpgroup wg;      // warpgroup tiles
-  int64_t resident_key = -1;            // the weight the resident buffer holds (ImplicitGemmLoader)
-  unsigned part = scheduler.first();
-  if (!scheduler.has_part(part)) return;
-  GemmTile tile = scheduler.tile_of(part);
-  int step_index = scheduler.first_step_of(part, part_steps), phase_step = 0, buffer = 0;  // phase_step: of step_index's out_phase
-  loader.stage(tile, GemmStep(step_index, p), 0);
-  cp_async_commit();
-  mainloop.clear(acc, wg);
-  while (true) {
-    const bool phase_ends = phase_step == phase_steps - 1, tile_ends = step_index == steps - 1;
-    loader.load_resident_weight(tile, resident_key);
-    // the next step, prefetched into the other buffer while this one computes
-    const GemmScheduler::Next next = scheduler.after(part, step_index, phase_ends, tile_ends, part_steps);
-    const GemmTile next_tile = next.new_tile ? scheduler.tile_of(next.part) : tile;
-    if (next.valid) loader.stage(next_tile, GemmStep(next.step, p), buffer ^ 1);
+    typename Mainloop::Accumulators acc;  // mma.sync tiles
+    typename Mainloop::Warpgroup wg;      // warpgroup tiles
+    int64_t resident_key = -1;            // the weight the resident buffer holds (ImplicitGemmLoader)
+    unsigned part = scheduler.first();
+    if (!scheduler.has_part(part)) return;
+    GemmTile tile = scheduler.tile_of(part);
+    int step_index = scheduler.first_step_of(part, part_steps), phase_step = 0, buffer = 0;  // phase_step: of step_index's out_phase
+    loader.stage(tile, GemmStep(step_index, p), 0);
     cp_async_commit();
-    cp_async_wait<1>();
-    loader.round_x(buffer);
-    if constexpr (kWarpgroups) fence_async_shared();  // the weight slots (cp.async) are read by wgmma
-    __syncthreads();
+    mainloop.clear(acc, wg);
+    while (true) {
+      const bool phase_ends = phase_step == phase_steps - 1, tile_ends = step_index == steps - 1;
+      loader.load_resident_weight(tile, resident_key);
+      // the next step, prefetched into the other buffer while this one computes
+      const GemmScheduler::Next next = scheduler.after(part, step_index, phase_ends, tile_ends, part_steps);
+      const GemmTile next_tile = next.new_tile ? scheduler.tile_of(next.part) : tile;
+      if (next.valid) loader.stage(next_tile, GemmStep(next.step, p), buffer ^ 1);
+      cp_async_commit();
+      cp_async_wait<1>();
+      loader.round_x(buffer);
+      if constexpr (kWarpgroups) fence_async_shared();  // the weight slots (cp.async) are read by wgmma
+      __syncthreads();
 
-    const GemmStep step(step_index, p);
-    mainloop.run_step(tile, step, loader.w_s(buffer), loader.x_s(buffer), acc, wg);
-    if (phase_ends) {
-      epilogue.store_phase(tile, step.out_phase, acc, wg);
-      mainloop.clear(acc, wg);
+      const GemmStep step(step_index, p);
+      mainloop.run_step(tile, step, loader.w_s(buffer), loader.x_s(buffer), acc, wg);
+      if (phase_ends) {
+        epilogue.store_phase(tile, step.out_phase, acc, wg);
+        mainloop.clear(acc, wg);
+      }
+      if (tile_ends) {
+        if (p.stage_output) __syncthreads();  // y_s complete
+        epilogue.finish_tile(tile);
+      }
+      __syncthreads();  // this buffer (and y_s) is consumed: the next iteration may overwrite it
+      if (!next.valid) break;
+      part = next.part;
+      step_index = next.step;
+      phase_step = phase_ends ? 0 : phase_step + 1;  // parts start with an out_phase
+      tile = next_tile;
+      buffer ^= 1;
     }
-    if (tile_ends) {
-      if (p.stage_output) __syncthreads();  // y_s complete
-      epilogue.finish_tile(tile);
-    }
-    __syncthreads();  // this buffer (and y_s) is consumed: the next iteration may overwrite it
-    if (!next.valid) break;
-    part = next.part;
-    step_index = next.step;
-    phase_step = phase_ends ? 0 : phase_step + 1;  // parts start with an out_phase
-    tile = next_tile;
-    buffer ^= 1;
+    cp_async_wait<0>();
   }
-  cp_async_wait<0>();
 }
 
 }  // namespace convt::cuda

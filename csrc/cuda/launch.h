@@ -32,8 +32,8 @@ struct Launch {
 // Packs A into the mma fragment order of the plan's tiles: packed_weight_words(plan) words.
 template <typename scalar_t, Math kMath>
 void pack_gemm_weight(const GemmPlan& plan, const GemmWeight& weight, const scalar_t* w, uint32_t* packed, Launch launch);
-// implicit_gemm_kernel: kGemmTileShapes of the warp and warpgroup families
-template <typename scalar_t, Math kMath>
+// implicit_gemm_kernel: kGemmTileShapes of the warp or the warpgroup family
+template <typename scalar_t, Math kMath, GemmFamily kFamily>
 void launch_implicit_gemm(const GemmPlan& plan, const scalar_t* in, const uint32_t* packed_w, const scalar_t* bias,
                           scalar_t* out, Launch launch);
 // pipelined_gemm_kernel: the pipelined family; in_map: `in` as a tensor map where plan.tensor_rows
@@ -46,8 +46,8 @@ void launch_pipelined_gemm(const GemmPlan& plan, const CUtensorMap* in_map, cons
 template <typename scalar_t, Math kMath>
 void launch_grad_weight_gemm(const WeightGradPlan& plan, const scalar_t* x, const scalar_t* grad_y, float* partial,
                              float* bias_partial, Launch launch);
-// x_map: x as a tensor map where plan.stages > 0
-template <typename scalar_t>
+// x_map: x as a tensor map where plan.stages > 0 (kPipelined); kMerged: plan.merged
+template <typename scalar_t, bool kPipelined, bool kMerged>
 void launch_grad_weight_wgmma(const WeightGradPlan& plan, const CUtensorMap* x_map, const scalar_t* x,
                               const scalar_t* grad_y, float* partial, float* bias_partial, Launch launch);
 

@@ -158,18 +158,33 @@ void run_data(DataPlan plan, const ConvTParams& p, const at::Tensor& in, const a
                    : plan_grad_input(p, facts_of(in), math, without_tma(limits));
   }
   if (plan.kernel == Kernel::kGemm) {
-    const at::Tensor packed = at::empty({packed_weight_words(plan.gemm)}, w.options().dtype(at::kInt));
+    // the packed weight of one launch at a time (row_tile_range), within kMaxPackedWeightBytes
+    const int launch_row_tiles = row_tiles_per_launch(plan.gemm);
+    const at::Tensor packed =
+        at::empty({packed_weight_words(row_tile_range(plan.gemm, 0, launch_row_tiles))}, w.options().dtype(at::kInt));
     auto* packed_w = reinterpret_cast<uint32_t*>(packed.data_ptr());
     dispatch_math(in.scalar_type(), math, [&](auto element, auto math_mode) {
       using scalar_t = decltype(element);
       constexpr Math kMath = decltype(math_mode)::value;
-      pack_gemm_weight<scalar_t, kMath>(plan.gemm, plan.weight, data_of<scalar_t>(w), packed_w, launch);
-      if (kGemmTileShapes[plan.gemm.tile_shape].family == GemmFamily::kPipelined) {
-        launch_pipelined_gemm<scalar_t, kMath>(plan.gemm, plan.gemm.tensor_rows ? &in_map : nullptr, data_of<scalar_t>(in),
-                                               packed_w, data_of<scalar_t>(bias), data_of<scalar_t>(out), launch);
-      } else {
-        launch_implicit_gemm<scalar_t, kMath>(plan.gemm, data_of<scalar_t>(in), packed_w, data_of<scalar_t>(bias),
-                                              data_of<scalar_t>(out), launch);
+      const scalar_t *in_data = data_of<scalar_t>(in), *bias_data = data_of<scalar_t>(bias);
+      scalar_t* out_data = data_of<scalar_t>(out);
+      for (int first = 0; first < plan.gemm.row_tiles; first += launch_row_tiles) {
+        const GemmPlan part = row_tile_range(plan.gemm, first, std::min(launch_row_tiles, plan.gemm.row_tiles - first));
+        pack_gemm_weight<scalar_t, kMath>(part, plan.weight, data_of<scalar_t>(w), packed_w, launch);
+        switch (kGemmTileShapes[part.tile_shape].family) {
+          case GemmFamily::kPipelined:
+            launch_pipelined_gemm<scalar_t, kMath>(part, part.tensor_rows ? &in_map : nullptr, in_data, packed_w, bias_data,
+                                                   out_data, launch);
+            break;
+          case GemmFamily::kWarpgroupTiles:
+            launch_implicit_gemm<scalar_t, kMath, GemmFamily::kWarpgroupTiles>(part, in_data, packed_w, bias_data, out_data,
+                                                                               launch);
+            break;
+          case GemmFamily::kWarpTiles:
+            launch_implicit_gemm<scalar_t, kMath, GemmFamily::kWarpTiles>(part, in_data, packed_w, bias_data, out_data,
+                                                                          launch);
+            break;
+        }
       }
     });
     return;
@@ -219,8 +234,15 @@ void run_grad_weight(const WeightPlan& plan, const ConvTParams& p, const at::Ten
       constexpr Math kMath = decltype(math_mode)::value;
       float* bias_data = bias_slices > 0 ? data_of<float>(bias_partial) : nullptr;
       if (plan.kernel == Kernel::kGradWeightWgmma) {
-        launch_grad_weight_wgmma<scalar_t>(g, g.stages > 0 ? &x_map : nullptr, data_of<scalar_t>(x), data_of<scalar_t>(grad_y),
-                                           data_of<float>(partial), bias_data, launch);
+        const scalar_t *x_data = data_of<scalar_t>(x), *grad_y_data = data_of<scalar_t>(grad_y);
+        float* partial_data = data_of<float>(partial);
+        if (g.stages > 0) {
+          (g.merged ? launch_grad_weight_wgmma<scalar_t, true, true> : launch_grad_weight_wgmma<scalar_t, true, false>)(
+              g, &x_map, x_data, grad_y_data, partial_data, bias_data, launch);
+        } else {
+          (g.merged ? launch_grad_weight_wgmma<scalar_t, false, true> : launch_grad_weight_wgmma<scalar_t, false, false>)(
+              g, nullptr, x_data, grad_y_data, partial_data, bias_data, launch);
+        }
       } else {
         launch_grad_weight_gemm<scalar_t, kMath>(g, data_of<scalar_t>(x), data_of<scalar_t>(grad_y), data_of<float>(partial),
                                                  bias_data, launch);

@@ -2,6 +2,6 @@
 #include "cuda/grad_weight_launch.cuh"
 
 namespace convt::cuda {
-template void launch_grad_weight_wgmma<c10::BFloat16>(const WeightGradPlan&, const CUtensorMap*, const c10::BFloat16*, const c10::BFloat16*,
-                                             float*, float*, Launch);
+template void launch_grad_weight_wgmma<c10::BFloat16, false, false>(const WeightGradPlan&, const CUtensorMap*,
+                                                                const c10::BFloat16*, const c10::BFloat16*, float*, float*, Launch);
 }  // namespace convt::cuda

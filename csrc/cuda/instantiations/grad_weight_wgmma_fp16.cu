@@ -2,6 +2,6 @@
 #include "cuda/grad_weight_launch.cuh"
 
 namespace convt::cuda {
-template void launch_grad_weight_wgmma<c10::Half>(const WeightGradPlan&, const CUtensorMap*, const c10::Half*, const c10::Half*,
-                                             float*, float*, Launch);
+template void launch_grad_weight_wgmma<c10::Half, false, false>(const WeightGradPlan&, const CUtensorMap*,
+                                                                const c10::Half*, const c10::Half*, float*, float*, Launch);
 }  // namespace convt::cuda

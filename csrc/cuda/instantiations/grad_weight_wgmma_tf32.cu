@@ -2,6 +2,6 @@
 #include "cuda/grad_weight_launch.cuh"
 
 namespace convt::cuda {
-template void launch_grad_weight_wgmma<float>(const WeightGradPlan&, const CUtensorMap*, const float*, const float*,
-                                             float*, float*, Launch);
+template void launch_grad_weight_wgmma<float, false, false>(const WeightGradPlan&, const CUtensorMap*,
+                                                                const float*, const float*, float*, float*, Launch);
 }  // namespace convt::cuda
