@@ -3,12 +3,22 @@ phase, long filters with stride and dilation, grouped narrow layers, wide channe
 Forward and the three gradients against the float64 reference, fresh random data, poisoned outputs
 (tests/conftest.py's helpers and tolerances).
 
-On the CPU each case runs on the planner's choice and on every form of the CPU kernels that applies to
-the dtype (CONVT_CPU_FORMS, csrc/cpu/conv_transpose1d_cpu.cpp): the AVX2 forms for float32 and the
-16-bit types (computed in float32) where the CPU has AVX2, the BLAS and direct forms for every dtype.
-On CUDA each case runs on the planner's choice."""
+On the CPU each case runs on the planner's choice, on the planner's choice for a CPU without AVX2
+("portable"), and on every form of the CPU kernels that applies to the dtype (CONVT_CPU_FORMS,
+csrc/cpu/conv_transpose1d_cpu.cpp): the AVX2 forms for float32 and the 16-bit types (computed in
+float32) where the CPU has AVX2, the BLAS and direct forms for every dtype. On CUDA each case runs on
+the planner's choice."""
+import glob
+import os
+import platform
+import re
+import shutil
+import subprocess
+
 import pytest
 import torch
+
+import torch_convt_op
 
 from conftest import (DEVICES, DTYPES, Case, assert_backward_matches_reference, case_id, make_inputs, ours,
                       quick_params)
@@ -34,7 +44,8 @@ CASES = [
 ]
 QUICK_CASES = [CASES[0], CASES[1], CASES[7], CASES[10], CASES[12], CASES[14]]
 
-# CONVT_CPU_FORMS values: None is the planner's choice
+# CONVT_CPU_FORMS values: None is the planner's choice, "portable" the planner's choice on a CPU without AVX2
+PORTABLE = "portable"
 AVX2_FORMS = [
     "forward=packed,grad_input=packed,grad_weight=dot",
     "forward=packed_windows,grad_weight=positions",
@@ -57,11 +68,11 @@ def _params():
             if device != "cpu":
                 forms = [None]
             elif dtype == torch.float32:
-                forms = [None, *AVX2_FORMS, *BLAS_FORMS]
+                forms = [None, PORTABLE, *AVX2_FORMS, *BLAS_FORMS]
             elif dtype == torch.float64:
                 forms = [None, *BLAS_FORMS]
             else:
-                forms = [None, AVX2_FORMS[0], BLAS_FORMS[0]]
+                forms = [None, PORTABLE, AVX2_FORMS[0], BLAS_FORMS[0]]
             params += [(device, dtype, forms_) for forms_ in forms]
     return params
 
@@ -156,3 +167,64 @@ def test_cpu_results_do_not_depend_on_the_thread_count(case, forms, monkeypatch)
     finally:
         torch.set_num_threads(saved)
     assert all(torch.equal(one, several) for one, several in zip(*results))
+
+
+def _run_forms(case, forms, monkeypatch, inputs, grad_y):
+    monkeypatch.setenv("CONVT_CPU_FORMS", forms)
+    x, w, b = (t.detach().clone().requires_grad_() for t in inputs)
+    y = ours(x, w, b, case)
+    return (y, *torch.autograd.grad(y, (x, w, b), grad_y))
+
+
+@pytest.mark.quick
+@pytest.mark.parametrize("case, blas_forms", [
+    (Case(2, 6, 8, 5, 40, stride=2, padding=1), BLAS_FORMS[2]),     # 6 x 8 channels: direct loops
+    (Case(2, 24, 16, 4, 300, stride=2, padding=1), BLAS_FORMS[0]),  # 2 taps a phase: a GEMM per tap
+    (Case(2, 24, 16, 12, 90, stride=2, padding=5), BLAS_FORMS[1]),  # 6 taps a phase: one GEMM over all taps
+], ids=lambda v: v if isinstance(v, str) else case_id(v))
+def test_portable_plan_runs_the_forms_of_a_cpu_without_avx2(case, blas_forms, monkeypatch):
+    """CONVT_CPU_FORMS=portable plans float32 as on a CPU without AVX2 and FMA: bit for bit the BLAS or
+    direct form that blas_form picks for the problem (so the forms such a CPU runs are tested here too)."""
+    inputs = make_inputs(case, torch.float32, "cpu")
+    grad_y = torch.randn(case.n, case.c_out, case.l_out)
+    portable = _run_forms(case, PORTABLE, monkeypatch, inputs, grad_y)
+    forced = _run_forms(case, blas_forms, monkeypatch, inputs, grad_y)
+    assert all(torch.equal(a, b) for a, b in zip(portable, forced))
+
+
+@pytest.mark.parametrize("value", ["forward=stremed", "grad_input=dot", "backward=taps", "avx2"])
+def test_unknown_cpu_forms_are_errors(value, monkeypatch):
+    case = Case(1, 4, 4, 3, 10)
+    monkeypatch.setenv("CONVT_CPU_FORMS", value)
+    with pytest.raises(RuntimeError, match="CONVT_CPU_FORMS"):
+        ours(*make_inputs(case, torch.float32, "cpu"), case)
+
+
+def _functions_with_avx(library):
+    """Demangled names of the library's functions holding an AVX (VEX- or EVEX-encoded) instruction."""
+    listing = subprocess.run(["objdump", "-d", "-C", "--no-show-raw-insn", library], check=True, capture_output=True,
+                             text=True).stdout
+    found, function = set(), None
+    for line in listing.splitlines():
+        header = re.match(r"^[0-9a-f]+ <(.*)>:$", line)
+        if header:
+            function = header.group(1)
+            continue
+        instruction = re.match(r"^\s+[0-9a-f]+:\s+(\S+)\s*(.*)", line)
+        if instruction and function and (instruction.group(1).startswith("v")
+                                         or re.search(r"%[yz]mm", instruction.group(2))):
+            found.add(function)
+    return found
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64") or shutil.which("objdump") is None,
+                    reason="needs an x86-64 library and objdump")
+def test_avx_instructions_only_in_the_avx2_kernels():
+    """The library runs on x86-64 CPUs without AVX2: only csrc/cpu/kernels_avx2.cpp's functions (which the
+    planner calls only where avx2::available()) hold AVX instructions; no flag or header put any elsewhere."""
+    libraries = glob.glob(os.path.join(os.path.dirname(torch_convt_op.__file__), "_C*.so"))
+    assert len(libraries) == 1, libraries
+    functions = _functions_with_avx(libraries[0])
+    outside = sorted(f for f in functions if not re.match(r"^(\S+ )?convt::cpu::avx2::", f))
+    assert not outside, outside[:10]
+    assert any("convt::cpu::avx2::" in f for f in functions)  # the kernels are there, compiled for AVX2

@@ -1237,46 +1237,75 @@ Form blas_form(const ConvTParams& p) {
   return ceil_div(p.kernel_size, p.stride) > 4 ? Form::kUnrolled : Form::kTaps;
 }
 
-// Test and A/B hook: CONVT_CPU_FORMS="forward=streamed,grad_input=taps,grad_weight=positions" (any of
-// the passes) overrides the planner, where the form applies (AVX2 forms: float32 on an AVX2 CPU).
-// Forms: direct, taps, unrolled, packed, packed_windows (forward), streamed and scatter (forward), dot
-// and positions (grad_weight). Read at every call.
-void apply_override(Plans& plans, bool avx2_float) {
+// Test and A/B hook: CONVT_CPU_FORMS, a comma-separated list of `pass=form` (passes forward, grad_input,
+// grad_weight) and `portable`, read at every call. `pass=form` overrides the planner for that pass where
+// the form applies (the AVX2 forms: float32 on an AVX2 CPU): direct, taps, unrolled, packed,
+// packed_windows (forward), streamed and scatter (forward), dot and positions (grad_weight). `portable`
+// plans as on a CPU without AVX2 and FMA, so that an AVX2 machine tests the forms every CPU runs.
+// Unknown names are errors (a misspelt override would otherwise test the planner's choice again).
+struct Override {
+  bool portable = false;
+  std::string forward, grad_input, grad_weight;
+};
+
+Override read_override() {
+  Override out;
   const char* value = std::getenv("CONVT_CPU_FORMS");
-  if (value == nullptr) return;
+  if (value == nullptr) return out;
   const std::string spec(value);
-  auto form_of = [&](const std::string& pass) -> std::string {
-    const auto at = spec.find(pass + "=");
-    if (at == std::string::npos) return "";
-    const auto begin = at + pass.size() + 1, end = spec.find(',', begin);
-    return spec.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
-  };
-  auto set = [&](Form& form, const std::string& name, bool is_forward, bool is_weight) {
-    if (name == "direct") form = Form::kDirect;
-    if (name == "taps") form = Form::kTaps;
-    if (name == "unrolled") form = Form::kUnrolled;
-    if (!avx2_float) return;
-    if (name == "packed" || (is_forward && name == "packed_windows")) form = Form::kPacked;
-    if (is_forward && name == "packed_windows") plans.windows = true;
-    if (is_forward && name == "streamed") form = Form::kStreamed;
-    if (is_forward && name == "scatter") form = Form::kScatter;
-    if (is_weight && name == "dot") form = Form::kDot;
-    if (is_weight && name == "positions") form = Form::kPositions;
-  };
-  set(plans.forward, form_of("forward"), true, false);
-  set(plans.grad_input, form_of("grad_input"), false, false);
-  set(plans.grad_weight, form_of("grad_weight"), false, true);
+  for (size_t begin = 0; begin <= spec.size();) {
+    const size_t end = std::min(spec.find(',', begin), spec.size());
+    const std::string item = spec.substr(begin, end - begin);
+    begin = end + 1;
+    if (item.empty()) continue;
+    if (item == "portable") {
+      out.portable = true;
+      continue;
+    }
+    const size_t equals = item.find('=');
+    const std::string pass = item.substr(0, equals), form = equals == std::string::npos ? "" : item.substr(equals + 1);
+    std::string* slot = pass == "forward" ? &out.forward : pass == "grad_input" ? &out.grad_input
+                      : pass == "grad_weight" ? &out.grad_weight : nullptr;
+    TORCH_CHECK(slot != nullptr && !form.empty(), "CONVT_CPU_FORMS: '", item,
+                "' is not portable or pass=form with pass forward, grad_input or grad_weight");
+    *slot = form;
+  }
+  return out;
+}
+
+// The form `name` for a pass, where it applies, else `form` unchanged.
+Form overridden(Form form, const std::string& name, bool avx2_float, bool is_forward, bool is_weight, bool& windows) {
+  if (name.empty()) return form;
+  if (name == "direct") return Form::kDirect;
+  if (name == "taps") return Form::kTaps;
+  if (name == "unrolled") return Form::kUnrolled;
+  const bool known = name == "packed" || (is_forward && (name == "packed_windows" || name == "streamed" ||
+                                                         name == "scatter")) ||
+                     (is_weight && (name == "dot" || name == "positions"));
+  TORCH_CHECK(known, "CONVT_CPU_FORMS: no form '", name, "' for this pass");
+  if (!avx2_float) return form;
+  if (name == "packed" || name == "packed_windows") {
+    windows = is_forward && name == "packed_windows";
+    return Form::kPacked;
+  }
+  if (name == "streamed") return Form::kStreamed;
+  if (name == "scatter") return Form::kScatter;
+  return name == "dot" ? Form::kDot : Form::kPositions;
 }
 
 Plans plan(const ConvTParams& p, at::ScalarType dtype) {
-  const bool avx2_float = dtype == at::kFloat && avx2::available();
+  const Override override = read_override();
+  const bool avx2_float = dtype == at::kFloat && avx2::available() && !override.portable;
   Plans plans{blas_form(p), blas_form(p), blas_form(p)};
   if (avx2_float) {
     plans.forward = forward_avx2_form(p);
     plans.grad_input = Form::kPacked;
     plans.grad_weight = grad_weight_by_gemm(p) ? Form::kPositions : Form::kDot;
   }
-  apply_override(plans, avx2_float);
+  bool unused = false;
+  plans.forward = overridden(plans.forward, override.forward, avx2_float, true, false, plans.windows);
+  plans.grad_input = overridden(plans.grad_input, override.grad_input, avx2_float, false, false, unused);
+  plans.grad_weight = overridden(plans.grad_weight, override.grad_weight, avx2_float, false, true, unused);
   return plans;
 }
 

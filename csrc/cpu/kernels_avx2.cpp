@@ -1,7 +1,10 @@
 // AVX2/FMA micro-kernels (kernels_avx2.h). Each function that uses the instruction set carries
-// target("avx2,fma"); nothing else in the library does, so it loads on any x86-64 CPU, and these run
-// only where available() says so. No torch header here: its inline functions must not be compiled
-// for AVX2 in this file and then picked by the linker for the rest of the library.
+// target("avx2,fma"); nothing else in the library does, so it loads and runs on any x86-64 CPU, and
+// these run only where available() says so (the planner asks it). Function by function rather than
+// -mavx2 -mfma for this file: with the flags, every inline function of the headers it includes (the
+// standard library's) would be compiled here for AVX2 too, and the linker may keep that copy for the
+// whole library, which would then fault on CPUs without AVX2. tests/test_coverage.py checks that AVX
+// instructions appear only in this file's functions.
 #include "cpu/kernels_avx2.h"
 
 #include <vector>
