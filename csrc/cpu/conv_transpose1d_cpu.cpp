@@ -432,17 +432,18 @@ void grad_weight_taps(const T* phases, const T* x, T* grad_w_taps, const ConvTPa
   });
 }
 
-// ---- AVX2 form (float32 where the CPU has AVX2 and FMA) -------------------------------------------
-// The forward and grad_input run as implicit GEMMs on avx2::gemm: the weight packed once per call,
-// the other operand's rows read in place from a copy of x (of grad_y's phases) padded with zeros, so
-// that every window a tap reads lies inside its row. Zeros of the padding are multiplied by the
-// weight: where the weight holds Inf or NaN (pack_a says so) the pass runs in another form, which
-// forms no such product. grad_weight is a dot product per (tap, input channel, output channel) over
-// the positions the tap reaches (avx2::dot), read in place.
+// ---- AVX2 forms (float32 where the CPU has AVX2 and FMA) ------------------------------------------
+// Implicit GEMMs on avx2's micro-kernel. The packed forward and grad_input read the activations'
+// rows (x, grad_y's phases) from copies padded with zeros (a long x in place, with padded windows
+// at its ends), so that every window a tap reads lies inside its row. The zeros are multiplied by
+// the weight: where an output comes out not finite (Inf or NaN in the inputs), the pass runs again
+// in a BLAS or direct form, which forms no such product. The streamed and scatter forwards form
+// products of real inputs only. grad_weight: a dot product per (tap, input channel, output channel)
+// over the positions the tap reaches (avx2::dot), or a GEMM over positions (grad_weight_avx2_gemm).
 
 constexpr int64_t kAvx2Columns = 256;  // positions per task: a tile of C stays in L2
 constexpr int64_t kAvx2Rows = 96;      // rows per task (16 panels): the A block stays in L2
-constexpr int64_t kGradWeightColumns = 256;  // columns (co, k) of a task's tile where the weight is the GEMM's B
+constexpr int64_t kWeightColumns = 256;  // columns (co, k) of a task: the streamed forward's B, grad_weight's GEMM C
 constexpr int64_t kSharedCopy = int64_t(4) << 20;  // floats of a padded copy of x made once per call, at most
 
 int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
@@ -553,7 +554,7 @@ bool streamed_by_batch(const ConvTParams& p) { return p.batch * p.length_in > 2 
 void forward_avx2_streamed(const float* x, const float* w, const float* bias, float* y, const ConvTParams& p) {
   const int64_t Cig = p.in_channels_per_group, Cog = p.out_channels_per_group, K = p.kernel_size, R = Cog * K;
   const int64_t span = (K - 1) * p.dilation;
-  const int64_t channels = std::clamp<int64_t>(kGradWeightColumns / K, 1, Cog);  // output channels per task
+  const int64_t channels = std::clamp<int64_t>(kWeightColumns / K, 1, Cog);  // output channels per task
   const int64_t blocks = ceil_div(Cog, channels);
   const bool by_batch = streamed_by_batch(p);
   // segments of outputs per batch row: enough tasks for the threads, each at least 4 halos of inputs
@@ -714,7 +715,7 @@ Form forward_avx2_form(const ConvTParams& p) {
   const double packed = 2 * weight + (Cog < 6 ? products * (6 / Cog - 1) / 2 : 0);
   const double tiles = streamed_by_batch(p) ? p.batch * std::ceil(p.length_in / double(kStreamedPositions))
                                             : std::ceil(positions / kStreamedPositions);
-  const double blocks = std::ceil(Cog / std::clamp(std::floor(kGradWeightColumns / K), 1.0, Cog));
+  const double blocks = std::ceil(Cog / std::clamp(std::floor(kWeightColumns / K), 1.0, Cog));
   const double streamed = col2im + 2 * positions * Cig * G * blocks + weight * (tiles - 1) / 2;
   const double scatter = col2im + 2 * weight;
   if (packed <= streamed && packed <= scatter) return Form::kPacked;
@@ -1011,7 +1012,7 @@ void grad_weight_avx2(const PaddedPhases& phases, const float* x, float* grad_w,
 // Blocks of input channels of grad_weight's GEMM form: one (each task's G^T serves every input channel)
 // unless its column blocks are too few to keep 8 tasks busy.
 int64_t grad_weight_row_blocks(const ConvTParams& p) {
-  const int64_t column_blocks = ceil_div(p.out_channels_per_group * p.kernel_size, kGradWeightColumns);
+  const int64_t column_blocks = ceil_div(p.out_channels_per_group * p.kernel_size, kWeightColumns);
   const int64_t for_tasks = ceil_div(8, p.groups * column_blocks);
   const int64_t for_cache = ceil_div(p.in_channels_per_group, 192);  // a tile of 192 x 256 stays in L2
   return std::clamp<int64_t>(std::max(for_tasks, for_cache), 1, ceil_div(p.in_channels_per_group, 24));
@@ -1025,11 +1026,11 @@ int64_t grad_weight_row_blocks(const ConvTParams& p) {
 // batch and the chunks in order (deterministic: the blocks and chunks depend on the problem only).
 void grad_weight_avx2_gemm(const float* grad_y, const float* x, float* grad_w, const ConvTParams& p) {
   const int64_t Cig = p.in_channels_per_group, Cog = p.out_channels_per_group, K = p.kernel_size, R = Cog * K;
-  const int64_t column_blocks = ceil_div(R, kGradWeightColumns);
+  const int64_t column_blocks = ceil_div(R, kWeightColumns);
   const int64_t row_blocks = grad_weight_row_blocks(p);
   const int64_t panel = avx2::panel_rows(Cig);
   const int64_t row_block = Cig < 6 ? Cig : round_up(ceil_div(Cig, row_blocks), 6);
-  constexpr int64_t kColumns = kGradWeightColumns, kChunk = 512;
+  constexpr int64_t kColumns = kWeightColumns, kChunk = 512;
   // x per group packed once: A(ci, (n, i)) = x[n, g*Cig + ci, i], panels of ci, steps (n, i)
   const int64_t positions = p.batch * p.length_in;
   const int64_t packed = avx2::packed_size(Cig, positions);

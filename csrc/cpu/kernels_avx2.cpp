@@ -36,11 +36,11 @@ constexpr int64_t kDepthBlock = 128;  // reduction steps per block: the B rows o
 template <int MR>
 constexpr int kVectorsFor = MR == 1 ? 8 : MR == 2 ? 6 : MR == 3 ? 4 : MR == 4 ? 3 : 2;
 
-// C (MR x 8*NV) (+)= A @ B over kc steps: A(r, kk) at a + kk*a_step + r*a_row (a_row 1 where kPacked); B's
-// row kk at b[kk] + column.
-template <int MR, int NV, bool kPacked>
-CONVT_TARGET void kernel(int64_t kc, const float* a, int64_t a_step, int64_t a_row, const float* const* b,
-                         int64_t column, float* c, int64_t ldc, bool accumulate) {
+// C (MR x 8*NV) (+)= A @ B over kc steps: A(r, kk) at a + kk*a_step + r (a packed panel); B's row kk at
+// b[kk] + column.
+template <int MR, int NV>
+CONVT_TARGET void kernel(int64_t kc, const float* a, int64_t a_step, const float* const* b, int64_t column, float* c,
+                         int64_t ldc, bool accumulate) {
   __m256 acc[MR][NV];
   CONVT_UNROLL for (int r = 0; r < MR; ++r) {
     CONVT_UNROLL for (int v = 0; v < NV; ++v) {
@@ -53,7 +53,7 @@ CONVT_TARGET void kernel(int64_t kc, const float* a, int64_t a_step, int64_t a_r
     __m256 bv[NV];
     CONVT_UNROLL for (int v = 0; v < NV; ++v) bv[v] = _mm256_loadu_ps(row + 8 * v);
     CONVT_UNROLL for (int r = 0; r < MR; ++r) {
-      const __m256 av = _mm256_broadcast_ss(kPacked ? col + r : col + r * a_row);
+      const __m256 av = _mm256_broadcast_ss(col + r);
       CONVT_UNROLL for (int v = 0; v < NV; ++v) acc[r][v] = _mm256_fmadd_ps(av, bv[v], acc[r][v]);
     }
   }
@@ -62,23 +62,16 @@ CONVT_TARGET void kernel(int64_t kc, const float* a, int64_t a_step, int64_t a_r
   }
 }
 
-using Kernel = void (*)(int64_t, const float*, int64_t, int64_t, const float* const*, int64_t, float*, int64_t, bool);
-// Panels' kernels by rows (1..6), 16 columns; narrow tiles' by rows (1..5), wider; packed A or in place.
-template <bool kPacked>
-constexpr Kernel kPanelKernels[7] = {nullptr,
-                                     kernel<1, 2, kPacked>,
-                                     kernel<2, 2, kPacked>,
-                                     kernel<3, 2, kPacked>,
-                                     kernel<4, 2, kPacked>,
-                                     kernel<5, 2, kPacked>,
-                                     kernel<6, 2, kPacked>};
-template <bool kPacked>
+using Kernel = void (*)(int64_t, const float*, int64_t, const float* const*, int64_t, float*, int64_t, bool);
+// Panels' kernels by rows (1..6), 16 columns; narrow tiles' by rows (1..5), wider.
+constexpr Kernel kPanelKernels[7] = {nullptr,      kernel<1, 2>, kernel<2, 2>, kernel<3, 2>,
+                                     kernel<4, 2>, kernel<5, 2>, kernel<6, 2>};
 constexpr Kernel kNarrowKernels[6] = {nullptr,
-                                      kernel<1, kVectorsFor<1>, kPacked>,
-                                      kernel<2, kVectorsFor<2>, kPacked>,
-                                      kernel<3, kVectorsFor<3>, kPacked>,
-                                      kernel<4, kVectorsFor<4>, kPacked>,
-                                      kernel<5, kVectorsFor<5>, kPacked>};
+                                      kernel<1, kVectorsFor<1>>,
+                                      kernel<2, kVectorsFor<2>>,
+                                      kernel<3, kVectorsFor<3>>,
+                                      kernel<4, kVectorsFor<4>>,
+                                      kernel<5, kVectorsFor<5>>};
 
 // The steps' start pointers for steps [k0, k0 + kc).
 inline void step_pointers(const Operand& x, int64_t k0, int64_t kc, const float** out) {
@@ -241,8 +234,8 @@ CONVT_TARGET void gemm_blocks(int64_t rows, int64_t cols, int64_t depth, const f
     }
     const bool add = accumulate || k0 > 0;
     if (panel < 6) {  // one narrow panel, wide column steps
-      const Kernel run = kNarrowKernels<true>[rows];
-      for (int64_t j = 0; j < cols; j += step) run(kc, a_block, panel, 1, b_steps, column + j, c + j, ldc, add);
+      const Kernel run = kNarrowKernels[rows];
+      for (int64_t j = 0; j < cols; j += step) run(kc, a_block, panel, b_steps, column + j, c + j, ldc, add);
       continue;
     }
     // B's rows a multiple of 4 KB apart fall in the same L1 sets, and the column step's rows, which every
@@ -265,21 +258,21 @@ CONVT_TARGET void gemm_blocks(int64_t rows, int64_t cols, int64_t depth, const f
       }
       for (int64_t r0 = 0, p = 0; r0 < rows; r0 += 6, ++p) {
         const int64_t panel_rows = rows - r0 < 6 ? rows - r0 : 6;
-        kPanelKernels<true>[panel_rows](kc, a_block + p * panel_offset, 6, 1, steps, b_column, c + r0 * ldc + j, ldc,
-                                        add);
+        kPanelKernels[panel_rows](kc, a_block + p * panel_offset, 6, steps, b_column, c + r0 * ldc + j, ldc, add);
       }
     }
   }
 }
 
-}  // namespace
-
+// C's columns that gemm writes, zero (a product over no steps).
 void zero_tile(int64_t rows, int64_t cols, int64_t panel, float* c, int64_t ldc) {
   const int64_t step = column_step(panel), width = (cols + step - 1) / step * step;
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t j = 0; j < width; ++j) c[r * ldc + j] = 0.0f;
   }
 }
+
+}  // namespace
 
 void gemm(int64_t rows, int64_t cols, int64_t depth, const float* a, int64_t panel, int64_t panel_stride,
           const Operand& b, int64_t column, float* c, int64_t ldc, bool accumulate) {
