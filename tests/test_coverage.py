@@ -41,6 +41,10 @@ CASES = [
     Case(2, 130, 100, 16, 9, stride=8, padding=4),                               # wide, part-filled panels
     Case(1, 70, 13, 7, 200, stride=4, padding=3),                                # inputs past a 192-position tile
     Case(1, 20, 24, 3, 300, stride=1, padding=1, groups=2),                      # long input, two groups
+    # many batch rows on short inputs: the AVX2 forward and grad_input run several a task, in blocks of
+    # input (output) channels; grad_weight's GEMM form sums 640 positions, chunks across batch rows
+    Case(32, 160, 80, 4, 20, stride=2, padding=1),
+    Case(2, 24, 256, 4, 20, stride=2, padding=1),  # weight rows of 4 KB: the streamed forward copies B's blocks
 ]
 QUICK_CASES = [CASES[0], CASES[1], CASES[7], CASES[10], CASES[12], CASES[14]]
 
