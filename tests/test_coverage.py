@@ -44,6 +44,7 @@ CASES = [
     # many batch rows on short inputs: the AVX2 forward and grad_input run several a task, in blocks of
     # input (output) channels; grad_weight's GEMM form sums 640 positions, chunks across batch rows
     Case(32, 160, 80, 4, 20, stride=2, padding=1),
+    Case(32, 48, 80, 4, 20, stride=2, padding=1),  # one row block, more batch blocks: grad_input packs w once
     Case(2, 24, 256, 4, 20, stride=2, padding=1),  # weight rows of 4 KB: the streamed forward copies B's blocks
 ]
 QUICK_CASES = [CASES[0], CASES[1], CASES[7], CASES[10], CASES[12], CASES[14]]
@@ -110,15 +111,21 @@ def _classes(t):
 @pytest.mark.parametrize("forms", ["forward=packed,grad_input=packed", "forward=packed_windows", "forward=streamed",
                                    "forward=scatter"])
 @pytest.mark.parametrize("value", [float("inf"), float("nan")], ids=["inf", "nan"])
-def test_weight_inf_and_nan_land_where_the_products_put_them(forms, value, monkeypatch):
-    """The packed AVX2 forms multiply the zeros around the input by the weight; where an output is not
-    finite they hand the pass to a form that forms no such product, so Inf and NaN land where the
-    products that exist put them: as in the direct loops. (torch's own float64 CPU convolution does not
-    always: on this case it has NaN at outputs that no Inf reaches.)"""
-    case = Case(2, 16, 12, 7, 30, stride=2, padding=4)
-    x, w, b = make_inputs(case, torch.float32, "cpu")
-    w[0, 0, 0] = value  # tap 0 reaches outside the input at the first outputs
-    grad_y = torch.randn(2, 12, case.l_out)
+@pytest.mark.parametrize("case", [
+    Case(2, 16, 12, 7, 30, stride=2, padding=4),  # phases of 29 and 28 outputs, written element by element
+    Case(2, 16, 12, 7, 34, padding=4),            # rows of 32 outputs written as whole vectors only
+], ids=case_id)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_weight_inf_and_nan_land_where_the_products_put_them(case, dtype, forms, value, monkeypatch):
+    """The packed AVX2 forms multiply the zeros around the input by the weight, and the unrolled
+    grad_input the zeros of grad_y's im2col (the second case's BLAS form, and float64's); where an
+    output is not finite (noticed in whole vectors and in a row's scalar tail) they hand the pass to a
+    form that forms no such product, so Inf and NaN land where the products that exist put them: as in
+    the direct loops. (torch's own float64 CPU convolution does not always: on these cases it has NaN at
+    outputs that no Inf reaches.) float64 runs its planner's forms."""
+    x, w, b = make_inputs(case, dtype, "cpu")
+    w[0, 0, 0] = value  # tap 0 reaches outside the input at the first and last outputs of its phase
+    grad_y = torch.randn(case.n, case.c_out, case.l_out, dtype=dtype)
 
     def run():
         x_, w_ = x.clone().requires_grad_(), w.clone()
@@ -130,9 +137,40 @@ def test_weight_inf_and_nan_land_where_the_products_put_them(forms, value, monke
     monkeypatch.setenv("CONVT_CPU_FORMS", forms)
     y, grad_x = run()
     assert torch.isinf(expected_y).any() or torch.isnan(expected_y).any()
-    assert torch.isfinite(expected_y[:, 0, -1]).all()  # the last output: tap 0 would read past the input
+    # the last output of tap 0's phase: tap 0 would read past the input there, so no Inf reaches it
+    last = max(j for j in range(case.l_out) if (j + case.padding) % case.stride == 0)
+    assert (last + case.padding) // case.stride >= case.l_in
+    assert torch.isfinite(expected_y[:, 0, last]).all()
     assert torch.equal(_classes(y), _classes(expected_y))
     assert torch.equal(_classes(grad_x), _classes(expected_grad_x))
+
+
+@pytest.mark.quick
+@pytest.mark.parametrize("forms", ["grad_weight=positions", "grad_weight=dot", "grad_weight=unrolled",
+                                   "grad_weight=taps"])
+@pytest.mark.parametrize("value", [float("inf"), float("nan")], ids=["inf", "nan"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_input_inf_and_nan_reach_grad_weight_as_in_the_direct_loops(dtype, forms, value, monkeypatch):
+    """grad_weight's GEMM over positions and its unrolled form multiply x by the zeros of grad_y's
+    im2col; where grad_w is not finite they hand the pass to a form that forms no such product (dot
+    products, taps), so Inf and NaN land as in the direct loops. float64 runs its planner's forms where
+    the AVX2 ones are named."""
+    case = Case(2, 16, 12, 7, 30, padding=4)  # 7 taps a phase: the BLAS form is unrolled
+    x, w, b = make_inputs(case, dtype, "cpu")
+    x[0, 0, 0] = value   # taps 0-3 reach outside grad_y from the first input,
+    x[1, 3, -1] = value  # taps 3-6 from the last
+    grad_y = torch.randn(case.n, case.c_out, case.l_out, dtype=dtype)
+
+    def run():
+        w_ = w.clone().requires_grad_()
+        return torch.autograd.grad(ours(x, w_, b, case), w_, grad_y)[0]
+
+    monkeypatch.setenv("CONVT_CPU_FORMS", "grad_weight=direct")
+    expected = run()
+    monkeypatch.setenv("CONVT_CPU_FORMS", forms)
+    got = run()
+    assert torch.isfinite(expected[0, :, 0]).all() and not torch.isfinite(expected[0, :, 6]).any()
+    assert torch.equal(_classes(got), _classes(expected))
 
 
 @pytest.mark.parametrize("forms", [None, "forward=packed_windows,grad_weight=dot", "grad_weight=positions"])

@@ -1024,7 +1024,9 @@ int64_t grad_weight_row_blocks(const ConvTParams& p) {
 // i*stride + k*dilation - padding] (0 outside), built per task for its columns and a chunk of
 // positions. Tasks of (group, block of input channels, block of columns (co, k)), each summing over the
 // batch and the chunks in order (deterministic: the blocks and chunks depend on the problem only).
-void grad_weight_avx2_gemm(const float* grad_y, const float* x, float* grad_w, const ConvTParams& p) {
+// G^T's zeros meet x: false where a value of grad_w is not finite (Inf or NaN in x may have made NaN of
+// what the products that exist leave finite; the caller reruns the pass as dot products).
+bool grad_weight_avx2_gemm(const float* grad_y, const float* x, float* grad_w, const ConvTParams& p) {
   const int64_t Cig = p.in_channels_per_group, Cog = p.out_channels_per_group, K = p.kernel_size, R = Cog * K;
   const int64_t column_blocks = ceil_div(R, kWeightColumns);
   const int64_t row_blocks = grad_weight_row_blocks(p);
@@ -1044,8 +1046,10 @@ void grad_weight_avx2_gemm(const float* grad_y, const float* x, float* grad_w, c
              p.in_channels * p.length_in, xp);
   jobs.run();
   const int64_t tasks = p.groups * row_blocks * column_blocks;
+  std::atomic<bool> finite{true};
   parallel(tasks, double(p.batch) * p.in_channels * p.out_channels_per_group * p.kernel_size * p.length_in,
            [&](int64_t begin, int64_t end) {
+    bool all_finite = true;
     const int64_t width = avx2::round_up_columns(kColumns, panel);
     std::vector<float> tile(row_block * width), sum(row_block * width), rows_t(kChunk * width);
     const int64_t zero_offset = 0;
@@ -1119,11 +1123,13 @@ void grad_weight_avx2_gemm(const float* grad_y, const float* x, float* grad_w, c
         if (first) {
           std::fill(out, out + cols, 0.0f);
         } else {
-          std::memcpy(out, sum.data() + r * width, cols * sizeof(float));
+          all_finite &= avx2::write_row(sum.data() + r * width, cols, 0.0f, out, 1);
         }
       }
     }
+    if (!all_finite) finite = false;
   });
+  return finite;
 }
 
 // Which grad_weight form costs less, in cycles beyond the products themselves (Cig*Cog*K*N*L_in
@@ -1372,8 +1378,9 @@ void backward(const at::Tensor& grad_y, const at::Tensor& x, const at::Tensor& w
     bool input_done = !grad_x.defined(), weight_done = !grad_w.defined();
     // (the AVX2 forms are planned for float32 only)
     if (!weight_done && weight_form == Form::kPositions) {
-      grad_weight_avx2_gemm(grad_y_c.data_ptr<float>(), x_c.data_ptr<float>(), grad_w_c.data_ptr<float>(), p);
-      weight_done = true;
+      weight_done =
+          grad_weight_avx2_gemm(grad_y_c.data_ptr<float>(), x_c.data_ptr<float>(), grad_w_c.data_ptr<float>(), p);
+      if (!weight_done) weight_form = Form::kDot;  // not finite: the dot products form no product with G^T's zeros
     }
     if ((!input_done && input_form == Form::kPacked) || (!weight_done && weight_form == Form::kDot)) {
       PaddedPhases phases;
@@ -1388,52 +1395,46 @@ void backward(const at::Tensor& grad_y, const at::Tensor& x, const at::Tensor& w
         }
       }
     }
-    // what is left (float64, other CPUs, an AVX2 pass handed back): direct or BLAS forms
+    // what is left (float64, other CPUs, an AVX2 pass handed back): direct or BLAS forms. The unrolled
+    // form multiplies the zeros of G (grad_y's im2col) by w and by x: where its result is not finite,
+    // the pass runs again as taps, which forms no product with a position outside grad_y.
     if (input_form != Form::kDirect && input_form != Form::kTaps && input_form != Form::kUnrolled) {
       input_form = blas_form(p);
     }
     if (weight_form != Form::kDirect && weight_form != Form::kTaps && weight_form != Form::kUnrolled) {
       weight_form = blas_form(p);
     }
+    if (!input_done && input_form == Form::kUnrolled) {
+      grad_input_unrolled<scalar_t>(grad_y_c.data_ptr<scalar_t>(), w_c.data_ptr<scalar_t>(),
+                                    grad_x_c.data_ptr<scalar_t>(), p);
+      input_done = at::isfinite(grad_x_c).all().item<bool>();
+      input_form = Form::kTaps;
+    }
+    if (!weight_done && weight_form == Form::kUnrolled) {
+      grad_weight_unrolled<scalar_t>(grad_y_c.data_ptr<scalar_t>(), x_c.data_ptr<scalar_t>(),
+                                     grad_w_c.data_ptr<scalar_t>(), p);
+      weight_done = at::isfinite(grad_w_c).all().item<bool>();
+      weight_form = Form::kTaps;
+    }
     const bool taps = (!input_done && input_form == Form::kTaps) || (!weight_done && weight_form == Form::kTaps);
     const at::Tensor phases = taps ? phases_of(grad_y_c, p) : at::Tensor();
-    if (!input_done) {
-      switch (input_form) {
-        case Form::kDirect:
-          grad_input_direct<scalar_t>(grad_y_c, w_c, p, grad_x_c);
-          break;
-        case Form::kTaps: {
-          at::Tensor w_taps = at::empty({p.kernel_size, p.in_channels, p.out_channels_per_group}, w_c.options());
-          pack_taps(w_c.data_ptr<scalar_t>(), w_taps.data_ptr<scalar_t>(), p.in_channels, p.out_channels_per_group,
-                    p.kernel_size);
-          grad_input_taps<scalar_t>(phases.data_ptr<scalar_t>(), w_taps.data_ptr<scalar_t>(),
-                                    grad_x_c.data_ptr<scalar_t>(), p);
-          break;
-        }
-        default:
-          grad_input_unrolled<scalar_t>(grad_y_c.data_ptr<scalar_t>(), w_c.data_ptr<scalar_t>(),
-                                        grad_x_c.data_ptr<scalar_t>(), p);
-          break;
-      }
+    if (!input_done && input_form == Form::kDirect) {
+      grad_input_direct<scalar_t>(grad_y_c, w_c, p, grad_x_c);
+    } else if (!input_done) {
+      at::Tensor w_taps = at::empty({p.kernel_size, p.in_channels, p.out_channels_per_group}, w_c.options());
+      pack_taps(w_c.data_ptr<scalar_t>(), w_taps.data_ptr<scalar_t>(), p.in_channels, p.out_channels_per_group,
+                p.kernel_size);
+      grad_input_taps<scalar_t>(phases.data_ptr<scalar_t>(), w_taps.data_ptr<scalar_t>(),
+                                grad_x_c.data_ptr<scalar_t>(), p);
     }
-    if (!weight_done) {
-      switch (weight_form) {
-        case Form::kDirect:
-          grad_weight_direct<scalar_t>(grad_y_c, x_c, p, grad_w_c);
-          break;
-        case Form::kTaps: {
-          at::Tensor w_taps = at::empty({p.kernel_size, p.in_channels, p.out_channels_per_group}, w_c.options());
-          grad_weight_taps<scalar_t>(phases.data_ptr<scalar_t>(), x_c.data_ptr<scalar_t>(),
-                                     w_taps.data_ptr<scalar_t>(), p);
-          unpack_taps(w_taps.data_ptr<scalar_t>(), grad_w_c.data_ptr<scalar_t>(), p.in_channels,
-                      p.out_channels_per_group, p.kernel_size);
-          break;
-        }
-        default:
-          grad_weight_unrolled<scalar_t>(grad_y_c.data_ptr<scalar_t>(), x_c.data_ptr<scalar_t>(),
-                                         grad_w_c.data_ptr<scalar_t>(), p);
-          break;
-      }
+    if (!weight_done && weight_form == Form::kDirect) {
+      grad_weight_direct<scalar_t>(grad_y_c, x_c, p, grad_w_c);
+    } else if (!weight_done) {
+      at::Tensor w_taps = at::empty({p.kernel_size, p.in_channels, p.out_channels_per_group}, w_c.options());
+      grad_weight_taps<scalar_t>(phases.data_ptr<scalar_t>(), x_c.data_ptr<scalar_t>(), w_taps.data_ptr<scalar_t>(),
+                                 p);
+      unpack_taps(w_taps.data_ptr<scalar_t>(), grad_w_c.data_ptr<scalar_t>(), p.in_channels,
+                  p.out_channels_per_group, p.kernel_size);
     }
   });
   if (grad_x.defined()) finish(grad_x, grad_x_c);
