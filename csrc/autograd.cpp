@@ -12,16 +12,20 @@
 #include <ATen/ops/add.h>
 #include <ATen/ops/zeros_like.h>
 #include <torch/autograd.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/functions/utils.h>
+#include <torch/csrc/autograd/saved_variable.h>
 #include <torch/library.h>
+
+#include <type_traits>
 
 namespace convt {
 namespace {
 
-using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-// The ops through the dispatcher (below Autograd inside a Function's forward, with autograd in a
-// backward, so that a backward of a backward is recorded)
+// The ops through the dispatcher (below Autograd in a kernel, with autograd in a node's backward, so
+// that a backward of a backward is recorded)
 at::Tensor forward_call(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
                         at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef output_padding, int64_t groups,
                         at::IntArrayRef dilation) {
@@ -46,105 +50,130 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_call(const at::Tensor& g
   return op.call(grad_output, input, weight, stride, padding, output_padding, groups, dilation, output_mask);
 }
 
-// The integer arguments, kept in a Function's saved data
-void save_args(AutogradContext* ctx, at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef output_padding,
-               int64_t groups, at::IntArrayRef dilation) {
-  ctx->saved_data["stride"] = stride.vec();
-  ctx->saved_data["padding"] = padding.vec();
-  ctx->saved_data["output_padding"] = output_padding.vec();
-  ctx->saved_data["groups"] = groups;
-  ctx->saved_data["dilation"] = dilation.vec();
-}
-struct SavedArgs {
+// The integer arguments, kept by a node for its backward
+struct IntArgs {
   std::vector<int64_t> stride, padding, output_padding, dilation;
   int64_t groups;
-  explicit SavedArgs(AutogradContext* ctx)
-      : stride(ctx->saved_data["stride"].toIntVector()),
-        padding(ctx->saved_data["padding"].toIntVector()),
-        output_padding(ctx->saved_data["output_padding"].toIntVector()),
-        dilation(ctx->saved_data["dilation"].toIntVector()),
-        groups(ctx->saved_data["groups"].toInt()) {}
 };
 
-struct ForwardFunction : public torch::autograd::Function<ForwardFunction> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input, const at::Tensor& weight,
-                            const std::optional<at::Tensor>& bias, at::IntArrayRef stride, at::IntArrayRef padding,
-                            at::IntArrayRef output_padding, int64_t groups, at::IntArrayRef dilation) {
-    at::AutoDispatchBelowADInplaceOrView below_autograd;
-    ctx->save_for_backward({input, weight});
-    save_args(ctx, stride, padding, output_padding, groups, dilation);
-    const bool has_bias = bias.has_value() && bias->defined();
-    ctx->saved_data["has_bias"] = has_bias;
-    return forward_call(input, weight, bias, stride, padding, output_padding, groups, dilation);
+// A node of the backward graph, held as this torch's nodes are (Edge::function's pointer type:
+// std::shared_ptr, or c10::intrusive_ptr in later versions)
+template <typename NodeType>
+auto make_node() {
+  using Pointer = decltype(torch::autograd::Edge::function);
+  if constexpr (std::is_same_v<Pointer, std::shared_ptr<torch::autograd::Node>>) {
+    return std::make_shared<NodeType>();
+  } else {
+    return c10::make_intrusive<NodeType>();
   }
+}
 
-  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
-    const variable_list saved = ctx->get_saved_variables();
-    const SavedArgs args(ctx);
-    const bool has_bias = ctx->saved_data["has_bias"].toBool();
-    // (the edges: input 0, weight 1, and bias 2 where there is one)
-    const std::array<bool, 3> mask{ctx->needs_input_grad(0), ctx->needs_input_grad(1),
-                                   has_bias && ctx->needs_input_grad(2)};
+// The nodes are written as PyTorch's generated ones are (not as torch::autograd::Function, which
+// torch.func's transforms refuse): the kernel runs the op below Autograd and records a node whose
+// next edges are the differentiable inputs, so grad, vjp and jacrev work as on torch's own ops.
+
+// y = conv_transpose1d(x, w, b): edges input 0, weight 1, bias 2
+struct ConvTranspose1dBackward : public torch::autograd::Node {
+  torch::autograd::SavedVariable input, weight;
+  IntArgs args;
+  std::string name() const override { return "ConvTranspose1dBackward"; }
+  void release_variables() override {
+    input.reset_data();
+    weight.reset_data();
+  }
+  variable_list apply(variable_list&& grads) override {
+    const std::array<bool, 3> mask{task_should_compute_output(0), task_should_compute_output(1),
+                                   task_should_compute_output(2)};
     at::Tensor none;
-    if (!grad_outputs[0].defined() || !(mask[0] || mask[1] || mask[2])) return {none, none, none, none, none, none, none, none};
-    auto [grad_input, grad_weight, grad_bias] = backward_call(grad_outputs[0], saved[0], saved[1], args.stride, args.padding,
-                                                              args.output_padding, args.groups, args.dilation, mask);
-    return {mask[0] ? grad_input : none, mask[1] ? grad_weight : none, mask[2] ? grad_bias : none, none, none, none, none,
-            none};
+    if (!grads[0].defined() || !(mask[0] || mask[1] || mask[2])) return {none, none, none};
+    auto [grad_input, grad_weight, grad_bias] = backward_call(grads[0], input.unpack(), weight.unpack(), args.stride,
+                                                              args.padding, args.output_padding, args.groups,
+                                                              args.dilation, mask);
+    return {mask[0] ? grad_input : none, mask[1] ? grad_weight : none, mask[2] ? grad_bias : none};
   }
 };
 
-struct BackwardFunction : public torch::autograd::Function<BackwardFunction> {
-  static variable_list forward(AutogradContext* ctx, const at::Tensor& grad_output, const at::Tensor& input,
-                               const at::Tensor& weight, at::IntArrayRef stride, at::IntArrayRef padding,
-                               at::IntArrayRef output_padding, int64_t groups, at::IntArrayRef dilation,
-                               std::array<bool, 3> output_mask) {
-    at::AutoDispatchBelowADInplaceOrView below_autograd;
-    ctx->save_for_backward({grad_output, input, weight});
-    save_args(ctx, stride, padding, output_padding, groups, dilation);
-    ctx->saved_data["output_mask"] = std::vector<bool>(output_mask.begin(), output_mask.end());
-    auto [grad_input, grad_weight, grad_bias] =
-        backward_call(grad_output, input, weight, stride, padding, output_padding, groups, dilation, output_mask);
-    return {grad_input, grad_weight, grad_bias};
+// (gx, gw, gb) = backward(gy, x, w): edges grad_output 0, input 1, weight 2; the cotangents of the
+// three outputs arrive as (ggx, ggw, ggb), each used only where output_mask computed its output
+struct ConvTranspose1dBackwardBackward : public torch::autograd::Node {
+  torch::autograd::SavedVariable grad_output, input, weight;
+  IntArgs args;
+  std::array<bool, 3> output_mask;
+  std::string name() const override { return "ConvTranspose1dBackwardBackward"; }
+  void release_variables() override {
+    grad_output.reset_data();
+    input.reset_data();
+    weight.reset_data();
   }
-
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    const variable_list saved = ctx->get_saved_variables();
-    const at::Tensor &grad_output = saved[0], &input = saved[1], &weight = saved[2];
-    const SavedArgs args(ctx);
-    const c10::List<bool> output_mask = ctx->saved_data["output_mask"].toBoolList();
+  variable_list apply(variable_list&& grads) override {
+    const at::Tensor gy = grad_output.unpack(), x = input.unpack(), w = weight.unpack();
     const bool has_ggx = output_mask[0] && grads[0].defined(), has_ggw = output_mask[1] && grads[1].defined(),
                has_ggb = output_mask[2] && grads[2].defined();
-    at::Tensor d_grad_output, d_input, d_weight, none;
-    if (ctx->needs_input_grad(0)) {
+    at::Tensor d_grad_output, d_input, d_weight;
+    if (task_should_compute_output(0)) {
       if (has_ggx || has_ggb) {
-        d_grad_output = forward_call(has_ggx ? grads[0] : at::zeros_like(input), weight,
+        d_grad_output = forward_call(has_ggx ? grads[0] : at::zeros_like(x), w,
                                      has_ggb ? std::optional<at::Tensor>(grads[2]) : std::nullopt, args.stride, args.padding,
                                      args.output_padding, args.groups, args.dilation);
       }
       if (has_ggw) {
-        const at::Tensor term = forward_call(input, grads[1], std::nullopt, args.stride, args.padding, args.output_padding,
-                                             args.groups, args.dilation);
+        const at::Tensor term =
+            forward_call(x, grads[1], std::nullopt, args.stride, args.padding, args.output_padding, args.groups, args.dilation);
         d_grad_output = d_grad_output.defined() ? at::add(d_grad_output, term) : term;
       }
-      if (!d_grad_output.defined()) d_grad_output = at::zeros_like(grad_output);
+      if (!d_grad_output.defined()) d_grad_output = at::zeros_like(gy);
     }
-    if (ctx->needs_input_grad(1) && has_ggw) {
-      d_input = std::get<0>(backward_call(grad_output, input, grads[1], args.stride, args.padding, args.output_padding,
-                                          args.groups, args.dilation, {true, false, false}));
+    if (task_should_compute_output(1) && has_ggw) {
+      d_input = std::get<0>(backward_call(gy, x, grads[1], args.stride, args.padding, args.output_padding, args.groups,
+                                          args.dilation, {true, false, false}));
     }
-    if (ctx->needs_input_grad(2) && has_ggx) {
-      d_weight = std::get<1>(backward_call(grad_output, grads[0], weight, args.stride, args.padding, args.output_padding,
-                                           args.groups, args.dilation, {false, true, false}));
+    if (task_should_compute_output(2) && has_ggx) {
+      d_weight = std::get<1>(backward_call(gy, grads[0], w, args.stride, args.padding, args.output_padding, args.groups,
+                                           args.dilation, {false, true, false}));
     }
-    return {d_grad_output, d_input, d_weight, none, none, none, none, none, none};
+    return {d_grad_output, d_input, d_weight};
   }
 };
+
+bool has_forward_grad(const at::Tensor& t) { return t.defined() && t._fw_grad(/*level=*/0).defined(); }
 
 at::Tensor forward_autograd(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
                             at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef output_padding, int64_t groups,
                             at::IntArrayRef dilation) {
-  return ForwardFunction::apply(input, weight, bias, stride, padding, output_padding, groups, dilation);
+  const bool has_bias = bias.has_value() && bias->defined();
+  decltype(make_node<ConvTranspose1dBackward>()) node;
+  if (torch::autograd::compute_requires_grad(input, weight, bias)) {
+    node = make_node<ConvTranspose1dBackward>();
+    node->set_next_edges(torch::autograd::collect_next_edges(input, weight, bias));
+    node->input = torch::autograd::SavedVariable(input, /*is_output=*/false);
+    node->weight = torch::autograd::SavedVariable(weight, /*is_output=*/false);
+    node->args = {stride.vec(), padding.vec(), output_padding.vec(), dilation.vec(), groups};
+  }
+  at::Tensor output;
+  {
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    output = forward_call(input, weight, bias, stride, padding, output_padding, groups, dilation);
+  }
+  if (node) torch::autograd::set_history(output, node);
+  // Forward mode (torch.func.jvp, jacfwd): the op is linear in (x, b) and in w, so the tangent is
+  // conv_transpose1d(x_t, w, b_t) + conv_transpose1d(x, w_t), on the primal values
+  if (has_forward_grad(input) || has_forward_grad(weight) || (has_bias && has_forward_grad(*bias))) {
+    const at::Tensor x = input._fw_primal(0), w = weight._fw_primal(0);
+    const at::Tensor x_t = input._fw_grad(0), w_t = weight._fw_grad(0);
+    const at::Tensor b_t = has_bias ? bias->_fw_grad(0) : at::Tensor();
+    at::Tensor tangent;
+    if (x_t.defined() || b_t.defined()) {
+      tangent = forward_call(x_t.defined() ? x_t : at::zeros_like(x), w,
+                             b_t.defined() ? std::optional<at::Tensor>(b_t) : std::nullopt, stride, padding, output_padding,
+                             groups, dilation);
+    }
+    if (w_t.defined()) {
+      const at::Tensor term = forward_call(x, w_t, std::nullopt, stride, padding, output_padding, groups, dilation);
+      tangent = tangent.defined() ? at::add(tangent, term) : term;
+    }
+    output._set_fw_grad(tangent, /*level=*/0, /*is_inplace_op=*/false);
+  }
+  return output;
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_autograd(const at::Tensor& grad_output, const at::Tensor& input,
@@ -152,9 +181,26 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_autograd(const at::Tenso
                                                                  at::IntArrayRef padding, at::IntArrayRef output_padding,
                                                                  int64_t groups, at::IntArrayRef dilation,
                                                                  std::array<bool, 3> output_mask) {
-  const variable_list grads =
-      BackwardFunction::apply(grad_output, input, weight, stride, padding, output_padding, groups, dilation, output_mask);
-  return {grads[0], grads[1], grads[2]};
+  TORCH_CHECK_NOT_IMPLEMENTED(!has_forward_grad(grad_output) && !has_forward_grad(input) && !has_forward_grad(weight),
+                              "convt::conv_transpose1d_backward: forward-mode AD of the backward (jvp or jacfwd of a "
+                              "gradient) is not implemented; reverse mode (grad of grad) is");
+  decltype(make_node<ConvTranspose1dBackwardBackward>()) node;
+  if (torch::autograd::compute_requires_grad(grad_output, input, weight)) {
+    node = make_node<ConvTranspose1dBackwardBackward>();
+    node->set_next_edges(torch::autograd::collect_next_edges(grad_output, input, weight));
+    node->grad_output = torch::autograd::SavedVariable(grad_output, /*is_output=*/false);
+    node->input = torch::autograd::SavedVariable(input, /*is_output=*/false);
+    node->weight = torch::autograd::SavedVariable(weight, /*is_output=*/false);
+    node->args = {stride.vec(), padding.vec(), output_padding.vec(), dilation.vec(), groups};
+    node->output_mask = output_mask;
+  }
+  std::tuple<at::Tensor, at::Tensor, at::Tensor> grads;
+  {
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    grads = backward_call(grad_output, input, weight, stride, padding, output_padding, groups, dilation, output_mask);
+  }
+  if (node) torch::autograd::set_history({std::get<0>(grads), std::get<1>(grads), std::get<2>(grads)}, node);
+  return grads;
 }
 
 }  // namespace

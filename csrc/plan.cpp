@@ -524,14 +524,13 @@ std::optional<WeightGradPlan> plan_grad_weight(const ConvTParams& p, const Tenso
     g.group_phase_groups[q] = q + 1 < g.tap_groups && g.group_phase[q + 1] == g.group_phase[q] ? g.group_phase_groups[q + 1]
                                                                                                : g.group_phase_index[q] + 1;
   // copies of 16 or 8 bytes, or of 4 (16-bit pairs). Warpgroup tiles copy gy in 16-byte chunks from
-  // each window start's aligned-down address where the rows are contiguous positions (stride 1) of
-  // whole 32-bit words (merged: any contiguous rows, whose 16-bit pairs load value by value)
+  // each window start's aligned-down address where the rows are contiguous and the window's
+  // positions consecutive (stride 1, or merged); a lane's 16-bit pairs then start at its rows' own
+  // parity (grad_weight_wgmma_mainloop.cuh)
   const int element_size = x.element_size;
   g.x_copy_elements = widest_copy(x, g.x_batch_stride, g.x_channel_stride, g.x_length_stride, {16, 8, 4});
   if (g.warpgroups) {
-    const bool chunks = g.merged ? g.gy_length_stride == 1
-                                 : g.stride == 1 && rows_aligned(grad_y, g.gy_batch_stride, g.gy_channel_stride,
-                                                                 g.gy_length_stride, 4 / element_size);
+    const bool chunks = g.gy_length_stride == 1 && (g.merged || g.stride == 1);
     g.gy_copy_elements = chunks ? 16 / element_size : 1;
   } else {
     g.gy_copy_elements =

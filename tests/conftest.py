@@ -189,6 +189,7 @@ GRAD_WEIGHT_TILE_CASES = [
     Case(2, 80, 40, 10, 400, stride=2, padding=3),      # two ci tiles (x two tap groups in 3xTF32) take turns
     Case(1, 80, 24, 10, 20, stride=2, padding=3),       # one item: fewer than the turns
     Case(3, 40, 24, 2, 500, stride=3, output_padding=2),  # a phase without taps
+    Case(3, 24, 40, 5, 999, stride=3, padding=2),       # x rows of odd length: 16-bit element copies in batches
     # warpgroup tiles (sm_90; C_in and C_out per group above 32): 64 co x 64 ci, items of x positions
     Case(3, 40, 72, 3, 902, padding=1),                 # part-empty tiles; x in 8-byte copies (float) or pairs;
                                                         # gy in chunks from windows at every offset (16-bit: odd ones)
@@ -196,6 +197,9 @@ GRAD_WEIGHT_TILE_CASES = [
     Case(2, 72, 40, 4, 1001, stride=2, padding=1),      # x rows of odd length: element copies; gy de-interleaved
     Case(2, 96, 80, 5, 700, padding=2, dilation=3, groups=2),  # 5 taps a phase: 4 + 1, a window of span 12
     Case(2, 40, 72, 4, 777, padding=2),                 # 4 taps at consecutive shifts (16-bit: shared A words)
+    Case(3, 48, 72, 3, 1001, padding=1),                # gy rows of odd length in chunks: 16-bit rows at alternating
+                                                        # parities (no shared A words); x element copies in batches
+    Case(2, 40, 40, 4, 998),                            # the same with 4 taps, x in pairs
     Case(2, 72, 40, 3, 500, stride=2, output_padding=1, dilation=3),  # phase 1's shifts start at 1
     Case(4, 64, 96, 3, 20000, padding=1),               # slices of several items
     # merged phases (dilation 1, stride dividing K): 64 div stride co of stride rows a tile
@@ -208,6 +212,7 @@ GRAD_WEIGHT_TILE_CASES = [
     Case(3, 136, 72, 3, 2000),                          # two ci tiles, the last 8 ci (one warpgroup empty); gy
                                                         # rows of 2002: windows at every offset; a part-empty last item
     Case(2, 100, 48, 4, 1000, padding=2),               # 4 taps at consecutive shifts; the second warpgroup 36 ci
+    Case(2, 136, 48, 4, 2000, padding=1),               # gy rows of odd length (2001): 16-bit rows at both parities
     Case(2, 96, 40, 3, 1024, padding=1, layout="transposed"),  # x's batch stride below its channels' (N*L a channel)
     Case(2, 160, 80, 16, 1000, stride=8, padding=4, groups=2),  # merged, two groups of 80 ci, 8 co of 8 rows a tile
     Case(3, 72, 48, 12, 600, stride=4, padding=6, output_padding=3),  # merged, rows past phase origin 2

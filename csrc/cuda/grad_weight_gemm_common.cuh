@@ -65,6 +65,31 @@ __device__ __forceinline__ void copy_element(T* to, const T* from, bool inside, 
     cp_async_4(to, inside ? from : aligned, inside ? 4 : 0);
   }
 }
+// One element's copy global -> shared: its slot (nullptr: none, past the walk's end), its source,
+// and whether it lies inside the tensor (else 0)
+template <typename T>
+struct ElementCopy {
+  T* to;
+  const T* from;
+  bool inside;
+};
+// The 16-bit copies copy_of(0 .. kCount): kCount synchronous loads issued before their stores (one
+// load and its store at a time would wait a full latency each); 0 outside the tensor
+template <int kCount, typename T, typename CopyOf>
+__device__ __forceinline__ void copy_elements(CopyOf&& copy_of) {
+  static_assert(sizeof(T) == 2, "float elements go by asynchronous copies");
+  T values[kCount];
+#pragma unroll
+  for (int u = 0; u < kCount; ++u) {
+    const ElementCopy<T> c = copy_of(u);
+    values[u] = c.to != nullptr && c.inside ? *c.from : from_float<T>(0.0f);
+  }
+#pragma unroll
+  for (int u = 0; u < kCount; ++u) {
+    T* const to = copy_of(u).to;
+    if (to != nullptr) *to = values[u];
+  }
+}
 // elements of a `vector`-element copy inside a row that has `left` elements from its start
 __device__ __forceinline__ int elements_inside(int64_t left, int vector) {
   return left <= 0 ? 0 : left >= vector ? vector : int(left);

@@ -29,14 +29,20 @@ struct WgmmaWeightGradLoader {
   const T* gy;
 
   // Item `item` into buffer `buffer`: x in vector copies (a thread keeps its column q and steps
-  // through the rows) or one element at a time with a warp per row and lanes along positions; gy in
+  // through the rows) or element by element with a warp per row and lanes along positions; gy in
   // chunks spread over the block or element by element. The visitors get the shared slot, the source, for vector copies
   // the vector size, and how many elements lie inside (or whether the element does); the same walk
   // serves the TF32 pass over this thread's landed copies. The loops stay rolled (unrolled, the
   // addresses they hoist out of the item loop cost registers). gy_copies false: x's copies only.
-  template <typename VectorCopy, typename ElementCopy>
-  __device__ __forceinline__ void for_each_copy(int64_t item, int buffer, VectorCopy&& vector_copy, ElementCopy&& element_copy,
-                                                bool gy_copies) const {
+  // Float's single elements go by asynchronous copies, one at a time (element_copy); 16-bit ones are
+  // synchronous loads, so they go in batches whose loads are all in flight before their stores
+  // (element_copies(count, copy_of): an std::integral_constant count, copy_of(u) -> ElementCopy),
+  // kRowsInFlight rows of x, kElementsInFlight of a merged gy row. (An unmerged gy row's four rows
+  // at a time as one batch ran slower than as single copies, which the compiler already overlaps.)
+  static constexpr int kRowsInFlight = 4, kElementsInFlight = 8;
+  template <typename VectorCopy, typename OneElement, typename ElementBatch>
+  __device__ __forceinline__ void for_each_copy(int64_t item, int buffer, VectorCopy&& vector_copy, OneElement&& element_copy,
+                                                ElementBatch&& element_copies, bool gy_copies) const {
     const auto row = p.div_chunks_per_row.divmod(unsigned(item));
     const int64_t n = row.div, i0 = int64_t(row.mod) * kGradWPositions;
     unsigned char* x_s = smem.x_s(buffer);
@@ -65,6 +71,18 @@ struct WgmmaWeightGradLoader {
           vector_copy(slot, inside ? from : x, vector, inside);
         }
       });
+    } else if constexpr (Tr::k16) {
+      constexpr int kWarps = kWgmmaThreads / 32, kLanePositions = kGradWPositions / 32;
+      static_assert(kWgmmaBlockCi % (kWarps * kRowsInFlight) == 0, "whole batches of rows");
+#pragma unroll 1
+      for (int first_ci = tile.warp; first_ci < kWgmmaBlockCi; first_ci += kWarps * kRowsInFlight) {
+        element_copies(std::integral_constant<int, kRowsInFlight * kLanePositions>{}, [&](int u) {
+          const int ci = first_ci + u / kLanePositions * kWarps, q = tile.lane + u % kLanePositions * 32;
+          const int64_t i = i0 + q;
+          return ElementCopy<T>{x_slot(x_s, ci, q), x_n + ci * p.x_channel_stride + i * p.x_length_stride,
+                                ci < tile.ci_count && i < p.length_in};
+        });
+      }
     } else {
 #pragma unroll 1
       for (int ci = tile.warp; ci < kWgmmaBlockCi; ci += kWgmmaThreads / 32) {
@@ -95,7 +113,20 @@ struct WgmmaWeightGradLoader {
         co += rows_step, chunk += chunks_step;
         if (chunk >= tile.gy_chunks) chunk -= tile.gy_chunks, ++co;
       }
-    } else if constexpr (Tr::kMerged) {  // a warp per row, kInFlight elements a lane at a time (16-bit: synchronous loads)
+    } else if constexpr (Tr::kMerged && Tr::k16) {  // a warp per row
+      constexpr int kWarps = kWgmmaThreads / 32;
+      for (int co = tile.warp; co < smem.gy_rows; co += kWarps) {
+        for (int first = tile.lane; first < tile.gy_elements; first += 32 * kElementsInFlight) {
+          element_copies(std::integral_constant<int, kElementsInFlight>{}, [&](int u) {
+            const int e = first + 32 * u;
+            const int64_t j = first_element + e;
+            return ElementCopy<T>{e < tile.gy_elements ? gy_s + co * smem.gy_row + e : nullptr,
+                                  gy_n + co * p.gy_channel_stride + j * p.gy_length_stride,
+                                  co < tile.co_count && j >= 0 && j < p.length_out};
+          });
+        }
+      }
+    } else if constexpr (Tr::kMerged) {  // a warp per row, kInFlight elements a lane at a time
       constexpr int kInFlight = 4, kWarps = kWgmmaThreads / 32;
       for (int co = tile.warp; co < smem.gy_rows; co += kWarps) {
         for (int first = tile.lane; first < tile.gy_elements; first += 32 * kInFlight) {
@@ -109,8 +140,8 @@ struct WgmmaWeightGradLoader {
           }
         }
       }
-    } else {  // rows kRowsInFlight at a time: a 16-bit copy is a synchronous load, several in flight before their stores
-      constexpr int kRowsInFlight = 4, kWarps = kWgmmaThreads / 32;
+    } else {  // rows kRowsInFlight at a time (16-bit: loads the compiler issues before their stores)
+      constexpr int kWarps = kWgmmaThreads / 32;
       for (int first_row = tile.warp; first_row < kWgmmaBlockCo; first_row += kWarps * kRowsInFlight) {
         for (int q = tile.lane; q < tile.gy_positions; q += 32) {
           const int64_t m = first_position + q, j = m * p.stride + tile.phase;
@@ -131,7 +162,8 @@ struct WgmmaWeightGradLoader {
         [&](T* to, const T* from, auto vector, int inside) {
           cp_async<decltype(vector)::value * int(sizeof(T))>(to, from, inside * int(sizeof(T)));
         },
-        [&](T* to, const T* from, bool inside) { copy_element(to, from, inside, x); }, true);
+        [&](T* to, const T* from, bool inside) { copy_element(to, from, inside, x); },
+        [&](auto count, auto&& copy_of) { copy_elements<decltype(count)::value, T>(copy_of); }, true);
   }
   // TF32: round this thread's landed copies in place, once instead of at every fragment load (gy's
   // but in bias blocks, which sum gy unrounded)
@@ -139,7 +171,7 @@ struct WgmmaWeightGradLoader {
     if constexpr (!Tr::k16) {
       for_each_copy(
           item, buffer, [&](T* to, const T*, auto vector, int) { round_to_tf32<decltype(vector)::value>(to); },
-          [&](T* to, const T*, bool) { round_to_tf32<1>(to); }, !(Tr::kRegisterSums && tile.bias_block));
+          [&](T* to, const T*, bool) { round_to_tf32<1>(to); }, [](auto, auto&&) {}, !(Tr::kRegisterSums && tile.bias_block));
     }
   }
 };

@@ -32,7 +32,7 @@ struct WgmmaWeightGradMainloop {
     const unsigned char* const& x_s;
     const T* const (&a_rows)[2];    // the lane's rows g and g + 8
     const int& lane_position;       // of the lane's first A value in a k-step
-    const int& window_parity;       // of the rows' window offsets
+    const int& window_parity;       // of the lane's rows' window offsets (rows 8 apart: the same)
     const int& positions_inside;    // of the item, inside x (< kGradWPositions: the last chunk of a row)
   };
 
@@ -43,7 +43,7 @@ struct WgmmaWeightGradMainloop {
     const int lane_position = k16 ? 2 * (tile.lane % 4) : tile.lane % 4;
     const bool chunks = Tr::kPipelined || tile.chunked(first_element);  // (pipelined: every window from its 16-byte boundary)
     const T* a_rows[2];     // merged: row (co, r) at tap slot 0, else at shift 0
-    int window_parity = 0;  // of every row's offset (16-bit chunks: rows of whole 32-bit words)
+    int window_parity = 0;  // of the lane's two rows' offsets (8 rows apart: 16-byte multiples apart)
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       // (merged rows past the tile's: its last gy_s row, whose products are not written)

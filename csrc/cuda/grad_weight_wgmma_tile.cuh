@@ -80,11 +80,13 @@ struct WgmmaWeightGradTile : WgmmaThreadPlace, WeightGradTile {
   const WeightGradProblem& p;
   int phase, count, shift_min, gy_positions, gy_elements;
   bool bias_block;   // adds grad_bias (§5.4): ci tile 0, warpgroup 0, the phase's first tap group
-  bool consecutive;  // 16-bit, 3 taps at consecutive shifts: their A words are shared (multiply's kPairs)
+  // 16-bit, 3 taps at consecutive shifts, every row's window at the same parity (an even channel
+  // stride; the form is chosen per lane, and wgmma needs the warpgroup converged): their A words are
+  // shared (multiply's kPairs)
+  bool consecutive;
   // gy rows go in 16-byte chunks from the window start's aligned-down address (gy_s row position
-  // window_offset) where the plan allows (gy_copy_elements = kChunk: stride 1 or merged, rows of
-  // whole 32-bit words) and the item's chunks lie inside the rows; else element by element from
-  // position 0
+  // window_offset) where the plan allows (gy_copy_elements = kChunk: stride 1 or merged, contiguous
+  // rows) and the item's chunks lie inside the rows; else element by element from position 0
   const Divider& gy_chunks_per_row;  // ceil((kChunk - 1 + gy_elements) / kChunk)
   int gy_chunks, gy_chunk_elements;
 
@@ -104,7 +106,7 @@ struct WgmmaWeightGradTile : WgmmaThreadPlace, WeightGradTile {
         gy_chunks(int(gy_chunks_per_row.divisor)),
         gy_chunk_elements(gy_chunks * Tr::kChunk) {}
   __device__ __forceinline__ bool consecutive_shifts() const {
-    bool consecutive = !Tr::kMerged && Tr::k16 && Tr::kTaps == 3 && count == Tr::kTaps;
+    bool consecutive = !Tr::kMerged && Tr::k16 && Tr::kTaps == 3 && count == Tr::kTaps && p.gy_channel_stride % 2 == 0;
 #pragma unroll
     for (int t = 1; t < Tr::kTaps; ++t) consecutive = consecutive && p.group_tap_shift[p.group_first[tap_group] + t] == shift_min + t;
     return consecutive;
