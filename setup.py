@@ -27,6 +27,8 @@ def want_cuda():
 def extension():
     # at::parallel_for is inline OpenMP in ATen's headers: without -fopenmp it runs serially. The
     # OpenMP runtime is the libgomp that torch has loaded already. -g0: no debug info (a smaller library).
+    # No -march or -mavx2: the library runs on any CPU of its architecture; csrc/cpu/kernels_avx2.cpp
+    # compiles its AVX2 functions for that instruction set one by one, chosen at run time.
     openmp = ["-fopenmp"] if sys.platform.startswith("linux") else []
     cxx_flags = ["-O3", "-g0"] + openmp
     cpp_sources = sources("csrc/*.cpp") + sources("csrc/cpu/*.cpp")

@@ -96,11 +96,15 @@ CASES = [
 # Problems whose rows span several tiles of each kernel, so that every tile edge and the last,
 # part-empty tile are computed (tests/test_tiles.py runs them on every device).
 #
-# The CPU's GEMM path (csrc/cpu/conv_transpose1d_cpu.cpp, C_in/groups x C_out/groups > 64) cuts each
-# phase of y, and grad_input, into column tiles of clamp(32768 / max(C_in/groups, C_out/groups), 128,
-# 1024) rounded down to 16 positions, and sums grad_weight over chunks of 512 positions. Each case
-# here has several of those tiles (counts in the comments: tiles of y's phases / of grad_input;
-# grad_weight chunks of the longest tap), a last tile part-empty, small enough for a 2-core CI.
+# The CPU's BLAS taps form (csrc/cpu/conv_transpose1d_cpu.cpp: float64 here, and float32 on CPUs
+# without AVX2, C_in/groups x C_out/groups > 64) cuts each phase of y, and grad_input, into column tiles
+# of clamp(32768 / max(C_in/groups, C_out/groups), 128, 1024) rounded down to 16 positions, and sums
+# grad_weight over chunks of 512 positions. Each case here has several of those tiles (counts in the
+# comments: tiles of y's phases / of grad_input; grad_weight chunks of the longest tap), a last tile
+# part-empty, small enough for a 2-core CI. The AVX2 forms (float32 and the 16-bit types) cut the same
+# rows into tiles of 256 positions (192 in the streamed forward), several in every case here, and sum
+# grad_weight over chunks of 1024 positions (dot products: the cases of 1025 positions and more) or 512
+# (the GEMM form).
 CPU_TILE_CASES = [
     Case(2, 80, 72, 3, 1300, padding=1),                 # 400 wide: 4 / 4, the last 100 wide; 3 chunks
     Case(2, 12, 16, 4, 2048, stride=2, padding=1, output_padding=1),  # 1024: phase 0 3 (the last 1 wide),

@@ -109,6 +109,19 @@ def test_forward_only_and_time_limit(monkeypatch):
     assert "worst 1, fwd fp32:" in sweep.format_report(result)
 
 
+def test_a_difference_from_torch_is_judged_against_float64(monkeypatch):
+    monkeypatch.setitem(sweep.SIZES, "cpu", TINY)
+    ours = bench.IMPLEMENTATIONS["ours"]
+    torch_op = bench.IMPLEMENTATIONS["torch"]
+    # torch off by 1 %, ours exact: not flagged, the float64 errors recorded
+    monkeypatch.setitem(bench.IMPLEMENTATIONS, "torch", lambda x, w, b, shape: torch_op(x, w, b, shape) * 1.01)
+    monkeypatch.setitem(bench.IMPLEMENTATIONS, "ours", ours)
+    result = sweep.run_sweep(1, 0, "cpu", ["fp32"], min_time=0.0, log=lambda _: None)
+    for cell in result["cells"]:
+        assert not cell.flagged and cell.error > cell.tolerance
+        assert cell.error64 < 1e-5 < cell.torch_error64
+
+
 def test_a_wrong_result_is_flagged(monkeypatch):
     monkeypatch.setitem(sweep.SIZES, "cpu", TINY)
     ours = bench.IMPLEMENTATIONS["ours"]

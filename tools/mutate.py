@@ -5,10 +5,16 @@
 Copies the source tree (the files git knows, untracked ones included) to a temporary directory and
 builds the library there once for the CPU (CUDA hidden). It then runs the tests on the unmutated copy (a
 control: they must pass) and, for each mutant, applies one small break to
-csrc/cpu/conv_transpose1d_cpu.cpp (a one-line replacement found by its text, never by line number),
-rebuilds (ninja recompiles that file only), runs ``python -m torch_convt_op.bench --check`` and the
-tests, and restores the file. A mutant is killed when --check or a test fails (or either crashes or
-hangs), and survives when both pass. The tree this runs from is never written.
+csrc/cpu/conv_transpose1d_cpu.cpp or csrc/cpu/kernels_avx2.cpp (a one-line replacement found by its
+text, never by line number), rebuilds (ninja recompiles that file only), runs ``python -m
+torch_convt_op.bench --check`` and the tests, and restores the file. A mutant is killed when --check or
+a test fails (or either crashes or hangs), and survives when both pass. The tree this runs from is
+never written.
+
+The mutants break each form the CPU runs: the BLAS and direct forms (float64, and float32 on CPUs
+without AVX2) and the AVX2 forms with their micro-kernels (float32 and the 16-bit types on AVX2 CPUs;
+the AVX2 mutants need such a CPU to be killed). Some break a path only problems of several batch
+rows a task reach (tests/test_coverage.py's cases of 32 short rows; up to about 4 threads).
 
 The tests are by default the files that test values on the CPU's kernel paths (DEFAULT_TESTS); --full
 runs the whole suite. Prints a table (mutant, --check, failing tests, the first of them per file) and
@@ -28,7 +34,8 @@ from typing import Dict, List, Optional
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KERNEL = "csrc/cpu/conv_transpose1d_cpu.cpp"
-DEFAULT_TESTS = ["tests/test_ops.py", "tests/test_tiles.py",
+AVX2_KERNELS = "csrc/cpu/kernels_avx2.cpp"
+DEFAULT_TESTS = ["tests/test_ops.py", "tests/test_tiles.py", "tests/test_coverage.py",
                  "tests/test_opcheck.py::test_backward_output_mask_matches_reference"]
 
 
@@ -36,48 +43,106 @@ DEFAULT_TESTS = ["tests/test_ops.py", "tests/test_tiles.py",
 class Mutant:
     name: str
     description: str
-    old: str  # text that occurs exactly once in KERNEL
+    old: str  # text that occurs exactly once in `path`
     new: str
+    path: str = KERNEL
 
 
 MUTANTS = [
-    Mutant("forward-tile-edge", "forward GEMM: the first column of every later column tile gets no taps (bias only)",
+    # the BLAS and direct forms (float64; float32 on CPUs without AVX2)
+    Mutant("taps-forward-tile-edge",
+           "taps forward: the first column of every later column tile gets no taps (bias only)",
            "const int64_t lo = std::max(m0, tap.shift), hi",
            "const int64_t lo = std::max(m0 + (m0 > 0), tap.shift), hi"),
-    Mutant("grad-input-tile-edge", "grad_input GEMM: the first column of every later column tile gets no taps (0)",
+    Mutant("taps-grad-input-tile-edge", "taps grad_input: the first column of every later column tile gets no taps (0)",
            "const int64_t lo = std::max(i0, -tap.shift), hi",
            "const int64_t lo = std::max(i0 + (i0 > 0), -tap.shift), hi"),
-    Mutant("grad-input-tile-width", "grad_input GEMM: the last column of every whole tile never written",
-           "width = std::min(columns, p.length_in - i0);",
-           "width = std::min(columns - 1, p.length_in - i0);"),
-    Mutant("grad-weight-chunk-drop", "grad_weight GEMM: the last position of every whole 512-position chunk left out",
-           "const int64_t count = std::min(kGradWeightColumns, r.end - m);",
-           "const int64_t count = std::min(kGradWeightColumns - 1, r.end - m);"),
-    Mutant("grad-weight-chunk-shift", "grad_weight GEMM: every later chunk reads x one position early",
-           "p.length_in + m - tap.shift) * Cig",
-           "p.length_in + m - tap.shift - (m > r.begin)) * Cig"),
-    Mutant("forward-dropped-tap", "forward GEMM: the last tap left out",
-           "if (tap.phase != phase) continue;",
-           "if (tap.phase != phase || k == p.kernel_size - 1) continue;"),
-    Mutant("forward-dropped-bias", "forward GEMM: no bias in phases other than 0 (strided)",
-           "bias_data ? bias_data[g * Cog + co] : scalar_t(0)",
-           "bias_data && phase == 0 ? bias_data[g * Cog + co] : scalar_t(0)"),
+    Mutant("taps-grad-weight-chunk-drop",
+           "taps grad_weight: the last position of every whole 512-position chunk left out",
+           "const int64_t count = std::min(kColumns, r.end - m);",
+           "const int64_t count = std::min(kColumns - 1, r.end - m);"),
+    Mutant("taps-grad-weight-wrong-phase", "taps grad_weight: each tap reads grad_y's next phase (strided)",
+           "phases + tap.phase * phase_stride + (n * p.out_channels + g * Cog) * capacity + m, capacity,",
+           "phases + (tap.phase + 1) % p.stride * phase_stride + (n * p.out_channels + g * Cog) * capacity + m,"
+           " capacity,"),
+    Mutant("unrolled-forward-tile-edge", "unrolled forward: the last input of every tile adds nothing (col2im)",
+           "const int64_t ib = std::min(i0 + width, ceil_div(j1 - offset, s));",
+           "const int64_t ib = std::min(i0 + width - 1, ceil_div(j1 - offset, s));"),
     Mutant("direct-dropped-bias", "forward direct path (few channels, depthwise): no bias",
            "std::fill(out, out + p.length_out, bias_data ? bias_data[co] : scalar_t(0));",
            "std::fill(out, out + p.length_out, scalar_t(0));"),
-    Mutant("grad-weight-wrong-phase", "grad_weight GEMM: each tap reads grad_y's next phase (strided)",
-           "phases_data + tap.phase * phase_stride + (n * p.out_channels + g * Cog) * phase_capacity + m,",
-           "phases_data + (tap.phase + 1) % p.stride * phase_stride + (n * p.out_channels + g * Cog) * phase_capacity"
-           " + m,"),
     Mutant("direct-grad-input-range", "grad_input direct path: the last position of every tap's range left out",
            "for (int64_t m = r.begin; m < r.end; ++m) out[m - tap.shift] += weight * in_phase[m * p.stride];",
            "for (int64_t m = r.begin; m < r.end - 1; ++m) out[m - tap.shift] += weight * in_phase[m * p.stride];"),
-    Mutant("grad-weight-nan", "grad_weight GEMM: NaN everywhere (issue 34: --check passed such a mutant)",
-           "at::Tensor grad_w_taps = at::zeros({p.kernel_size, p.groups, Cog, Cig}, w.options());",
-           "at::Tensor grad_w_taps = at::full({p.kernel_size, p.groups, Cog, Cig}, NAN, w.options());"),
     Mutant("grad-bias-last-position", "grad_bias: the last output position of each row left out",
            "grad_bias.copy_(grad_y_c.sum(at::IntArrayRef{0, 2}));",
            "grad_bias.copy_(grad_y_c.narrow(2, 0, std::max<int64_t>(p.length_out - 1, 1)).sum(at::IntArrayRef{0, 2}));"),
+    Mutant("forward-dropped-tap", "taps and AVX2 packed forward: the last tap left out (taps_by_phase)",
+           "if (tap.phase < static_cast<int64_t>(phases.size())) phases[tap.phase].push_back(k);",
+           "if (tap.phase < static_cast<int64_t>(phases.size()) && k != p.kernel_size - 1)"
+           " phases[tap.phase].push_back(k);"),
+    # the AVX2 forms (float32, and the 16-bit types computed in float32)
+    Mutant("avx2-forward-tile-column", "AVX2 packed forward: every later column tile reads x one position late",
+           "int64_t stride = length, column = m0;",
+           "int64_t stride = length, column = m0 + (m0 > 0);"),
+    Mutant("avx2-forward-dropped-bias", "AVX2 packed forward: no bias in phases other than 0 (strided)",
+           "all_finite &= avx2::write_row(tile + rr * width, cols, bias ? bias[co] : 0.0f,",
+           "all_finite &= avx2::write_row(tile + rr * width, cols, bias && r == 0 ? bias[co] : 0.0f,"),
+    Mutant("avx2-forward-batch-rows", "AVX2 packed forward: the batch rows of a task share one tile",
+           "tiles.data() + (n - n0) * row_block * width, width, c0 > 0);",
+           "tiles.data(), width, c0 > 0);"),
+    Mutant("avx2-forward-channel-blocks", "AVX2 packed forward: each block of input channels overwrites the last",
+           "tiles.data() + (n - n0) * row_block * width, width, c0 > 0);",
+           "tiles.data() + (n - n0) * row_block * width, width, false);"),
+    Mutant("avx2-forward-window-edge", "AVX2 packed forward on x in place: a padded window loses its last input",
+           "std::memcpy(out + (a0 - lo), x_rows + ci * p.length_in + a0, (a1 - a0) * sizeof(float));",
+           "std::memcpy(out + (a0 - lo), x_rows + ci * p.length_in + a0, (a1 - a0 - (a1 > a0)) * sizeof(float));"),
+    Mutant("avx2-grad-input-tile-width", "AVX2 grad_input: the last column of every whole tile never written",
+           "const int64_t i0 = cb * columns_per_task, cols = std::min(columns_per_task, p.length_in - i0);",
+           "const int64_t i0 = cb * columns_per_task, cols = std::min(columns_per_task - 1, p.length_in - i0);"),
+    Mutant("avx2-grad-input-rows-channel-blocks", "AVX2 grad_input, w's rows in place: later channel blocks read "
+           "the wrong steps",
+           "avx2::gemm_rows(rows, cols, kc, w + (g * Cig + row0) * depth + c0 * taps, depth,",
+           "avx2::gemm_rows(rows, cols, kc, w + (g * Cig + row0) * depth + c0, depth,"),
+    Mutant("avx2-grad-input-packed-channel-blocks", "AVX2 grad_input, w packed: each block of output channels "
+           "overwrites the last",
+           "avx2::gemm(rows, cols, kc, a + c0 * taps * panel, panel, panel * depth, b, i0, tile, width, c0 > 0);",
+           "avx2::gemm(rows, cols, kc, a + c0 * taps * panel, panel, panel * depth, b, i0, tile, width, false);"),
+    Mutant("avx2-grad-weight-dot-batch", "AVX2 grad_weight, dot products: the last batch row left out",
+           "for (int64_t n = 0; n < p.batch && !range.empty(); ++n) {",
+           "for (int64_t n = 0; n + 1 < p.batch && !range.empty(); ++n) {"),
+    Mutant("avx2-grad-weight-nan", "AVX2 grad_weight, dot products: NaN everywhere (issue 34: --check passed such a "
+           "mutant)",
+           "grad_w[((g * Cig + c0 + r) * Cog + o0 + c) * K + k] = tile[r * kOutBlock + c];",
+           "grad_w[((g * Cig + c0 + r) * Cog + o0 + c) * K + k] = NAN;"),
+    Mutant("avx2-grad-weight-gemm-chunk", "AVX2 grad_weight, GEMM over positions: the last position of every whole "
+           "512-position chunk left out",
+           "const int64_t count = std::min(kChunk, positions - q0);",
+           "const int64_t count = std::min(kChunk - 1, positions - q0);"),
+    Mutant("avx2-grad-weight-gemm-batch-run", "AVX2 grad_weight, GEMM over positions: a chunk never moves on to the "
+           "next batch row's grad_y",
+           "const int64_t run = std::min(count - t0, p.length_in - i0);",
+           "const int64_t run = count - t0;"),
+    Mutant("avx2-streamed-tile", "AVX2 streamed forward: the last input of every whole 192-position tile left out",
+           "const int64_t rows = std::min(kStreamedPositions, total - r0);",
+           "const int64_t rows = std::min(kStreamedPositions - 1, total - r0);"),
+    Mutant("avx2-scatter-col2im", "AVX2 scatter forward: the last input of every tile adds nothing (col2im)",
+           "const int64_t ib = std::min(i0 + cols, ceil_div(j1 - offset, p.stride));",
+           "const int64_t ib = std::min(i0 + cols - 1, ceil_div(j1 - offset, p.stride));"),
+    # the AVX2 micro-kernels (kernels_avx2.cpp)
+    Mutant("avx2-gemm-depth-block", "AVX2 GEMM: each block of 128 reduction steps overwrites the last",
+           "const bool add = accumulate || k0 > 0;", "const bool add = accumulate;", AVX2_KERNELS),
+    Mutant("avx2-gemm-copied-b", "AVX2 GEMM, B copied per column step (rows 4 KB apart): columns 8-15 one early",
+           "_mm256_loadu_ps(b_steps[kk] + column + j + 8)", "_mm256_loadu_ps(b_steps[kk] + column + j + 7)",
+           AVX2_KERNELS),
+    Mutant("avx2-dot-tail", "AVX2 dot products: the last position of a row not a multiple of 8 left out",
+           "tail_mask(length - m)", "tail_mask(length - m - 1)", AVX2_KERNELS),
+    Mutant("avx2-dot-chunks", "AVX2 dot products: each chunk of 1024 positions overwrites the last",
+           "const bool add = accumulate || m0 > 0;", "const bool add = accumulate;", AVX2_KERNELS),
+    Mutant("avx2-nonfinite-unnoticed", "AVX2 epilogue: an Inf or NaN in a whole vector goes unnoticed (no rerun in a "
+           "form without padding products)",
+           "bool finite = _mm256_movemask_ps(_mm256_cmp_ps(check, check, _CMP_UNORD_Q)) == 0;",
+           "bool finite = true;", AVX2_KERNELS),
 ]
 
 
@@ -171,7 +236,7 @@ def table(results: Dict[str, Outcome]) -> str:
 def mutate(text: str, mutant: Mutant) -> str:
     count = text.count(mutant.old)
     if count != 1:
-        raise ValueError(f"mutant {mutant.name}: its text occurs {count} times in {KERNEL} (needs exactly 1); "
+        raise ValueError(f"mutant {mutant.name}: its text occurs {count} times in {mutant.path} (needs exactly 1); "
                          "update the mutant to the kernel")
     return text.replace(mutant.old, mutant.new)
 
@@ -194,13 +259,15 @@ def main(argv: Optional[List[str]] = None) -> int:
         if unknown:
             parser.error(f"unknown mutants {', '.join(unknown)}")
         mutants = [m for m in MUTANTS if m.name in names]
-    with open(os.path.join(ROOT, KERNEL)) as f:
-        original = f.read()
-    for m in mutants:  # every mutant applies to this kernel, before anything is built
-        mutate(original, m)
+    originals = {}  # path -> text
+    for path in sorted({m.path for m in mutants}):
+        with open(os.path.join(ROOT, path)) as f:
+            originals[path] = f.read()
+    for m in mutants:  # every mutant applies to its kernel, before anything is built
+        mutate(originals[m.path], m)
     if args.list:
         for m in mutants:
-            print(f"{m.name:26s} {m.description}")
+            print(f"{m.name:38s} {m.description}")
         return 0
     tests = ["tests"] if args.full else args.tests.split() if args.tests else DEFAULT_TESTS
 
@@ -212,7 +279,6 @@ def main(argv: Optional[List[str]] = None) -> int:
         copy_tree(ROOT, work)
         for stale in ("build",):
             shutil.rmtree(os.path.join(work, stale), ignore_errors=True)
-        kernel = os.path.join(work, KERNEL)
         build(work, logfile)
         if not args.no_control:
             log(f"control (no mutant): {' '.join(tests)}")
@@ -224,8 +290,9 @@ def main(argv: Optional[List[str]] = None) -> int:
             log(f"  passes ({control.seconds:.0f} s)")
         for m in mutants:
             log(f"mutant {m.name}: {m.description}")
+            kernel = os.path.join(work, m.path)
             with open(kernel, "w") as f:
-                f.write(mutate(original, m))
+                f.write(mutate(originals[m.path], m))
             try:
                 with open(logfile, "a") as f:
                     f.write(f"\n\n######## mutant {m.name}\n")
@@ -233,7 +300,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                 results[m.name] = run_tests(work, tests, args.timeout, logfile)
             finally:
                 with open(kernel, "w") as f:
-                    f.write(original)
+                    f.write(originals[m.path])
             r = results[m.name]
             log(f"  {'killed' if r.killed else 'SURVIVED'} ({r.seconds:.0f} s): --check "
                 f"{'fails' if r.check_failed else 'passes'}, tests {r.test_status} ({len(r.failed_tests)} failing)")

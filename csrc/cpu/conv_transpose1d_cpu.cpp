@@ -1,9 +1,19 @@
-// CPU kernels. Two paths, chosen in one place (use_direct_path):
-//  - GEMM: output tiles (convt.h, "Polyphase indexing": one phase, a run of positions) accumulate one
-//    GEMM per tap of the phase on windows of x read in place; grad_input likewise on grad_y's phases.
-//  - direct: loops for few channels per group (depthwise), where GEMMs would be 1x1 matrices.
+// CPU kernels (docs/design.md §6.3). Each pass (forward, grad_input, grad_weight) runs in one of these
+// forms, chosen per problem and pass in one place (plan, near the end of the file):
+//  - AVX2 (float32 on CPUs with AVX2 and FMA; kernels_avx2.h): implicit GEMMs on a register-blocked
+//    micro-kernel, activations read in place. Forward packed (the weight packed per phase) or streamed
+//    (the weight read in place as B, x^T packed, col2im); grad_input on the packed weight and grad_y's
+//    phases; grad_weight as dot products over positions or a GEMM over positions.
+//  - unrolled: one BLAS GEMM over every tap at once, with the weight read in place as the (Cig x
+//    Cog*K) matrix it is. Forward: Z[(co,k), i] = sum_ci W[ci, co, k] x[ci, i], then each row of Z is
+//    added into y at i*stride + k*dilation - padding (col2im). Backward: G[(co,k), i] = grad_y[co,
+//    i*stride + k*dilation - padding] (im2col, 0 outside), grad_x = W @ G, grad_w = X @ G^T.
+//  - taps: per output phase one BLAS GEMM per tap (convt.h, "Polyphase indexing") on windows of x (of
+//    grad_y's phases) read in place, accumulated in a tile.
+//  - direct: loops, for few channels per group (depthwise), where GEMMs would be tiny matrices.
 // float16 / bfloat16 are computed in float32, float64 in float64.
 #include "cpu/conv_transpose1d_cpu.h"
+#include "cpu/kernels_avx2.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
@@ -11,6 +21,11 @@
 #include <ATen/native/CPUBlas.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -33,93 +48,149 @@ void finish(const at::Tensor& out, const at::Tensor& buffer) {
   if (!out.is_same(buffer)) out.copy_(buffer);
 }
 
-bool use_direct_path(const ConvTParams& p) { return p.in_channels_per_group * p.out_channels_per_group <= 64; }
+int64_t ceil_div(int64_t a, int64_t b) { return -floor_div(-a, b); }  // b > 0, any sign of a
 
-constexpr int64_t kGradWeightColumns = 512;  // positions summed per grad_weight GEMM call
-
-// Positions per GEMM tile: wide for few channels (fewer calls), narrow for many (operands in L2).
-int64_t tile_columns(const ConvTParams& p) {
-  return std::clamp<int64_t>(32768 / std::max(p.in_channels_per_group, p.out_channels_per_group), 128, 1024) / 16 * 16;
+// ---- GEMM ----------------------------------------------------------------------------------------
+// c (m x n, row stride ldc) = a @ b (+ c when accumulate), row-major. a is stored (m x k, row stride
+// lda), or with trans_a as (k x m); b likewise (k x n) or, with trans_b, (n x k). Called inside parallel
+// regions: single-threaded. Goes through at::mm_out / addmm_ on views of the same memory (BLAS), except
+// untransposed float products on CPUs with AVX-512, which oneDNN's JIT brgemm micro-kernel (ATen's
+// cpublas::brgemm) targets; without AVX-512 its float path takes unpacked operands at a disadvantage.
+bool use_brgemm() {
+#if defined(CPUBLAS_BRGEMM_F32F32F32) && (defined(__x86_64__) || defined(_M_X64)) && defined(__GNUC__)
+  static const bool avx512 = __builtin_cpu_supports("avx512f");
+  return avx512;
+#else
+  return false;
+#endif
 }
 
-// c (M x N, row stride ldc) += a (M x K) @ b (K x N), row-major with unit stride along rows. For float
-// with leading dimensions below 2^24, oneDNN's AVX-512 brgemm micro-kernel that ATen exports (2-3x MKL's
-// sgemm on AMD CPUs; oneDNN keeps them in int and fails from 2^25 on); otherwise at::addmm_ on views
-// of the same memory. Called inside parallel regions: single-threaded.
-template <typename scalar_t>
-void gemm_accumulate(int64_t M, int64_t N, int64_t K, const scalar_t* a, int64_t lda, const scalar_t* b, int64_t ldb,
-                     scalar_t* c, int64_t ldc) {
+template <typename T>
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b,
+          int64_t ldb, bool accumulate, T* c, int64_t ldc) {
+  if (m <= 0 || n <= 0) return;
+  if (k <= 0) {
+    if (!accumulate) {
+      for (int64_t r = 0; r < m; ++r) std::fill(c + r * ldc, c + r * ldc + n, T(0));
+    }
+    return;
+  }
 #if defined(CPUBLAS_BRGEMM_F32F32F32)
-  constexpr int64_t kMaxBrgemmLeading = int64_t(1) << 24;
-  if constexpr (std::is_same_v<scalar_t, float>) {
-    if (std::max({lda, ldb, ldc}) < kMaxBrgemmLeading) {
+  if constexpr (std::is_same_v<T, float>) {
+    // oneDNN keeps the leading dimensions in int and fails from 2^25 on
+    constexpr int64_t kMaxBrgemmLeading = int64_t(1) << 24;
+    if (!trans_a && !trans_b && use_brgemm() && std::max({lda, ldb, ldc}) < kMaxBrgemmLeading) {
       constexpr int64_t kRows = 64;  // rows per micro-kernel call: the A block stays in L2
-      for (int64_t r0 = 0; r0 < M; r0 += kRows) {
-        at::native::cpublas::brgemm(std::min(kRows, M - r0), N, K, lda, ldb, ldc, /*add_C=*/true, a + r0 * lda, b,
+      for (int64_t r0 = 0; r0 < m; r0 += kRows) {
+        at::native::cpublas::brgemm(std::min(kRows, m - r0), n, k, lda, ldb, ldc, accumulate, a + r0 * lda, b,
                                     c + r0 * ldc, /*is_vnni=*/false);
       }
       return;
     }
   }
 #endif
-  const auto options = at::TensorOptions().dtype(c10::CppTypeToScalarType<scalar_t>::value);
-  at::from_blob(c, {M, N}, {ldc, 1}, options)
-      .addmm_(at::from_blob(const_cast<scalar_t*>(a), {M, K}, {lda, 1}, options),
-              at::from_blob(const_cast<scalar_t*>(b), {K, N}, {ldb, 1}, options));
+  const auto options = at::TensorOptions().dtype(c10::CppTypeToScalarType<T>::value);
+  const at::Tensor a_view = trans_a ? at::from_blob(const_cast<T*>(a), {m, k}, {1, lda}, options)
+                                    : at::from_blob(const_cast<T*>(a), {m, k}, {lda, 1}, options);
+  const at::Tensor b_view = trans_b ? at::from_blob(const_cast<T*>(b), {k, n}, {1, ldb}, options)
+                                    : at::from_blob(const_cast<T*>(b), {k, n}, {ldb, 1}, options);
+  at::Tensor c_view = at::from_blob(c, {m, n}, {ldc, 1}, options);
+  if (accumulate) {
+    c_view.addmm_(a_view, b_view);
+  } else {
+    at::mm_out(c_view, a_view, b_view);
+  }
 }
 
-// The weight as one (G, rows, cols) matrix batch per tap: taps[k][g] is w[g*Cig:(g+1)*Cig, :, k],
-// transposed to (Cog, Cig) when `transposed`.
-at::Tensor weight_taps(const at::Tensor& w, const ConvTParams& p, bool transposed) {
-  const auto grouped = w.view({p.groups, p.in_channels_per_group, p.out_channels_per_group, p.kernel_size});
-  return (transposed ? grouped.permute({3, 0, 2, 1}) : grouped.permute({3, 0, 1, 2})).contiguous();
+int64_t threads() { return std::max<int64_t>(1, at::get_num_threads()); }
+
+// The forms of a pass (plan, near the end of the file, picks one).
+enum class Form { kDirect, kTaps, kUnrolled, kPacked, kStreamed, kScatter, kDot, kPositions };
+
+// ---- weight layouts ------------------------------------------------------------------------------
+// The weight (C_in, Cog, K) as one (C_in, Cog) matrix per tap: (K, C_in, Cog), and back.
+template <typename T>
+void pack_taps(const T* w, T* out, int64_t rows, int64_t cols, int64_t taps) {
+  at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const T* in = w + r * cols * taps;
+      for (int64_t c = 0; c < cols; ++c) {
+        for (int64_t k = 0; k < taps; ++k) out[(k * rows + r) * cols + c] = in[c * taps + k];
+      }
+    }
+  });
+}
+template <typename T>
+void unpack_taps(const T* packed, T* w, int64_t rows, int64_t cols, int64_t taps) {
+  at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      T* out = w + r * cols * taps;
+      for (int64_t c = 0; c < cols; ++c) {
+        for (int64_t k = 0; k < taps; ++k) out[c * taps + k] = packed[(k * rows + r) * cols + c];
+      }
+    }
+  });
 }
 
-// ---- GEMM path ---------------------------------------------------------------------------------
-// Forward: tasks of (n, group, tile_columns outputs m of every phase), so one thread writes whole
-// cache lines of y. Per phase a tile starts at the bias and accumulates, per tap k of the phase,
-// W_k^T (Cog x Cig) @ x[n, group, m - shift_k] (a window of x read in place), then goes to
-// y[n, :, m*stride + phase]. With stride 1 the tile is y itself.
+// ---- unrolled form -------------------------------------------------------------------------------
+// Tap k of output channel co is row r = co*K + k of Z and G; it moves input i to output
+// i*stride + offset(k), offset(k) = k*dilation - padding.
 
-template <typename scalar_t>
-void forward_gemm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias, const at::Tensor& y,
-                  const ConvTParams& p) {
-  const int64_t Cig = p.in_channels_per_group, Cog = p.out_channels_per_group;
-  const at::Tensor w_taps = weight_taps(w, p, /*transposed=*/true);  // (K, G, Cog, Cig)
-  const scalar_t* w_data = w_taps.data_ptr<scalar_t>();
-  const scalar_t* x_data = x.data_ptr<scalar_t>();
-  const scalar_t* bias_data = bias.defined() ? bias.data_ptr<scalar_t>() : nullptr;
-  scalar_t* y_data = y.data_ptr<scalar_t>();
-  const int64_t columns = tile_columns(p);
-  const int64_t blocks = (phase_length(0, p.length_out, p.stride) + columns - 1) / columns;
-  at::parallel_for(0, p.batch * p.groups * blocks, 1, [&](int64_t begin, int64_t end) {
-    std::vector<scalar_t> buffer(p.stride > 1 ? Cog * columns : 0);
+constexpr int64_t kUnrolledBuffer = 64 * 1024;  // elements of a Z or G tile: stays in L2 with its operands
+
+// Forward: tasks of (n, group, block of output channels, segment of output positions); a task owns
+// its y block, starts it at the bias, and runs over the input tiles that reach its segment (a segment
+// recomputes the inputs at its edges that its neighbour also needs; only contributions inside the
+// segment are added).
+template <typename T>
+void forward_unrolled(const T* x, const T* w, const T* bias, T* y, const ConvTParams& p) {
+  const int64_t Cig = p.in_channels_per_group, Cog = p.out_channels_per_group, K = p.kernel_size, R = Cog * K;
+  const int64_t s = p.stride, pad = p.padding, d = p.dilation;
+  const int64_t span = (K - 1) * d;  // output positions between the first and last tap of an input
+  // rows of Z per GEMM at most 1024 (whole channels); tiles of 64..1024 input positions
+  const int64_t block = std::clamp<int64_t>(1024 / K, 1, Cog);
+  const int64_t blocks = (Cog + block - 1) / block;
+  const int64_t tile = std::clamp<int64_t>(kUnrolledBuffer / (block * K), 64, 1024);
+  // segments: enough tasks for the threads, each covering at least 4 halos (the recomputed edge) and a tile
+  const int64_t units = p.batch * p.groups * blocks;
+  const int64_t halo = ceil_div(span, s) + 1;
+  const int64_t most = std::max<int64_t>(1, p.length_in / std::max(tile, 4 * halo));
+  const int64_t segments = std::clamp<int64_t>(ceil_div(4 * threads(), units), 1, most);
+  const int64_t segment = ceil_div(p.length_out, segments);
+  at::parallel_for(0, units * segments, 1, [&](int64_t begin, int64_t end) {
+    std::vector<T> z(block * K * tile);
     for (int64_t task = begin; task < end; ++task) {
-      const int64_t block = task % blocks, g = (task / blocks) % p.groups, n = task / (blocks * p.groups);
-      scalar_t* y_rows = y_data + (n * p.out_channels + g * Cog) * p.length_out;
-      for (int64_t phase = 0; phase < std::min(p.stride, p.length_out); ++phase) {
-        const int64_t m0 = block * columns;
-        const int64_t width = std::min(columns, phase_length(phase, p.length_out, p.stride) - m0);
-        if (width <= 0) continue;
-        // the tile: y itself (stride 1) or the buffer
-        scalar_t* tile = p.stride == 1 ? y_rows + m0 : buffer.data();
-        const int64_t ld_tile = p.stride == 1 ? p.length_out : width;
-        for (int64_t co = 0; co < Cog; ++co) {
-          std::fill(tile + co * ld_tile, tile + co * ld_tile + width, bias_data ? bias_data[g * Cog + co] : scalar_t(0));
-        }
-        for (int64_t k = 0; k < p.kernel_size; ++k) {
-          const Tap tap = tap_of(k, p.stride, p.padding, p.dilation);
-          if (tap.phase != phase) continue;
-          const int64_t lo = std::max(m0, tap.shift), hi = std::min(m0 + width, p.length_in + tap.shift);
-          if (lo >= hi) continue;
-          gemm_accumulate<scalar_t>(Cog, hi - lo, Cig, w_data + (k * p.groups + g) * Cog * Cig, Cig,
-                                    x_data + (n * p.in_channels + g * Cig) * p.length_in + (lo - tap.shift),
-                                    p.length_in, tile + (lo - m0), ld_tile);
-        }
-        if (p.stride > 1) {
-          for (int64_t co = 0; co < Cog; ++co) {
-            scalar_t* out = y_rows + co * p.length_out + m0 * p.stride + phase;
-            for (int64_t c = 0; c < width; ++c) out[c * p.stride] = tile[co * width + c];
+      const int64_t q = task % segments, b = (task / segments) % blocks, g = (task / (segments * blocks)) % p.groups;
+      const int64_t n = task / (segments * blocks * p.groups);
+      const int64_t c0 = b * block, c1 = std::min(Cog, c0 + block);
+      const int64_t j0 = q * segment, j1 = std::min(p.length_out, j0 + segment);
+      if (j0 >= j1) continue;
+      T* y_rows = y + (n * p.out_channels + g * Cog) * p.length_out;
+      for (int64_t co = c0; co < c1; ++co) {
+        std::fill(y_rows + co * p.length_out + j0, y_rows + co * p.length_out + j1,
+                  bias ? bias[g * Cog + co] : T(0));
+      }
+      // inputs i with i*s + offset in [j0, j1) for some offset in [-pad, span - pad]
+      const int64_t i_lo = std::max<int64_t>(0, ceil_div(j0 - span + pad, s));
+      const int64_t i_hi = std::min(p.length_in, floor_div(j1 - 1 + pad, s) + 1);
+      const T* x_rows = x + (n * p.in_channels + g * Cig) * p.length_in;
+      for (int64_t i0 = i_lo; i0 < i_hi; i0 += tile) {
+        const int64_t width = std::min(tile, i_hi - i0);
+        gemm<T>(/*trans_a=*/true, false, (c1 - c0) * K, width, Cig, w + g * Cig * R + c0 * K, R, x_rows + i0,
+                p.length_in, false, z.data(), width);
+        for (int64_t co = c0; co < c1; ++co) {
+          T* y_row = y_rows + co * p.length_out;
+          for (int64_t k = 0; k < K; ++k) {
+            const int64_t offset = k * d - pad;
+            const int64_t ia = std::max(i0, ceil_div(j0 - offset, s));
+            const int64_t ib = std::min(i0 + width, ceil_div(j1 - offset, s));
+            const T* z_row = z.data() + ((co - c0) * K + k) * width - i0;
+            T* out = y_row + offset;
+            if (s == 1) {
+              for (int64_t i = ia; i < ib; ++i) out[i] += z_row[i];
+            } else {
+              for (int64_t i = ia; i < ib; ++i) out[i * s] += z_row[i];
+            }
           }
         }
       }
@@ -127,80 +198,955 @@ void forward_gemm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bi
   });
 }
 
-// Backward. grad_y's phases (grad_y[:, :, phase::stride], a copy only when stride > 1) are read in
-// place: tap k of input i reads output m = i + shift_k of phase phase_k.
-//   grad_x: tiles of (n, group, tile_columns inputs), accumulating W_k (Cig x Cog) @ phase window.
-//   grad_w: per tap and group, the sum over the batch of window @ x^T (x transposed once).
-template <typename scalar_t>
-void backward_gemm(const at::Tensor& grad_y, const at::Tensor& x, const at::Tensor& w, const ConvTParams& p,
-                   const at::Tensor& grad_x, const at::Tensor& grad_w) {
-  const int64_t Cig = p.in_channels_per_group, Cog = p.out_channels_per_group;
-  const int64_t phase_capacity = phase_length(0, p.length_out, p.stride);
-  at::Tensor phases = grad_y.unsqueeze(0);  // (stride, N, C_out, phase_capacity)
-  if (p.stride > 1) {
-    phases = at::empty({p.stride, p.batch, p.out_channels, phase_capacity}, grad_y.options());
-    for (int64_t phase = 0; phase < std::min(p.stride, p.length_out); ++phase) {
-      phases[phase]
-          .narrow(2, 0, phase_length(phase, p.length_out, p.stride))
-          .copy_(grad_y.slice(2, phase, p.length_out, p.stride));
+// G rows [r0, r1) for inputs [i0, i0 + width) of batch row n, group g: (r1 - r0) x width, row stride width.
+template <typename T>
+void gather_rows(const T* grad_y, const ConvTParams& p, int64_t n, int64_t g, int64_t r0, int64_t r1, int64_t i0,
+                 int64_t width, T* out) {
+  const int64_t K = p.kernel_size, s = p.stride;
+  for (int64_t r = r0; r < r1; ++r) {
+    const int64_t co = r / K, k = r % K;
+    const int64_t offset = k * p.dilation - p.padding;
+    const T* src = grad_y + (n * p.out_channels + g * p.out_channels_per_group + co) * p.length_out + offset;
+    T* dst = out + (r - r0) * width - i0;
+    // i with 0 <= i*s + offset < L_out
+    const int64_t ia = std::clamp(ceil_div(-offset, s), i0, i0 + width);
+    const int64_t ib = std::clamp(ceil_div(p.length_out - offset, s), ia, i0 + width);
+    std::fill(dst + i0, dst + ia, T(0));
+    if (s == 1) {
+      std::memcpy(dst + ia, src + ia, (ib - ia) * sizeof(T));
+    } else {
+      for (int64_t i = ia; i < ib; ++i) dst[i] = src[i * s];
     }
-  }
-  const scalar_t* phases_data = phases.data_ptr<scalar_t>();
-  const int64_t phase_stride = p.batch * p.out_channels * phase_capacity;
-  if (grad_x.defined()) {
-    const at::Tensor w_taps = weight_taps(w, p, /*transposed=*/false);  // (K, G, Cig, Cog)
-    const scalar_t* w_data = w_taps.data_ptr<scalar_t>();
-    scalar_t* grad_x_data = grad_x.data_ptr<scalar_t>();
-    const int64_t columns = tile_columns(p);
-    const int64_t blocks = (p.length_in + columns - 1) / columns;
-    at::parallel_for(0, p.batch * p.groups * blocks, 1, [&](int64_t begin, int64_t end) {
-      for (int64_t task = begin; task < end; ++task) {
-        const int64_t block = task % blocks, g = (task / blocks) % p.groups, n = task / (blocks * p.groups);
-        const int64_t i0 = block * columns, width = std::min(columns, p.length_in - i0);
-        scalar_t* tile = grad_x_data + (n * p.in_channels + g * Cig) * p.length_in + i0;
-        for (int64_t ci = 0; ci < Cig; ++ci) std::fill(tile + ci * p.length_in, tile + ci * p.length_in + width, scalar_t(0));
-        for (int64_t k = 0; k < p.kernel_size; ++k) {
-          const Tap tap = tap_of(k, p.stride, p.padding, p.dilation);
-          const int64_t length = phase_length(tap.phase, p.length_out, p.stride);
-          const int64_t lo = std::max(i0, -tap.shift), hi = std::min(i0 + width, length - tap.shift);
-          if (lo >= hi) continue;
-          const scalar_t* window =
-              phases_data + tap.phase * phase_stride + (n * p.out_channels + g * Cog) * phase_capacity + lo + tap.shift;
-          gemm_accumulate<scalar_t>(Cig, hi - lo, Cog, w_data + (k * p.groups + g) * Cig * Cog, Cog, window,
-                                    phase_capacity, tile + (lo - i0), p.length_in);
-        }
-      }
-    });
-  }
-  if (grad_w.defined()) {
-    // grad_w_k^T (Cog x Cig) = sum over n of grad_y window (Cog x positions) @ x^T window (positions x Cig):
-    // one task per (tap, group), the batch and positions summed in order (deterministic).
-    const at::Tensor x_t = x.view({p.batch, p.groups, Cig, p.length_in}).transpose(2, 3).contiguous();
-    const scalar_t* x_t_data = x_t.data_ptr<scalar_t>();
-    at::Tensor grad_w_taps = at::zeros({p.kernel_size, p.groups, Cog, Cig}, w.options());
-    scalar_t* grad_w_data = grad_w_taps.data_ptr<scalar_t>();
-    at::parallel_for(0, p.kernel_size * p.groups, 1, [&](int64_t begin, int64_t end) {
-      for (int64_t task = begin; task < end; ++task) {
-        const int64_t k = task / p.groups, g = task % p.groups;
-        const Tap tap = tap_of(k, p.stride, p.padding, p.dilation);
-        const TapRange r = tap_range(tap, phase_length(tap.phase, p.length_out, p.stride), p.length_in);
-        for (int64_t n = 0; n < p.batch; ++n) {
-          for (int64_t m = r.begin; m < r.end; m += kGradWeightColumns) {
-            const int64_t count = std::min(kGradWeightColumns, r.end - m);
-            gemm_accumulate<scalar_t>(
-                Cog, Cig, count,
-                phases_data + tap.phase * phase_stride + (n * p.out_channels + g * Cog) * phase_capacity + m,
-                phase_capacity, x_t_data + ((n * p.groups + g) * p.length_in + m - tap.shift) * Cig, Cig,
-                grad_w_data + task * Cog * Cig, Cig);
-          }
-        }
-      }
-    });
-    grad_w.copy_(grad_w_taps.permute({1, 3, 2, 0}).reshape(grad_w.sizes()));  // (K, G, Cog, Cig) -> (G*Cig, Cog, K)
+    std::fill(dst + ib, dst + i0 + width, T(0));
   }
 }
 
-// ---- direct path (few channels per group) ----------------------------------------------------
+// grad_input: tasks of (n, group, segment of input positions); per tile, grad_x = W @ G with the
+// reduction over rows (co, k) in chunks.
+template <typename T>
+void grad_input_unrolled(const T* grad_y, const T* w, T* grad_x, const ConvTParams& p) {
+  const int64_t Cig = p.in_channels_per_group, R = p.out_channels_per_group * p.kernel_size;
+  const int64_t chunk = std::min<int64_t>(R, 512);
+  const int64_t tile = std::clamp<int64_t>(kUnrolledBuffer / chunk, 64, 1024);
+  const int64_t units = p.batch * p.groups;
+  const int64_t segments = std::clamp<int64_t>(ceil_div(4 * threads(), units), 1, ceil_div(p.length_in, tile));
+  const int64_t segment = ceil_div(p.length_in, segments);
+  at::parallel_for(0, units * segments, 1, [&](int64_t begin, int64_t end) {
+    std::vector<T> buffer(chunk * tile);
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t q = task % segments, g = (task / segments) % p.groups, n = task / (segments * p.groups);
+      const int64_t a = q * segment, b = std::min(p.length_in, a + segment);
+      T* gx_rows = grad_x + (n * p.in_channels + g * Cig) * p.length_in;
+      for (int64_t i0 = a; i0 < b; i0 += tile) {
+        const int64_t width = std::min(tile, b - i0);
+        for (int64_t r0 = 0; r0 < R; r0 += chunk) {
+          const int64_t r1 = std::min(R, r0 + chunk);
+          gather_rows(grad_y, p, n, g, r0, r1, i0, width, buffer.data());
+          gemm<T>(false, false, Cig, width, r1 - r0, w + g * Cig * R + r0, R, buffer.data(), width, r0 > 0,
+                  gx_rows + i0, p.length_in);
+        }
+      }
+    }
+  });
+}
+
+// grad_weight: tasks of (group, block of rows (co, k), block of input channels), each summing over
+// the batch and the input tiles in order into its block of grad_w (deterministic: the blocks and tiles
+// depend on the problem only, not on the threads).
+template <typename T>
+void grad_weight_unrolled(const T* grad_y, const T* x, T* grad_w, const ConvTParams& p) {
+  const int64_t Cig = p.in_channels_per_group, R = p.out_channels_per_group * p.kernel_size;
+  const int64_t rows = std::min<int64_t>(R, 256);
+  const int64_t row_blocks = ceil_div(R, rows);
+  const int64_t tile = std::clamp<int64_t>(kUnrolledBuffer / rows, 128, 2048);
+  // at least 8 tasks where the input channels allow blocks of 16
+  const int64_t ci_blocks = std::clamp<int64_t>(ceil_div(8, p.groups * row_blocks), 1, ceil_div(Cig, 16));
+  const int64_t ci_block = ceil_div(Cig, ci_blocks);
+  at::parallel_for(0, p.groups * row_blocks * ci_blocks, 1, [&](int64_t begin, int64_t end) {
+    std::vector<T> buffer(rows * tile);
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t cb = task % ci_blocks, rb = (task / ci_blocks) % row_blocks, g = task / (ci_blocks * row_blocks);
+      const int64_t r0 = rb * rows, r1 = std::min(R, r0 + rows);
+      const int64_t c0 = cb * ci_block, c1 = std::min(Cig, c0 + ci_block);
+      if (c0 >= c1) continue;
+      T* out = grad_w + (g * Cig + c0) * R + r0;
+      bool first = true;
+      for (int64_t n = 0; n < p.batch; ++n) {
+        const T* x_rows = x + (n * p.in_channels + g * Cig + c0) * p.length_in;
+        for (int64_t i0 = 0; i0 < p.length_in; i0 += tile) {
+          const int64_t width = std::min(tile, p.length_in - i0);
+          gather_rows(grad_y, p, n, g, r0, r1, i0, width, buffer.data());
+          gemm<T>(false, /*trans_b=*/true, c1 - c0, r1 - r0, width, x_rows + i0, p.length_in, buffer.data(), width,
+                  !first, out, R);
+          first = false;
+        }
+      }
+      if (first) {
+        for (int64_t c = c0; c < c1; ++c) std::fill(out + (c - c0) * R, out + (c - c0) * R + (r1 - r0), T(0));
+      }
+    }
+  });
+}
+
+// ---- taps form -----------------------------------------------------------------------------------
+
+// The taps of each output phase that has any (phases past L_out aside).
+std::vector<std::vector<int64_t>> taps_by_phase(const ConvTParams& p) {
+  std::vector<std::vector<int64_t>> phases(std::min(p.stride, p.length_out));
+  for (int64_t k = 0; k < p.kernel_size; ++k) {
+    const Tap tap = tap_of(k, p.stride, p.padding, p.dilation);
+    if (tap.phase < static_cast<int64_t>(phases.size())) phases[tap.phase].push_back(k);
+  }
+  return phases;
+}
+
+// Positions per tile: wide for few channels (fewer calls), narrow for many (operands in L2).
+int64_t tile_columns(const ConvTParams& p) {
+  return std::clamp<int64_t>(32768 / std::max(p.in_channels_per_group, p.out_channels_per_group), 128, 1024) / 16 * 16;
+}
+
+// Forward: tasks of (n, group, block of output channels, block of positions m of every phase). Per phase
+// a tile starts at the bias and accumulates, per tap k of the phase, W_k^T @ x[n, group, m - shift_k]
+// (a window of x read in place), then goes to y[n, :, m*stride + phase]. With stride 1 the tile is y.
+template <typename T>
+void forward_taps(const T* x, const T* w_taps, const T* bias, T* y, const ConvTParams& p) {
+  const int64_t Cig = p.in_channels_per_group, Cog = p.out_channels_per_group;
+  const auto phases = taps_by_phase(p);
+  const int64_t columns = tile_columns(p);
+  const int64_t blocks = ceil_div(phase_length(0, p.length_out, p.stride), columns);
+  const int64_t units = p.batch * p.groups * blocks;
+  const int64_t channel_blocks = std::clamp<int64_t>(ceil_div(4 * threads(), units), 1, ceil_div(Cog, 64));
+  const int64_t channel_block = ceil_div(Cog, channel_blocks);
+  at::parallel_for(0, units * channel_blocks, 1, [&](int64_t begin, int64_t end) {
+    std::vector<T> buffer(p.stride > 1 ? channel_block * columns : 0);
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t cb = task % channel_blocks, block = (task / channel_blocks) % blocks;
+      const int64_t g = (task / (channel_blocks * blocks)) % p.groups, n = task / (channel_blocks * blocks * p.groups);
+      const int64_t c0 = cb * channel_block, c1 = std::min(Cog, c0 + channel_block);
+      if (c0 >= c1) continue;
+      T* y_rows = y + (n * p.out_channels + g * Cog) * p.length_out;
+      const T* x_rows = x + (n * p.in_channels + g * Cig) * p.length_in;
+      const int64_t m0 = block * columns;
+      for (int64_t phase = 0; phase < static_cast<int64_t>(phases.size()); ++phase) {
+        const int64_t width = std::min(columns, phase_length(phase, p.length_out, p.stride) - m0);
+        if (width <= 0) continue;
+        T* tile = p.stride == 1 ? y_rows + c0 * p.length_out + m0 : buffer.data();
+        const int64_t ld_tile = p.stride == 1 ? p.length_out : width;
+        for (int64_t co = c0; co < c1; ++co) {
+          std::fill(tile + (co - c0) * ld_tile, tile + (co - c0) * ld_tile + width, bias ? bias[g * Cog + co] : T(0));
+        }
+        for (const int64_t k : phases[phase]) {
+          const Tap tap = tap_of(k, p.stride, p.padding, p.dilation);
+          const int64_t lo = std::max(m0, tap.shift), hi = std::min(m0 + width, p.length_in + tap.shift);
+          if (lo >= hi) continue;
+          gemm<T>(/*trans_a=*/true, false, c1 - c0, hi - lo, Cig, w_taps + (k * p.in_channels + g * Cig) * Cog + c0, Cog,
+                  x_rows + (lo - tap.shift), p.length_in, true, tile + (lo - m0), ld_tile);
+        }
+        if (p.stride > 1) {
+          for (int64_t co = c0; co < c1; ++co) {
+            T* out = y_rows + co * p.length_out + m0 * p.stride + phase;
+            const T* in = tile + (co - c0) * width;
+            for (int64_t c = 0; c < width; ++c) out[c * p.stride] = in[c];
+          }
+        }
+      }
+    }
+  });
+}
+
+// grad_y's phases, (min(stride, L_out), N, C_out, phase_capacity): grad_y[:, :, phase::stride], a copy
+// only when stride > 1.
+at::Tensor phases_of(const at::Tensor& grad_y, const ConvTParams& p) {
+  if (p.stride == 1) return grad_y.unsqueeze(0);
+  const int64_t capacity = phase_length(0, p.length_out, p.stride);
+  at::Tensor phases =
+      at::empty({std::min(p.stride, p.length_out), p.batch, p.out_channels, capacity}, grad_y.options());
+  for (int64_t phase = 0; phase < std::min(p.stride, p.length_out); ++phase) {
+    phases[phase]
+        .narrow(2, 0, phase_length(phase, p.length_out, p.stride))
+        .copy_(grad_y.slice(2, phase, p.length_out, p.stride));
+  }
+  return phases;
+}
+
+// grad_input: tiles of (n, group, inputs), accumulating W_k (Cig x Cog) @ phase window: tap k of input
+// i reads output m = i + shift_k of phase phase_k.
+template <typename T>
+void grad_input_taps(const T* phases, const T* w_taps, T* grad_x, const ConvTParams& p) {
+  const int64_t Cig = p.in_channels_per_group, Cog = p.out_channels_per_group;
+  const int64_t capacity = phase_length(0, p.length_out, p.stride);
+  const int64_t phase_stride = p.batch * p.out_channels * capacity;
+  const int64_t columns = tile_columns(p);
+  const int64_t blocks = ceil_div(p.length_in, columns);
+  at::parallel_for(0, p.batch * p.groups * blocks, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t block = task % blocks, g = (task / blocks) % p.groups, n = task / (blocks * p.groups);
+      const int64_t i0 = block * columns, width = std::min(columns, p.length_in - i0);
+      T* tile = grad_x + (n * p.in_channels + g * Cig) * p.length_in + i0;
+      for (int64_t ci = 0; ci < Cig; ++ci) std::fill(tile + ci * p.length_in, tile + ci * p.length_in + width, T(0));
+      for (int64_t k = 0; k < p.kernel_size; ++k) {
+        const Tap tap = tap_of(k, p.stride, p.padding, p.dilation);
+        const int64_t length = phase_length(tap.phase, p.length_out, p.stride);
+        const int64_t lo = std::max(i0, -tap.shift), hi = std::min(i0 + width, length - tap.shift);
+        if (lo >= hi) continue;
+        const T* window = phases + tap.phase * phase_stride + (n * p.out_channels + g * Cog) * capacity + lo + tap.shift;
+        gemm<T>(false, false, Cig, hi - lo, Cog, w_taps + (k * p.in_channels + g * Cig) * Cog, Cog, window, capacity,
+                true, tile + (lo - i0), p.length_in);
+      }
+    }
+  });
+}
+
+// grad_weight: grad_w_k (Cig x Cog) = sum over n of x window (Cig x positions) @ phase window^T, per
+// (tap, group, block of input channels), the batch and positions summed in order (deterministic).
+template <typename T>
+void grad_weight_taps(const T* phases, const T* x, T* grad_w_taps, const ConvTParams& p) {
+  const int64_t Cig = p.in_channels_per_group, Cog = p.out_channels_per_group;
+  const int64_t capacity = phase_length(0, p.length_out, p.stride);
+  const int64_t phase_stride = p.batch * p.out_channels * capacity;
+  constexpr int64_t kColumns = 512;  // positions summed per GEMM call
+  const int64_t units = p.kernel_size * p.groups;
+  const int64_t ci_blocks = std::clamp<int64_t>(ceil_div(8, units), 1, ceil_div(Cig, 32));
+  const int64_t ci_block = ceil_div(Cig, ci_blocks);
+  at::parallel_for(0, units * ci_blocks, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t cb = task % ci_blocks, g = (task / ci_blocks) % p.groups, k = task / (ci_blocks * p.groups);
+      const int64_t c0 = cb * ci_block, c1 = std::min(Cig, c0 + ci_block);
+      if (c0 >= c1) continue;
+      const Tap tap = tap_of(k, p.stride, p.padding, p.dilation);
+      const TapRange r = tap_range(tap, phase_length(tap.phase, p.length_out, p.stride), p.length_in);
+      T* out = grad_w_taps + (k * p.in_channels + g * Cig + c0) * Cog;
+      bool first = true;
+      for (int64_t n = 0; n < p.batch; ++n) {
+        for (int64_t m = r.begin; m < r.end; m += kColumns) {
+          const int64_t count = std::min(kColumns, r.end - m);
+          gemm<T>(false, /*trans_b=*/true, c1 - c0, Cog, count,
+                  x + (n * p.in_channels + g * Cig + c0) * p.length_in + m - tap.shift, p.length_in,
+                  phases + tap.phase * phase_stride + (n * p.out_channels + g * Cog) * capacity + m, capacity, !first,
+                  out, Cog);
+          first = false;
+        }
+      }
+      if (first) std::fill(out, out + (c1 - c0) * Cog, T(0));
+    }
+  });
+}
+
+// ---- AVX2 forms (float32 where the CPU has AVX2 and FMA) ------------------------------------------
+// Implicit GEMMs on avx2's micro-kernel. The packed forward and grad_input read the activations'
+// rows (x, grad_y's phases) from copies padded with zeros (a long x in place, with padded windows
+// at its ends), so that every window a tap reads lies inside its row. The zeros are multiplied by
+// the weight: where an output comes out not finite (Inf or NaN in the inputs), the pass runs again
+// in a BLAS or direct form, which forms no such product. The streamed and scatter forwards form
+// products of real inputs only. grad_weight: a dot product per (tap, input channel, output channel)
+// over the positions the tap reaches (avx2::dot), or a GEMM over positions (grad_weight_avx2_gemm).
+
+constexpr int64_t kAvx2Columns = 256;  // positions per task: a tile of C stays in L2
+constexpr int64_t kAvx2Rows = 96;      // rows per task (16 panels): the A block stays in L2
+constexpr int64_t kWeightColumns = 256;  // columns (co, k) of a task: the streamed forward's B, grad_weight's GEMM C
+constexpr int64_t kSharedCopy = int64_t(4) << 20;  // floats of a padded copy of x made once per call, at most
+
+int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
+
+// Rows of a task's block for a matrix of `rows` rows: at most kAvx2Rows, whole panels, the blocks of
+// about equal size (a short last block would leave a thread idle at the end).
+int64_t balanced_rows(int64_t rows) {
+  if (rows < 6) return rows;
+  return std::min(round_up(ceil_div(rows, ceil_div(rows, kAvx2Rows)), 6), round_up(rows, 6));
+}
+
+// A row length of at least `needed` floats, 16-float aligned, an odd number of 64-byte lines (rows
+// read together do not all fall in the same cache sets).
+int64_t padded_length(int64_t needed) {
+  const int64_t lines = std::max<int64_t>(1, ceil_div(needed, 16));
+  return 16 * (lines % 2 == 0 ? lines + 1 : lines);
+}
+
+// A padded copy is worth making when it holds at most about twice the elements of the original.
+bool padding_is_small(int64_t padded, int64_t original) { return padded <= 2 * original + (int64_t(1) << 20); }
+
+// Problems of fewer multiply-adds than this run on one thread: a parallel region costs more than it
+// saves, and on a busy machine one descheduled thread stalls the region.
+constexpr double kSerialWork = double(1 << 20);
+
+// at::parallel_for over [0, tasks), on one thread where `work` (multiply-adds or copies, all tasks) is small.
+template <typename F>
+void parallel(int64_t tasks, double work, const F& f) {
+  at::parallel_for(0, tasks, work < kSerialWork ? std::max<int64_t>(tasks, 1) : 1, f);
+}
+
+// Independent pieces of preparation (copies, packing), run in one parallel region.
+struct Jobs {
+  std::vector<std::function<void()>> jobs;
+  double work = 0;
+  void add(double elements, std::function<void()> job) {
+    work += elements;
+    jobs.push_back(std::move(job));
+  }
+  void run() {
+    parallel(static_cast<int64_t>(jobs.size()), work, [&](int64_t begin, int64_t end) {
+      for (int64_t j = begin; j < end; ++j) jobs[j]();
+    });
+    jobs.clear();
+    work = 0;
+  }
+};
+
+// Jobs that fill out (rows x length) with zeros, row r's elements [lead, lead + count) being
+// src[r*src_stride + m*step].
+void pad_rows(Jobs& jobs, const float* src, int64_t src_stride, int64_t step, int64_t count, int64_t rows, float* out,
+              int64_t length, int64_t lead) {
+  const int64_t per_job = std::max<int64_t>(1, (int64_t(1) << 15) / std::max<int64_t>(length, 1));
+  for (int64_t r0 = 0; r0 < rows; r0 += per_job) {
+    const int64_t r1 = std::min(rows, r0 + per_job);
+    jobs.add(double(r1 - r0) * length, [=] {
+      for (int64_t r = r0; r < r1; ++r) {
+        float* dst = out + r * length;
+        const float* in = src + r * src_stride;
+        std::fill(dst, dst + lead, 0.0f);
+        if (step == 1) {
+          std::memcpy(dst + lead, in, count * sizeof(float));
+        } else {
+          for (int64_t m = 0; m < count; ++m) dst[lead + m] = in[m * step];
+        }
+        std::fill(dst + lead + count, dst + length, 0.0f);
+      }
+    });
+  }
+}
+
+// Jobs that pack A of each unit u < units (avx2::pack_a with base(u), the same sizes and strides for
+// every unit) into out, unit u's at u * packed_size(rows, outer * offsets.size()); the work split over
+// units and blocks of o or of panels. `offsets` must outlive the jobs.
+template <typename Base>
+void pack_units(Jobs& jobs, int64_t units, int64_t rows, int64_t outer, const std::vector<int64_t>& offsets, Base base,
+                int64_t row_stride, int64_t outer_stride, float* out) {
+  const int64_t inner = static_cast<int64_t>(offsets.size());
+  const int64_t size = avx2::packed_size(rows, outer * inner);
+  const bool by_outer = outer_stride >= row_stride;  // as pack_a's loops
+  const int64_t parts = by_outer ? outer : avx2::panels(rows);
+  const int64_t per_part = std::max<int64_t>(1, size / parts);
+  const int64_t chunk = std::max<int64_t>(1, (int64_t(1) << 15) / per_part);  // about 32k elements a job
+  for (int64_t u = 0; u < units; ++u) {
+    const float* source = base(u);
+    for (int64_t q0 = 0; q0 < parts; q0 += chunk) {
+      const int64_t q1 = std::min(parts, q0 + chunk);
+      jobs.add(double(q1 - q0) * per_part, [=, &offsets] {
+        avx2::pack_a(rows, outer, inner, source, row_stride, outer_stride, offsets.data(), out + u * size,
+                     by_outer ? q0 : 0, by_outer ? q1 : outer, by_outer ? 0 : q0, by_outer ? avx2::panels(rows) : q1);
+      });
+    }
+  }
+}
+
+// Forward with the weight read in place as the GEMM's B, for short inputs and many channels (where the
+// weight is the larger operand) and for few output channels (where the weight is small and x would be
+// read once per tap otherwise): Z^T[(n, i), (co, k)] = sum_ci x[n, ci, i] * w[ci, co, k] (A's rows gathered
+// from x), then each Z^T element added into y at i*stride + k*dilation - padding (col2im). A task owns
+// its rows of y: (group, block of whole output channels) with every batch row where the inputs are
+// few (the weight crosses memory once per tile of 192 input positions), else (group, block, n, segment
+// of outputs) with the inputs that reach the segment. Only products of real inputs are formed, so Inf
+// and NaN land as torch puts them.
+constexpr int64_t kStreamedPositions = 192;  // rows of a Z^T tile (32 panels)
+
+bool streamed_by_batch(const ConvTParams& p) { return p.batch * p.length_in > 2 * kStreamedPositions; }
+
+void forward_avx2_streamed(const float* x, const float* w, const float* bias, float* y, const ConvTParams& p) {
+  const int64_t Cig = p.in_channels_per_group, Cog = p.out_channels_per_group, K = p.kernel_size, R = Cog * K;
+  const int64_t span = (K - 1) * p.dilation;
+  const int64_t channels = std::clamp<int64_t>(kWeightColumns / K, 1, Cog);  // output channels per task
+  const int64_t blocks = ceil_div(Cog, channels);
+  const bool by_batch = streamed_by_batch(p);
+  // segments of outputs per batch row: enough tasks for the threads, each at least 4 halos of inputs
+  const int64_t halo = ceil_div(span, p.stride) + 1;
+  const int64_t most = std::max<int64_t>(1, p.length_in / std::max(kStreamedPositions, 4 * halo));
+  const int64_t segments =
+      by_batch ? std::clamp<int64_t>(ceil_div(4 * threads(), p.groups * blocks * p.batch), 1, most) : 1;
+  const int64_t segment = ceil_div(p.length_out, segments);
+  const int64_t units = p.groups * blocks * (by_batch ? p.batch * segments : 1);
+  const int64_t zero = 0;
+  parallel(units, double(p.batch) * p.in_channels * p.out_channels_per_group * p.kernel_size * p.length_in,
+           [&](int64_t begin, int64_t end) {
+    std::vector<float> tile(kStreamedPositions * avx2::round_up_columns(channels * K, 1)), tail;
+    std::vector<const float*> a_rows(kStreamedPositions);
+    std::vector<int64_t> row_n(kStreamedPositions), row_i(kStreamedPositions);
+    for (int64_t task = begin; task < end; ++task) {
+      int64_t rest = task;
+      const int64_t q = by_batch ? rest % segments : 0;
+      rest = by_batch ? rest / segments : rest;
+      const int64_t n_only = by_batch ? rest % p.batch : -1;
+      rest = by_batch ? rest / p.batch : rest;
+      const int64_t b = rest % blocks, g = rest / blocks;
+      const int64_t co0 = b * channels, count = std::min(channels, Cog - co0), cols = count * K;
+      const int64_t j0 = q * segment, j1 = std::min(p.length_out, j0 + segment);
+      if (j0 >= j1) continue;
+      // the inputs (n, i) of the task, in tiles: i in [i_lo, i_hi) for each n
+      const int64_t i_lo = by_batch ? std::max<int64_t>(0, ceil_div(j0 - span + p.padding, p.stride)) : 0;
+      const int64_t i_hi = by_batch ? std::min(p.length_in, floor_div(j1 - 1 + p.padding, p.stride) + 1) : p.length_in;
+      const int64_t n_begin = by_batch ? n_only : 0, n_end = by_batch ? n_only + 1 : p.batch;
+      const int64_t total = (n_end - n_begin) * std::max<int64_t>(0, i_hi - i_lo);
+      const int64_t panel = avx2::panel_rows(total);
+      const int64_t width = avx2::round_up_columns(cols, std::max<int64_t>(panel, 1));
+      for (int64_t n = n_begin; n < n_end; ++n) {
+        for (int64_t c = 0; c < count; ++c) {
+          float* row = y + (n * p.out_channels + g * Cog + co0 + c) * p.length_out;
+          std::fill(row + j0, row + j1, bias ? bias[g * Cog + co0 + c] : 0.0f);
+        }
+      }
+      if (total <= 0) continue;
+      // B: w's rows from column co0*K; where the tile's columns run past a row, a copy padded with zeros
+      avx2::Operand b_rows{w + g * Cig * R + co0 * K, R, 1, &zero};
+      if (co0 * K + width > R) {
+        tail.assign(Cig * width, 0.0f);
+        for (int64_t ci = 0; ci < Cig; ++ci) {
+          std::memcpy(tail.data() + ci * width, w + (g * Cig + ci) * R + co0 * K, cols * sizeof(float));
+        }
+        b_rows = avx2::Operand{tail.data(), width, 1, &zero};
+      }
+      for (int64_t r0 = 0; r0 < total; r0 += kStreamedPositions) {
+        const int64_t rows = std::min(kStreamedPositions, total - r0);
+        for (int64_t r = 0; r < rows; ++r) {
+          const int64_t index = r0 + r, n = n_begin + index / (i_hi - i_lo), i = i_lo + index % (i_hi - i_lo);
+          row_n[r] = n, row_i[r] = i;
+          a_rows[r] = x + (n * p.in_channels + g * Cig) * p.length_in + i;  // step ci at + ci*L_in
+        }
+        avx2::gemm_gathered(rows, cols, Cig, a_rows.data(), p.length_in, panel, b_rows, 0, tile.data(), width);
+        for (int64_t r = 0; r < rows; ++r) {
+          const float* z = tile.data() + r * width;
+          const int64_t origin = row_i[r] * p.stride - p.padding;
+          float* y_rows = y + (row_n[r] * p.out_channels + g * Cog + co0) * p.length_out;
+          for (int64_t k = 0; k < K; ++k) {
+            const int64_t j = origin + k * p.dilation;
+            if (j < j0 || j >= j1) continue;
+            float* out = y_rows + j;
+            for (int64_t c = 0; c < count; ++c) out[c * p.length_out] += z[c * K + k];
+          }
+        }
+      }
+    }
+  });
+}
+
+// Forward for few output channels per group (waveform decoders, C_out 1-4): Z[(co, k), i] = sum_ci
+// w[ci, co, k] * x[ci, i] with the positions along the vectors (A = w^T packed, small; B = x's rows read
+// in place: each x element loaded once for every tap of a block of output channels), then col2im into y.
+// Tasks of (group, block of whole output channels, n, segment of outputs), each with the inputs that
+// reach its segment (as forward_avx2_streamed); only products of real inputs reach y.
+void forward_avx2_scatter(const float* x, const float* w, const float* bias, float* y, const ConvTParams& p) {
+  const int64_t Cig = p.in_channels_per_group, Cog = p.out_channels_per_group, K = p.kernel_size, R = Cog * K;
+  constexpr int64_t kColumns = 256;  // positions of a Z tile
+  const int64_t span = (K - 1) * p.dilation;
+  const int64_t channels = std::clamp<int64_t>(kAvx2Rows / K, 1, Cog);  // output channels per task
+  const int64_t blocks = ceil_div(Cog, channels);
+  const int64_t halo = ceil_div(span, p.stride) + 1;
+  const int64_t most = std::max<int64_t>(1, p.length_in / std::max(kColumns, 4 * halo));
+  const int64_t segments = std::clamp<int64_t>(ceil_div(4 * threads(), p.groups * blocks * p.batch), 1, most);
+  const int64_t segment = ceil_div(p.length_out, segments);
+  // A per (group, block): rows (co, k) of the block, steps ci: w[g*Cig + ci, co0*K + row]
+  const int64_t block_rows = channels * K;
+  const int64_t packed = avx2::packed_size(block_rows, Cig);
+  at::Tensor a_packed = at::empty({std::max<int64_t>(1, p.groups * blocks * packed)}, at::TensorOptions().dtype(at::kFloat));
+  float* a = a_packed.data_ptr<float>();
+  const int64_t zero = 0;
+  parallel(p.groups * blocks, double(p.groups) * Cig * R, [&](int64_t begin, int64_t end) {
+    for (int64_t u = begin; u < end; ++u) {
+      const int64_t g = u / blocks, co0 = (u % blocks) * channels, rows = std::min(channels, Cog - co0) * K;
+      avx2::pack_a(rows, Cig, 1, w + g * Cig * R + co0 * K, 1, R, &zero, a + u * packed, 0, Cig, 0, avx2::panels(rows));
+    }
+  });
+  const int64_t tasks = p.groups * blocks * p.batch * segments;
+  parallel(tasks, double(p.batch) * p.in_channels * p.out_channels_per_group * p.kernel_size * p.length_in,
+           [&](int64_t begin, int64_t end) {
+    std::vector<float> tile(block_rows * (kColumns + 64)), window;
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t q = task % segments, n = (task / segments) % p.batch, u = task / (segments * p.batch);
+      const int64_t g = u / blocks, co0 = (u % blocks) * channels, count = std::min(channels, Cog - co0);
+      const int64_t rows = count * K, panel = avx2::panel_rows(rows);  // as pack_a packed the block
+      const int64_t step = avx2::column_step(panel), width = round_up(kColumns, step);
+      const int64_t j0 = q * segment, j1 = std::min(p.length_out, j0 + segment);
+      if (j0 >= j1) continue;
+      float* y_rows = y + (n * p.out_channels + g * Cog + co0) * p.length_out;
+      for (int64_t c = 0; c < count; ++c) {
+        std::fill(y_rows + c * p.length_out + j0, y_rows + c * p.length_out + j1, bias ? bias[g * Cog + co0 + c] : 0.0f);
+      }
+      const int64_t i_lo = std::max<int64_t>(0, ceil_div(j0 - span + p.padding, p.stride));
+      const int64_t i_hi = std::min(p.length_in, floor_div(j1 - 1 + p.padding, p.stride) + 1);
+      const float* x_rows = x + (n * p.in_channels + g * Cig) * p.length_in;
+      for (int64_t i0 = i_lo; i0 < i_hi; i0 += kColumns) {
+        const int64_t cols = std::min(kColumns, i_hi - i0);
+        // B: x's rows from i0, or where the kernel's columns would run past a row, a padded copy
+        avx2::Operand b{x_rows, p.length_in, 1, &zero};
+        int64_t column = i0;
+        if (i0 + round_up(cols, step) > p.length_in) {
+          window.assign(Cig * width, 0.0f);
+          for (int64_t ci = 0; ci < Cig; ++ci) {
+            std::memcpy(window.data() + ci * width, x_rows + ci * p.length_in + i0, cols * sizeof(float));
+          }
+          b = avx2::Operand{window.data(), width, 1, &zero}, column = 0;
+        }
+        avx2::gemm(rows, cols, Cig, a + u * packed, panel, panel * Cig, b, column, tile.data(), width, false);
+        for (int64_t r = 0; r < rows; ++r) {  // col2im: row (c, k) of Z to y[c] at i*stride + k*dilation - padding
+          const int64_t c = r / K, k = r % K, offset = k * p.dilation - p.padding;
+          const int64_t ia = std::max(i0, ceil_div(j0 - offset, p.stride));
+          const int64_t ib = std::min(i0 + cols, ceil_div(j1 - offset, p.stride));
+          const float* z = tile.data() + r * width - i0;
+          float* out = y_rows + c * p.length_out + offset;
+          if (p.stride == 1) {
+            for (int64_t i = ia; i < ib; ++i) out[i] += z[i];
+          } else {
+            for (int64_t i = ia; i < ib; ++i) out[i * p.stride] += z[i];
+          }
+        }
+      }
+    }
+  });
+}
+
+// The forward's AVX2 form, by estimates in cycles of what each costs beyond its multiply-adds (16 a
+// cycle): packed, about 2 per weight element to pack, and with fewer than 6 output channels per group
+// a kernel that loads a vector of x per multiply-add row or two (x read once per tap); streamed, about 3
+// per element of Z^T (N*L_in*Cog*K, the col2im), 2 per element of x transposed per block of output
+// channels, and the weight read again per tile of 192 input positions; scatter, the col2im and the
+// packing of w^T.
+Form forward_avx2_form(const ConvTParams& p) {
+  const double Cig = p.in_channels_per_group, Cog = p.out_channels_per_group, K = p.kernel_size, G = p.groups;
+  const double weight = G * Cig * Cog * K, positions = double(p.batch) * p.length_in;
+  const double products = weight * positions / 16, col2im = 3 * positions * Cog * K * G;
+  const double packed = 2 * weight + (Cog < 6 ? products * (6 / Cog - 1) / 2 : 0);
+  const double tiles = streamed_by_batch(p) ? p.batch * std::ceil(p.length_in / double(kStreamedPositions))
+                                            : std::ceil(positions / kStreamedPositions);
+  const double blocks = std::ceil(Cog / std::clamp(std::floor(kWeightColumns / K), 1.0, Cog));
+  const double streamed = col2im + 2 * positions * Cig * G * blocks + weight * (tiles - 1) / 2;
+  const double scatter = col2im + 2 * weight;
+  if (packed <= streamed && packed <= scatter) return Form::kPacked;
+  return streamed <= scatter ? Form::kStreamed : Form::kScatter;
+}
+
+// Forward: per (group, phase) A = W_phase (Cog x Cig*taps), element (co, ci*taps + t) = w[ci, co, k_t];
+// B row (ci, t) = x_padded[ci] shifted by -shift_t. Tasks of (n, group, block of positions, block of
+// rows), each running every phase (they read the same window of x); the epilogue adds the bias and
+// writes the phase's positions of y. False: not run (the padded copy would be large), or an output is
+// not finite (Inf or NaN in x or w: the products with the padding may have made NaN of what torch
+// leaves finite, and the caller reruns the pass in a form that forms no such product).
+bool forward_avx2(const float* x, const float* w, const float* bias, float* y, const ConvTParams& p,
+                  bool windows) {
+  const int64_t Cig = p.in_channels_per_group, Cog = p.out_channels_per_group, K = p.kernel_size;
+  const auto phases = taps_by_phase(p);
+  const int64_t count = static_cast<int64_t>(phases.size());
+  std::vector<std::vector<int64_t>> offsets(count);
+  int64_t min_shift = 0, max_shift = 0;
+  for (int64_t r = 0; r < count; ++r) {
+    for (const int64_t k : phases[r]) {
+      const int64_t shift = tap_of(k, p.stride, p.padding, p.dilation).shift;
+      offsets[r].push_back(-shift);
+      min_shift = std::min(min_shift, shift);
+      max_shift = std::max(max_shift, shift);
+    }
+  }
+  const int64_t step = avx2::column_step(avx2::panel_rows(Cog));
+  const int64_t columns_per_task = round_up(kAvx2Columns, step);
+  const int64_t longest = phase_length(0, p.length_out, p.stride);
+  // B's rows: one copy of x padded with zeros where it is small; otherwise x itself, and for the blocks
+  // whose windows reach past its ends a padded copy of the window, per task.
+  const int64_t lead = max_shift;
+  const int64_t length = padded_length(std::max(lead + p.length_in, lead + longest + step - min_shift));
+  const bool shared_copy = !windows && p.batch * p.in_channels * length <= kSharedCopy;
+  const int64_t window = padded_length(columns_per_task + step + max_shift - min_shift);
+  if (!shared_copy && Cig * window > kSharedCopy) return false;  // taps far apart: windows as large as x
+
+  // A per (phase, group): A(co, (ci, t)) = w[g*Cig + ci, co, k_t], at a_offsets[phase] + g * its size
+  Jobs jobs;
+  std::vector<int64_t> a_offsets(count + 1, 0);
+  for (int64_t r = 0; r < count; ++r) {
+    a_offsets[r + 1] = a_offsets[r] + p.groups * avx2::packed_size(Cog, Cig * static_cast<int64_t>(phases[r].size()));
+  }
+  const at::Tensor a_packed = at::empty({std::max<int64_t>(1, a_offsets[count])}, at::TensorOptions().dtype(at::kFloat));
+  for (int64_t r = 0; r < count; ++r) {
+    pack_units(jobs, p.groups, Cog, Cig, phases[r], [&](int64_t g) { return w + g * Cig * Cog * K; }, K, Cog * K,
+               a_packed.data_ptr<float>() + a_offsets[r]);
+  }
+  at::Tensor x_padded;
+  if (shared_copy) {
+    x_padded = at::empty({p.batch * p.in_channels, length}, at::TensorOptions().dtype(at::kFloat));
+    pad_rows(jobs, x, p.length_in, 1, p.length_in, p.batch * p.in_channels, x_padded.data_ptr<float>(), length, lead);
+  }
+  jobs.run();
+  const float* xp = shared_copy ? x_padded.data_ptr<float>() : nullptr;
+
+  const int64_t row_block = balanced_rows(Cog);
+  const int64_t row_blocks = ceil_div(Cog, row_block);
+  const int64_t column_blocks = ceil_div(longest, columns_per_task);
+  const int64_t width = round_up(std::min(columns_per_task, longest), step);  // of a tile
+  // Batch rows per task (their outputs side by side in tiles): where a task's columns are few, one
+  // block of A serves several batch rows while it is in cache. The reduction then runs in blocks of
+  // whole input channels, each block's products for every batch row of the task in turn.
+  const int64_t other_tasks = p.groups * column_blocks * row_blocks;
+  const int64_t batch_block =
+      shared_copy ? std::clamp<int64_t>(std::min(1024 / width, p.batch / ceil_div(2 * threads(), other_tasks)), 1, p.batch)
+                  : 1;
+  const int64_t batch_blocks = ceil_div(p.batch, batch_block);
+  const int64_t tasks = batch_blocks * p.groups * column_blocks * row_blocks;
+  const int64_t panel = avx2::panel_rows(Cog);
+  std::atomic<bool> finite{true};
+  parallel(tasks, double(p.batch) * p.in_channels * p.out_channels_per_group * K * p.length_in,
+           [&](int64_t begin, int64_t end) {
+    std::vector<float> tiles(batch_block * row_block * width);
+    std::vector<float> window_rows;
+    bool all_finite = true;
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t rb = task % row_blocks, cb = (task / row_blocks) % column_blocks;
+      const int64_t g = (task / (row_blocks * column_blocks)) % p.groups;
+      const int64_t n0 = (task / (row_blocks * column_blocks * p.groups)) * batch_block;
+      const int64_t n1 = std::min(p.batch, n0 + batch_block);
+      const int64_t m0 = cb * columns_per_task;
+      const int64_t row0 = rb * row_block, rows = std::min(row_block, Cog - row0);
+      // where row (ci, t) of B starts for output m0 of batch row n: base(n) + ci*stride + offset_t + column
+      const float* window_base = nullptr;
+      int64_t stride = length, column = m0;
+      if (!shared_copy) {  // (one batch row a task)
+        const int64_t lo = m0 - max_shift, hi = m0 + columns_per_task + step - min_shift;
+        const float* x_rows = x + (n0 * p.in_channels + g * Cig) * p.length_in;
+        if (lo >= 0 && hi <= p.length_in) {
+          window_base = x_rows, stride = p.length_in;
+        } else {
+          window_rows.resize(Cig * window);
+          const int64_t a0 = std::clamp<int64_t>(lo, 0, p.length_in), a1 = std::clamp<int64_t>(hi, a0, p.length_in);
+          for (int64_t ci = 0; ci < Cig; ++ci) {
+            float* out = window_rows.data() + ci * window;
+            std::fill(out, out + window, 0.0f);
+            std::memcpy(out + (a0 - lo), x_rows + ci * p.length_in + a0, (a1 - a0) * sizeof(float));
+          }
+          window_base = window_rows.data() + max_shift, stride = window, column = 0;
+        }
+      }
+      auto base = [&](int64_t n) {
+        return shared_copy ? xp + (n * p.in_channels + g * Cig) * length + lead : window_base;
+      };
+      for (int64_t r = 0; r < count; ++r) {
+        const int64_t cols = std::min(columns_per_task, phase_length(r, p.length_out, p.stride) - m0);
+        if (cols <= 0) continue;
+        const int64_t taps = static_cast<int64_t>(phases[r].size());
+        const int64_t depth = Cig * taps;  // B((ci, t), m) = x[ci, m - shift_t]
+        const float* a = a_packed.data_ptr<float>() + a_offsets[r] + g * avx2::packed_size(Cog, depth) + row0 * depth;
+        // blocks of about 256 steps (whole input channels) where several batch rows share them
+        const int64_t channels = n1 - n0 > 1 ? std::clamp<int64_t>(256 / std::max<int64_t>(taps, 1), 1, Cig) : Cig;
+        for (int64_t c0 = 0; c0 < Cig; c0 += channels) {
+          const int64_t kc = (std::min(Cig, c0 + channels) - c0) * taps;
+          for (int64_t n = n0; n < n1; ++n) {
+            avx2::gemm(rows, cols, kc, a + c0 * taps * panel, panel, panel * depth,
+                       avx2::Operand{base(n) + c0 * stride, stride, taps, offsets[r].data()}, column,
+                       tiles.data() + (n - n0) * row_block * width, width, c0 > 0);
+          }
+        }
+        for (int64_t n = n0; n < n1; ++n) {
+          const float* tile = tiles.data() + (n - n0) * row_block * width;
+          for (int64_t rr = 0; rr < rows; ++rr) {
+            const int64_t co = g * Cog + row0 + rr;
+            all_finite &= avx2::write_row(tile + rr * width, cols, bias ? bias[co] : 0.0f,
+                                          y + (n * p.out_channels + co) * p.length_out + m0 * p.stride + r, p.stride);
+          }
+        }
+      }
+    }
+    if (!all_finite) finite = false;
+  });
+  return finite;
+}
+
+// grad_y's phases padded: (phases, N*C_out, length), phase r's outputs at [lead, lead + phase_length(r)).
+struct PaddedPhases {
+  at::Tensor data;
+  int64_t count = 0, length = 0, lead = 0;
+  std::vector<int64_t> taps;  // the taps whose phase exists (phase < L_out), in order of k
+  const float* row(int64_t phase, int64_t row_index) const {
+    return data.data_ptr<float>() + (phase * (data.size(0) / std::max<int64_t>(count, 1)) + row_index) * length;
+  }
+};
+
+// false: the padded copy would be large.
+bool pad_phases(const float* grad_y, const ConvTParams& p, int64_t step, PaddedPhases& out) {
+  out.count = std::min(p.stride, p.length_out);
+  int64_t min_shift = 0, max_shift = 0;
+  for (int64_t k = 0; k < p.kernel_size; ++k) {
+    const Tap tap = tap_of(k, p.stride, p.padding, p.dilation);
+    if (tap.phase >= out.count) continue;
+    out.taps.push_back(k);
+    min_shift = std::min(min_shift, tap.shift);
+    max_shift = std::max(max_shift, tap.shift);
+  }
+  const int64_t longest = phase_length(0, p.length_out, p.stride);
+  out.lead = -min_shift;
+  out.length = padded_length(std::max(out.lead + longest, out.lead + p.length_in + step + max_shift));
+  const int64_t rows = p.batch * p.out_channels;
+  if (!padding_is_small(out.count * rows * out.length, rows * p.length_out)) return false;
+  out.data = at::empty({out.count * rows, out.length}, at::TensorOptions().dtype(at::kFloat));
+  Jobs jobs;
+  for (int64_t r = 0; r < out.count; ++r) {
+    pad_rows(jobs, grad_y + r, p.length_out, p.stride, phase_length(r, p.length_out, p.stride), rows,
+             out.data.data_ptr<float>() + r * rows * out.length, out.length, out.lead);
+  }
+  jobs.run();
+  return true;
+}
+
+// grad_input: per group A = W (Cig x Cog*taps), element (ci, co*taps + v) = w[ci, co, k_v]; B row (co, v) =
+// phase_v of grad_y[co] shifted by shift_v. Tasks of (n, group, block of inputs, block of rows). False
+// where an output is not finite (as forward_avx2).
+bool grad_input_avx2(const PaddedPhases& phases, const float* w, float* grad_x, const ConvTParams& p) {
+  const int64_t Cig = p.in_channels_per_group, Cog = p.out_channels_per_group, K = p.kernel_size;
+  const int64_t taps = static_cast<int64_t>(phases.taps.size());
+  const int64_t rows_per_phase = p.batch * p.out_channels;
+  std::vector<int64_t> offsets;
+  for (const int64_t k : phases.taps) {
+    const Tap tap = tap_of(k, p.stride, p.padding, p.dilation);
+    offsets.push_back(tap.phase * rows_per_phase * phases.length + tap.shift);
+  }
+  const int64_t depth = Cog * taps;
+  const float* base = phases.data.data_ptr<float>();
+  const int64_t step = avx2::column_step(avx2::panel_rows(Cig));
+  const int64_t columns_per_task = round_up(kAvx2Columns, step);
+  const int64_t row_block = balanced_rows(Cig);
+  const int64_t row_blocks = ceil_div(Cig, row_block);
+  const int64_t column_blocks = ceil_div(p.length_in, columns_per_task);
+  const int64_t width = round_up(std::min(columns_per_task, p.length_in), step);  // of a tile
+  // Batch rows per task, as in forward_avx2: on short inputs a block of A serves several of them.
+  const int64_t other_tasks = p.groups * column_blocks * row_blocks;
+  const int64_t batch_block =
+      std::clamp<int64_t>(std::min(1024 / width, p.batch / ceil_div(2 * threads(), other_tasks)), 1, p.batch);
+  const int64_t batch_blocks = ceil_div(p.batch, batch_block);
+  // A per group: A(ci, (co, v)) = w[g*Cig + ci, co, k_v]. Packed once where several tasks read each block
+  // of it; else w's rows themselves where every tap has outputs (steps (co, k) in order), packed per block
+  // of steps by the task that reads it.
+  const bool in_place = taps == K && batch_blocks * column_blocks <= 2;
+  at::Tensor a_packed;
+  if (!in_place) {
+    a_packed = at::empty({std::max<int64_t>(1, p.groups * avx2::packed_size(Cig, depth))},
+                         at::TensorOptions().dtype(at::kFloat));
+    Jobs jobs;
+    pack_units(jobs, p.groups, Cig, Cog, phases.taps, [&](int64_t g) { return w + g * Cig * Cog * K; }, Cog * K, K,
+               a_packed.data_ptr<float>());
+    jobs.run();
+  }
+  const int64_t panel = avx2::panel_rows(Cig);
+  const int64_t tasks = batch_blocks * other_tasks;
+  std::atomic<bool> finite{true};
+  parallel(tasks, double(p.batch) * p.in_channels * p.out_channels_per_group * p.kernel_size * p.length_in,
+           [&](int64_t begin, int64_t end) {
+    std::vector<float> tiles(batch_block * row_block * width);
+    bool all_finite = true;
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t rb = task % row_blocks, cb = (task / row_blocks) % column_blocks;
+      const int64_t g = (task / (row_blocks * column_blocks)) % p.groups;
+      const int64_t n0 = (task / (row_blocks * column_blocks * p.groups)) * batch_block;
+      const int64_t n1 = std::min(p.batch, n0 + batch_block);
+      const int64_t i0 = cb * columns_per_task, cols = std::min(columns_per_task, p.length_in - i0);
+      const int64_t row0 = rb * row_block, rows = std::min(row_block, Cig - row0);
+      // blocks of about 256 steps (whole output channels) where several batch rows share them
+      const int64_t channels = n1 - n0 > 1 ? std::clamp<int64_t>(256 / std::max<int64_t>(taps, 1), 1, Cog) : Cog;
+      for (int64_t c0 = 0; c0 < Cog; c0 += channels) {
+        const int64_t kc = (std::min(Cog, c0 + channels) - c0) * taps;
+        for (int64_t n = n0; n < n1; ++n) {
+          // B((co, v), i) = phase_v of grad_y[co] at i + shift_v
+          const avx2::Operand b{base + (n * p.out_channels + g * Cog + c0) * phases.length + phases.lead,
+                                phases.length, taps, offsets.data()};
+          float* tile = tiles.data() + (n - n0) * row_block * width;
+          if (in_place) {
+            avx2::gemm_rows(rows, cols, kc, w + (g * Cig + row0) * depth + c0 * taps, depth, panel, b, i0, tile, width,
+                            c0 > 0);
+          } else {
+            const float* a = a_packed.data_ptr<float>() + g * avx2::packed_size(Cig, depth) + row0 * depth;
+            avx2::gemm(rows, cols, kc, a + c0 * taps * panel, panel, panel * depth, b, i0, tile, width, c0 > 0);
+          }
+        }
+      }
+      for (int64_t n = n0; n < n1; ++n) {
+        const float* tile = tiles.data() + (n - n0) * row_block * width;
+        for (int64_t rr = 0; rr < rows; ++rr) {
+          all_finite &= avx2::write_row(tile + rr * width, cols, 0.0f,
+                                        grad_x + (n * p.in_channels + g * Cig + row0 + rr) * p.length_in + i0, 1);
+        }
+      }
+    }
+    if (!all_finite) finite = false;
+  });
+  return finite;
+}
+
+// grad_weight: grad_w[ci, co, k] = sum over n and the outputs m that tap k reaches of
+// x[n, ci, m - shift_k] * phase_k of grad_y[n, co] at m. Tasks of (group, block of input channels,
+// block of output channels, tap), each summing over the batch in order (deterministic: the blocks
+// depend on the problem only).
+void grad_weight_avx2(const PaddedPhases& phases, const float* x, float* grad_w, const ConvTParams& p) {
+  const int64_t Cig = p.in_channels_per_group, Cog = p.out_channels_per_group, K = p.kernel_size;
+  constexpr int64_t kInBlock = 24, kOutBlock = 32;  // multiples of dot's 3 x 4 blocks
+  const int64_t in_blocks = ceil_div(Cig, kInBlock), out_blocks = ceil_div(Cog, kOutBlock);
+  const int64_t tasks = p.groups * in_blocks * out_blocks * K;
+  parallel(tasks, double(p.batch) * p.in_channels * p.out_channels_per_group * p.kernel_size * p.length_in,
+           [&](int64_t begin, int64_t end) {
+    std::vector<float> tile(kInBlock * kOutBlock);
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t k = task % K, ob = (task / K) % out_blocks, ib = (task / (K * out_blocks)) % in_blocks;
+      const int64_t g = task / (K * out_blocks * in_blocks);
+      const int64_t c0 = ib * kInBlock, rows = std::min(kInBlock, Cig - c0);
+      const int64_t o0 = ob * kOutBlock, cols = std::min(kOutBlock, Cog - o0);
+      const Tap tap = tap_of(k, p.stride, p.padding, p.dilation);
+      std::fill(tile.begin(), tile.end(), 0.0f);
+      if (tap.phase < phases.count) {
+        const TapRange range = tap_range(tap, phase_length(tap.phase, p.length_out, p.stride), p.length_in);
+        for (int64_t n = 0; n < p.batch && !range.empty(); ++n) {
+          avx2::dot(rows, cols, range.end - range.begin,
+                    x + (n * p.in_channels + g * Cig + c0) * p.length_in + range.begin - tap.shift, p.length_in,
+                    phases.row(tap.phase, n * p.out_channels + g * Cog + o0) + phases.lead + range.begin, phases.length,
+                    tile.data(), kOutBlock, n > 0);
+        }
+      }
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t c = 0; c < cols; ++c) {
+          grad_w[((g * Cig + c0 + r) * Cog + o0 + c) * K + k] = tile[r * kOutBlock + c];
+        }
+      }
+    }
+  });
+}
+
+// Blocks of input channels of grad_weight's GEMM form: one (each task's G^T serves every input channel)
+// unless its column blocks are too few to keep 8 tasks busy.
+int64_t grad_weight_row_blocks(const ConvTParams& p) {
+  const int64_t column_blocks = ceil_div(p.out_channels_per_group * p.kernel_size, kWeightColumns);
+  const int64_t for_tasks = ceil_div(8, p.groups * column_blocks);
+  const int64_t for_cache = ceil_div(p.in_channels_per_group, 192);  // a tile of 192 x 256 stays in L2
+  return std::clamp<int64_t>(std::max(for_tasks, for_cache), 1, ceil_div(p.in_channels_per_group, 24));
+}
+
+// grad_weight as a GEMM over positions (short rows, where per-pair dot products would spend more on
+// their horizontal sums than on the products): per group grad_w (Cig x Cog*K, w's layout) =
+// sum over n and input positions i of x[n, ci, i] * G^T[i, (co, k)], G^T[i, (co, k)] = grad_y[n, co,
+// i*stride + k*dilation - padding] (0 outside), built per task for its columns and a chunk of
+// positions. Tasks of (group, block of input channels, block of columns (co, k)), each summing over the
+// batch and the chunks in order (deterministic: the blocks and chunks depend on the problem only).
+// G^T's zeros meet x: false where a value of grad_w is not finite (Inf or NaN in x may have made NaN of
+// what the products that exist leave finite; the caller reruns the pass as dot products).
+bool grad_weight_avx2_gemm(const float* grad_y, const float* x, float* grad_w, const ConvTParams& p) {
+  const int64_t Cig = p.in_channels_per_group, Cog = p.out_channels_per_group, K = p.kernel_size, R = Cog * K;
+  const int64_t column_blocks = ceil_div(R, kWeightColumns);
+  const int64_t row_blocks = grad_weight_row_blocks(p);
+  const int64_t panel = avx2::panel_rows(Cig);
+  const int64_t row_block = Cig < 6 ? Cig : round_up(ceil_div(Cig, row_blocks), 6);
+  constexpr int64_t kColumns = kWeightColumns, kChunk = 512;
+  // x per group packed once: A(ci, (n, i)) = x[n, g*Cig + ci, i], panels of ci, steps (n, i)
+  const int64_t positions = p.batch * p.length_in;
+  const int64_t packed = avx2::packed_size(Cig, positions);
+  const at::Tensor x_packed =
+      at::empty({std::max<int64_t>(1, p.groups * packed)}, at::TensorOptions().dtype(at::kFloat));
+  float* xp = x_packed.data_ptr<float>();
+  std::vector<int64_t> along(p.length_in);
+  for (int64_t i = 0; i < p.length_in; ++i) along[i] = i;
+  Jobs jobs;
+  pack_units(jobs, p.groups, Cig, p.batch, along, [&](int64_t g) { return x + g * Cig * p.length_in; }, p.length_in,
+             p.in_channels * p.length_in, xp);
+  jobs.run();
+  const int64_t tasks = p.groups * row_blocks * column_blocks;
+  std::atomic<bool> finite{true};
+  parallel(tasks, double(p.batch) * p.in_channels * p.out_channels_per_group * p.kernel_size * p.length_in,
+           [&](int64_t begin, int64_t end) {
+    bool all_finite = true;
+    const int64_t width = avx2::round_up_columns(kColumns, panel);
+    std::vector<float> tile(row_block * width), sum(row_block * width), rows_t(kChunk * width);
+    const int64_t zero_offset = 0;
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t cb = task % column_blocks, rb = (task / column_blocks) % row_blocks;
+      const int64_t g = task / (column_blocks * row_blocks);
+      const int64_t c0 = cb * kColumns, cols = std::min(kColumns, R - c0);
+      const int64_t row0 = rb * row_block, rows = std::min(row_block, Cig - row0);
+      const int64_t padded = avx2::round_up_columns(cols, panel);
+      bool first = true;
+      for (int64_t q0 = 0; q0 < positions; q0 += kChunk) {
+        const int64_t count = std::min(kChunk, positions - q0);
+        // G^T for the chunk's positions (n, i), columns [c0, c0 + padded): column (co, k) is grad_y[n, co] at
+        // i*stride + k*dilation - padding, 0 outside; by batch row
+        for (int64_t t0 = 0; t0 < count;) {
+          const int64_t n = (q0 + t0) / p.length_in, i0 = (q0 + t0) % p.length_in;
+          const int64_t run = std::min(count - t0, p.length_in - i0);  // rows t0.. of batch row n, from i0
+          const float* gy_rows = grad_y + (n * p.out_channels + g * Cog) * p.length_out;
+          float* rows_n = rows_t.data() + t0 * width;
+          // copied by rows (each output channel's K taps a run of grad_y) where runs are long, else by
+          // columns (each read along a row of grad_y)
+          if (K >= 8) {
+            for (int64_t i = 0; i < run; ++i) {
+              float* out = rows_n + i * width;
+              const int64_t base = (i0 + i) * p.stride - p.padding;
+              for (int64_t c = 0, co = c0 / K, k = c0 % K; c < cols; ++co, k = 0) {
+                const int64_t span = std::min(K - k, cols - c), j0 = base + k * p.dilation;
+                const float* src = gy_rows + co * p.length_out;
+                if (p.dilation == 1 && j0 >= 0 && j0 + span <= p.length_out) {
+                  std::memcpy(out + c, src + j0, span * sizeof(float));
+                } else {
+                  for (int64_t t = 0; t < span; ++t) {
+                    const int64_t j = j0 + t * p.dilation;
+                    out[c + t] = j >= 0 && j < p.length_out ? src[j] : 0.0f;
+                  }
+                }
+                c += span;
+              }
+            }
+          } else {
+            for (int64_t c = 0, co = c0 / K, k = c0 % K; c < cols; ++c) {
+              const int64_t offset = i0 * p.stride + k * p.dilation - p.padding;  // of position i0 (+ i*stride)
+              const float* src = gy_rows + co * p.length_out + offset;
+              const int64_t ia = std::clamp<int64_t>(ceil_div(-offset, p.stride), 0, run);
+              const int64_t ib = std::clamp<int64_t>(ceil_div(p.length_out - offset, p.stride), ia, run);
+              float* dst = rows_n + c;
+              for (int64_t i = 0; i < ia; ++i) dst[i * width] = 0.0f;
+              for (int64_t i = ia; i < ib; ++i) dst[i * width] = src[i * p.stride];
+              for (int64_t i = ib; i < run; ++i) dst[i * width] = 0.0f;
+              if (++k == K) k = 0, ++co;
+            }
+          }
+          for (int64_t i = 0; i < run; ++i) std::fill(rows_n + i * width + cols, rows_n + i * width + padded, 0.0f);
+          t0 += run;
+        }
+        // each chunk's sums apart, then added in order: no chain of more than kChunk roundings
+        const avx2::Operand b{rows_t.data(), width, 1, &zero_offset};
+        avx2::gemm(rows, cols, count, xp + g * packed + row0 * positions + q0 * panel, panel, panel * positions, b, 0,
+                   first ? sum.data() : tile.data(), width, false);
+        if (!first) {
+          for (int64_t r = 0; r < rows; ++r) {
+            float* to = sum.data() + r * width;
+            const float* from = tile.data() + r * width;
+            for (int64_t c = 0; c < cols; ++c) to[c] += from[c];
+          }
+        }
+        first = false;
+      }
+      for (int64_t r = 0; r < rows; ++r) {
+        float* out = grad_w + (g * Cig + row0 + r) * R + c0;
+        if (first) {
+          std::fill(out, out + cols, 0.0f);
+        } else {
+          all_finite &= avx2::write_row(sum.data() + r * width, cols, 0.0f, out, 1);
+        }
+      }
+    }
+    if (!all_finite) finite = false;
+  });
+  return finite;
+}
+
+// Which grad_weight form costs less, in cycles beyond the products themselves (Cig*Cog*K*N*L_in
+// multiply-adds, 16 a cycle): the dot products pay a horizontal sum per block of 3 x 4 channel pairs,
+// tap, batch row and chunk of 1024 positions (about 80 cycles); the GEMM pays for building G^T once
+// per block of input channels (about 4 cycles an element) and runs its products about a quarter slower
+// (its tile is read and written per block of positions).
+bool grad_weight_by_gemm(const ConvTParams& p) {
+  const double Cig = p.in_channels_per_group, Cog = p.out_channels_per_group, K = p.kernel_size;
+  const double positions = double(p.batch) * p.length_in;
+  const double products = Cig * Cog * K * positions / 16;
+  const double sums = std::ceil(Cig / 3) * std::ceil(Cog / 4) * K * p.batch * std::ceil(p.length_in / 1024.0) * 80;
+  const double build = Cog * K * positions * grad_weight_row_blocks(p) * 4;
+  return build + products / 4 < sums;
+}
+
+// ---- direct form (few channels per group) ----------------------------------------------------
 
 template <typename scalar_t>
 void forward_direct(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias, const at::Tensor& y,
@@ -231,52 +1177,143 @@ void forward_direct(const at::Tensor& x, const at::Tensor& w, const at::Tensor& 
 }
 
 template <typename scalar_t>
-void backward_direct(const at::Tensor& grad_y, const at::Tensor& x, const at::Tensor& w, const ConvTParams& p,
-                     const at::Tensor& grad_x, const at::Tensor& grad_w) {
+void grad_input_direct(const at::Tensor& grad_y, const at::Tensor& w, const ConvTParams& p, const at::Tensor& grad_x) {
+  const scalar_t* grad_y_data = grad_y.data_ptr<scalar_t>();
+  const scalar_t* w_data = w.data_ptr<scalar_t>();
+  scalar_t* grad_x_data = grad_x.data_ptr<scalar_t>();
+  // one task per input row (n, ci)
+  at::parallel_for(0, p.batch * p.in_channels, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t row = begin; row < end; ++row) {
+      const int64_t n = row / p.in_channels, ci = row % p.in_channels;
+      const int64_t g = ci / p.in_channels_per_group;
+      scalar_t* out = grad_x_data + row * p.length_in;
+      std::fill(out, out + p.length_in, scalar_t(0));
+      for (int64_t co_in_group = 0; co_in_group < p.out_channels_per_group; ++co_in_group) {
+        const int64_t co = g * p.out_channels_per_group + co_in_group;
+        const scalar_t* in = grad_y_data + (n * p.out_channels + co) * p.length_out;
+        for (int64_t k = 0; k < p.kernel_size; ++k) {
+          const scalar_t weight = w_data[(ci * p.out_channels_per_group + co_in_group) * p.kernel_size + k];
+          const Tap tap = tap_of(k, p.stride, p.padding, p.dilation);
+          const TapRange r = tap_range(tap, phase_length(tap.phase, p.length_out, p.stride), p.length_in);
+          const scalar_t* in_phase = in + tap.phase;
+          for (int64_t m = r.begin; m < r.end; ++m) out[m - tap.shift] += weight * in_phase[m * p.stride];
+        }
+      }
+    }
+  });
+}
+
+template <typename scalar_t>
+void grad_weight_direct(const at::Tensor& grad_y, const at::Tensor& x, const ConvTParams& p, const at::Tensor& grad_w) {
   const scalar_t* grad_y_data = grad_y.data_ptr<scalar_t>();
   const scalar_t* x_data = x.data_ptr<scalar_t>();
-  const scalar_t* w_data = w.data_ptr<scalar_t>();
-  if (grad_x.defined()) {
-    scalar_t* grad_x_data = grad_x.data_ptr<scalar_t>();
-    // one task per input row (n, ci)
-    at::parallel_for(0, p.batch * p.in_channels, 1, [&](int64_t begin, int64_t end) {
-      for (int64_t row = begin; row < end; ++row) {
-        const int64_t n = row / p.in_channels, ci = row % p.in_channels;
-        const int64_t g = ci / p.in_channels_per_group;
-        scalar_t* out = grad_x_data + row * p.length_in;
-        std::fill(out, out + p.length_in, scalar_t(0));
-        for (int64_t co_in_group = 0; co_in_group < p.out_channels_per_group; ++co_in_group) {
-          const int64_t co = g * p.out_channels_per_group + co_in_group;
-          const scalar_t* in = grad_y_data + (n * p.out_channels + co) * p.length_out;
-          for (int64_t k = 0; k < p.kernel_size; ++k) {
-            const scalar_t weight = w_data[(ci * p.out_channels_per_group + co_in_group) * p.kernel_size + k];
-            const Tap tap = tap_of(k, p.stride, p.padding, p.dilation);
-            const TapRange r = tap_range(tap, phase_length(tap.phase, p.length_out, p.stride), p.length_in);
-            const scalar_t* in_phase = in + tap.phase;
-            for (int64_t m = r.begin; m < r.end; ++m) out[m - tap.shift] += weight * in_phase[m * p.stride];
-          }
-        }
+  scalar_t* grad_w_data = grad_w.data_ptr<scalar_t>();
+  // one task per weight element (ci, co_in_group, k): a dot product over batch and length
+  at::parallel_for(0, grad_w.numel(), 1, [&](int64_t begin, int64_t end) {
+    for (int64_t index = begin; index < end; ++index) {
+      const auto [ci, co_in_group, k, co] = weight_element(index, p);
+      const Tap tap = tap_of(k, p.stride, p.padding, p.dilation);
+      const TapRange r = tap_range(tap, phase_length(tap.phase, p.length_out, p.stride), p.length_in);
+      scalar_t sum = 0;
+      for (int64_t n = 0; n < p.batch; ++n) {
+        const scalar_t* in = x_data + (n * p.in_channels + ci) * p.length_in;
+        const scalar_t* out_phase = grad_y_data + (n * p.out_channels + co) * p.length_out + tap.phase;
+        for (int64_t m = r.begin; m < r.end; ++m) sum += in[m - tap.shift] * out_phase[m * p.stride];
       }
-    });
+      grad_w_data[index] = sum;
+    }
+  });
+}
+
+// ---- plans -----------------------------------------------------------------------------------------
+// Each pass's form is chosen here, from the problem alone (docs/design.md §6.3):
+//  - float32 where the CPU has AVX2 and FMA: the AVX2 forms. Forward: the weight packed, streamed (Z^T,
+//    then col2im) or scattered (Z, then col2im), by forward_avx2_form; grad_input: packed weight on grad_y's phases;
+//    grad_weight: dot products or a GEMM over positions, by grad_weight_by_gemm.
+//  - otherwise (float64; float32 on other CPUs), and where an AVX2 pass hands back: direct loops for
+//    few channels per group, else BLAS GEMMs, one per tap (taps) or one over every tap (unrolled).
+
+struct Plans {
+  Form forward, grad_input, grad_weight;
+  bool windows = false;  // forward kPacked: x in place with padded windows at its ends, not one padded copy
+};
+
+Form blas_form(const ConvTParams& p) {
+  if (p.in_channels_per_group * p.out_channels_per_group <= 64) return Form::kDirect;  // GEMMs of tiny matrices
+  // more than 4 taps per phase: one GEMM over every tap, rather than a pass over the tile per tap
+  return ceil_div(p.kernel_size, p.stride) > 4 ? Form::kUnrolled : Form::kTaps;
+}
+
+// Test and A/B hook: CONVT_CPU_FORMS, a comma-separated list of `pass=form` (passes forward, grad_input,
+// grad_weight) and `portable`, read at every call. `pass=form` overrides the planner for that pass where
+// the form applies (the AVX2 forms: float32 on an AVX2 CPU): direct, taps, unrolled, packed,
+// packed_windows (forward), streamed and scatter (forward), dot and positions (grad_weight). `portable`
+// plans as on a CPU without AVX2 and FMA, so that an AVX2 machine tests the forms every CPU runs.
+// Unknown names are errors (a misspelt override would otherwise test the planner's choice again).
+struct Override {
+  bool portable = false;
+  std::string forward, grad_input, grad_weight;
+};
+
+Override read_override() {
+  Override out;
+  const char* value = std::getenv("CONVT_CPU_FORMS");
+  if (value == nullptr) return out;
+  const std::string spec(value);
+  for (size_t begin = 0; begin <= spec.size();) {
+    const size_t end = std::min(spec.find(',', begin), spec.size());
+    const std::string item = spec.substr(begin, end - begin);
+    begin = end + 1;
+    if (item.empty()) continue;
+    if (item == "portable") {
+      out.portable = true;
+      continue;
+    }
+    const size_t equals = item.find('=');
+    const std::string pass = item.substr(0, equals), form = equals == std::string::npos ? "" : item.substr(equals + 1);
+    std::string* slot = pass == "forward" ? &out.forward : pass == "grad_input" ? &out.grad_input
+                      : pass == "grad_weight" ? &out.grad_weight : nullptr;
+    TORCH_CHECK(slot != nullptr && !form.empty(), "CONVT_CPU_FORMS: '", item,
+                "' is not portable or pass=form with pass forward, grad_input or grad_weight");
+    *slot = form;
   }
-  if (grad_w.defined()) {
-    scalar_t* grad_w_data = grad_w.data_ptr<scalar_t>();
-    // one task per weight element (ci, co_in_group, k): a dot product over batch and length
-    at::parallel_for(0, grad_w.numel(), 1, [&](int64_t begin, int64_t end) {
-      for (int64_t index = begin; index < end; ++index) {
-        const auto [ci, co_in_group, k, co] = weight_element(index, p);
-        const Tap tap = tap_of(k, p.stride, p.padding, p.dilation);
-        const TapRange r = tap_range(tap, phase_length(tap.phase, p.length_out, p.stride), p.length_in);
-        scalar_t sum = 0;
-        for (int64_t n = 0; n < p.batch; ++n) {
-          const scalar_t* in = x_data + (n * p.in_channels + ci) * p.length_in;
-          const scalar_t* out_phase = grad_y_data + (n * p.out_channels + co) * p.length_out + tap.phase;
-          for (int64_t m = r.begin; m < r.end; ++m) sum += in[m - tap.shift] * out_phase[m * p.stride];
-        }
-        grad_w_data[index] = sum;
-      }
-    });
+  return out;
+}
+
+// The form `name` for a pass, where it applies, else `form` unchanged.
+Form overridden(Form form, const std::string& name, bool avx2_float, bool is_forward, bool is_weight, bool& windows) {
+  if (name.empty()) return form;
+  if (name == "direct") return Form::kDirect;
+  if (name == "taps") return Form::kTaps;
+  if (name == "unrolled") return Form::kUnrolled;
+  const bool known = name == "packed" || (is_forward && (name == "packed_windows" || name == "streamed" ||
+                                                         name == "scatter")) ||
+                     (is_weight && (name == "dot" || name == "positions"));
+  TORCH_CHECK(known, "CONVT_CPU_FORMS: no form '", name, "' for this pass");
+  if (!avx2_float) return form;
+  if (name == "packed" || name == "packed_windows") {
+    windows = is_forward && name == "packed_windows";
+    return Form::kPacked;
   }
+  if (name == "streamed") return Form::kStreamed;
+  if (name == "scatter") return Form::kScatter;
+  return name == "dot" ? Form::kDot : Form::kPositions;
+}
+
+Plans plan(const ConvTParams& p, at::ScalarType dtype) {
+  const Override override = read_override();
+  const bool avx2_float = dtype == at::kFloat && avx2::available() && !override.portable;
+  Plans plans{blas_form(p), blas_form(p), blas_form(p)};
+  if (avx2_float) {
+    plans.forward = forward_avx2_form(p);
+    plans.grad_input = Form::kPacked;
+    plans.grad_weight = grad_weight_by_gemm(p) ? Form::kPositions : Form::kDot;
+  }
+  bool unused = false;
+  plans.forward = overridden(plans.forward, override.forward, avx2_float, true, false, plans.windows);
+  plans.grad_input = overridden(plans.grad_input, override.grad_input, avx2_float, false, false, unused);
+  plans.grad_weight = overridden(plans.grad_weight, override.grad_weight, avx2_float, false, true, unused);
+  return plans;
 }
 
 }  // namespace
@@ -285,13 +1322,41 @@ void forward(const at::Tensor& x, const at::Tensor& w, const std::optional<at::T
              const ConvTArgs& args) {
   const ConvTParams p = make_params(x, w, y, args);
   const at::Tensor x_c = to_compute(x), w_c = to_compute(w);
+  const Plans plans = plan(p, x_c.scalar_type());
   const at::Tensor bias_c = bias.has_value() && bias->defined() ? to_compute(*bias) : at::Tensor();
   const at::Tensor y_c = compute_buffer(y);
   AT_DISPATCH_FLOATING_TYPES(y_c.scalar_type(), "conv_transpose1d_cpu", [&] {
-    if (use_direct_path(p)) {
-      forward_direct<scalar_t>(x_c, w_c, bias_c, y_c, p);
-    } else {
-      forward_gemm<scalar_t>(x_c, w_c, bias_c, y_c, p);
+    const scalar_t* bias_data = bias_c.defined() ? bias_c.data_ptr<scalar_t>() : nullptr;
+    Form form = plans.forward;
+    if (form == Form::kStreamed || form == Form::kScatter) {  // (float32 only: plan)
+      (form == Form::kStreamed ? forward_avx2_streamed : forward_avx2_scatter)(
+          x_c.data_ptr<float>(), w_c.data_ptr<float>(), reinterpret_cast<const float*>(bias_data), y_c.data_ptr<float>(),
+          p);
+      return;
+    }
+    if (form == Form::kPacked) {
+      if (forward_avx2(x_c.data_ptr<float>(), w_c.data_ptr<float>(), reinterpret_cast<const float*>(bias_data),
+                       y_c.data_ptr<float>(), p, plans.windows)) {
+        return;
+      }
+      form = blas_form(p);  // a non-finite output (or windows too large): a form that forms no padding products
+    }
+    switch (form) {
+      case Form::kDirect:
+        forward_direct<scalar_t>(x_c, w_c, bias_c, y_c, p);
+        break;
+      case Form::kTaps: {
+        at::Tensor w_taps = at::empty({p.kernel_size, p.in_channels, p.out_channels_per_group}, w_c.options());
+        pack_taps(w_c.data_ptr<scalar_t>(), w_taps.data_ptr<scalar_t>(), p.in_channels, p.out_channels_per_group,
+                  p.kernel_size);
+        forward_taps<scalar_t>(x_c.data_ptr<scalar_t>(), w_taps.data_ptr<scalar_t>(), bias_data,
+                               y_c.data_ptr<scalar_t>(), p);
+        break;
+      }
+      default:
+        forward_unrolled<scalar_t>(x_c.data_ptr<scalar_t>(), w_c.data_ptr<scalar_t>(), bias_data,
+                                   y_c.data_ptr<scalar_t>(), p);
+        break;
     }
   });
   finish(y, y_c);
@@ -304,13 +1369,72 @@ void backward(const at::Tensor& grad_y, const at::Tensor& x, const at::Tensor& w
   if (grad_bias.defined()) grad_bias.copy_(grad_y_c.sum(at::IntArrayRef{0, 2}));
   if (!grad_x.defined() && !grad_w.defined()) return;
   const at::Tensor x_c = to_compute(x), w_c = to_compute(w);
+  const Plans plans = plan(p, grad_y_c.scalar_type());
   const at::Tensor grad_x_c = grad_x.defined() ? compute_buffer(grad_x) : at::Tensor();
   const at::Tensor grad_w_c = grad_w.defined() ? compute_buffer(grad_w) : at::Tensor();
   AT_DISPATCH_FLOATING_TYPES(grad_y_c.scalar_type(), "conv_transpose1d_backward_cpu", [&] {
-    if (use_direct_path(p)) {
-      backward_direct<scalar_t>(grad_y_c, x_c, w_c, p, grad_x_c, grad_w_c);
-    } else {
-      backward_gemm<scalar_t>(grad_y_c, x_c, w_c, p, grad_x_c, grad_w_c);
+    Form input_form = grad_x.defined() ? plans.grad_input : Form::kDirect;
+    Form weight_form = grad_w.defined() ? plans.grad_weight : Form::kDirect;
+    bool input_done = !grad_x.defined(), weight_done = !grad_w.defined();
+    // (the AVX2 forms are planned for float32 only)
+    if (!weight_done && weight_form == Form::kPositions) {
+      weight_done =
+          grad_weight_avx2_gemm(grad_y_c.data_ptr<float>(), x_c.data_ptr<float>(), grad_w_c.data_ptr<float>(), p);
+      if (!weight_done) weight_form = Form::kDot;  // not finite: the dot products form no product with G^T's zeros
+    }
+    if ((!input_done && input_form == Form::kPacked) || (!weight_done && weight_form == Form::kDot)) {
+      PaddedPhases phases;
+      const int64_t step = avx2::column_step(avx2::panel_rows(p.in_channels_per_group));
+      if (pad_phases(grad_y_c.data_ptr<float>(), p, step, phases)) {
+        if (!input_done && input_form == Form::kPacked) {
+          input_done = grad_input_avx2(phases, w_c.data_ptr<float>(), grad_x_c.data_ptr<float>(), p);
+        }
+        if (!weight_done && weight_form == Form::kDot) {
+          grad_weight_avx2(phases, x_c.data_ptr<float>(), grad_w_c.data_ptr<float>(), p);
+          weight_done = true;
+        }
+      }
+    }
+    // what is left (float64, other CPUs, an AVX2 pass handed back): direct or BLAS forms. The unrolled
+    // form multiplies the zeros of G (grad_y's im2col) by w and by x: where its result is not finite,
+    // the pass runs again as taps, which forms no product with a position outside grad_y.
+    if (input_form != Form::kDirect && input_form != Form::kTaps && input_form != Form::kUnrolled) {
+      input_form = blas_form(p);
+    }
+    if (weight_form != Form::kDirect && weight_form != Form::kTaps && weight_form != Form::kUnrolled) {
+      weight_form = blas_form(p);
+    }
+    if (!input_done && input_form == Form::kUnrolled) {
+      grad_input_unrolled<scalar_t>(grad_y_c.data_ptr<scalar_t>(), w_c.data_ptr<scalar_t>(),
+                                    grad_x_c.data_ptr<scalar_t>(), p);
+      input_done = at::isfinite(grad_x_c).all().item<bool>();
+      input_form = Form::kTaps;
+    }
+    if (!weight_done && weight_form == Form::kUnrolled) {
+      grad_weight_unrolled<scalar_t>(grad_y_c.data_ptr<scalar_t>(), x_c.data_ptr<scalar_t>(),
+                                     grad_w_c.data_ptr<scalar_t>(), p);
+      weight_done = at::isfinite(grad_w_c).all().item<bool>();
+      weight_form = Form::kTaps;
+    }
+    const bool taps = (!input_done && input_form == Form::kTaps) || (!weight_done && weight_form == Form::kTaps);
+    const at::Tensor phases = taps ? phases_of(grad_y_c, p) : at::Tensor();
+    if (!input_done && input_form == Form::kDirect) {
+      grad_input_direct<scalar_t>(grad_y_c, w_c, p, grad_x_c);
+    } else if (!input_done) {
+      at::Tensor w_taps = at::empty({p.kernel_size, p.in_channels, p.out_channels_per_group}, w_c.options());
+      pack_taps(w_c.data_ptr<scalar_t>(), w_taps.data_ptr<scalar_t>(), p.in_channels, p.out_channels_per_group,
+                p.kernel_size);
+      grad_input_taps<scalar_t>(phases.data_ptr<scalar_t>(), w_taps.data_ptr<scalar_t>(),
+                                grad_x_c.data_ptr<scalar_t>(), p);
+    }
+    if (!weight_done && weight_form == Form::kDirect) {
+      grad_weight_direct<scalar_t>(grad_y_c, x_c, p, grad_w_c);
+    } else if (!weight_done) {
+      at::Tensor w_taps = at::empty({p.kernel_size, p.in_channels, p.out_channels_per_group}, w_c.options());
+      grad_weight_taps<scalar_t>(phases.data_ptr<scalar_t>(), x_c.data_ptr<scalar_t>(), w_taps.data_ptr<scalar_t>(),
+                                 p);
+      unpack_taps(w_taps.data_ptr<scalar_t>(), grad_w_c.data_ptr<scalar_t>(), p.in_channels,
+                  p.out_channels_per_group, p.kernel_size);
     }
   });
   if (grad_x.defined()) finish(grad_x, grad_x_c);

@@ -1,0 +1,408 @@
+// AVX2/FMA micro-kernels (kernels_avx2.h). Each function that uses the instruction set carries
+// target("avx2,fma"); nothing else in the library does, so it loads and runs on any x86-64 CPU, and
+// these run only where available() says so (the planner asks it). Function by function rather than
+// -mavx2 -mfma for this file: with the flags, every inline function of the headers it includes (the
+// standard library's) would be compiled here for AVX2 too, and the linker may keep that copy for the
+// whole library, which would then fault on CPUs without AVX2. tests/test_coverage.py checks that AVX
+// instructions appear only in this file's functions.
+#include "cpu/kernels_avx2.h"
+
+#include <vector>
+
+#if (defined(__x86_64__) || defined(_M_X64)) && (defined(__GNUC__) || defined(__clang__))
+#define CONVT_AVX2 1
+#include <immintrin.h>
+#else
+#define CONVT_AVX2 0
+#endif
+
+namespace convt::cpu::avx2 {
+
+#if CONVT_AVX2
+
+#define CONVT_TARGET __attribute__((target("avx2,fma")))
+#define CONVT_UNROLL _Pragma("GCC unroll 16")
+
+bool available() {
+  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return yes;
+}
+
+namespace {
+
+constexpr int64_t kDepthBlock = 128;  // reduction steps per block: the B rows of a column step stay in L1
+
+// Columns per call for a tile of MR < 6 rows: 12 accumulators or fewer, at most 8 vectors.
+template <int MR>
+constexpr int kVectorsFor = MR == 1 ? 8 : MR == 2 ? 6 : MR == 3 ? 4 : MR == 4 ? 3 : 2;
+
+// C (MR x 8*NV) (+)= A @ B over kc steps: A(r, kk) at a + kk*a_step + r (a packed panel); B's row kk at
+// b[kk] + column.
+template <int MR, int NV>
+CONVT_TARGET void kernel(int64_t kc, const float* a, int64_t a_step, const float* const* b, int64_t column, float* c,
+                         int64_t ldc, bool accumulate) {
+  __m256 acc[MR][NV];
+  CONVT_UNROLL for (int r = 0; r < MR; ++r) {
+    CONVT_UNROLL for (int v = 0; v < NV; ++v) {
+      acc[r][v] = accumulate ? _mm256_loadu_ps(c + r * ldc + 8 * v) : _mm256_setzero_ps();
+    }
+  }
+  for (int64_t kk = 0; kk < kc; ++kk) {
+    const float* row = b[kk] + column;
+    const float* col = a + kk * a_step;
+    __m256 bv[NV];
+    CONVT_UNROLL for (int v = 0; v < NV; ++v) bv[v] = _mm256_loadu_ps(row + 8 * v);
+    CONVT_UNROLL for (int r = 0; r < MR; ++r) {
+      const __m256 av = _mm256_broadcast_ss(col + r);
+      CONVT_UNROLL for (int v = 0; v < NV; ++v) acc[r][v] = _mm256_fmadd_ps(av, bv[v], acc[r][v]);
+    }
+  }
+  CONVT_UNROLL for (int r = 0; r < MR; ++r) {
+    CONVT_UNROLL for (int v = 0; v < NV; ++v) _mm256_storeu_ps(c + r * ldc + 8 * v, acc[r][v]);
+  }
+}
+
+using Kernel = void (*)(int64_t, const float*, int64_t, const float* const*, int64_t, float*, int64_t, bool);
+// Panels' kernels by rows (1..6), 16 columns; narrow tiles' by rows (1..5), wider.
+constexpr Kernel kPanelKernels[7] = {nullptr,      kernel<1, 2>, kernel<2, 2>, kernel<3, 2>,
+                                     kernel<4, 2>, kernel<5, 2>, kernel<6, 2>};
+constexpr Kernel kNarrowKernels[6] = {nullptr,
+                                      kernel<1, kVectorsFor<1>>,
+                                      kernel<2, kVectorsFor<2>>,
+                                      kernel<3, kVectorsFor<3>>,
+                                      kernel<4, kVectorsFor<4>>,
+                                      kernel<5, kVectorsFor<5>>};
+
+// The steps' start pointers for steps [k0, k0 + kc).
+inline void step_pointers(const Operand& x, int64_t k0, int64_t kc, const float** out) {
+  int64_t o = k0 / x.inner, i = k0 % x.inner;
+  const float* base = x.base + o * x.outer_stride;
+  for (int64_t kk = 0; kk < kc; ++kk) {
+    out[kk] = base + x.offsets[i];
+    if (++i == x.inner) {
+      i = 0;
+      base += x.outer_stride;
+    }
+  }
+}
+
+// ---- dot products ----
+
+CONVT_TARGET inline float horizontal_sum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+  return _mm_cvtss_f32(s);
+}
+
+CONVT_TARGET inline __m256i tail_mask(int64_t count) {  // lanes [0, count) on, 0 < count < 8
+  const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(count)), lanes);
+}
+
+// sums[r][c] = sum_{m < length} x[r*xs + m] * y[c*ys + m]; U independent accumulators per pair.
+template <int MR, int NC>
+CONVT_TARGET void dot_kernel(int64_t length, const float* x, int64_t xs, const float* y, int64_t ys,
+                             float sums[MR][NC]) {
+  constexpr int U = MR * NC >= 6 ? 1 : MR * NC >= 3 ? 2 : 4;
+  __m256 acc[U][MR][NC];
+  CONVT_UNROLL for (int u = 0; u < U; ++u) {
+    CONVT_UNROLL for (int r = 0; r < MR; ++r) {
+      CONVT_UNROLL for (int c = 0; c < NC; ++c) acc[u][r][c] = _mm256_setzero_ps();
+    }
+  }
+  int64_t m = 0;
+  for (; m + 8 * U <= length; m += 8 * U) {
+    CONVT_UNROLL for (int u = 0; u < U; ++u) {
+      __m256 xv[MR];
+      CONVT_UNROLL for (int r = 0; r < MR; ++r) xv[r] = _mm256_loadu_ps(x + r * xs + m + 8 * u);
+      CONVT_UNROLL for (int c = 0; c < NC; ++c) {
+        const __m256 yv = _mm256_loadu_ps(y + c * ys + m + 8 * u);
+        CONVT_UNROLL for (int r = 0; r < MR; ++r) acc[u][r][c] = _mm256_fmadd_ps(xv[r], yv, acc[u][r][c]);
+      }
+    }
+  }
+  for (; m < length; m += 8) {
+    const bool full = m + 8 <= length;
+    const __m256i mask = full ? _mm256_set1_epi32(-1) : tail_mask(length - m);
+    __m256 xv[MR];
+    CONVT_UNROLL for (int r = 0; r < MR; ++r) xv[r] = _mm256_maskload_ps(x + r * xs + m, mask);
+    CONVT_UNROLL for (int c = 0; c < NC; ++c) {
+      const __m256 yv = _mm256_maskload_ps(y + c * ys + m, mask);
+      CONVT_UNROLL for (int r = 0; r < MR; ++r) acc[0][r][c] = _mm256_fmadd_ps(xv[r], yv, acc[0][r][c]);
+    }
+  }
+  CONVT_UNROLL for (int r = 0; r < MR; ++r) {
+    CONVT_UNROLL for (int c = 0; c < NC; ++c) {
+      __m256 total = acc[0][r][c];
+      CONVT_UNROLL for (int u = 1; u < U; ++u) total = _mm256_add_ps(total, acc[u][r][c]);
+      sums[r][c] = horizontal_sum(total);
+    }
+  }
+}
+
+template <int MR, int NC>
+CONVT_TARGET void dot_block(int64_t length, const float* x, int64_t xs, const float* y, int64_t ys, float* out,
+                            int64_t ld, bool accumulate) {
+  float sums[MR][NC];
+  dot_kernel<MR, NC>(length, x, xs, y, ys, sums);
+  for (int r = 0; r < MR; ++r) {
+    for (int c = 0; c < NC; ++c) out[r * ld + c] = accumulate ? out[r * ld + c] + sums[r][c] : sums[r][c];
+  }
+}
+
+using DotBlock = void (*)(int64_t, const float*, int64_t, const float*, int64_t, float*, int64_t, bool);
+constexpr DotBlock kDotBlocks[3][4] = {
+    {dot_block<1, 1>, dot_block<1, 2>, dot_block<1, 3>, dot_block<1, 4>},
+    {dot_block<2, 1>, dot_block<2, 2>, dot_block<2, 3>, dot_block<2, 4>},
+    {dot_block<3, 1>, dot_block<3, 2>, dot_block<3, 3>, dot_block<3, 4>},
+};
+
+}  // namespace
+
+int64_t column_step(int64_t panel) {
+  switch (panel) {
+    case 1: return 8 * kVectorsFor<1>;
+    case 2: return 8 * kVectorsFor<2>;
+    case 3: return 8 * kVectorsFor<3>;
+    case 4: return 8 * kVectorsFor<4>;
+    case 5: return 8 * kVectorsFor<5>;
+    default: return 16;
+  }
+}
+
+// Per block of reduction steps, per column step, every panel of 6 rows (the last one shorter): the B
+// rows of the column step stay in L1 across the panels, the A block in L2.
+namespace {
+
+// A block of in-place rows (rows x kc, row r at a + r*a_row) packed into panels of `panel` rows.
+CONVT_TARGET void pack_block(int64_t rows, int64_t kc, const float* a, int64_t a_row, int64_t panel, float* out) {
+  for (int64_t r0 = 0; r0 < rows; r0 += panel) {
+    const int64_t valid = rows - r0 < panel ? rows - r0 : panel;
+    float* dst = out + r0 * kc;
+    for (int64_t r = 0; r < valid; ++r) {
+      const float* src = a + (r0 + r) * a_row;
+      for (int64_t kk = 0; kk < kc; ++kk) dst[kk * panel + r] = src[kk];
+    }
+    for (int64_t r = valid; r < panel; ++r) {
+      for (int64_t kk = 0; kk < kc; ++kk) dst[kk * panel + r] = 0.0f;
+    }
+  }
+}
+
+// A block of gathered rows (row r's step kk at rows[r][kk*a_col]) packed into panels of `panel` rows,
+// step by step (rows of consecutive positions read in sequence).
+CONVT_TARGET void pack_gathered(int64_t rows, int64_t k0, int64_t kc, const float* const* a_rows, int64_t a_col,
+                                int64_t panel, float* out) {
+  for (int64_t kk = 0; kk < kc; ++kk) {
+    const int64_t offset = (k0 + kk) * a_col;
+    float* dst = out + kk * panel;
+    for (int64_t r0 = 0; r0 < rows; r0 += panel, dst += panel * kc) {
+      const int64_t valid = rows - r0 < panel ? rows - r0 : panel;
+      for (int64_t r = 0; r < valid; ++r) dst[r] = a_rows[r0 + r][offset];
+      for (int64_t r = valid; r < panel; ++r) dst[r] = 0.0f;
+    }
+  }
+}
+
+enum class ASource { kPacked, kRows, kGathered };
+
+// kPacked: A packed by pack_a (panels of `panel` rows over the whole depth). Otherwise packed here per
+// block of steps into `scratch` (rows rounded up to panels x kDepthBlock floats): kRows, A's rows in
+// place (row r at a + r*a_row; read in place directly, they would be re-read for every column step,
+// often from the same cache sets, a_row a multiple of 4 KB); kGathered, row r's step kk at
+// a_rows[r][kk*a_row].
+template <ASource kSource>
+CONVT_TARGET void gemm_blocks(int64_t rows, int64_t cols, int64_t depth, const float* a, const float* const* a_rows,
+                              int64_t a_row, int64_t panel, int64_t panel_stride, const Operand& b, int64_t column,
+                              float* c, int64_t ldc, bool accumulate, float* scratch) {
+  const int64_t step = column_step(panel);
+  const float* b_steps[kDepthBlock];
+  for (int64_t k0 = 0; k0 < depth; k0 += kDepthBlock) {
+    const int64_t kc = depth - k0 < kDepthBlock ? depth - k0 : kDepthBlock;
+    step_pointers(b, k0, kc, b_steps);
+    const float* a_block = a + k0 * panel;
+    int64_t panel_offset = panel_stride;
+    if constexpr (kSource != ASource::kPacked) {
+      if constexpr (kSource == ASource::kRows) {
+        pack_block(rows, kc, a + k0, a_row, panel, scratch);
+      } else {
+        pack_gathered(rows, k0, kc, a_rows, a_row, panel, scratch);
+      }
+      a_block = scratch;
+      panel_offset = panel * kc;
+    }
+    const bool add = accumulate || k0 > 0;
+    if (panel < 6) {  // one narrow panel, wide column steps
+      const Kernel run = kNarrowKernels[rows];
+      for (int64_t j = 0; j < cols; j += step) run(kc, a_block, panel, b_steps, column + j, c + j, ldc, add);
+      continue;
+    }
+    // B's rows a multiple of 4 KB apart fall in the same L1 sets, and the column step's rows, which every
+    // panel reads, would not stay there: then each column step's B block is copied, contiguous, first.
+    const bool copy_b = (b.outer_stride % 1024) == 0 && rows > 12;
+    alignas(32) float b_block[kDepthBlock * 16];
+    const float* copied[kDepthBlock];
+    if (copy_b) {
+      for (int64_t kk = 0; kk < kc; ++kk) copied[kk] = b_block + kk * 16;
+    }
+    for (int64_t j = 0; j < cols; j += step) {
+      const float* const* steps = b_steps;
+      int64_t b_column = column + j;
+      if (copy_b) {
+        for (int64_t kk = 0; kk < kc; ++kk) {
+          _mm256_store_ps(b_block + kk * 16, _mm256_loadu_ps(b_steps[kk] + column + j));
+          _mm256_store_ps(b_block + kk * 16 + 8, _mm256_loadu_ps(b_steps[kk] + column + j + 8));
+        }
+        steps = copied, b_column = 0;
+      }
+      for (int64_t r0 = 0, p = 0; r0 < rows; r0 += 6, ++p) {
+        const int64_t panel_rows = rows - r0 < 6 ? rows - r0 : 6;
+        kPanelKernels[panel_rows](kc, a_block + p * panel_offset, 6, steps, b_column, c + r0 * ldc + j, ldc, add);
+      }
+    }
+  }
+}
+
+// C's columns that gemm writes, zero (a product over no steps).
+void zero_tile(int64_t rows, int64_t cols, int64_t panel, float* c, int64_t ldc) {
+  const int64_t step = column_step(panel), width = (cols + step - 1) / step * step;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t j = 0; j < width; ++j) c[r * ldc + j] = 0.0f;
+  }
+}
+
+}  // namespace
+
+void gemm(int64_t rows, int64_t cols, int64_t depth, const float* a, int64_t panel, int64_t panel_stride,
+          const Operand& b, int64_t column, float* c, int64_t ldc, bool accumulate) {
+  if (rows <= 0 || cols <= 0) return;
+  if (depth <= 0) {
+    if (!accumulate) zero_tile(rows, cols, panel, c, ldc);
+    return;
+  }
+  gemm_blocks<ASource::kPacked>(rows, cols, depth, a, nullptr, 1, panel, panel_stride, b, column, c, ldc, accumulate,
+                                nullptr);
+}
+
+void gemm_rows(int64_t rows, int64_t cols, int64_t depth, const float* a, int64_t a_row, int64_t panel,
+               const Operand& b, int64_t column, float* c, int64_t ldc, bool accumulate) {
+  if (rows <= 0 || cols <= 0) return;
+  if (depth <= 0) {
+    if (!accumulate) zero_tile(rows, cols, panel, c, ldc);
+    return;
+  }
+  thread_local std::vector<float> scratch;
+  scratch.resize((rows + 5) / 6 * 6 * kDepthBlock);
+  gemm_blocks<ASource::kRows>(rows, cols, depth, a, nullptr, a_row, panel, 0, b, column, c, ldc, accumulate,
+                              scratch.data());
+}
+
+void gemm_gathered(int64_t rows, int64_t cols, int64_t depth, const float* const* a_rows, int64_t a_col, int64_t panel,
+                   const Operand& b, int64_t column, float* c, int64_t ldc) {
+  if (rows <= 0 || cols <= 0) return;
+  if (depth <= 0) return zero_tile(rows, cols, panel, c, ldc);
+  thread_local std::vector<float> scratch;
+  scratch.resize((rows + 5) / 6 * 6 * kDepthBlock);
+  gemm_blocks<ASource::kGathered>(rows, cols, depth, nullptr, a_rows, a_col, panel, 0, b, column, c, ldc, false,
+                                  scratch.data());
+}
+
+CONVT_TARGET bool write_row(const float* in, int64_t count, float add, float* out, int64_t step) {
+  const __m256 bias = _mm256_set1_ps(add);
+  __m256 check = _mm256_setzero_ps();  // v - v: 0 for finite v, NaN otherwise
+  int64_t j = 0;
+  if (step == 1) {
+    for (; j + 8 <= count; j += 8) {
+      const __m256 v = _mm256_add_ps(_mm256_loadu_ps(in + j), bias);
+      check = _mm256_add_ps(check, _mm256_sub_ps(v, v));
+      _mm256_storeu_ps(out + j, v);
+    }
+  }
+  bool finite = _mm256_movemask_ps(_mm256_cmp_ps(check, check, _CMP_UNORD_Q)) == 0;
+  for (; j < count; ++j) {
+    const float v = in[j] + add;
+    finite &= v - v == 0.0f;
+    out[j * step] = v;
+  }
+  return finite;
+}
+
+void dot(int64_t rows, int64_t cols, int64_t length, const float* x, int64_t x_stride, const float* y,
+         int64_t y_stride, float* out, int64_t ld, bool accumulate) {
+  constexpr int64_t kChunk = 1024;  // positions per pass: a block's rows stay in L1 and L2
+  if (length <= 0) {
+    if (!accumulate) {
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t c = 0; c < cols; ++c) out[r * ld + c] = 0.0f;
+      }
+    }
+    return;
+  }
+  for (int64_t m0 = 0; m0 < length; m0 += kChunk) {
+    const int64_t chunk = length - m0 < kChunk ? length - m0 : kChunk;
+    const bool add = accumulate || m0 > 0;
+    for (int64_t r0 = 0; r0 < rows; r0 += 3) {
+      const int64_t mr = rows - r0 < 3 ? rows - r0 : 3;
+      for (int64_t c0 = 0; c0 < cols; c0 += 4) {
+        const int64_t nc = cols - c0 < 4 ? cols - c0 : 4;
+        kDotBlocks[mr - 1][nc - 1](chunk, x + r0 * x_stride + m0, x_stride, y + c0 * y_stride + m0, y_stride,
+                                   out + r0 * ld + c0, ld, add);
+      }
+    }
+  }
+}
+
+#else  // no AVX2 kernels in this build
+
+bool available() { return false; }
+int64_t column_step(int64_t) { return 16; }
+void gemm(int64_t, int64_t, int64_t, const float*, int64_t, int64_t, const Operand&, int64_t, float*, int64_t, bool) {}
+void gemm_rows(int64_t, int64_t, int64_t, const float*, int64_t, int64_t, const Operand&, int64_t, float*, int64_t,
+               bool) {}
+bool write_row(const float*, int64_t, float, float*, int64_t) { return false; }
+void gemm_gathered(int64_t, int64_t, int64_t, const float* const*, int64_t, int64_t, const Operand&, int64_t, float*,
+                   int64_t) {}
+void dot(int64_t, int64_t, int64_t, const float*, int64_t, const float*, int64_t, float*, int64_t, bool) {}
+
+#endif
+
+// Panels of 6 rows (rows < 6: one panel of `rows` rows), each [step][row]; rows past `rows` zero.
+void pack_a(int64_t rows, int64_t outer, int64_t inner, const float* base, int64_t row_stride, int64_t outer_stride,
+            const int64_t* offsets, float* out, int64_t o_begin, int64_t o_end, int64_t p_begin, int64_t p_end) {
+  const int64_t depth = outer * inner;
+  const int64_t width = rows < 6 ? rows : 6;
+  const int64_t rs = row_stride;
+  auto pack = [&](int64_t p, int64_t o) {
+    const int64_t r0 = p * width;
+    const float* source = base + r0 * rs + o * outer_stride;
+    float* dst = out + r0 * depth + o * inner * width;
+    if (width == 6 && rows - r0 >= 6) {
+      for (int64_t i = 0; i < inner; ++i, dst += 6) {
+        const float* column = source + offsets[i];
+        const float v0 = column[0], v1 = column[rs], v2 = column[2 * rs], v3 = column[3 * rs], v4 = column[4 * rs],
+                    v5 = column[5 * rs];
+        dst[0] = v0, dst[1] = v1, dst[2] = v2, dst[3] = v3, dst[4] = v4, dst[5] = v5;
+      }
+      return;
+    }
+    const int64_t valid = rows - r0 < width ? rows - r0 : width;
+    for (int64_t i = 0; i < inner; ++i, dst += width) {
+      const float* column = source + offsets[i];
+      for (int64_t r = 0; r < valid; ++r) dst[r] = column[r * rs];
+      for (int64_t r = valid; r < width; ++r) dst[r] = 0.0f;
+    }
+  };
+  // the loop over the larger stride outside: the source read in runs along the smaller one
+  if (outer_stride >= row_stride) {
+    for (int64_t o = o_begin; o < o_end; ++o) {
+      for (int64_t p = p_begin; p < p_end; ++p) pack(p, o);
+    }
+  } else {
+    for (int64_t p = p_begin; p < p_end; ++p) {
+      for (int64_t o = o_begin; o < o_end; ++o) pack(p, o);
+    }
+  }
+}
+
+}  // namespace convt::cpu::avx2

@@ -1,0 +1,272 @@
+"""Every shape class of issue 31 on every path: channels 1-7 in and out, K up to 512, up to 64 taps per
+phase, long filters with stride and dilation, grouped narrow layers, wide channels on short inputs.
+Forward and the three gradients against the float64 reference, fresh random data, poisoned outputs
+(tests/conftest.py's helpers and tolerances).
+
+On the CPU each case runs on the planner's choice, on the planner's choice for a CPU without AVX2
+("portable"), and on every form of the CPU kernels that applies to the dtype (CONVT_CPU_FORMS,
+csrc/cpu/conv_transpose1d_cpu.cpp): the AVX2 forms for float32 and the 16-bit types (computed in
+float32) where the CPU has AVX2, the BLAS and direct forms for every dtype. On CUDA each case runs on
+the planner's choice."""
+import glob
+import os
+import platform
+import re
+import shutil
+import subprocess
+
+import pytest
+import torch
+
+import torch_convt_op
+
+from conftest import (DEVICES, DTYPES, Case, assert_backward_matches_reference, case_id, make_inputs, ours,
+                      quick_params)
+
+# (N, C_in, C_out, K, L_in, stride, padding, output_padding, dilation, groups)
+CASES = [
+    Case(2, 1, 7, 5, 37, stride=2, padding=1),                                   # one input channel
+    Case(2, 7, 1, 5, 37, stride=3, padding=2, output_padding=1),                 # one output channel
+    Case(2, 3, 5, 7, 29, padding=3, dilation=2),                                 # 3 -> 5, dilated
+    Case(1, 2, 4, 16, 41, stride=8, padding=4),                                  # narrow waveform upsampler
+    Case(1, 6, 4, 40, 33, stride=4, padding=18),                                 # K 40
+    Case(1, 5, 6, 64, 20, stride=8, padding=28),                                 # K 64
+    Case(1, 8, 8, 64, 30, padding=31),                                           # 64 taps per phase
+    Case(1, 3, 4, 128, 9, stride=2, padding=60),                                 # K 128, 64 taps per phase
+    Case(1, 4, 3, 512, 5, stride=4, padding=200),                                # K 512 on a short input
+    Case(1, 6, 10, 48, 25, stride=3, padding=40, output_padding=1, dilation=2),  # long K, stride and dilation
+    Case(2, 12, 8, 9, 40, stride=2, padding=4, groups=4),                        # grouped, 3 -> 2 per group
+    Case(1, 8, 16, 5, 31, padding=2, groups=8),                                  # depthwise, multiplier 2
+    Case(1, 96, 80, 4, 13, stride=2, padding=1),                                 # wide channels, short input
+    Case(2, 130, 100, 16, 9, stride=8, padding=4),                               # wide, part-filled panels
+    Case(1, 70, 13, 7, 200, stride=4, padding=3),                                # inputs past a 192-position tile
+    Case(1, 20, 24, 3, 300, stride=1, padding=1, groups=2),                      # long input, two groups
+    # many batch rows on short inputs: the AVX2 forward and grad_input run several a task, in blocks of
+    # input (output) channels; grad_weight's GEMM form sums 640 positions, chunks across batch rows
+    Case(32, 160, 80, 4, 20, stride=2, padding=1),
+    Case(32, 48, 80, 4, 20, stride=2, padding=1),  # one row block, more batch blocks: grad_input packs w once
+    Case(2, 24, 256, 4, 20, stride=2, padding=1),  # weight rows of 4 KB: the streamed forward copies B's blocks
+]
+QUICK_CASES = [CASES[0], CASES[1], CASES[7], CASES[10], CASES[12], CASES[14]]
+
+# CONVT_CPU_FORMS values: None is the planner's choice, "portable" the planner's choice on a CPU without AVX2
+PORTABLE = "portable"
+AVX2_FORMS = [
+    "forward=packed,grad_input=packed,grad_weight=dot",
+    "forward=packed_windows,grad_weight=positions",
+    "forward=streamed",
+    "forward=scatter",
+]
+BLAS_FORMS = [
+    "forward=taps,grad_input=taps,grad_weight=taps",
+    "forward=unrolled,grad_input=unrolled,grad_weight=unrolled",
+    "forward=direct,grad_input=direct,grad_weight=direct",
+]
+
+
+def _params():
+    """(device, dtype, forms) triples: on the CPU every form that applies to the dtype (16-bit types:
+    the planner and one AVX2 and one BLAS set, as they run the float32 code), on CUDA the planner."""
+    params = []
+    for device in DEVICES:
+        for dtype in DTYPES:
+            if device != "cpu":
+                forms = [None]
+            elif dtype == torch.float32:
+                forms = [None, PORTABLE, *AVX2_FORMS, *BLAS_FORMS]
+            elif dtype == torch.float64:
+                forms = [None, *BLAS_FORMS]
+            else:
+                forms = [None, PORTABLE, AVX2_FORMS[0], BLAS_FORMS[0]]
+            params += [(device, dtype, forms_) for forms_ in forms]
+    return params
+
+
+PARAMS = _params()
+QUICK_PARAMS = [p for p in PARAMS if p[1] == torch.float32]
+
+
+def _id(param):
+    device, dtype, forms = param
+    return f"{device}-{str(dtype).removeprefix('torch.')}-{forms or 'planner'}"
+
+
+@pytest.mark.parametrize("device_dtype_forms", quick_params(PARAMS, QUICK_PARAMS), ids=_id)
+@pytest.mark.parametrize("case", quick_params(CASES, QUICK_CASES), ids=case_id)
+def test_shape_classes_match_reference(case, device_dtype_forms, monkeypatch):
+    device, dtype, forms = device_dtype_forms
+    if forms is None:
+        monkeypatch.delenv("CONVT_CPU_FORMS", raising=False)
+    else:
+        monkeypatch.setenv("CONVT_CPU_FORMS", forms)
+    assert_backward_matches_reference(case, dtype, device, check_forward=True)
+
+
+def _classes(t):
+    t = t.detach().to("cpu", torch.float64)
+    return torch.isnan(t).long() + 2 * (t == float("inf")).long() + 3 * (t == float("-inf")).long()
+
+
+@pytest.mark.quick
+@pytest.mark.parametrize("forms", ["forward=packed,grad_input=packed", "forward=packed_windows", "forward=streamed",
+                                   "forward=scatter"])
+@pytest.mark.parametrize("value", [float("inf"), float("nan")], ids=["inf", "nan"])
+@pytest.mark.parametrize("case", [
+    Case(2, 16, 12, 7, 30, stride=2, padding=4),  # phases of 29 and 28 outputs, written element by element
+    Case(2, 16, 12, 7, 34, padding=4),            # rows of 32 outputs written as whole vectors only
+], ids=case_id)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_weight_inf_and_nan_land_where_the_products_put_them(case, dtype, forms, value, monkeypatch):
+    """The packed AVX2 forms multiply the zeros around the input by the weight, and the unrolled
+    grad_input the zeros of grad_y's im2col (the second case's BLAS form, and float64's); where an
+    output is not finite (noticed in whole vectors and in a row's scalar tail) they hand the pass to a
+    form that forms no such product, so Inf and NaN land where the products that exist put them: as in
+    the direct loops. (torch's own float64 CPU convolution does not always: on these cases it has NaN at
+    outputs that no Inf reaches.) float64 runs its planner's forms."""
+    x, w, b = make_inputs(case, dtype, "cpu")
+    w[0, 0, 0] = value  # tap 0 reaches outside the input at the first and last outputs of its phase
+    grad_y = torch.randn(case.n, case.c_out, case.l_out, dtype=dtype)
+
+    def run():
+        x_, w_ = x.clone().requires_grad_(), w.clone()
+        y = ours(x_, w_, b, case)
+        return y, torch.autograd.grad(y, x_, grad_y)[0]
+
+    monkeypatch.setenv("CONVT_CPU_FORMS", "forward=direct,grad_input=direct")
+    expected_y, expected_grad_x = run()
+    monkeypatch.setenv("CONVT_CPU_FORMS", forms)
+    y, grad_x = run()
+    assert torch.isinf(expected_y).any() or torch.isnan(expected_y).any()
+    # the last output of tap 0's phase: tap 0 would read past the input there, so no Inf reaches it
+    last = max(j for j in range(case.l_out) if (j + case.padding) % case.stride == 0)
+    assert (last + case.padding) // case.stride >= case.l_in
+    assert torch.isfinite(expected_y[:, 0, last]).all()
+    assert torch.equal(_classes(y), _classes(expected_y))
+    assert torch.equal(_classes(grad_x), _classes(expected_grad_x))
+
+
+@pytest.mark.quick
+@pytest.mark.parametrize("forms", ["grad_weight=positions", "grad_weight=dot", "grad_weight=unrolled",
+                                   "grad_weight=taps"])
+@pytest.mark.parametrize("value", [float("inf"), float("nan")], ids=["inf", "nan"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_input_inf_and_nan_reach_grad_weight_as_in_the_direct_loops(dtype, forms, value, monkeypatch):
+    """grad_weight's GEMM over positions and its unrolled form multiply x by the zeros of grad_y's
+    im2col; where grad_w is not finite they hand the pass to a form that forms no such product (dot
+    products, taps), so Inf and NaN land as in the direct loops. float64 runs its planner's forms where
+    the AVX2 ones are named."""
+    case = Case(2, 16, 12, 7, 30, padding=4)  # 7 taps a phase: the BLAS form is unrolled
+    x, w, b = make_inputs(case, dtype, "cpu")
+    x[0, 0, 0] = value   # taps 0-3 reach outside grad_y from the first input,
+    x[1, 3, -1] = value  # taps 3-6 from the last
+    grad_y = torch.randn(case.n, case.c_out, case.l_out, dtype=dtype)
+
+    def run():
+        w_ = w.clone().requires_grad_()
+        return torch.autograd.grad(ours(x, w_, b, case), w_, grad_y)[0]
+
+    monkeypatch.setenv("CONVT_CPU_FORMS", "grad_weight=direct")
+    expected = run()
+    monkeypatch.setenv("CONVT_CPU_FORMS", forms)
+    got = run()
+    assert torch.isfinite(expected[0, :, 0]).all() and not torch.isfinite(expected[0, :, 6]).any()
+    assert torch.equal(_classes(got), _classes(expected))
+
+
+@pytest.mark.parametrize("forms", [None, "forward=packed_windows,grad_weight=dot", "grad_weight=positions"])
+def test_long_input_float32(forms, monkeypatch):
+    """An input longer than the padded copy of x the packed forward makes once (4M floats): x read in
+    place, padded windows at its ends only."""
+    if forms is None:
+        monkeypatch.delenv("CONVT_CPU_FORMS", raising=False)
+    else:
+        monkeypatch.setenv("CONVT_CPU_FORMS", forms)
+    assert_backward_matches_reference(Case(1, 8, 6, 9, 600_000, stride=1, padding=3), torch.float32, "cpu",
+                                      check_forward=True)
+
+
+@pytest.mark.quick
+@pytest.mark.parametrize("forms", [None, "forward=packed,grad_input=packed,grad_weight=dot",
+                                   "forward=streamed,grad_weight=positions", "forward=scatter"])
+@pytest.mark.parametrize("case", [Case(2, 40, 36, 7, 300, stride=2, padding=3), Case(1, 96, 80, 4, 13, stride=2)],
+                         ids=case_id)
+def test_cpu_results_do_not_depend_on_the_thread_count(case, forms, monkeypatch):
+    """The CPU's blocks and orders of summation depend on the problem only: the same inputs give
+    bit-identical outputs and gradients on 1 thread and on several."""
+    if forms is None:
+        monkeypatch.delenv("CONVT_CPU_FORMS", raising=False)
+    else:
+        monkeypatch.setenv("CONVT_CPU_FORMS", forms)
+    x, w, b = make_inputs(case, torch.float32, "cpu", requires_grad=True)
+    grad_y = torch.randn(case.n, case.c_out, case.l_out)
+    saved = torch.get_num_threads()
+    results = []
+    try:
+        for threads in (1, max(2, saved)):
+            torch.set_num_threads(threads)
+            y = ours(x, w, b, case)
+            results.append((y, *torch.autograd.grad(y, (x, w, b), grad_y)))
+    finally:
+        torch.set_num_threads(saved)
+    assert all(torch.equal(one, several) for one, several in zip(*results))
+
+
+def _run_forms(case, forms, monkeypatch, inputs, grad_y):
+    monkeypatch.setenv("CONVT_CPU_FORMS", forms)
+    x, w, b = (t.detach().clone().requires_grad_() for t in inputs)
+    y = ours(x, w, b, case)
+    return (y, *torch.autograd.grad(y, (x, w, b), grad_y))
+
+
+@pytest.mark.quick
+@pytest.mark.parametrize("case, blas_forms", [
+    (Case(2, 6, 8, 5, 40, stride=2, padding=1), BLAS_FORMS[2]),     # 6 x 8 channels: direct loops
+    (Case(2, 24, 16, 4, 300, stride=2, padding=1), BLAS_FORMS[0]),  # 2 taps a phase: a GEMM per tap
+    (Case(2, 24, 16, 12, 90, stride=2, padding=5), BLAS_FORMS[1]),  # 6 taps a phase: one GEMM over all taps
+], ids=lambda v: v if isinstance(v, str) else case_id(v))
+def test_portable_plan_runs_the_forms_of_a_cpu_without_avx2(case, blas_forms, monkeypatch):
+    """CONVT_CPU_FORMS=portable plans float32 as on a CPU without AVX2 and FMA: bit for bit the BLAS or
+    direct form that blas_form picks for the problem (so the forms such a CPU runs are tested here too)."""
+    inputs = make_inputs(case, torch.float32, "cpu")
+    grad_y = torch.randn(case.n, case.c_out, case.l_out)
+    portable = _run_forms(case, PORTABLE, monkeypatch, inputs, grad_y)
+    forced = _run_forms(case, blas_forms, monkeypatch, inputs, grad_y)
+    assert all(torch.equal(a, b) for a, b in zip(portable, forced))
+
+
+@pytest.mark.parametrize("value", ["forward=stremed", "grad_input=dot", "backward=taps", "avx2"])
+def test_unknown_cpu_forms_are_errors(value, monkeypatch):
+    case = Case(1, 4, 4, 3, 10)
+    monkeypatch.setenv("CONVT_CPU_FORMS", value)
+    with pytest.raises(RuntimeError, match="CONVT_CPU_FORMS"):
+        ours(*make_inputs(case, torch.float32, "cpu"), case)
+
+
+def _functions_with_avx(library):
+    """Demangled names of the library's functions holding an AVX (VEX- or EVEX-encoded) instruction."""
+    listing = subprocess.run(["objdump", "-d", "-C", "--no-show-raw-insn", library], check=True, capture_output=True,
+                             text=True).stdout
+    found, function = set(), None
+    for line in listing.splitlines():
+        header = re.match(r"^[0-9a-f]+ <(.*)>:$", line)
+        if header:
+            function = header.group(1)
+            continue
+        instruction = re.match(r"^\s+[0-9a-f]+:\s+(\S+)\s*(.*)", line)
+        if instruction and function and (instruction.group(1).startswith("v")
+                                         or re.search(r"%[yz]mm", instruction.group(2))):
+            found.add(function)
+    return found
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64") or shutil.which("objdump") is None,
+                    reason="needs an x86-64 library and objdump")
+def test_avx_instructions_only_in_the_avx2_kernels():
+    """The library runs on x86-64 CPUs without AVX2: only csrc/cpu/kernels_avx2.cpp's functions (which the
+    planner calls only where avx2::available()) hold AVX instructions; no flag or header put any elsewhere."""
+    libraries = glob.glob(os.path.join(os.path.dirname(torch_convt_op.__file__), "_C*.so"))
+    assert len(libraries) == 1, libraries
+    functions = _functions_with_avx(libraries[0])
+    outside = sorted(f for f in functions if not re.match(r"^(\S+ )?convt::cpu::avx2::", f))
+    assert not outside, outside[:10]
+    assert any("convt::cpu::avx2::" in f for f in functions)  # the kernels are there, compiled for AVX2
