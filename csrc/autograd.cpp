@@ -7,7 +7,7 @@
 //   d/d gy = conv_transpose1d(ggx, w, ggb) + conv_transpose1d(x, ggw)
 //   d/d x  = grad_input of backward(gy, x, ggw)
 //   d/d w  = grad_weight of backward(gy, ggx, w)
-// so double (and higher) backward runs on the same two ops.
+// so double (and higher) backward runs on the same two ops; so does forward mode of either op.
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/add.h>
 #include <ATen/ops/zeros_like.h>
@@ -176,14 +176,46 @@ at::Tensor forward_autograd(const at::Tensor& input, const at::Tensor& weight, c
   return output;
 }
 
+// Forward mode of the backward op (jvp or jacfwd of a gradient, e.g. Hessian-vector products): gx is
+// linear in gy and in w, gw in gy and in x, gb in gy, so on the primal values
+//   gx_t = gx(gy_t, w) + gx(gy, w_t),  gw_t = gw(gy_t, x) + gw(gy, x_t),  gb_t = gb(gy_t)
+void set_backward_tangents(std::tuple<at::Tensor, at::Tensor, at::Tensor>& grads, const at::Tensor& grad_output,
+                           const at::Tensor& input, const at::Tensor& weight, at::IntArrayRef stride,
+                           at::IntArrayRef padding, at::IntArrayRef output_padding, int64_t groups,
+                           at::IntArrayRef dilation, std::array<bool, 3> output_mask) {
+  const at::Tensor gy = grad_output._fw_primal(0), x = input._fw_primal(0), w = weight._fw_primal(0);
+  const at::Tensor gy_t = grad_output._fw_grad(0), x_t = input._fw_grad(0), w_t = weight._fw_grad(0);
+  std::array<at::Tensor, 3> tangents;
+  auto accumulate = [&](int index, const at::Tensor& term) {
+    tangents[index] = tangents[index].defined() ? at::add(tangents[index], term) : term;
+  };
+  if (gy_t.defined()) {
+    auto [gx, gw, gb] = backward_call(gy_t, x, w, stride, padding, output_padding, groups, dilation, output_mask);
+    for (int index : {0, 1, 2}) {
+      if (output_mask[index]) accumulate(index, index == 0 ? gx : index == 1 ? gw : gb);
+    }
+  }
+  if (w_t.defined() && output_mask[0]) {
+    accumulate(0, std::get<0>(backward_call(gy, x, w_t, stride, padding, output_padding, groups, dilation,
+                                            {true, false, false})));
+  }
+  if (x_t.defined() && output_mask[1]) {
+    accumulate(1, std::get<1>(backward_call(gy, x_t, w, stride, padding, output_padding, groups, dilation,
+                                            {false, true, false})));
+  }
+  std::array<at::Tensor*, 3> outputs{&std::get<0>(grads), &std::get<1>(grads), &std::get<2>(grads)};
+  for (int index : {0, 1, 2}) {
+    if (tangents[index].defined() && outputs[index]->defined()) {
+      outputs[index]->_set_fw_grad(tangents[index], /*level=*/0, /*is_inplace_op=*/false);
+    }
+  }
+}
+
 std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_autograd(const at::Tensor& grad_output, const at::Tensor& input,
                                                                  const at::Tensor& weight, at::IntArrayRef stride,
                                                                  at::IntArrayRef padding, at::IntArrayRef output_padding,
                                                                  int64_t groups, at::IntArrayRef dilation,
                                                                  std::array<bool, 3> output_mask) {
-  TORCH_CHECK_NOT_IMPLEMENTED(!has_forward_grad(grad_output) && !has_forward_grad(input) && !has_forward_grad(weight),
-                              "convt::conv_transpose1d_backward: forward-mode AD of the backward (jvp or jacfwd of a "
-                              "gradient) is not implemented; reverse mode (grad of grad) is");
   decltype(make_node<ConvTranspose1dBackwardBackward>()) node;
   if (torch::autograd::compute_requires_grad(grad_output, input, weight)) {
     node = make_node<ConvTranspose1dBackwardBackward>();
@@ -200,6 +232,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_autograd(const at::Tenso
     grads = backward_call(grad_output, input, weight, stride, padding, output_padding, groups, dilation, output_mask);
   }
   if (node) torch::autograd::set_history({std::get<0>(grads), std::get<1>(grads), std::get<2>(grads)}, node);
+  if (has_forward_grad(grad_output) || has_forward_grad(input) || has_forward_grad(weight)) {
+    set_backward_tangents(grads, grad_output, input, weight, stride, padding, output_padding, groups, dilation,
+                          output_mask);
+  }
   return grads;
 }
 

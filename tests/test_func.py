@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.func import functional_call, grad, jacrev, jvp, vjp, vmap
+from torch.func import functional_call, grad, hessian, jacrev, jvp, vjp, vmap
 
 import torch_convt_op
 from conftest import DEVICES
@@ -104,6 +104,38 @@ def test_jvp(device, arguments):
     expected_out, expected_tangent = jvp(torchs(arguments), (x, w, b), tangents)
     assert_close(out, expected_out)
     assert_close(tangent, expected_tangent)
+
+
+@pytest.mark.parametrize("argnums", [0, 1, 2, (0, 1, 2)])
+@pytest.mark.parametrize("arguments", ARGUMENTS)
+@pytest.mark.parametrize("device", DEVICES)
+def test_jvp_of_grad(device, arguments, argnums):
+    """Forward mode through the backward op (Hessian-vector products): every primal has a tangent, and
+    grad_output (of sin) depends on all of them."""
+    x, w, b = operands(device, arguments, generator_on(device))
+    tangents = operands(device, arguments, generator_on(device, 1))
+
+    def gradient(f):
+        return grad(lambda *a: f(*a).sin().sum(), argnums=argnums)
+
+    out, tangent = jvp(gradient(ours(arguments)), (x, w, b), tangents)
+    expected_out, expected_tangent = jvp(gradient(torchs(arguments)), (x, w, b), tangents)
+    def flat(*results):
+        return [t for result in results for t in (result if isinstance(result, tuple) else (result,))]
+
+    for a, e in zip(flat(out, tangent), flat(expected_out, expected_tangent), strict=True):
+        assert_close(a, e)
+
+
+@pytest.mark.parametrize("arguments", ARGUMENTS)
+@pytest.mark.parametrize("device", DEVICES)
+def test_hessian(device, arguments):
+    """torch.func.hessian (jacfwd of jacrev) with respect to the weight and to the input."""
+    x, w, b = operands(device, arguments, generator_on(device))
+    for argnum in (0, 1):
+        actual = hessian(lambda *a: ours(arguments)(*a).sin().sum(), argnums=argnum)(x, w, b)
+        expected = hessian(lambda *a: torchs(arguments)(*a).sin().sum(), argnums=argnum)(x, w, b)
+        assert_close(actual, expected)
 
 
 # which operands are vmapped (in_dims of x, w, b), and at which dimension
