@@ -455,6 +455,57 @@ int64_t balanced_rows(int64_t rows) {
   return std::min(round_up(ceil_div(rows, ceil_div(rows, kAvx2Rows)), 6), round_up(rows, 6));
 }
 
+// Sizes of the blocks that split `total` into blocks of at most `block`.
+std::vector<int64_t> block_sizes(int64_t total, int64_t block) {
+  std::vector<int64_t> sizes;
+  for (int64_t begin = 0; begin < total; begin += block) sizes.push_back(std::min(block, total - begin));
+  return sizes;
+}
+
+// The share of the threads' time that tasks keep busy: a task per combination of one block of each
+// dimension (the first dimension's index varying fastest), its work the product of their sizes, the
+// tasks split as parallel() splits them (at::parallel_for: contiguous runs of ceil(tasks / threads)).
+double busy_share(const std::vector<std::vector<int64_t>>& dimensions, int64_t thread_count) {
+  int64_t tasks = 1;
+  for (const auto& sizes : dimensions) tasks *= static_cast<int64_t>(sizes.size());
+  if (tasks >= 64 * thread_count) return 1.0;  // many tasks a thread: within a few percent of even
+  std::vector<double> work{1.0};
+  for (const auto& sizes : dimensions) {
+    std::vector<double> next;
+    for (const int64_t size : sizes) {
+      for (const double w : work) next.push_back(w * double(size));
+    }
+    work = std::move(next);
+  }
+  const int64_t run = ceil_div(tasks, thread_count);
+  double total = 0, longest = 0;
+  for (int64_t begin = 0; begin < tasks; begin += run) {
+    double share = 0;
+    for (int64_t t = begin; t < std::min(tasks, begin + run); ++t) share += work[t];
+    total += share;
+    longest = std::max(longest, share);
+  }
+  return longest > 0 ? total / (double(thread_count) * longest) : 1.0;
+}
+
+// Batch rows per task of the packed GEMM forms, whose tasks are (block of rows, block of columns, group,
+// block of batch rows), fastest first: where a task's columns are few, one block of A serves several
+// batch rows while it is in cache (up to 1024 columns of tiles), as long as the tasks keep the threads
+// about as busy as single batch rows would (7 tasks on 2 threads leave one idle an eighth of the time).
+int64_t batch_rows_per_task(int64_t batch, const std::vector<int64_t>& row_blocks,
+                            const std::vector<int64_t>& column_blocks, int64_t groups, int64_t width) {
+  const int64_t thread_count = threads();
+  const std::vector<int64_t> group_blocks(groups, 1);
+  auto share = [&](int64_t rows_per_task) {
+    return busy_share({row_blocks, column_blocks, group_blocks, block_sizes(batch, rows_per_task)}, thread_count);
+  };
+  const double best = share(1);
+  for (int64_t rows_per_task = std::clamp<int64_t>(1024 / width, 1, batch); rows_per_task > 1; --rows_per_task) {
+    if (share(rows_per_task) >= best - 0.03) return rows_per_task;
+  }
+  return 1;
+}
+
 // A row length of at least `needed` floats, 16-float aligned, an odd number of 64-byte lines (rows
 // read together do not all fall in the same cache sets).
 int64_t padded_length(int64_t needed) {
@@ -780,9 +831,9 @@ bool forward_avx2(const float* x, const float* w, const float* bias, float* y, c
   // Batch rows per task (their outputs side by side in tiles): where a task's columns are few, one
   // block of A serves several batch rows while it is in cache. The reduction then runs in blocks of
   // whole input channels, each block's products for every batch row of the task in turn.
-  const int64_t other_tasks = p.groups * column_blocks * row_blocks;
   const int64_t batch_block =
-      shared_copy ? std::clamp<int64_t>(std::min(1024 / width, p.batch / ceil_div(2 * threads(), other_tasks)), 1, p.batch)
+      shared_copy ? batch_rows_per_task(p.batch, block_sizes(Cog, row_block), block_sizes(longest, columns_per_task),
+                                        p.groups, width)
                   : 1;
   const int64_t batch_blocks = ceil_div(p.batch, batch_block);
   const int64_t tasks = batch_blocks * p.groups * column_blocks * row_blocks;
@@ -911,8 +962,8 @@ bool grad_input_avx2(const PaddedPhases& phases, const float* w, float* grad_x, 
   const int64_t width = round_up(std::min(columns_per_task, p.length_in), step);  // of a tile
   // Batch rows per task, as in forward_avx2: on short inputs a block of A serves several of them.
   const int64_t other_tasks = p.groups * column_blocks * row_blocks;
-  const int64_t batch_block =
-      std::clamp<int64_t>(std::min(1024 / width, p.batch / ceil_div(2 * threads(), other_tasks)), 1, p.batch);
+  const int64_t batch_block = batch_rows_per_task(p.batch, block_sizes(Cig, row_block),
+                                                  block_sizes(p.length_in, columns_per_task), p.groups, width);
   const int64_t batch_blocks = ceil_div(p.batch, batch_block);
   // A per group: A(ci, (co, v)) = w[g*Cig + ci, co, k_v]. Packed once where several tasks read each block
   // of it; else w's rows themselves where every tap has outputs (steps (co, k) in order), packed per block
@@ -1009,13 +1060,26 @@ void grad_weight_avx2(const PaddedPhases& phases, const float* x, float* grad_w,
   });
 }
 
-// Blocks of input channels of grad_weight's GEMM form: one (each task's G^T serves every input channel)
-// unless its column blocks are too few to keep 8 tasks busy.
+// Blocks of input channels of grad_weight's GEMM form: each block of a task builds its own G^T (about 4
+// cycles an element, Cog*K*positions per block), so fewer blocks cost less, while more tasks keep the
+// threads busy: the count, from one per 192 channels (a 192 x 256 tile stays in L2) up to one per 24,
+// that minimises (products + building) / the threads' busy share.
 int64_t grad_weight_row_blocks(const ConvTParams& p) {
-  const int64_t column_blocks = ceil_div(p.out_channels_per_group * p.kernel_size, kWeightColumns);
-  const int64_t for_tasks = ceil_div(8, p.groups * column_blocks);
-  const int64_t for_cache = ceil_div(p.in_channels_per_group, 192);  // a tile of 192 x 256 stays in L2
-  return std::clamp<int64_t>(std::max(for_tasks, for_cache), 1, ceil_div(p.in_channels_per_group, 24));
+  const int64_t Cig = p.in_channels_per_group, R = p.out_channels_per_group * p.kernel_size;
+  const double positions = double(p.batch) * p.length_in;
+  const double products = double(Cig) * R * positions / 16;
+  const std::vector<int64_t> columns = block_sizes(R, kWeightColumns), group_blocks(p.groups, 1);
+  const int64_t fewest = std::min(ceil_div(Cig, 192), ceil_div(Cig, 24)), most = ceil_div(Cig, 24);
+  int64_t best = fewest;
+  double best_cost = 0;
+  for (int64_t blocks = fewest; blocks <= most; ++blocks) {
+    const int64_t rows = Cig < 6 ? Cig : round_up(ceil_div(Cig, blocks), 6);
+    if (blocks > fewest && ceil_div(Cig, rows) < blocks) continue;  // the same blocks as a smaller count
+    const double cost = (products + double(R) * positions * blocks * 4) /
+                        busy_share({columns, block_sizes(Cig, rows), group_blocks}, threads());
+    if (blocks == fewest || cost < best_cost) best = blocks, best_cost = cost;
+  }
+  return best;
 }
 
 // grad_weight as a GEMM over positions (short rows, where per-pair dot products would spend more on
@@ -1029,9 +1093,9 @@ int64_t grad_weight_row_blocks(const ConvTParams& p) {
 bool grad_weight_avx2_gemm(const float* grad_y, const float* x, float* grad_w, const ConvTParams& p) {
   const int64_t Cig = p.in_channels_per_group, Cog = p.out_channels_per_group, K = p.kernel_size, R = Cog * K;
   const int64_t column_blocks = ceil_div(R, kWeightColumns);
-  const int64_t row_blocks = grad_weight_row_blocks(p);
   const int64_t panel = avx2::panel_rows(Cig);
-  const int64_t row_block = Cig < 6 ? Cig : round_up(ceil_div(Cig, row_blocks), 6);
+  const int64_t row_block = Cig < 6 ? Cig : round_up(ceil_div(Cig, grad_weight_row_blocks(p)), 6);
+  const int64_t row_blocks = ceil_div(Cig, row_block);
   constexpr int64_t kColumns = kWeightColumns, kChunk = 512;
   // x per group packed once: A(ci, (n, i)) = x[n, g*Cig + ci, i], panels of ci, steps (n, i)
   const int64_t positions = p.batch * p.length_in;
