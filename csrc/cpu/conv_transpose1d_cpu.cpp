@@ -455,6 +455,14 @@ int64_t balanced_rows(int64_t rows) {
   return std::min(round_up(ceil_div(rows, ceil_div(rows, kAvx2Rows)), 6), round_up(rows, 6));
 }
 
+// Columns (positions) per task of the packed GEMM forms: at most kAvx2Columns rounded to the column
+// step, the blocks of about equal size (334 positions as 256 + 78 gave the tasks of one block a third
+// of the others' work, and at::parallel_for's contiguous split one thread all of the long ones).
+int64_t balanced_columns(int64_t total, int64_t step) {
+  const int64_t most = round_up(kAvx2Columns, step);
+  return total <= most ? most : round_up(ceil_div(total, ceil_div(total, most)), step);
+}
+
 // Sizes of the blocks that split `total` into blocks of at most `block`.
 std::vector<int64_t> block_sizes(int64_t total, int64_t block) {
   std::vector<int64_t> sizes;
@@ -605,8 +613,9 @@ bool streamed_by_batch(const ConvTParams& p) { return p.batch * p.length_in > 2 
 void forward_avx2_streamed(const float* x, const float* w, const float* bias, float* y, const ConvTParams& p) {
   const int64_t Cig = p.in_channels_per_group, Cog = p.out_channels_per_group, K = p.kernel_size, R = Cog * K;
   const int64_t span = (K - 1) * p.dilation;
-  const int64_t channels = std::clamp<int64_t>(kWeightColumns / K, 1, Cog);  // output channels per task
-  const int64_t blocks = ceil_div(Cog, channels);
+  // output channels per task: at most kWeightColumns columns (co, k), the blocks of about equal size
+  const int64_t blocks = ceil_div(Cog, std::clamp<int64_t>(kWeightColumns / K, 1, Cog));
+  const int64_t channels = ceil_div(Cog, blocks);
   const bool by_batch = streamed_by_batch(p);
   // segments of outputs per batch row: enough tasks for the threads, each at least 4 halos of inputs
   const int64_t halo = ceil_div(span, p.stride) + 1;
@@ -795,8 +804,8 @@ bool forward_avx2(const float* x, const float* w, const float* bias, float* y, c
     }
   }
   const int64_t step = avx2::column_step(avx2::panel_rows(Cog));
-  const int64_t columns_per_task = round_up(kAvx2Columns, step);
   const int64_t longest = phase_length(0, p.length_out, p.stride);
+  const int64_t columns_per_task = balanced_columns(longest, step);
   // B's rows: one copy of x padded with zeros where it is small; otherwise x itself, and for the blocks
   // whose windows reach past its ends a padded copy of the window, per task.
   const int64_t lead = max_shift;
@@ -955,7 +964,7 @@ bool grad_input_avx2(const PaddedPhases& phases, const float* w, float* grad_x, 
   const int64_t depth = Cog * taps;
   const float* base = phases.data.data_ptr<float>();
   const int64_t step = avx2::column_step(avx2::panel_rows(Cig));
-  const int64_t columns_per_task = round_up(kAvx2Columns, step);
+  const int64_t columns_per_task = balanced_columns(p.length_in, step);
   const int64_t row_block = balanced_rows(Cig);
   const int64_t row_blocks = ceil_div(Cig, row_block);
   const int64_t column_blocks = ceil_div(p.length_in, columns_per_task);
