@@ -191,8 +191,9 @@ void set_backward_tangents(std::tuple<at::Tensor, at::Tensor, at::Tensor>& grads
   };
   if (gy_t.defined()) {
     auto [gx, gw, gb] = backward_call(gy_t, x, w, stride, padding, output_padding, groups, dilation, output_mask);
+    const std::array<at::Tensor, 3> terms{gx, gw, gb};
     for (int index : {0, 1, 2}) {
-      if (output_mask[index]) accumulate(index, index == 0 ? gx : index == 1 ? gw : gb);
+      if (output_mask[index]) accumulate(index, terms[index]);
     }
   }
   if (w_t.defined() && output_mask[0]) {

@@ -496,22 +496,57 @@ double busy_share(const std::vector<std::vector<int64_t>>& dimensions, int64_t t
   return longest > 0 ? total / (double(thread_count) * longest) : 1.0;
 }
 
-// Batch rows per task of the packed GEMM forms, whose tasks are (block of rows, block of columns, group,
-// block of batch rows), fastest first: where a task's columns are few, one block of A serves several
-// batch rows while it is in cache (up to 1024 columns of tiles), as long as the tasks keep the threads
-// about as busy as single batch rows would (7 tasks on 2 threads leave one idle an eighth of the time).
-int64_t batch_rows_per_task(int64_t batch, const std::vector<int64_t>& row_blocks,
-                            const std::vector<int64_t>& column_blocks, int64_t groups, int64_t width) {
-  const int64_t thread_count = threads();
-  const std::vector<int64_t> group_blocks(groups, 1);
-  auto share = [&](int64_t rows_per_task) {
-    return busy_share({row_blocks, column_blocks, group_blocks, block_sizes(batch, rows_per_task)}, thread_count);
+// The tasks of the packed GEMM forms (forward_avx2, grad_input_avx2): a block of rows of the matrix
+// (output channels, or input channels), a block of columns (positions), a group and a block of batch
+// rows, the first varying fastest, in the order parallel() splits them. Blocks of rows and columns are
+// of about equal size. Batch rows per task: where a task's columns are few, one block of A serves
+// several batch rows while it is in cache (up to 1024 columns of tiles), as long as the tasks keep the
+// threads about as busy as single batch rows would (7 tasks on 2 threads leave one idle an eighth of
+// the time); one where `share_batch_rows` is false.
+struct PackedTasks {
+  int64_t rows, row_block, row_blocks;
+  int64_t columns, column_block, column_blocks;
+  int64_t width;  // of a tile: its columns rounded up to the column step
+  int64_t groups, batch, batch_block, batch_blocks;
+
+  struct Task {
+    int64_t row0, rows, column0, columns, group, n0, n1;
   };
-  const double best = share(1);
-  for (int64_t rows_per_task = std::clamp<int64_t>(1024 / width, 1, batch); rows_per_task > 1; --rows_per_task) {
-    if (share(rows_per_task) >= best - 0.03) return rows_per_task;
+  int64_t count() const { return row_blocks * column_blocks * groups * batch_blocks; }
+  Task operator[](int64_t task) const {
+    const int64_t rb = task % row_blocks, cb = (task / row_blocks) % column_blocks;
+    const int64_t g = (task / (row_blocks * column_blocks)) % groups;
+    const int64_t n0 = (task / (row_blocks * column_blocks * groups)) * batch_block;
+    const int64_t row0 = rb * row_block, column0 = cb * column_block;
+    return {row0, std::min(row_block, rows - row0), column0, std::min(column_block, columns - column0), g, n0,
+            std::min(batch, n0 + batch_block)};
   }
-  return 1;
+};
+
+PackedTasks packed_tasks(int64_t rows, int64_t columns, int64_t step, int64_t groups, int64_t batch,
+                         bool share_batch_rows) {
+  PackedTasks t;
+  t.rows = rows, t.row_block = balanced_rows(rows), t.row_blocks = ceil_div(rows, t.row_block);
+  t.columns = columns, t.column_block = balanced_columns(columns, step);
+  t.column_blocks = ceil_div(columns, t.column_block);
+  t.width = round_up(std::min(t.column_block, columns), step);
+  t.groups = groups, t.batch = batch, t.batch_block = 1;
+  if (share_batch_rows) {
+    const std::vector<int64_t> row_sizes = block_sizes(rows, t.row_block),
+                               column_sizes = block_sizes(columns, t.column_block), group_sizes(groups, 1);
+    auto share = [&](int64_t rows_per_task) {
+      return busy_share({row_sizes, column_sizes, group_sizes, block_sizes(batch, rows_per_task)}, threads());
+    };
+    const double best = share(1);
+    for (int64_t rows_per_task = std::clamp<int64_t>(1024 / t.width, 1, batch); rows_per_task > 1; --rows_per_task) {
+      if (share(rows_per_task) >= best - 0.03) {
+        t.batch_block = rows_per_task;
+        break;
+      }
+    }
+  }
+  t.batch_blocks = ceil_div(batch, t.batch_block);
+  return t;
 }
 
 // A row length of at least `needed` floats, 16-float aligned, an odd number of 64-byte lines (rows
@@ -805,12 +840,14 @@ bool forward_avx2(const float* x, const float* w, const float* bias, float* y, c
   }
   const int64_t step = avx2::column_step(avx2::panel_rows(Cog));
   const int64_t longest = phase_length(0, p.length_out, p.stride);
-  const int64_t columns_per_task = balanced_columns(longest, step);
   // B's rows: one copy of x padded with zeros where it is small; otherwise x itself, and for the blocks
   // whose windows reach past its ends a padded copy of the window, per task.
   const int64_t lead = max_shift;
   const int64_t length = padded_length(std::max(lead + p.length_in, lead + longest + step - min_shift));
   const bool shared_copy = !windows && p.batch * p.in_channels * length <= kSharedCopy;
+  // (tasks of several batch rows only on the shared copy: a window is one batch row's)
+  const PackedTasks grid = packed_tasks(Cog, longest, step, p.groups, p.batch, shared_copy);
+  const int64_t columns_per_task = grid.column_block;
   const int64_t window = padded_length(columns_per_task + step + max_shift - min_shift);
   if (!shared_copy && Cig * window > kSharedCopy) return false;  // taps far apart: windows as large as x
 
@@ -833,33 +870,19 @@ bool forward_avx2(const float* x, const float* w, const float* bias, float* y, c
   jobs.run();
   const float* xp = shared_copy ? x_padded.data_ptr<float>() : nullptr;
 
-  const int64_t row_block = balanced_rows(Cog);
-  const int64_t row_blocks = ceil_div(Cog, row_block);
-  const int64_t column_blocks = ceil_div(longest, columns_per_task);
-  const int64_t width = round_up(std::min(columns_per_task, longest), step);  // of a tile
-  // Batch rows per task (their outputs side by side in tiles): where a task's columns are few, one
-  // block of A serves several batch rows while it is in cache. The reduction then runs in blocks of
-  // whole input channels, each block's products for every batch row of the task in turn.
-  const int64_t batch_block =
-      shared_copy ? batch_rows_per_task(p.batch, block_sizes(Cog, row_block), block_sizes(longest, columns_per_task),
-                                        p.groups, width)
-                  : 1;
-  const int64_t batch_blocks = ceil_div(p.batch, batch_block);
-  const int64_t tasks = batch_blocks * p.groups * column_blocks * row_blocks;
+  // Tasks of several batch rows keep their outputs side by side in tiles; the reduction then runs in
+  // blocks of whole input channels, each block's products for every batch row of the task in turn.
+  const int64_t tile_size = grid.row_block * grid.width;
   const int64_t panel = avx2::panel_rows(Cog);
   std::atomic<bool> finite{true};
-  parallel(tasks, double(p.batch) * p.in_channels * p.out_channels_per_group * K * p.length_in,
+  parallel(grid.count(), double(p.batch) * p.in_channels * p.out_channels_per_group * K * p.length_in,
            [&](int64_t begin, int64_t end) {
-    std::vector<float> tiles(batch_block * row_block * width);
+    std::vector<float> tiles(grid.batch_block * tile_size);
     std::vector<float> window_rows;
     bool all_finite = true;
     for (int64_t task = begin; task < end; ++task) {
-      const int64_t rb = task % row_blocks, cb = (task / row_blocks) % column_blocks;
-      const int64_t g = (task / (row_blocks * column_blocks)) % p.groups;
-      const int64_t n0 = (task / (row_blocks * column_blocks * p.groups)) * batch_block;
-      const int64_t n1 = std::min(p.batch, n0 + batch_block);
-      const int64_t m0 = cb * columns_per_task;
-      const int64_t row0 = rb * row_block, rows = std::min(row_block, Cog - row0);
+      const PackedTasks::Task t = grid[task];
+      const int64_t row0 = t.row0, rows = t.rows, m0 = t.column0, g = t.group, n0 = t.n0, n1 = t.n1;
       // where row (ci, t) of B starts for output m0 of batch row n: base(n) + ci*stride + offset_t + column
       const float* window_base = nullptr;
       int64_t stride = length, column = m0;
@@ -895,14 +918,14 @@ bool forward_avx2(const float* x, const float* w, const float* bias, float* y, c
           for (int64_t n = n0; n < n1; ++n) {
             avx2::gemm(rows, cols, kc, a + c0 * taps * panel, panel, panel * depth,
                        avx2::Operand{base(n) + c0 * stride, stride, taps, offsets[r].data()}, column,
-                       tiles.data() + (n - n0) * row_block * width, width, c0 > 0);
+                       tiles.data() + (n - n0) * tile_size, grid.width, c0 > 0);
           }
         }
         for (int64_t n = n0; n < n1; ++n) {
-          const float* tile = tiles.data() + (n - n0) * row_block * width;
+          const float* tile = tiles.data() + (n - n0) * tile_size;
           for (int64_t rr = 0; rr < rows; ++rr) {
             const int64_t co = g * Cog + row0 + rr;
-            all_finite &= avx2::write_row(tile + rr * width, cols, bias ? bias[co] : 0.0f,
+            all_finite &= avx2::write_row(tile + rr * grid.width, cols, bias ? bias[co] : 0.0f,
                                           y + (n * p.out_channels + co) * p.length_out + m0 * p.stride + r, p.stride);
           }
         }
@@ -964,20 +987,12 @@ bool grad_input_avx2(const PaddedPhases& phases, const float* w, float* grad_x, 
   const int64_t depth = Cog * taps;
   const float* base = phases.data.data_ptr<float>();
   const int64_t step = avx2::column_step(avx2::panel_rows(Cig));
-  const int64_t columns_per_task = balanced_columns(p.length_in, step);
-  const int64_t row_block = balanced_rows(Cig);
-  const int64_t row_blocks = ceil_div(Cig, row_block);
-  const int64_t column_blocks = ceil_div(p.length_in, columns_per_task);
-  const int64_t width = round_up(std::min(columns_per_task, p.length_in), step);  // of a tile
-  // Batch rows per task, as in forward_avx2: on short inputs a block of A serves several of them.
-  const int64_t other_tasks = p.groups * column_blocks * row_blocks;
-  const int64_t batch_block = batch_rows_per_task(p.batch, block_sizes(Cig, row_block),
-                                                  block_sizes(p.length_in, columns_per_task), p.groups, width);
-  const int64_t batch_blocks = ceil_div(p.batch, batch_block);
+  const PackedTasks grid = packed_tasks(Cig, p.length_in, step, p.groups, p.batch, true);
+  const int64_t tile_size = grid.row_block * grid.width;
   // A per group: A(ci, (co, v)) = w[g*Cig + ci, co, k_v]. Packed once where several tasks read each block
   // of it; else w's rows themselves where every tap has outputs (steps (co, k) in order), packed per block
   // of steps by the task that reads it.
-  const bool in_place = taps == K && batch_blocks * column_blocks <= 2;
+  const bool in_place = taps == K && grid.batch_blocks * grid.column_blocks <= 2;
   at::Tensor a_packed;
   if (!in_place) {
     a_packed = at::empty({std::max<int64_t>(1, p.groups * avx2::packed_size(Cig, depth))},
@@ -988,19 +1003,14 @@ bool grad_input_avx2(const PaddedPhases& phases, const float* w, float* grad_x, 
     jobs.run();
   }
   const int64_t panel = avx2::panel_rows(Cig);
-  const int64_t tasks = batch_blocks * other_tasks;
   std::atomic<bool> finite{true};
-  parallel(tasks, double(p.batch) * p.in_channels * p.out_channels_per_group * p.kernel_size * p.length_in,
+  parallel(grid.count(), double(p.batch) * p.in_channels * p.out_channels_per_group * p.kernel_size * p.length_in,
            [&](int64_t begin, int64_t end) {
-    std::vector<float> tiles(batch_block * row_block * width);
+    std::vector<float> tiles(grid.batch_block * tile_size);
     bool all_finite = true;
     for (int64_t task = begin; task < end; ++task) {
-      const int64_t rb = task % row_blocks, cb = (task / row_blocks) % column_blocks;
-      const int64_t g = (task / (row_blocks * column_blocks)) % p.groups;
-      const int64_t n0 = (task / (row_blocks * column_blocks * p.groups)) * batch_block;
-      const int64_t n1 = std::min(p.batch, n0 + batch_block);
-      const int64_t i0 = cb * columns_per_task, cols = std::min(columns_per_task, p.length_in - i0);
-      const int64_t row0 = rb * row_block, rows = std::min(row_block, Cig - row0);
+      const PackedTasks::Task t = grid[task];
+      const int64_t row0 = t.row0, rows = t.rows, i0 = t.column0, cols = t.columns, g = t.group, n0 = t.n0, n1 = t.n1;
       // blocks of about 256 steps (whole output channels) where several batch rows share them
       const int64_t channels = n1 - n0 > 1 ? std::clamp<int64_t>(256 / std::max<int64_t>(taps, 1), 1, Cog) : Cog;
       for (int64_t c0 = 0; c0 < Cog; c0 += channels) {
@@ -1009,20 +1019,20 @@ bool grad_input_avx2(const PaddedPhases& phases, const float* w, float* grad_x, 
           // B((co, v), i) = phase_v of grad_y[co] at i + shift_v
           const avx2::Operand b{base + (n * p.out_channels + g * Cog + c0) * phases.length + phases.lead,
                                 phases.length, taps, offsets.data()};
-          float* tile = tiles.data() + (n - n0) * row_block * width;
+          float* tile = tiles.data() + (n - n0) * tile_size;
           if (in_place) {
-            avx2::gemm_rows(rows, cols, kc, w + (g * Cig + row0) * depth + c0 * taps, depth, panel, b, i0, tile, width,
-                            c0 > 0);
+            avx2::gemm_rows(rows, cols, kc, w + (g * Cig + row0) * depth + c0 * taps, depth, panel, b, i0, tile,
+                            grid.width, c0 > 0);
           } else {
             const float* a = a_packed.data_ptr<float>() + g * avx2::packed_size(Cig, depth) + row0 * depth;
-            avx2::gemm(rows, cols, kc, a + c0 * taps * panel, panel, panel * depth, b, i0, tile, width, c0 > 0);
+            avx2::gemm(rows, cols, kc, a + c0 * taps * panel, panel, panel * depth, b, i0, tile, grid.width, c0 > 0);
           }
         }
       }
       for (int64_t n = n0; n < n1; ++n) {
-        const float* tile = tiles.data() + (n - n0) * row_block * width;
+        const float* tile = tiles.data() + (n - n0) * tile_size;
         for (int64_t rr = 0; rr < rows; ++rr) {
-          all_finite &= avx2::write_row(tile + rr * width, cols, 0.0f,
+          all_finite &= avx2::write_row(tile + rr * grid.width, cols, 0.0f,
                                         grad_x + (n * p.in_channels + g * Cig + row0 + rr) * p.length_in + i0, 1);
         }
       }
@@ -1069,24 +1079,24 @@ void grad_weight_avx2(const PaddedPhases& phases, const float* x, float* grad_w,
   });
 }
 
-// Blocks of input channels of grad_weight's GEMM form: each block of a task builds its own G^T (about 4
+// Input channels per block of grad_weight's GEMM form: each block of a task builds its own G^T (about 4
 // cycles an element, Cog*K*positions per block), so fewer blocks cost less, while more tasks keep the
-// threads busy: the count, from one per 192 channels (a 192 x 256 tile stays in L2) up to one per 24,
-// that minimises (products + building) / the threads' busy share.
-int64_t grad_weight_row_blocks(const ConvTParams& p) {
+// threads busy: of the counts from one block per 192 channels (a 192 x 256 tile stays in L2) up to one
+// per 24, the one that minimises (products + building) / the threads' busy share.
+int64_t grad_weight_row_block(const ConvTParams& p) {
   const int64_t Cig = p.in_channels_per_group, R = p.out_channels_per_group * p.kernel_size;
+  if (Cig < 6) return Cig;
   const double positions = double(p.batch) * p.length_in;
   const double products = double(Cig) * R * positions / 16;
   const std::vector<int64_t> columns = block_sizes(R, kWeightColumns), group_blocks(p.groups, 1);
-  const int64_t fewest = std::min(ceil_div(Cig, 192), ceil_div(Cig, 24)), most = ceil_div(Cig, 24);
-  int64_t best = fewest;
+  int64_t best = 0;
   double best_cost = 0;
-  for (int64_t blocks = fewest; blocks <= most; ++blocks) {
-    const int64_t rows = Cig < 6 ? Cig : round_up(ceil_div(Cig, blocks), 6);
-    if (blocks > fewest && ceil_div(Cig, rows) < blocks) continue;  // the same blocks as a smaller count
+  for (int64_t count = ceil_div(Cig, 192); count <= ceil_div(Cig, 24); ++count) {
+    const int64_t rows = round_up(ceil_div(Cig, count), 6);
+    const int64_t blocks = ceil_div(Cig, rows);  // (rounding may leave fewer blocks than asked)
     const double cost = (products + double(R) * positions * blocks * 4) /
                         busy_share({columns, block_sizes(Cig, rows), group_blocks}, threads());
-    if (blocks == fewest || cost < best_cost) best = blocks, best_cost = cost;
+    if (best == 0 || cost < best_cost) best = rows, best_cost = cost;
   }
   return best;
 }
@@ -1103,7 +1113,7 @@ bool grad_weight_avx2_gemm(const float* grad_y, const float* x, float* grad_w, c
   const int64_t Cig = p.in_channels_per_group, Cog = p.out_channels_per_group, K = p.kernel_size, R = Cog * K;
   const int64_t column_blocks = ceil_div(R, kWeightColumns);
   const int64_t panel = avx2::panel_rows(Cig);
-  const int64_t row_block = Cig < 6 ? Cig : round_up(ceil_div(Cig, grad_weight_row_blocks(p)), 6);
+  const int64_t row_block = grad_weight_row_block(p);
   const int64_t row_blocks = ceil_div(Cig, row_block);
   constexpr int64_t kColumns = kWeightColumns, kChunk = 512;
   // x per group packed once: A(ci, (n, i)) = x[n, g*Cig + ci, i], panels of ci, steps (n, i)
@@ -1215,7 +1225,7 @@ bool grad_weight_by_gemm(const ConvTParams& p) {
   const double positions = double(p.batch) * p.length_in;
   const double products = Cig * Cog * K * positions / 16;
   const double sums = std::ceil(Cig / 3) * std::ceil(Cog / 4) * K * p.batch * std::ceil(p.length_in / 1024.0) * 80;
-  const double build = Cog * K * positions * grad_weight_row_blocks(p) * 4;
+  const double build = Cog * K * positions * std::ceil(Cig / grad_weight_row_block(p)) * 4;
   return build + products / 4 < sums;
 }
 
