@@ -133,6 +133,7 @@ def run_server(command: List[str], env: dict) -> subprocess.CompletedProcess:
     compile workers) holding inherited pipes open, which a read of pipes would wait for. It gets its own
     session, killed whole once it ends or when it outlives SERVER_TIMEOUT (then its exit code is
     -SIGKILL: a death like any other, so the control and the preload are tried as for a crash)."""
+    start = time.perf_counter()
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         process = subprocess.Popen(command, stdout=out, stderr=err, env=env, start_new_session=True)
         hung = False
@@ -147,7 +148,17 @@ def run_server(command: List[str], env: dict) -> subprocess.CompletedProcess:
         out.seek(0)
         err.seek(0)
         stderr = err.read() + (f"\n(hung: killed after {SERVER_TIMEOUT} s)" if hung else "")
-        return subprocess.CompletedProcess(command, returncode, out.read(), stderr)
+        done = subprocess.CompletedProcess(command, returncode, out.read(), stderr)
+    # at once, so that a run stopped later still shows how each server ended
+    report(kind="server", server=os.path.basename(command[0]), package=_package_name(command),
+           preload=env.get("LD_PRELOAD"), returncode=returncode, hung=hung,
+           seconds=round(time.perf_counter() - start, 1), timings=_timings(done), stderr_tail=stderr[-1500:])
+    return done
+
+
+def _package_name(command: List[str]) -> str:
+    """The .pt2 a server command names (its file name), or '?'."""
+    return next((os.path.basename(arg) for arg in command if arg.endswith(".pt2")), "?")
 
 
 def _subprocess_env(extra: dict) -> dict:
@@ -159,11 +170,13 @@ def _subprocess_env(extra: dict) -> dict:
 # Python's tracebacks go to stderr if it dies on a signal or hangs (shortly before SERVER_TIMEOUT).
 _LOAD_AND_RUN = """
 import faulthandler, sys, time
+sys.stdout.reconfigure(line_buffering=True)  # (each line on disk at once: a killed server's last stage shows)
 faulthandler.enable()
 faulthandler.dump_traceback_later(float(sys.argv[5]))
 import torch, torch_convt_op
 package, device, inputs, outputs = sys.argv[1:5]
 xs = [x.to(device) for x in torch.load(inputs)]
+print(f"inputs on {device}")
 start = time.perf_counter()
 loaded = torch._inductor.aoti_load_package(package)
 print(f"loaded in {(time.perf_counter() - start) * 1e3:.1f} ms")

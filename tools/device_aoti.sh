@@ -19,6 +19,10 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 python="${PYTHON:-python3}"
 limit="${CONVT_AOTI_TIMEOUT:-285}"
+# s: a server that loads and runs longer hangs. Generous: torch 2.11's aoti_load_package picks the CPU's
+# vector ISA by compiling probes and loading each in a child Python (import torch each time), one
+# process at a time under a file lock, so a load beside four other test processes takes tens of seconds.
+export CONVT_SERVER_TIMEOUT="${CONVT_SERVER_TIMEOUT:-180}"
 work="${CONVT_AOTI_LOGS:-$(mktemp -d)}"  # the pytest logs (CONVT_AOTI_LOGS: a folder to keep them in)
 mkdir -p "$work"
 export CONVT_AOTI_REPORT="$work/report.jsonl"
@@ -91,6 +95,14 @@ if not checks:
 for r in rows:
     if r["kind"] in ("compile", "build"):
         print(f"{r['kind']} {r['case']}: {r['seconds']} s")
+print("server runs (each process that loaded a package):")
+for r in rows:
+    if r["kind"] == "server":
+        ended = "hung" if r["hung"] else f"exit {r['returncode']}"
+        print(f"  {r['server']} {r['package']}: {ended} after {r['seconds']} s"
+              f"{', LD_PRELOAD=' + r['preload'] if r['preload'] else ''}; {r['timings'] or '-'}")
+        if r["returncode"] != 0:  # its last words: a traceback (faulthandler's, for a hang) or an error
+            print("    " + "\n    ".join(r["stderr_tail"].strip().splitlines()[-12:]))
 failed = [f"{r['case']} {r['device']} {r['dtype']}" for r in checks if not r["passed"]]
 if failed:
     print("FAILED comparisons: " + "; ".join(failed))

@@ -2,7 +2,7 @@
 dtype, under compute-sanitizer's memcheck, racecheck, initcheck and synccheck.
 
     python tools/sanitize.py            # every tool; one summary line per tool, exit 1 on any error
-    python tools/sanitize.py --tool racecheck
+    python tools/sanitize.py --tool racecheck  # (leaves out the mbarrier-ordered kernels: MBARRIER_KERNELS)
     python tools/sanitize.py --inner    # the workload alone (what runs under each tool)
 """
 import argparse
@@ -95,8 +95,17 @@ def exercise() -> None:
     print(f"sanitize workload: {runs} forward+backward runs ok")
 
 
+# The kernels whose shared-memory stages only mbarriers order (pipelined_gemm_kernel,
+# grad_weight_wgmma_pipelined_kernel): racecheck does not model mbarrier ordering and reports hazards
+# on them that the PTX memory model rules out (tools/racecheck_probe.cu,
+# docs/perf/2026-11-27-racecheck-probe.md), so racecheck leaves them out and must be clean on the rest;
+# memcheck, initcheck and synccheck cover them.
+MBARRIER_KERNELS = "pipelined"  # (a substring of exactly those kernels' names)
+
+
 def run_tool(tool: str, timeout: float) -> tuple:
-    command = ["compute-sanitizer", "--tool", tool, "--error-exitcode", "3", "--print-limit", "20",
+    exclude = ["--kernel-name-exclude", f"kns={MBARRIER_KERNELS}"] if tool == "racecheck" else []
+    command = ["compute-sanitizer", "--tool", tool, *exclude, "--error-exitcode", "3", "--print-limit", "20",
                sys.executable, __file__, "--inner"]
     start = time.time()
     # its own process group, so that a timeout also stops the workload the sanitizer started

@@ -66,9 +66,13 @@ void launch_grad_weight_wgmma(const WeightGradPlan& plan, const CUtensorMap* x_m
   auto run = [&](auto taps, auto sums_bias) {
     constexpr int kTaps = decltype(taps)::value;
     constexpr bool kSumsBias = decltype(sums_bias)::value;
-    launch_grad_weight_kernel(grad_weight_wgmma_kernel<T, kTaps, kSumsBias, kMerged, kPipelined>,
-                              kPipelined ? kPipelineThreads : kWgmmaThreads, g, as_cuda(x), as_cuda(grad_y), partial,
-                              bias_partial, launch);
+    if constexpr (kPipelined) {
+      launch_grad_weight_kernel(grad_weight_wgmma_pipelined_kernel<T, kTaps, kSumsBias, kMerged>, kPipelineThreads, g,
+                                as_cuda(x), as_cuda(grad_y), partial, bias_partial, launch);
+    } else {
+      launch_grad_weight_kernel(grad_weight_wgmma_kernel<T, kTaps, kSumsBias, kMerged>, kWgmmaThreads, g, as_cuda(x),
+                                as_cuda(grad_y), partial, bias_partial, launch);
+    }
   };
   auto with_taps = [&](auto sums_bias) {
     switch (g.group_taps) {

@@ -49,7 +49,9 @@ double milliseconds_since(std::chrono::steady_clock::time_point start) {
 
 void synchronize(const c10::Device& device) {
   if (device.type() != c10::DeviceType::CPU) {
-    c10::impl::getDeviceGuardImpl(device.type())->synchronizeDevice(device.index());
+    const c10::impl::DeviceGuardImplInterface* guard = c10::impl::getDeviceGuardImpl(device.type());
+    // "cuda" has no index (-1): the current device, where the inputs went
+    guard->synchronizeDevice(device.has_index() ? device.index() : guard->getDevice().index());
   }
 }
 
