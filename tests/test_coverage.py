@@ -185,6 +185,14 @@ def test_long_input_float32(forms, monkeypatch):
                                       check_forward=True)
 
 
+def test_streamed_forward_in_chunks_of_batch_rows(monkeypatch):
+    """An input larger than the x^T the streamed forward packs at once (4M floats): it runs in chunks of
+    batch rows (here 2 + 1), each packed and multiplied in turn; segments of outputs split each row."""
+    monkeypatch.setenv("CONVT_CPU_FORMS", "forward=streamed")
+    assert_backward_matches_reference(Case(3, 64, 12, 5, 30_000, stride=2, padding=2, output_padding=1),
+                                      torch.float32, "cpu", check_forward=True)
+
+
 @pytest.mark.quick
 @pytest.mark.parametrize("forms", [None, "forward=packed,grad_input=packed,grad_weight=dot",
                                    "forward=streamed,grad_weight=positions", "forward=scatter"])

@@ -635,15 +635,42 @@ void pack_units(Jobs& jobs, int64_t units, int64_t rows, int64_t outer, const st
 
 // Forward with the weight read in place as the GEMM's B, for short inputs and many channels (where the
 // weight is the larger operand) and for few output channels (where the weight is small and x would be
-// read once per tap otherwise): Z^T[(n, i), (co, k)] = sum_ci x[n, ci, i] * w[ci, co, k] (A's rows gathered
-// from x), then each Z^T element added into y at i*stride + k*dilation - padding (col2im). A task owns
-// its rows of y: (group, block of whole output channels) with every batch row where the inputs are
-// few (the weight crosses memory once per tile of 192 input positions), else (group, block, n, segment
-// of outputs) with the inputs that reach the segment. Only products of real inputs are formed, so Inf
-// and NaN land as torch puts them.
+// read once per tap otherwise): Z^T[(n, i), (co, k)] = sum_ci x[n, ci, i] * w[ci, co, k], then each Z^T
+// element added into y at i*stride + k*dilation - padding (col2im). A, x^T, is packed once per group and
+// chunk of batch rows (every block of output channels reads it). A task owns its rows of y: (group,
+// block of whole output channels) with every batch row of the chunk where the inputs are few (the
+// weight crosses memory once per tile of 192 input positions), else (group, block, n, segment of
+// outputs) with the inputs that reach the segment. Only products of real inputs reach y, so Inf and NaN
+// land as torch puts them.
 constexpr int64_t kStreamedPositions = 192;  // rows of a Z^T tile (32 panels)
 
 bool streamed_by_batch(const ConvTParams& p) { return p.batch * p.length_in > 2 * kStreamedPositions; }
+
+// Jobs that pack x^T of each group for batch rows [n0, n1): rows (n, i) flattened (r = (n - n0)*L_in + i),
+// steps ci, panels of `panel` rows (avx2::pack_a's layout), group g's at g * packed_size(rows, Cig).
+void pack_x_transposed(Jobs& jobs, const float* x, const ConvTParams& p, int64_t n0, int64_t n1, float* out) {
+  const int64_t Cig = p.in_channels_per_group, rows = (n1 - n0) * p.length_in;
+  const int64_t panel = avx2::panel_rows(rows), panels = avx2::panels(rows), size = avx2::packed_size(rows, Cig);
+  const int64_t per_job = std::max<int64_t>(1, (int64_t(1) << 15) / (panel * Cig));  // about 32k elements a job
+  for (int64_t g = 0; g < p.groups; ++g) {
+    for (int64_t q0 = 0; q0 < panels; q0 += per_job) {
+      const int64_t q1 = std::min(panels, q0 + per_job);
+      jobs.add(double(q1 - q0) * panel * Cig, [=, &p] {
+        for (int64_t q = q0; q < q1; ++q) {
+          const float* sources[6];
+          for (int64_t lane = 0; lane < panel; ++lane) {
+            const int64_t r = std::min(q * panel + lane, rows - 1);  // (lanes past the end: any row, never used)
+            sources[lane] = x + ((n0 + r / p.length_in) * p.in_channels + g * Cig) * p.length_in + r % p.length_in;
+          }
+          float* dst = out + g * size + q * panel * Cig;
+          for (int64_t ci = 0; ci < Cig; ++ci, dst += panel) {
+            for (int64_t lane = 0; lane < panel; ++lane) dst[lane] = sources[lane][ci * p.length_in];
+          }
+        }
+      });
+    }
+  }
+}
 
 void forward_avx2_streamed(const float* x, const float* w, const float* bias, float* y, const ConvTParams& p) {
   const int64_t Cig = p.in_channels_per_group, Cog = p.out_channels_per_group, K = p.kernel_size, R = Cog * K;
@@ -652,74 +679,80 @@ void forward_avx2_streamed(const float* x, const float* w, const float* bias, fl
   const int64_t blocks = ceil_div(Cog, std::clamp<int64_t>(kWeightColumns / K, 1, Cog));
   const int64_t channels = ceil_div(Cog, blocks);
   const bool by_batch = streamed_by_batch(p);
+  // batch rows per chunk: x^T of a chunk at most kSharedCopy floats (one batch row at least)
+  const int64_t chunk = by_batch ? std::clamp<int64_t>(kSharedCopy / (p.in_channels * p.length_in), 1, p.batch) : p.batch;
   // segments of outputs per batch row: enough tasks for the threads, each at least 4 halos of inputs
   const int64_t halo = ceil_div(span, p.stride) + 1;
   const int64_t most = std::max<int64_t>(1, p.length_in / std::max(kStreamedPositions, 4 * halo));
   const int64_t segments =
-      by_batch ? std::clamp<int64_t>(ceil_div(4 * threads(), p.groups * blocks * p.batch), 1, most) : 1;
+      by_batch ? std::clamp<int64_t>(ceil_div(4 * threads(), p.groups * blocks * chunk), 1, most) : 1;
   const int64_t segment = ceil_div(p.length_out, segments);
-  const int64_t units = p.groups * blocks * (by_batch ? p.batch * segments : 1);
+  const int64_t chunk_rows = chunk * p.length_in, panel = avx2::panel_rows(chunk_rows);
+  const int64_t group_size = avx2::packed_size(chunk_rows, Cig);
+  at::Tensor packed = at::empty({std::max<int64_t>(1, p.groups * group_size)}, at::TensorOptions().dtype(at::kFloat));
   const int64_t zero = 0;
-  parallel(units, double(p.batch) * p.in_channels * p.out_channels_per_group * p.kernel_size * p.length_in,
-           [&](int64_t begin, int64_t end) {
-    std::vector<float> tile(kStreamedPositions * avx2::round_up_columns(channels * K, 1)), tail;
-    std::vector<const float*> a_rows(kStreamedPositions);
-    std::vector<int64_t> row_n(kStreamedPositions), row_i(kStreamedPositions);
-    for (int64_t task = begin; task < end; ++task) {
-      int64_t rest = task;
-      const int64_t q = by_batch ? rest % segments : 0;
-      rest = by_batch ? rest / segments : rest;
-      const int64_t n_only = by_batch ? rest % p.batch : -1;
-      rest = by_batch ? rest / p.batch : rest;
-      const int64_t b = rest % blocks, g = rest / blocks;
-      const int64_t co0 = b * channels, count = std::min(channels, Cog - co0), cols = count * K;
-      const int64_t j0 = q * segment, j1 = std::min(p.length_out, j0 + segment);
-      if (j0 >= j1) continue;
-      // the inputs (n, i) of the task, in tiles: i in [i_lo, i_hi) for each n
-      const int64_t i_lo = by_batch ? std::max<int64_t>(0, ceil_div(j0 - span + p.padding, p.stride)) : 0;
-      const int64_t i_hi = by_batch ? std::min(p.length_in, floor_div(j1 - 1 + p.padding, p.stride) + 1) : p.length_in;
-      const int64_t n_begin = by_batch ? n_only : 0, n_end = by_batch ? n_only + 1 : p.batch;
-      const int64_t total = (n_end - n_begin) * std::max<int64_t>(0, i_hi - i_lo);
-      const int64_t panel = avx2::panel_rows(total);
-      const int64_t width = avx2::round_up_columns(cols, std::max<int64_t>(panel, 1));
-      for (int64_t n = n_begin; n < n_end; ++n) {
-        for (int64_t c = 0; c < count; ++c) {
-          float* row = y + (n * p.out_channels + g * Cog + co0 + c) * p.length_out;
-          std::fill(row + j0, row + j1, bias ? bias[g * Cog + co0 + c] : 0.0f);
+  for (int64_t n0 = 0; n0 < p.batch; n0 += chunk) {
+    const int64_t n1 = std::min(p.batch, n0 + chunk);
+    Jobs jobs;
+    pack_x_transposed(jobs, x, p, n0, n1, packed.data_ptr<float>());
+    jobs.run();
+    const int64_t units = p.groups * blocks * (by_batch ? (n1 - n0) * segments : 1);
+    parallel(units, double(n1 - n0) * p.in_channels * p.out_channels_per_group * p.kernel_size * p.length_in,
+             [&](int64_t begin, int64_t end) {
+      std::vector<float> tile(kStreamedPositions * avx2::round_up_columns(channels * K, 1)), tail;
+      for (int64_t task = begin; task < end; ++task) {
+        int64_t rest = task;
+        const int64_t q = by_batch ? rest % segments : 0;
+        rest = by_batch ? rest / segments : rest;
+        const int64_t n_only = by_batch ? n0 + rest % (n1 - n0) : -1;
+        rest = by_batch ? rest / (n1 - n0) : rest;
+        const int64_t b = rest % blocks, g = rest / blocks;
+        const int64_t co0 = b * channels, count = std::min(channels, Cog - co0), cols = count * K;
+        const int64_t j0 = q * segment, j1 = std::min(p.length_out, j0 + segment);
+        if (j0 >= j1) continue;
+        // the task's rows of x^T: [first, last), (n, i) with i in [i_lo, i_hi) for each n
+        const int64_t i_lo = by_batch ? std::max<int64_t>(0, ceil_div(j0 - span + p.padding, p.stride)) : 0;
+        const int64_t i_hi = by_batch ? std::min(p.length_in, floor_div(j1 - 1 + p.padding, p.stride) + 1) : p.length_in;
+        const int64_t base = by_batch ? (n_only - n0) * p.length_in : 0;
+        const int64_t first = base + i_lo, last = by_batch ? base + std::max(i_lo, i_hi) : chunk_rows;
+        const int64_t width = avx2::round_up_columns(cols, panel);
+        for (int64_t n = by_batch ? n_only : n0; n < (by_batch ? n_only + 1 : n1); ++n) {
+          for (int64_t c = 0; c < count; ++c) {
+            float* row = y + (n * p.out_channels + g * Cog + co0 + c) * p.length_out;
+            std::fill(row + j0, row + j1, bias ? bias[g * Cog + co0 + c] : 0.0f);
+          }
         }
-      }
-      if (total <= 0) continue;
-      // B: w's rows from column co0*K; where the tile's columns run past a row, a copy padded with zeros
-      avx2::Operand b_rows{w + g * Cig * R + co0 * K, R, 1, &zero};
-      if (co0 * K + width > R) {
-        tail.assign(Cig * width, 0.0f);
-        for (int64_t ci = 0; ci < Cig; ++ci) {
-          std::memcpy(tail.data() + ci * width, w + (g * Cig + ci) * R + co0 * K, cols * sizeof(float));
+        if (first >= last) continue;
+        // B: w's rows from column co0*K; where the tile's columns run past a row, a copy padded with zeros
+        avx2::Operand b_rows{w + g * Cig * R + co0 * K, R, 1, &zero};
+        if (co0 * K + width > R) {
+          tail.assign(Cig * width, 0.0f);
+          for (int64_t ci = 0; ci < Cig; ++ci) {
+            std::memcpy(tail.data() + ci * width, w + (g * Cig + ci) * R + co0 * K, cols * sizeof(float));
+          }
+          b_rows = avx2::Operand{tail.data(), width, 1, &zero};
         }
-        b_rows = avx2::Operand{tail.data(), width, 1, &zero};
-      }
-      for (int64_t r0 = 0; r0 < total; r0 += kStreamedPositions) {
-        const int64_t rows = std::min(kStreamedPositions, total - r0);
-        for (int64_t r = 0; r < rows; ++r) {
-          const int64_t index = r0 + r, n = n_begin + index / (i_hi - i_lo), i = i_lo + index % (i_hi - i_lo);
-          row_n[r] = n, row_i[r] = i;
-          a_rows[r] = x + (n * p.in_channels + g * Cig) * p.length_in + i;  // step ci at + ci*L_in
-        }
-        avx2::gemm_gathered(rows, cols, Cig, a_rows.data(), p.length_in, panel, b_rows, 0, tile.data(), width);
-        for (int64_t r = 0; r < rows; ++r) {
-          const float* z = tile.data() + r * width;
-          const int64_t origin = row_i[r] * p.stride - p.padding;
-          float* y_rows = y + (row_n[r] * p.out_channels + g * Cog + co0) * p.length_out;
-          for (int64_t k = 0; k < K; ++k) {
-            const int64_t j = origin + k * p.dilation;
-            if (j < j0 || j >= j1) continue;
-            float* out = y_rows + j;
-            for (int64_t c = 0; c < count; ++c) out[c * p.length_out] += z[c * K + k];
+        // tiles from the panel that holds `first` (its rows before `first` are another task's: skipped)
+        for (int64_t r0 = first / panel * panel; r0 < last; r0 += kStreamedPositions) {
+          const int64_t rows = std::min(kStreamedPositions, last - r0);
+          avx2::gemm(rows, cols, Cig, packed.data_ptr<float>() + g * group_size + r0 * Cig, panel, panel * Cig, b_rows,
+                     0, tile.data(), width, false);
+          for (int64_t r = std::max<int64_t>(0, first - r0); r < rows; ++r) {
+            const float* z = tile.data() + r * width;
+            const int64_t n = n0 + (r0 + r) / p.length_in, i = (r0 + r) % p.length_in;
+            const int64_t origin = i * p.stride - p.padding;
+            float* y_rows = y + (n * p.out_channels + g * Cog + co0) * p.length_out;
+            for (int64_t k = 0; k < K; ++k) {
+              const int64_t j = origin + k * p.dilation;
+              if (j < j0 || j >= j1) continue;
+              float* out = y_rows + j;
+              for (int64_t c = 0; c < count; ++c) out[c * p.length_out] += z[c * K + k];
+            }
           }
         }
       }
-    }
-  });
+    });
+  }
 }
 
 // Forward for few output channels per group (waveform decoders, C_out 1-4): Z[(co, k), i] = sum_ci
@@ -800,9 +833,8 @@ void forward_avx2_scatter(const float* x, const float* w, const float* bias, flo
 // The forward's AVX2 form, by estimates in cycles of what each costs beyond its multiply-adds (16 a
 // cycle): packed, about 2 per weight element to pack, and with fewer than 6 output channels per group
 // a kernel that loads a vector of x per multiply-add row or two (x read once per tap); streamed, about 3
-// per element of Z^T (N*L_in*Cog*K, the col2im), 2 per element of x transposed per block of output
-// channels, and the weight read again per tile of 192 input positions; scatter, the col2im and the
-// packing of w^T.
+// per element of Z^T (N*L_in*Cog*K, the col2im), 2 per element of x to pack x^T, and the weight read
+// again per tile of 192 input positions; scatter, the col2im and the packing of w^T.
 Form forward_avx2_form(const ConvTParams& p) {
   const double Cig = p.in_channels_per_group, Cog = p.out_channels_per_group, K = p.kernel_size, G = p.groups;
   const double weight = G * Cig * Cog * K, positions = double(p.batch) * p.length_in;
@@ -810,8 +842,7 @@ Form forward_avx2_form(const ConvTParams& p) {
   const double packed = 2 * weight + (Cog < 6 ? products * (6 / Cog - 1) / 2 : 0);
   const double tiles = streamed_by_batch(p) ? p.batch * std::ceil(p.length_in / double(kStreamedPositions))
                                             : std::ceil(positions / kStreamedPositions);
-  const double blocks = std::ceil(Cog / std::clamp(std::floor(kWeightColumns / K), 1.0, Cog));
-  const double streamed = col2im + 2 * positions * Cig * G * blocks + weight * (tiles - 1) / 2;
+  const double streamed = col2im + 2 * positions * Cig * G + weight * (tiles - 1) / 2;
   const double scatter = col2im + 2 * weight;
   if (packed <= streamed && packed <= scatter) return Form::kPacked;
   return streamed <= scatter ? Form::kStreamed : Form::kScatter;

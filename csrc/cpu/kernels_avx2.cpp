@@ -238,9 +238,10 @@ CONVT_TARGET void gemm_blocks(int64_t rows, int64_t cols, int64_t depth, const f
       for (int64_t j = 0; j < cols; j += step) run(kc, a_block, panel, b_steps, column + j, c + j, ldc, add);
       continue;
     }
-    // B's rows a multiple of 4 KB apart fall in the same L1 sets, and the column step's rows, which every
-    // panel reads, would not stay there: then each column step's B block is copied, contiguous, first.
-    const bool copy_b = (b.outer_stride % 1024) == 0 && rows > 12;
+    // Where several panels read a column step's B block, it is copied contiguous first: in place, rows
+    // off 64-byte alignment span two cache lines each, and rows a multiple of 4 KB apart fall in the
+    // same L1 sets; either way the block would not stay in L1.
+    const bool copy_b = rows > 12;
     alignas(32) float b_block[kDepthBlock * 16];
     const float* copied[kDepthBlock];
     if (copy_b) {
