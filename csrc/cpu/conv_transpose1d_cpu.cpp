@@ -1432,14 +1432,28 @@ Form overridden(Form form, const std::string& name, bool avx2_float, bool is_for
   return name == "dot" ? Form::kDot : Form::kPositions;
 }
 
+// Whether a backward pass runs faster as the BLAS taps form than as the AVX2 forms. Where every
+// per-tap GEMM is large (C_in/g >= 256 and C_out/g >= 128, at most 4 taps a phase), the BLAS GEMM
+// (at::mm, blocked and packed for the CPU) outruns the AVX2 micro-kernel by about a fifth; the taps
+// form wins with it where its GEMMs are also long and its tasks many: grad_weight sums at least 192
+// positions a tap (over the batch), grad_input has at least 4 tasks (batch row, group, block of
+// inputs) a thread (one per batch row on a short input: with one batch row, one thread would work).
+bool backward_by_blas_taps(const ConvTParams& p, bool grad_weight) {
+  if (p.in_channels_per_group < 256 || p.out_channels_per_group < 128 || blas_form(p) != Form::kTaps) return false;
+  if (grad_weight) return p.batch * p.length_in >= 192;
+  return p.batch * p.groups * ceil_div(p.length_in, tile_columns(p)) >= 4 * threads();
+}
+
 Plans plan(const ConvTParams& p, at::ScalarType dtype) {
   const Override override = read_override();
   const bool avx2_float = dtype == at::kFloat && avx2::available() && !override.portable;
   Plans plans{blas_form(p), blas_form(p), blas_form(p)};
   if (avx2_float) {
     plans.forward = forward_avx2_form(p);
-    plans.grad_input = Form::kPacked;
-    plans.grad_weight = grad_weight_by_gemm(p) ? Form::kPositions : Form::kDot;
+    plans.grad_input = backward_by_blas_taps(p, false) ? Form::kTaps : Form::kPacked;
+    plans.grad_weight = backward_by_blas_taps(p, true) ? Form::kTaps
+                        : grad_weight_by_gemm(p)       ? Form::kPositions
+                                                       : Form::kDot;
   }
   bool unused = false;
   plans.forward = overridden(plans.forward, override.forward, avx2_float, true, false, plans.windows);
