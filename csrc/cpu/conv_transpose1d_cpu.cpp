@@ -832,14 +832,16 @@ void forward_avx2_scatter(const float* x, const float* w, const float* bias, flo
 
 // The forward's AVX2 form, by estimates in cycles of each: its multiply-adds (16 a cycle) with the
 // columns each GEMM rounds up to the micro-kernel's step (a phase of 33 positions runs 48), and beyond
-// them: packed, about 2 per weight element to pack, and with fewer than 6 output channels per group a
-// kernel that loads a vector of x per multiply-add row or two (x read once per tap); streamed, about 3
-// per element of Z^T (N*L_in*Cog*K, the col2im), 2 per element of x to pack x^T, and the weight read
-// again per tile of 192 input positions; scatter, the col2im and the packing of w^T.
+// them: packed, its products a fifth slower (B's rows at each tap's shift) and about 4 per weight element
+// to pack, and with fewer than 6 output channels per group a kernel that loads a vector of x per
+// multiply-add row or two (x read once per tap); streamed, about 1.5 per element of Z^T (N*L_in*Cog*K,
+// the col2im), 2 per element of x to pack x^T, and the weight read again per tile of 192 input
+// positions; scatter, the col2im and the packing of w^T. (The constants: a fit to the three forms'
+// times on 130 sweep layers, docs/perf/2026-11-28-cpu-forward-forms.md.)
 Form forward_avx2_form(const ConvTParams& p) {
   const double Cig = p.in_channels_per_group, Cog = p.out_channels_per_group, K = p.kernel_size, G = p.groups;
   const double N = p.batch, weight = G * Cig * Cog * K, positions = N * p.length_in;
-  const double col2im = 3 * positions * Cog * K * G;
+  const double col2im = 1.5 * positions * Cog * K * G;
   // packed: per phase, its taps' weight times its positions rounded up to the column step
   const int64_t packed_step = avx2::column_step(avx2::panel_rows(p.out_channels_per_group));
   double packed_columns = 0;  // sum over phases of taps x rounded positions
@@ -848,8 +850,8 @@ Form forward_avx2_form(const ConvTParams& p) {
     packed_columns += double(phases[r].size()) *
                       double(round_up(phase_length(static_cast<int64_t>(r), p.length_out, p.stride), packed_step));
   }
-  const double packed_products = G * Cig * Cog * N * packed_columns / 16;
-  const double packed = packed_products + 2 * weight + (Cog < 6 ? packed_products * (6 / Cog - 1) / 2 : 0);
+  const double packed_products = 1.2 * G * Cig * Cog * N * packed_columns / 16;
+  const double packed = packed_products + 4 * weight + (Cog < 6 ? packed_products * (6 / Cog - 1) / 2 : 0);
   // streamed: columns (co, k) in blocks of whole output channels, each rounded up to 16
   const int64_t blocks = ceil_div(p.out_channels_per_group, std::clamp<int64_t>(kWeightColumns / p.kernel_size, 1,
                                                                                  p.out_channels_per_group));
@@ -861,7 +863,7 @@ Form forward_avx2_form(const ConvTParams& p) {
   // scatter: rows (co, k), columns the input positions rounded up to the column step
   const int64_t scatter_rows = std::clamp<int64_t>(kAvx2Rows / p.kernel_size, 1, p.out_channels_per_group) * p.kernel_size;
   const int64_t scatter_step = avx2::column_step(avx2::panel_rows(scatter_rows));
-  const double scatter = weight * N * double(round_up(p.length_in, scatter_step)) / 16 + col2im + 2 * weight;
+  const double scatter = weight * N * double(round_up(p.length_in, scatter_step)) / 16 + col2im + 4 * weight;
   if (packed <= streamed && packed <= scatter) return Form::kPacked;
   return streamed <= scatter ? Form::kStreamed : Form::kScatter;
 }
