@@ -238,23 +238,44 @@ CONVT_TARGET void gemm_blocks(int64_t rows, int64_t cols, int64_t depth, const f
       for (int64_t j = 0; j < cols; j += step) run(kc, a_block, panel, b_steps, column + j, c + j, ldc, add);
       continue;
     }
-    // Where several panels read a column step's B block, it is copied contiguous first: in place, rows
-    // off 64-byte alignment span two cache lines each, and rows a multiple of 4 KB apart fall in the
-    // same L1 sets; either way the block would not stay in L1.
+    // Where several panels read a column step's B block (kc rows x 16 floats), it is copied contiguous
+    // first ([kk][16]): in place, rows off 64-byte alignment span two cache lines each, and rows a
+    // multiple of 4 KB apart fall in the same L1 sets. Where B's steps are distinct rows pages apart
+    // (a weight's rows, channels' rows; not a row at each tap's shift, which stays in L1), the blocks
+    // of all column steps are copied at once, each row read once along its columns: reading 64 bytes
+    // of each of kc such rows per column step defeats the hardware prefetcher.
     const bool copy_b = rows > 12;
-    alignas(32) float b_block[kDepthBlock * 16];
-    const float* copied[kDepthBlock];
-    if (copy_b) {
-      for (int64_t kk = 0; kk < kc; ++kk) copied[kk] = b_block + kk * 16;
+    const bool whole_rows = copy_b && b.inner == 1 && b.outer_stride >= 1024;
+    const int64_t blocks_copied = whole_rows ? (cols + 15) / 16 : 1;
+    thread_local std::vector<float> b_buffer;
+    if (copy_b && static_cast<int64_t>(b_buffer.size()) < blocks_copied * kDepthBlock * 16 + 8) {
+      b_buffer.resize(blocks_copied * kDepthBlock * 16 + 8);
     }
+    float* const b_blocks =  // (32-byte aligned)
+        b_buffer.data() + ((32 - reinterpret_cast<uintptr_t>(b_buffer.data()) % 32) % 32) / sizeof(float);
+    if (whole_rows) {
+      for (int64_t kk = 0; kk < kc; ++kk) {
+        const float* row = b_steps[kk] + column;
+        float* out = b_blocks + kk * 16;
+        for (int64_t j = 0; j < cols; j += 16, out += kc * 16) {
+          _mm256_store_ps(out, _mm256_loadu_ps(row + j));
+          _mm256_store_ps(out + 8, _mm256_loadu_ps(row + j + 8));
+        }
+      }
+    }
+    const float* copied[kDepthBlock];
     for (int64_t j = 0; j < cols; j += step) {
       const float* const* steps = b_steps;
       int64_t b_column = column + j;
       if (copy_b) {
-        for (int64_t kk = 0; kk < kc; ++kk) {
-          _mm256_store_ps(b_block + kk * 16, _mm256_loadu_ps(b_steps[kk] + column + j));
-          _mm256_store_ps(b_block + kk * 16 + 8, _mm256_loadu_ps(b_steps[kk] + column + j + 8));
+        float* block = whole_rows ? b_blocks + (j / 16) * kc * 16 : b_blocks;
+        if (!whole_rows) {  // column step j's block alone
+          for (int64_t kk = 0; kk < kc; ++kk) {
+            _mm256_store_ps(block + kk * 16, _mm256_loadu_ps(b_steps[kk] + column + j));
+            _mm256_store_ps(block + kk * 16 + 8, _mm256_loadu_ps(b_steps[kk] + column + j + 8));
+          }
         }
+        for (int64_t kk = 0; kk < kc; ++kk) copied[kk] = block + kk * 16;
         steps = copied, b_column = 0;
       }
       for (int64_t r0 = 0, p = 0; r0 < rows; r0 += 6, ++p) {
