@@ -689,12 +689,14 @@ void forward_avx2_streamed(const float* x, const float* w, const float* bias, fl
   const int64_t segment = ceil_div(p.length_out, segments);
   const int64_t chunk_rows = chunk * p.length_in, panel = avx2::panel_rows(chunk_rows);
   const int64_t group_size = avx2::packed_size(chunk_rows, Cig);
-  at::Tensor packed = at::empty({std::max<int64_t>(1, p.groups * group_size)}, at::TensorOptions().dtype(at::kFloat));
+  const at::Tensor packed_x =
+      at::empty({std::max<int64_t>(1, p.groups * group_size)}, at::TensorOptions().dtype(at::kFloat));
+  float* const packed = packed_x.data_ptr<float>();
   const int64_t zero = 0;
   for (int64_t n0 = 0; n0 < p.batch; n0 += chunk) {
     const int64_t n1 = std::min(p.batch, n0 + chunk);
     Jobs jobs;
-    pack_x_transposed(jobs, x, p, n0, n1, packed.data_ptr<float>());
+    pack_x_transposed(jobs, x, p, n0, n1, packed);
     jobs.run();
     const int64_t units = p.groups * blocks * (by_batch ? (n1 - n0) * segments : 1);
     parallel(units, double(n1 - n0) * p.in_channels * p.out_channels_per_group * p.kernel_size * p.length_in,
@@ -735,8 +737,8 @@ void forward_avx2_streamed(const float* x, const float* w, const float* bias, fl
         // tiles from the panel that holds `first` (its rows before `first` are another task's: skipped)
         for (int64_t r0 = first / panel * panel; r0 < last; r0 += kStreamedPositions) {
           const int64_t rows = std::min(kStreamedPositions, last - r0);
-          avx2::gemm(rows, cols, Cig, packed.data_ptr<float>() + g * group_size + r0 * Cig, panel, panel * Cig, b_rows,
-                     0, tile.data(), width, false);
+          avx2::gemm(rows, cols, Cig, packed + g * group_size + r0 * Cig, panel, panel * Cig, b_rows, 0, tile.data(), width,
+                     false);
           for (int64_t r = std::max<int64_t>(0, first - r0); r < rows; ++r) {
             const float* z = tile.data() + r * width;
             const int64_t n = n0 + (r0 + r) / p.length_in, i = (r0 + r) % p.length_in;

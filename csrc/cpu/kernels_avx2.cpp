@@ -190,31 +190,14 @@ CONVT_TARGET void pack_block(int64_t rows, int64_t kc, const float* a, int64_t a
   }
 }
 
-// A block of gathered rows (row r's step kk at rows[r][kk*a_col]) packed into panels of `panel` rows,
-// step by step (rows of consecutive positions read in sequence).
-CONVT_TARGET void pack_gathered(int64_t rows, int64_t k0, int64_t kc, const float* const* a_rows, int64_t a_col,
-                                int64_t panel, float* out) {
-  for (int64_t kk = 0; kk < kc; ++kk) {
-    const int64_t offset = (k0 + kk) * a_col;
-    float* dst = out + kk * panel;
-    for (int64_t r0 = 0; r0 < rows; r0 += panel, dst += panel * kc) {
-      const int64_t valid = rows - r0 < panel ? rows - r0 : panel;
-      for (int64_t r = 0; r < valid; ++r) dst[r] = a_rows[r0 + r][offset];
-      for (int64_t r = valid; r < panel; ++r) dst[r] = 0.0f;
-    }
-  }
-}
+enum class ASource { kPacked, kRows };
 
-enum class ASource { kPacked, kRows, kGathered };
-
-// kPacked: A packed by pack_a (panels of `panel` rows over the whole depth). Otherwise packed here per
-// block of steps into `scratch` (rows rounded up to panels x kDepthBlock floats): kRows, A's rows in
-// place (row r at a + r*a_row; read in place directly, they would be re-read for every column step,
-// often from the same cache sets, a_row a multiple of 4 KB); kGathered, row r's step kk at
-// a_rows[r][kk*a_row].
+// kPacked: A packed by pack_a (panels of `panel` rows over the whole depth). kRows: A's rows in place
+// (row r at a + r*a_row), packed here per block of steps into `scratch` (rows rounded up to panels x
+// kDepthBlock floats): read in place directly, they would be re-read for every column step, often from
+// the same cache sets, a_row a multiple of 4 KB.
 template <ASource kSource>
-CONVT_TARGET void gemm_blocks(int64_t rows, int64_t cols, int64_t depth, const float* a, const float* const* a_rows,
-                              int64_t a_row, int64_t panel, int64_t panel_stride, const Operand& b, int64_t column,
+CONVT_TARGET void gemm_blocks(int64_t rows, int64_t cols, int64_t depth, const float* a, int64_t a_row, int64_t panel, int64_t panel_stride, const Operand& b, int64_t column,
                               float* c, int64_t ldc, bool accumulate, float* scratch) {
   const int64_t step = column_step(panel);
   const float* b_steps[kDepthBlock];
@@ -223,12 +206,8 @@ CONVT_TARGET void gemm_blocks(int64_t rows, int64_t cols, int64_t depth, const f
     step_pointers(b, k0, kc, b_steps);
     const float* a_block = a + k0 * panel;
     int64_t panel_offset = panel_stride;
-    if constexpr (kSource != ASource::kPacked) {
-      if constexpr (kSource == ASource::kRows) {
-        pack_block(rows, kc, a + k0, a_row, panel, scratch);
-      } else {
-        pack_gathered(rows, k0, kc, a_rows, a_row, panel, scratch);
-      }
+    if constexpr (kSource == ASource::kRows) {
+      pack_block(rows, kc, a + k0, a_row, panel, scratch);
       a_block = scratch;
       panel_offset = panel * kc;
     }
@@ -303,7 +282,7 @@ void gemm(int64_t rows, int64_t cols, int64_t depth, const float* a, int64_t pan
     if (!accumulate) zero_tile(rows, cols, panel, c, ldc);
     return;
   }
-  gemm_blocks<ASource::kPacked>(rows, cols, depth, a, nullptr, 1, panel, panel_stride, b, column, c, ldc, accumulate,
+  gemm_blocks<ASource::kPacked>(rows, cols, depth, a, 1, panel, panel_stride, b, column, c, ldc, accumulate,
                                 nullptr);
 }
 
@@ -316,18 +295,8 @@ void gemm_rows(int64_t rows, int64_t cols, int64_t depth, const float* a, int64_
   }
   thread_local std::vector<float> scratch;
   scratch.resize((rows + 5) / 6 * 6 * kDepthBlock);
-  gemm_blocks<ASource::kRows>(rows, cols, depth, a, nullptr, a_row, panel, 0, b, column, c, ldc, accumulate,
+  gemm_blocks<ASource::kRows>(rows, cols, depth, a, a_row, panel, 0, b, column, c, ldc, accumulate,
                               scratch.data());
-}
-
-void gemm_gathered(int64_t rows, int64_t cols, int64_t depth, const float* const* a_rows, int64_t a_col, int64_t panel,
-                   const Operand& b, int64_t column, float* c, int64_t ldc) {
-  if (rows <= 0 || cols <= 0) return;
-  if (depth <= 0) return zero_tile(rows, cols, panel, c, ldc);
-  thread_local std::vector<float> scratch;
-  scratch.resize((rows + 5) / 6 * 6 * kDepthBlock);
-  gemm_blocks<ASource::kGathered>(rows, cols, depth, nullptr, a_rows, a_col, panel, 0, b, column, c, ldc, false,
-                                  scratch.data());
 }
 
 CONVT_TARGET bool write_row(const float* in, int64_t count, float add, float* out, int64_t step) {
@@ -383,8 +352,6 @@ void gemm(int64_t, int64_t, int64_t, const float*, int64_t, int64_t, const Opera
 void gemm_rows(int64_t, int64_t, int64_t, const float*, int64_t, int64_t, const Operand&, int64_t, float*, int64_t,
                bool) {}
 bool write_row(const float*, int64_t, float, float*, int64_t) { return false; }
-void gemm_gathered(int64_t, int64_t, int64_t, const float* const*, int64_t, int64_t, const Operand&, int64_t, float*,
-                   int64_t) {}
 void dot(int64_t, int64_t, int64_t, const float*, int64_t, const float*, int64_t, float*, int64_t, bool) {}
 
 #endif

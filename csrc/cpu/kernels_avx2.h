@@ -54,10 +54,6 @@ void gemm(int64_t rows, int64_t cols, int64_t depth, const float* a, int64_t pan
 void gemm_rows(int64_t rows, int64_t cols, int64_t depth, const float* a, int64_t a_row, int64_t panel,
                const Operand& b, int64_t column, float* c, int64_t ldc, bool accumulate);
 
-// The same with row r of A gathered: A(r, kk) = a_rows[r][kk*a_col] (rows from anywhere, steps a_col apart).
-void gemm_gathered(int64_t rows, int64_t cols, int64_t depth, const float* const* a_rows, int64_t a_col, int64_t panel,
-                   const Operand& b, int64_t column, float* c, int64_t ldc);
-
 // out[j*step] = in[j] + add for j < count; false where a value written is not finite.
 bool write_row(const float* in, int64_t count, float add, float* out, int64_t step);
 
