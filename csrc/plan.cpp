@@ -56,9 +56,9 @@ bool tensor_map_fits(const TensorFacts& t, int64_t length, int64_t channels, int
 // The steps' taps (docs/design.md §3.3): the taps of each (out phase, in phase) in order of k, cut
 // into runs of at most step_taps, so that a step's weight slots fit in shared memory however long
 // the filter. Run j of in phase v is an in phase of its own, (v, j): in_phase_value lists v once per
-// run, and a step reads the in phase's positions for just the run's taps. tap_in_value[t] is tap
-// t's in phase value; tap_out_phase is set.
-void set_steps(GemmPlan& g, const int* tap_in_value, int step_taps) {
+// run, and a step reads the in phase's positions for just the run's taps. Tap t is at out phase
+// out_phase_value[tap_out_phase[t]] and in phase value tap_in_value[t].
+void set_steps(GemmPlan& g, const int* tap_out_phase, const int* tap_in_value, int step_taps) {
   int values[kMaxGemmTaps], value_count = 0, runs[kMaxGemmTaps] = {};
   int rank[kMaxGemmTaps];  // of tap t among the earlier taps of its (out phase, in phase value)
   for (int t = 0; t < g.taps; ++t) {
@@ -66,7 +66,7 @@ void set_steps(GemmPlan& g, const int* tap_in_value, int step_taps) {
     while (v < value_count && values[v] != tap_in_value[t]) ++v;
     if (v == value_count) values[value_count++] = tap_in_value[t];
     rank[t] = 0;
-    for (int u = 0; u < t; ++u) rank[t] += g.tap_out_phase[u] == g.tap_out_phase[t] && tap_in_value[u] == tap_in_value[t];
+    for (int u = 0; u < t; ++u) rank[t] += tap_out_phase[u] == tap_out_phase[t] && tap_in_value[u] == tap_in_value[t];
     runs[v] = std::max(runs[v], rank[t] / step_taps + 1);
   }
   int first_run[kMaxGemmTaps];  // in phase (values[v], j) is first_run[v] + j
@@ -75,17 +75,19 @@ void set_steps(GemmPlan& g, const int* tap_in_value, int step_taps) {
     first_run[v] = g.in_phases;
     for (int j = 0; j < runs[v]; ++j) g.in_phase_value[g.in_phases++] = values[v];
   }
+  int tap_in_phase[kMaxGemmTaps];
   for (int t = 0; t < g.taps; ++t) {
     const int v = int(std::find(values, values + value_count, tap_in_value[t]) - values);
-    g.tap_in_phase[t] = first_run[v] + rank[t] / step_taps;
+    tap_in_phase[t] = first_run[v] + rank[t] / step_taps;
   }
+  static_assert(2 * kMaxGemmTaps + 1 <= INT16_MAX, "step_tap and pair_begin are 16-bit");
   int next = 0;  // taps grouped by phase pair
   for (int pair = 0; pair < g.out_phases * g.in_phases; ++pair) {
-    g.pair_begin[pair] = next;
+    g.pair_begin[pair] = int16_t(next);
     for (int t = 0; t < g.taps; ++t)
-      if (g.tap_out_phase[t] * g.in_phases + g.tap_in_phase[t] == pair) g.step_tap[next++] = t;
+      if (tap_out_phase[t] * g.in_phases + tap_in_phase[t] == pair) g.step_tap[next++] = int16_t(t);
   }
-  g.pair_begin[g.out_phases * g.in_phases] = next;
+  g.pair_begin[g.out_phases * g.in_phases] = int16_t(next);
   g.first_offset = *std::min_element(g.tap_offset, g.tap_offset + g.taps);
   g.last_offset = *std::max_element(g.tap_offset, g.tap_offset + g.taps);
 }
@@ -94,7 +96,7 @@ void set_steps(GemmPlan& g, const int* tap_in_value, int step_taps) {
 void set_taps(GemmPlan& g, const ConvTParams& p, bool forward, int step_taps) {
   g.taps = int(p.kernel_size);
   g.out_phases = 0;
-  int tap_in_value[kMaxGemmTaps];
+  int tap_out_phase[kMaxGemmTaps], tap_in_value[kMaxGemmTaps];
   for (int t = 0; t < g.taps; ++t) {
     const Tap tap = tap_of(t, p.stride, p.padding, p.dilation);
     const int out_value = forward ? int(tap.phase) : 0;
@@ -102,10 +104,10 @@ void set_taps(GemmPlan& g, const ConvTParams& p, bool forward, int step_taps) {
     while (o < g.out_phases && g.out_phase_value[o] != out_value) ++o;
     if (o == g.out_phases) g.out_phase_value[g.out_phases++] = out_value;
     g.tap_offset[t] = int(forward ? -tap.shift : tap.shift);
-    g.tap_out_phase[t] = o;
+    tap_out_phase[t] = o;
     tap_in_value[t] = forward ? 0 : int(tap.phase);
   }
-  set_steps(g, tap_in_value, step_taps);
+  set_steps(g, tap_out_phase, tap_in_value, step_taps);
 }
 
 // Where merged phases compute no zero products: dilation 1 and K a multiple of stride > 1, and the
@@ -120,18 +122,18 @@ void set_merged_taps(GemmPlan& g, int taps, int first_offset, int offset_step, i
   g.taps = taps;
   g.out_phases = 1;
   g.out_phase_value[0] = 0;
-  int tap_in_value[kMaxGemmTaps];
+  int tap_out_phase[kMaxGemmTaps], tap_in_value[kMaxGemmTaps];
   for (int t = 0; t < g.taps; ++t) {
     g.tap_offset[t] = first_offset + t * offset_step;
-    g.tap_out_phase[t] = tap_in_value[t] = 0;
+    tap_out_phase[t] = tap_in_value[t] = 0;
   }
-  set_steps(g, tap_in_value, step_taps);
+  set_steps(g, tap_out_phase, tap_in_value, step_taps);
 }
 
 // The most taps one reduction step (out_phase, in_phase) uses: at most the step_taps of set_steps.
 int most_taps_per_step(const GemmPlan& g) {
   int taps = 0;
-  for (int pair = 0; pair < g.out_phases * g.in_phases; ++pair) taps = std::max(taps, g.pair_begin[pair + 1] - g.pair_begin[pair]);
+  for (int pair = 0; pair < g.out_phases * g.in_phases; ++pair) taps = std::max(taps, int(g.pair_begin[pair + 1] - g.pair_begin[pair]));
   return taps;
 }
 

@@ -121,17 +121,17 @@ struct GemmPlan {
   int out_length;             // positions of `out` (contiguous (N, groups*rows_per_group, out_length))
   int out_step, in_step;      // docs/design.md §3
   // The phases some tap reaches: out_phase_value[0, out_phases) and in_phase_value[0, in_phases),
-  // an in phase once per run of at most step_taps taps (set_steps). Each tap's tap_out_phase /
-  // tap_in_phase is an index into these lists.
+  // an in phase once per run of at most step_taps taps (set_steps).
   int out_phases, in_phases;
   int out_phase_value[kMaxGemmTaps], in_phase_value[kMaxGemmTaps];
   int taps;
-  int tap_offset[kMaxGemmTaps], tap_out_phase[kMaxGemmTaps], tap_in_phase[kMaxGemmTaps];
+  int tap_offset[kMaxGemmTaps];
   // The taps grouped by phase pair (out_phase, in_phase): pair q = out_phase * in_phases + in_phase
   // owns step_tap[pair_begin[q], pair_begin[q + 1]). Pairs <= 2 * taps: one of out_phases and the
   // real in phases is 1, and the phases' tap counts differ by at most one (k * dilation mod stride
-  // cycles), so out_phases * ceil(most taps of a phase / step_taps) <= taps + out_phases.
-  int step_tap[kMaxGemmTaps], pair_begin[2 * kMaxGemmTaps + 1];
+  // cycles), so out_phases * ceil(most taps of a phase / step_taps) <= taps + out_phases. 16-bit: the
+  // kernels take this struct by value, and its size is kept small (docs/design.md §3.7).
+  int16_t step_tap[kMaxGemmTaps], pair_begin[2 * kMaxGemmTaps + 1];
   int first_offset, last_offset;  // min and max of tap_offset
   // Merged phases (docs/design.md §3.2): row R of A_t is W's row R / row_phases at tap
   // t*row_phases + R % row_phases, out row R / row_phases at out position col*row_phases + R %

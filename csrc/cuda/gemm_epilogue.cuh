@@ -40,8 +40,8 @@ __device__ __forceinline__ void store_merged_rows(const GemmProblem& p, const T*
   const int64_t group_rows = p.rows_per_group / p.row_phases;  // out rows of a group
   T* const group_out = out + (tile.n * p.groups + tile.g) * group_rows * p.out_length;
   auto bias_at = [&](int out_row) { return bias ? to_float(bias[int64_t(tile.g) * group_rows + out_row]) : 0.0f; };
-  auto store = [&](int out_row, int position, float value) {
-    if (position >= 0 && position < p.out_length) group_out[int64_t(out_row) * p.out_length + position] = from_float<T>(value);
+  auto store = [&](T* row_out, int position, float value) {
+    if (position >= 0 && position < p.out_length) row_out[position] = from_float<T>(value);
   };
   float row_bias[kBlockM / 8], next_row_bias[kBlockM / 8];  // kBiasFirst: of rows first_row + 8j and the next
   if constexpr (kBiasFirst) {
@@ -61,6 +61,7 @@ __device__ __forceinline__ void store_merged_rows(const GemmProblem& p, const T*
     const int out_row = int(q.div), phase = int(q.mod);
     const bool adjacent = phase + 1 < p.row_phases;  // row + 1: the next position of the same out row
     const bool next_inside = row + 1 < p.rows_per_group;
+    T* const row_out = group_out + int64_t(out_row) * p.out_length;  // (64-bit math once a row)
     float bias_value, next_bias;
     if constexpr (kBiasFirst) {
       bias_value = row_bias[j], next_bias = next_row_bias[j];
@@ -73,13 +74,13 @@ __device__ __forceinline__ void store_merged_rows(const GemmProblem& p, const T*
       const int position = column * p.row_phases + phase - p.phase_origin;
       const float first = value(j, side, 0) + bias_value, second = value(j, side, 1) + next_bias;
       if (!adjacent) {
-        store(out_row, position, first);
-        if (next_inside) store(out_row + 1, column * p.row_phases - p.phase_origin, second);
+        store(row_out, position, first);
+        if (next_inside) store(row_out + p.out_length, column * p.row_phases - p.phase_origin, second);
       } else if (p.out_length % 2 == 0 && position % 2 == 0 && position >= 0 && position + 1 < p.out_length) {
-        store_pair(group_out + int64_t(out_row) * p.out_length + position, first, second);
+        store_pair(row_out + position, first, second);
       } else {
-        store(out_row, position, first);
-        store(out_row, position + 1, second);
+        store(row_out, position, first);
+        store(row_out, position + 1, second);
       }
     }
   }

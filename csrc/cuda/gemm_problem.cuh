@@ -44,6 +44,7 @@ struct GemmProblem : GemmPlan {
   Divider div_row_phases;
   CUtensorMap in_map;  // tensor_rows: `in` as (position, channel, batch)
 };
+static_assert(sizeof(GemmProblem) <= 4096, "the GEMM kernels' parameter block stays small (docs/design.md §3.7)");
 
 // Which phases a warpgroup problem merges (docs/design.md §3.2): into rows (row_phases, the
 // forward) or into channels (channel_phases, grad_input)
