@@ -11,7 +11,7 @@ from torch_convt_op import bench, sweep
 
 pytestmark = pytest.mark.quick  # (a few seconds: all of it is in the quick subset)
 
-TINY = {"outputs": (2e3, 2e4), "flops": 2e7, "min_l_in": 4}  # sizes for a run that takes a second
+TINY = {"outputs": (2e3, 2e4), "flops": 2e7, "inputs": 1e6, "min_l_in": 4}  # sizes for a run that takes a second
 
 
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
@@ -25,6 +25,7 @@ def test_draws_are_valid_for_torch(device):
                                    case.dilation)
             assert tuple(y.shape) == (case.n, case.c_out, case.l_out), (kind, case)
             assert case.flops <= sweep.SIZES[device]["flops"] or case.n == 1, (kind, case)
+            assert case.numels()["x"] <= sweep.SIZES[device]["inputs"], (kind, case)
 
 
 @pytest.mark.parametrize("device", ["cpu", "cuda"])

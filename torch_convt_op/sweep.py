@@ -38,11 +38,12 @@ from torch_convt_op.shapes import Case
 # every run of len(KINDS) consecutive shapes holds each kind once.
 KINDS = ["upsampler", "unet", "narrow_out", "long_k", "narrow_in", "grouped", "generic", "wide_short"]
 
-# Output elements (N * C_out * L_out) of a drawn shape, and the most FLOPs one forward call may take,
-# per device. A shape whose FLOPs pass the cap is made shorter (fewer batch elements, then fewer
-# positions), so a sweep's time stays bounded.
-SIZES = {"cuda": {"outputs": (2e6, 120e6), "flops": 0.5e12, "min_l_in": 32},
-         "cpu": {"outputs": (50e3, 4e6), "flops": 3e9, "min_l_in": 16}}
+# Output elements (N * C_out * L_out) of a drawn shape, and the most FLOPs one forward call and the
+# most input elements (N * C_in * L_in) one shape may take, per device. A shape past a cap is made
+# shorter (fewer batch elements, then fewer positions), so a sweep's time stays bounded and a narrow
+# output's input (up to a thousand times its output) fits in memory with its gradient, twice.
+SIZES = {"cuda": {"outputs": (2e6, 120e6), "flops": 0.5e12, "inputs": 1e9, "min_l_in": 32},
+         "cpu": {"outputs": (50e3, 4e6), "flops": 3e9, "inputs": 4e8, "min_l_in": 16}}
 
 # Acceptance of issue 31 per (device, pass): speedup wanted on a share of shapes, the least on
 # every shape, and the geomean (None: no geomean figure).
@@ -179,13 +180,13 @@ def _with_size(layer: Layer, rng: random.Random, device: str) -> Tuple[int, int]
     if outputs(n, l_in) < target / 2 or outputs(n, l_in) > 2 * target:  # the length range could not reach it
         n = min(n_hi, max(n_lo, round(target / outputs(1, l_in))))
         l_in = l_for(n)
-    # the FLOPs cap: fewer batch elements first, then shorter (not below the device's least length)
-    flops_per_position = 2 * layer.c_in * (layer.c_out // layer.groups) * layer.k
-    cap = SIZES[device]["flops"]
-    if n * l_in * flops_per_position > cap:
-        n = max(1, min(n, int(cap // (l_in * flops_per_position))))
-        if n * l_in * flops_per_position > cap:
-            l_in = max(min(l_lo, SIZES[device]["min_l_in"]), int(cap // (n * flops_per_position)))
+    # the caps: fewer batch elements first, then shorter (not below the device's least length)
+    for per_position, cap in ((2 * layer.c_in * (layer.c_out // layer.groups) * layer.k, SIZES[device]["flops"]),
+                              (layer.c_in, SIZES[device]["inputs"])):
+        if n * l_in * per_position > cap:
+            n = max(1, min(n, int(cap // (l_in * per_position))))
+            if n * l_in * per_position > cap:
+                l_in = max(min(l_lo, SIZES[device]["min_l_in"]), int(cap // (n * per_position)))
     return n, max(1, l_in)
 
 
