@@ -6,6 +6,9 @@ Each build is a folder holding a built `torch_convt_op` package (a source tree a
 the median over rounds of its per-round medians (triton.testing.do_bench: CUDA events, L2 flushed).
 
     python tools/ab.py base=/path/to/old new=. --shapes kb64,kb74 --dtypes tf32,fp32,bf16 --rounds 2 --backward
+
+--layers takes further layers as N,C_in,C_out,K,L_in,stride,padding,output_padding,dilation,groups,
+separated by ';' (e.g. a sweep's layers), timed after --shapes.
 """
 import argparse
 import json
@@ -27,6 +30,17 @@ SHAPES = {  # (N, C_in, C_out, K, L_in, stride, padding, output_padding, dilatio
     "depthwise": (16, 256, 256, 7, 16384, 1, 3, 0, 1, 256),
     "small": (1, 64, 64, 4, 1024, 2, 1, 0, 1, 1),
 }
+
+
+def parse_layers(text):
+    """{compact string: layer} of --layers' 'N,C_in,...;N,C_in,...'"""
+    layers = {}
+    for item in filter(None, (part.strip() for part in text.split(";"))):
+        values = tuple(int(v) for v in item.split(","))
+        if len(values) != 10:
+            sys.exit(f"--layers: {item!r} needs 10 sizes (N,C_in,C_out,K,L_in,stride,padding,output_padding,dilation,groups)")
+        layers[item] = values
+    return layers
 
 
 def worker(shapes, dtypes, backward):
@@ -70,14 +84,17 @@ def worker(shapes, dtypes, backward):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("builds", nargs="+", help="name=folder, the first is the reference")
-    parser.add_argument("--shapes", default=",".join(SHAPES))
+    parser.add_argument("--shapes", default=",".join(SHAPES), help="named shapes ('' for none)")
+    parser.add_argument("--layers", default="", help="further layers, 'N,C_in,...,groups;...'")
     parser.add_argument("--dtypes", default="tf32,fp32,bf16")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--backward", action="store_true", help="also time forward + backward")
     parser.add_argument("--json", help="write the medians here")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    shapes, dtypes = args.shapes.split(","), args.dtypes.split(",")
+    layers = parse_layers(args.layers)
+    SHAPES.update(layers)
+    shapes, dtypes = [name for name in args.shapes.split(",") if name] + list(layers), args.dtypes.split(",")
     if args.worker:
         return worker(shapes, dtypes, args.backward)
     builds = dict(item.split("=", 1) for item in args.builds)
@@ -86,7 +103,7 @@ def main():
         for name, folder in builds.items():
             env = dict(os.environ, PYTHONPATH=os.path.abspath(folder))
             command = [sys.executable, os.path.abspath(__file__), "x=x", "--worker", "--shapes", args.shapes,
-                       "--dtypes", args.dtypes] + (["--backward"] if args.backward else [])
+                       "--layers", args.layers, "--dtypes", args.dtypes] + (["--backward"] if args.backward else [])
             output = subprocess.run(command, env=env, cwd=os.path.abspath(folder), capture_output=True, text=True)
             lines = [line for line in output.stdout.splitlines() if line.startswith("AB-RESULTS ")]
             if output.returncode != 0 or not lines:
@@ -95,9 +112,9 @@ def main():
     medians = {name: {key: statistics.median(run[key] for run in rounds) for key in rounds[0]} for name, rounds in runs.items()}
     names = list(builds)
     reference = names[0]
-    print(f"{'case':32s}" + "".join(f"{name:>12s}" for name in names) + "".join(f"{name + '/' + reference:>16s}" for name in names[1:]))
+    print(f"{'case':44s}" + "".join(f"{name:>12s}" for name in names) + "".join(f"{name + '/' + reference:>16s}" for name in names[1:]))
     for key in medians[reference]:
-        row = f"{key:32s}" + "".join(f"{medians[name][key]:12.4f}" for name in names)
+        row = f"{key:44s}" + "".join(f"{medians[name][key]:12.4f}" for name in names)
         row += "".join(f"{medians[name][key] / medians[reference][key]:16.3f}" for name in names[1:])
         print(row)
     if args.json:
