@@ -79,6 +79,10 @@ def _rank_main(rank: int, worker: Callable, backend: str, store: str, results: s
     dist.init_process_group(backend, init_method=f"file://{store}", rank=rank, world_size=WORLD_SIZE)
     try:
         measured = worker(rank, *args)
+        # every rank's collectives done before any rank tears its group down (a rank that destroyed its
+        # group while gloo still served the other's last exchange aborted: "terminate called without an
+        # active exception")
+        dist.barrier()
         if rank == 0:
             with open(results, "w") as file:
                 json.dump(measured, file)
