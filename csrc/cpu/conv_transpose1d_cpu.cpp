@@ -646,6 +646,17 @@ constexpr int64_t kStreamedPositions = 192;  // rows of a Z^T tile (32 panels)
 
 bool streamed_by_batch(const ConvTParams& p) { return p.batch * p.length_in > 2 * kStreamedPositions; }
 
+// The streamed forward's blocks of output channels per group: at most kWeightColumns columns (co, k)
+// a block, the blocks of about equal size
+int64_t streamed_channel_blocks(const ConvTParams& p) {
+  return ceil_div(p.out_channels_per_group, std::clamp<int64_t>(kWeightColumns / p.kernel_size, 1, p.out_channels_per_group));
+}
+
+// The scatter forward's output channels per task: rows (co, k) of at most kAvx2Rows
+int64_t scatter_channels(const ConvTParams& p) {
+  return std::clamp<int64_t>(kAvx2Rows / p.kernel_size, 1, p.out_channels_per_group);
+}
+
 // Jobs that pack x^T of each group for batch rows [n0, n1): rows (n, i) flattened (r = (n - n0)*L_in + i),
 // steps ci, panels of `panel` rows (avx2::pack_a's layout), group g's at g * packed_size(rows, Cig).
 void pack_x_transposed(Jobs& jobs, const float* x, const ConvTParams& p, int64_t n0, int64_t n1, float* out) {
@@ -675,9 +686,7 @@ void pack_x_transposed(Jobs& jobs, const float* x, const ConvTParams& p, int64_t
 void forward_avx2_streamed(const float* x, const float* w, const float* bias, float* y, const ConvTParams& p) {
   const int64_t Cig = p.in_channels_per_group, Cog = p.out_channels_per_group, K = p.kernel_size, R = Cog * K;
   const int64_t span = (K - 1) * p.dilation;
-  // output channels per task: at most kWeightColumns columns (co, k), the blocks of about equal size
-  const int64_t blocks = ceil_div(Cog, std::clamp<int64_t>(kWeightColumns / K, 1, Cog));
-  const int64_t channels = ceil_div(Cog, blocks);
+  const int64_t blocks = streamed_channel_blocks(p), channels = ceil_div(Cog, blocks);  // output channels per task
   const bool by_batch = streamed_by_batch(p);
   // batch rows per chunk: x^T of a chunk at most kSharedCopy floats (one batch row at least)
   const int64_t chunk = by_batch ? std::clamp<int64_t>(kSharedCopy / (p.in_channels * p.length_in), 1, p.batch) : p.batch;
@@ -766,7 +775,7 @@ void forward_avx2_scatter(const float* x, const float* w, const float* bias, flo
   const int64_t Cig = p.in_channels_per_group, Cog = p.out_channels_per_group, K = p.kernel_size, R = Cog * K;
   constexpr int64_t kColumns = 256;  // positions of a Z tile
   const int64_t span = (K - 1) * p.dilation;
-  const int64_t channels = std::clamp<int64_t>(kAvx2Rows / K, 1, Cog);  // output channels per task
+  const int64_t channels = scatter_channels(p);  // output channels per task
   const int64_t blocks = ceil_div(Cog, channels);
   const int64_t halo = ceil_div(span, p.stride) + 1;
   const int64_t most = std::max<int64_t>(1, p.length_in / std::max(kColumns, 4 * halo));
@@ -855,15 +864,14 @@ Form forward_avx2_form(const ConvTParams& p) {
   const double packed_products = 1.2 * G * Cig * Cog * N * packed_columns / 16;
   const double packed = packed_products + 4 * weight + (Cog < 6 ? packed_products * (6 / Cog - 1) / 2 : 0);
   // streamed: columns (co, k) in blocks of whole output channels, each rounded up to 16
-  const int64_t blocks = ceil_div(p.out_channels_per_group, std::clamp<int64_t>(kWeightColumns / p.kernel_size, 1,
-                                                                                 p.out_channels_per_group));
+  const int64_t blocks = streamed_channel_blocks(p);
   const int64_t block_columns = ceil_div(p.out_channels_per_group, blocks) * p.kernel_size;
   const double streamed_products = G * Cig * positions * double(blocks * round_up(block_columns, 16)) / 16;
   const double tiles = streamed_by_batch(p) ? N * std::ceil(p.length_in / double(kStreamedPositions))
                                             : std::ceil(positions / kStreamedPositions);
   const double streamed = streamed_products + col2im + 2 * positions * Cig * G + weight * (tiles - 1) / 2;
   // scatter: rows (co, k), columns the input positions rounded up to the column step
-  const int64_t scatter_rows = std::clamp<int64_t>(kAvx2Rows / p.kernel_size, 1, p.out_channels_per_group) * p.kernel_size;
+  const int64_t scatter_rows = scatter_channels(p) * p.kernel_size;
   const int64_t scatter_step = avx2::column_step(avx2::panel_rows(scatter_rows));
   const double scatter = weight * N * double(round_up(p.length_in, scatter_step)) / 16 + col2im + 4 * weight;
   if (packed <= streamed && packed <= scatter) return Form::kPacked;

@@ -197,8 +197,9 @@ enum class ASource { kPacked, kRows };
 // kDepthBlock floats): read in place directly, they would be re-read for every column step, often from
 // the same cache sets, a_row a multiple of 4 KB.
 template <ASource kSource>
-CONVT_TARGET void gemm_blocks(int64_t rows, int64_t cols, int64_t depth, const float* a, int64_t a_row, int64_t panel, int64_t panel_stride, const Operand& b, int64_t column,
-                              float* c, int64_t ldc, bool accumulate, float* scratch) {
+CONVT_TARGET void gemm_blocks(int64_t rows, int64_t cols, int64_t depth, const float* a, int64_t a_row, int64_t panel,
+                              int64_t panel_stride, const Operand& b, int64_t column, float* c, int64_t ldc, bool accumulate,
+                              float* scratch) {
   const int64_t step = column_step(panel);
   const float* b_steps[kDepthBlock];
   for (int64_t k0 = 0; k0 < depth; k0 += kDepthBlock) {
