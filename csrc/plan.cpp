@@ -56,9 +56,9 @@ bool tensor_map_fits(const TensorFacts& t, int64_t length, int64_t channels, int
 // The steps' taps (docs/design.md §3.3): the taps of each (out phase, in phase) in order of k, cut
 // into runs of at most step_taps, so that a step's weight slots fit in shared memory however long
 // the filter. Run j of in phase v is an in phase of its own, (v, j): in_phase_value lists v once per
-// run, and a step reads the in phase's positions for just the run's taps. Tap t is at out phase
-// out_phase_value[tap_out_phase[t]] and in phase value tap_in_value[t].
-void set_steps(GemmPlan& g, const int* tap_out_phase, const int* tap_in_value, int step_taps) {
+// run, and a step reads the in phase's positions for just the run's taps. Tap t is at offset
+// tap_offset[t], out phase out_phase_value[tap_out_phase[t]] and in phase value tap_in_value[t].
+void set_steps(GemmPlan& g, const int* tap_offset, const int* tap_out_phase, const int* tap_in_value, int step_taps) {
   int values[kMaxGemmTaps], value_count = 0, runs[kMaxGemmTaps] = {};
   int rank[kMaxGemmTaps];  // of tap t among the earlier taps of its (out phase, in phase value)
   for (int t = 0; t < g.taps; ++t) {
@@ -85,29 +85,45 @@ void set_steps(GemmPlan& g, const int* tap_out_phase, const int* tap_in_value, i
   for (int pair = 0; pair < g.out_phases * g.in_phases; ++pair) {
     g.pair_begin[pair] = int16_t(next);
     for (int t = 0; t < g.taps; ++t)
-      if (tap_out_phase[t] * g.in_phases + tap_in_phase[t] == pair) g.step_tap[next++] = int16_t(t);
+      if (tap_out_phase[t] * g.in_phases + tap_in_phase[t] == pair) {
+        g.slot_offset[next] = tap_offset[t];
+        g.step_tap[next++] = int16_t(t);
+      }
   }
   g.pair_begin[g.out_phases * g.in_phases] = int16_t(next);
-  g.first_offset = *std::min_element(g.tap_offset, g.tap_offset + g.taps);
-  g.last_offset = *std::max_element(g.tap_offset, g.tap_offset + g.taps);
+  g.first_offset = *std::min_element(tap_offset, tap_offset + g.taps);
+  g.last_offset = *std::max_element(tap_offset, tap_offset + g.taps);
+}
+
+// set_steps again with runs of at most step_taps (the taps' offsets and phases as g has them)
+void split_steps(GemmPlan& g, int step_taps) {
+  int tap_offset[kMaxGemmTaps], tap_out_phase[kMaxGemmTaps], tap_in_value[kMaxGemmTaps];
+  for (int pair = 0; pair < g.out_phases * g.in_phases; ++pair)
+    for (int slot = g.pair_begin[pair]; slot < g.pair_begin[pair + 1]; ++slot) {
+      const int t = g.step_tap[slot];
+      tap_offset[t] = g.slot_offset[slot];
+      tap_out_phase[t] = pair / g.in_phases;
+      tap_in_value[t] = g.in_phase_value[pair % g.in_phases];
+    }
+  set_steps(g, tap_offset, tap_out_phase, tap_in_value, step_taps);
 }
 
 // The taps of a problem; `forward` picks the roles of docs/design.md §3.
 void set_taps(GemmPlan& g, const ConvTParams& p, bool forward, int step_taps) {
   g.taps = int(p.kernel_size);
   g.out_phases = 0;
-  int tap_out_phase[kMaxGemmTaps], tap_in_value[kMaxGemmTaps];
+  int tap_offset[kMaxGemmTaps], tap_out_phase[kMaxGemmTaps], tap_in_value[kMaxGemmTaps];
   for (int t = 0; t < g.taps; ++t) {
     const Tap tap = tap_of(t, p.stride, p.padding, p.dilation);
     const int out_value = forward ? int(tap.phase) : 0;
     int o = 0;
     while (o < g.out_phases && g.out_phase_value[o] != out_value) ++o;
     if (o == g.out_phases) g.out_phase_value[g.out_phases++] = out_value;
-    g.tap_offset[t] = int(forward ? -tap.shift : tap.shift);
+    tap_offset[t] = int(forward ? -tap.shift : tap.shift);
     tap_out_phase[t] = o;
     tap_in_value[t] = forward ? 0 : int(tap.phase);
   }
-  set_steps(g, tap_out_phase, tap_in_value, step_taps);
+  set_steps(g, tap_offset, tap_out_phase, tap_in_value, step_taps);
 }
 
 // Where merged phases compute no zero products: dilation 1 and K a multiple of stride > 1, and the
@@ -122,12 +138,12 @@ void set_merged_taps(GemmPlan& g, int taps, int first_offset, int offset_step, i
   g.taps = taps;
   g.out_phases = 1;
   g.out_phase_value[0] = 0;
-  int tap_out_phase[kMaxGemmTaps], tap_in_value[kMaxGemmTaps];
+  int tap_offset[kMaxGemmTaps], tap_out_phase[kMaxGemmTaps], tap_in_value[kMaxGemmTaps];
   for (int t = 0; t < g.taps; ++t) {
-    g.tap_offset[t] = first_offset + t * offset_step;
+    tap_offset[t] = first_offset + t * offset_step;
     tap_out_phase[t] = tap_in_value[t] = 0;
   }
-  set_steps(g, tap_out_phase, tap_in_value, step_taps);
+  set_steps(g, tap_offset, tap_out_phase, tap_in_value, step_taps);
 }
 
 // The most taps one reduction step (out_phase, in_phase) uses: at most the step_taps of set_steps.
@@ -237,20 +253,16 @@ std::optional<GemmPlan> plan_gemm_tiles(GemmPlan g, const TensorFacts& in, int t
   return std::nullopt;
 }
 
-// The pipelined kernel's plan (pipelined_gemm.cuh) for one of its tile shapes, for a warpgroup problem
-// whose steps all read one phase pair from contiguous rows in 16-byte chunks (out_step 1, or in
-// 3xTF32 one out phase of a strided forward; in_step 1 unless its channels merge phases): 32-word
-// chunks where three stages fit in one block's shared memory, else 16-word chunks with as many
-// stages as fit (two at least). 3xTF32 stages A's big and small parts. Float x_s without merged
-// channels comes by TMA where the operand has a tensor map, TF32 rounded by the copy.
-std::optional<GemmPlan> plan_pipelined_tiles(const GemmPlan& problem, const TensorFacts& in, int tile_shape, Math math,
+// The pipelined kernel's plan (pipelined_gemm.cuh) for one of its tile shapes and the taps in runs
+// as the problem has them: 32-word chunks where three stages fit in one block's shared memory, else
+// 16-word chunks with as many stages as fit (two at least). 3xTF32 stages A's big and small parts.
+// Float x_s without merged channels comes by TMA where the operand has a tensor map, TF32 rounded by
+// the copy.
+std::optional<GemmPlan> plan_pipelined_steps(const GemmPlan& problem, const TensorFacts& in, int tile_shape, Math math,
                                              const DeviceLimits& limits, bool allow_tensor_rows = true) {
   auto plan = plan_gemm_tiles(problem, in, tile_shape, limits);
   const int element_size = in.element_size;
-  if (!plan || plan->out_phases != 1 || plan->in_phases != 1 || (plan->out_step != 1 && math != Math::k3xTF32) ||
-      (plan->in_step != 1 && plan->channel_phases == 1) || plan->copy_elements * element_size != 16) {
-    return std::nullopt;
-  }
+  if (!plan || plan->copy_elements * element_size != 16) return std::nullopt;
   GemmPlan g = *plan;
   g.weight_parts = math == Math::k3xTF32 ? 2 : 1;
   // a consumer warpgroup's box: its columns and the halo from the lead (TMA boxes start at 16-byte
@@ -271,12 +283,12 @@ std::optional<GemmPlan> plan_pipelined_tiles(const GemmPlan& problem, const Tens
     g.staged_rows = g.chunk_channels / g.channel_phases;
     g.x_words = (g.tensor_rows ? kPipelineConsumers : 1) * g.staged_rows * g.x_row_elements * element_size / 4;
     g.slot_words = (g.block_m / 16) * g.ksteps * kFragmentWords;
-    const int64_t stage_bytes = int64_t(g.weight_parts * g.taps * g.slot_words + g.x_words) * 4 + 2 * 8;  // and its mbarriers
+    g.weight_slots = most_taps_per_step(g);  // a step's taps: one run
+    const int64_t stage_bytes = int64_t(g.weight_parts * g.weight_slots * g.slot_words + g.x_words) * 4 + 2 * 8;  // and its mbarriers
     const int stages = int(std::min<int64_t>(kMaxPipelineStages, budget / stage_bytes));
     if (stages < (chunk_words == 32 ? 3 : 2)) continue;
     g.stages = stages;
     g.smem_bytes = size_t(stages * stage_bytes);
-    g.weight_slots = g.taps;
     g.resident = g.stage_output = false;
     g.tile_parts = 1;
     g.parts = g.tiles;
@@ -285,9 +297,40 @@ std::optional<GemmPlan> plan_pipelined_tiles(const GemmPlan& problem, const Tens
     const int64_t channels = g.groups * g.channels_per_group;
     if (g.tensor_rows && ((g.groups > 1 && g.channels_per_group % g.staged_rows != 0) ||
                           !tensor_map_fits(in, g.in_length, channels, g.batch, g.in_channel_stride, g.in_batch_stride))) {
-      return plan_pipelined_tiles(problem, in, tile_shape, math, limits, /*allow_tensor_rows=*/false);
+      return plan_pipelined_steps(problem, in, tile_shape, math, limits, /*allow_tensor_rows=*/false);
     }
     return g;
+  }
+  return std::nullopt;
+}
+
+// The pipelined plan of a warpgroup problem whose steps all read the same x: in_step 1 unless its
+// channels merge phases, so that every in phase is a run of taps at in phase value 0. Strided out
+// positions (out_step > 1) only in 3xTF32, and only with one out phase or every phase of out_step
+// reached (the epilogue writes the bias of unreached phases only beside a single out phase;
+// docs/design.md §3.6): its stores are 4 bytes out_step apart, where the two-buffer kernels stage
+// the output and write whole sectors, which TF32 and 16-bit, with half the MMA work, cannot afford.
+// A step is one run of taps of one out phase over one chunk: the taps in runs as long as the stages
+// fit, a phase's taps in one run first. Only where a row tile's packed weight stays within the
+// workspace bound (the two-buffer kernels' smaller tiles pack less).
+std::optional<GemmPlan> plan_pipelined_tiles(const GemmPlan& problem, const TensorFacts& in, int tile_shape, Math math,
+                                             const DeviceLimits& limits) {
+  if ((problem.out_step != 1 && math != Math::k3xTF32) ||
+      (problem.out_phases != 1 && problem.out_phases != problem.out_step) ||
+      (problem.in_step != 1 && problem.channel_phases == 1) ||
+      !std::all_of(problem.in_phase_value, problem.in_phase_value + problem.in_phases, [](int v) { return v == 0; })) {
+    return std::nullopt;
+  }
+  GemmPlan whole = problem;
+  split_steps(whole, kMaxGemmTaps);
+  const int longest_run = most_taps_per_step(whole);
+  for (const int run_taps : {kMaxGemmTaps, 32, 16, 8, 4, 2, 1}) {
+    if (run_taps < kMaxGemmTaps && run_taps >= longest_run) continue;
+    GemmPlan runs = whole;
+    split_steps(runs, run_taps);
+    auto plan = plan_pipelined_steps(runs, in, tile_shape, math, limits);
+    if (plan && 4 * packed_weight_words(*plan) / plan->row_tiles > kMaxPackedWeightBytes) return std::nullopt;
+    if (plan) return plan;
   }
   return std::nullopt;
 }

@@ -180,6 +180,16 @@ WIDE_TILE_CASES = [
     Case(2, 40, 36, 100, 600, stride=3, padding=7, output_padding=2, dilation=2),
     Case(3, 96, 48, 40, 700, stride=10, padding=15),
     Case(3, 5, 7, 7, 4000, stride=2, padding=3, output_padding=1),
+    # the pipelined kernel's runs of taps, a step each (one run over one chunk): 20 taps at stride 1
+    # (runs of 4 or 8), 64 merged taps (runs of 4 or 8, TMA boxes for float)
+    Case(2, 96, 136, 20, 12001, padding=9),
+    Case(3, 72, 96, 128, 4000, stride=2, padding=63),
+    # strict float32's strided forwards phase by phase (K not a multiple of stride, every phase
+    # reached): 4 and 3 taps at stride 2, out rows of an odd length, 128-row tiles; 3, 3, 3 and 2 taps
+    # at stride 4 on 64 x 256 tiles; 41 taps at stride 4 in runs
+    Case(8, 96, 80, 7, 6000, stride=2, padding=3),
+    Case(8, 40, 56, 11, 5000, stride=4, padding=5),
+    Case(8, 72, 96, 41, 4000, stride=4, padding=20),
 ]
 
 

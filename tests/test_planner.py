@@ -152,6 +152,35 @@ def test_narrow_outputs():
         assert tile(plans(not_mergeable, dtype, tf32, "h100")["forward"]) == ("warp", 16, 256)
 
 
+def test_long_filters_run_pipelined_in_runs_of_taps():
+    """A filter whose taps do not fit one pipelined stage runs there in runs of taps, one run over one
+    chunk a step (stride 1, and phases merged into rows), the packed weight within its bound."""
+    for shape in ((2, 96, 136, 20, 12001, 1, 9, 0, 1, 1), (3, 72, 96, 128, 4000, 2, 63, 0, 1, 1)):
+        for dtype, tf32 in MATHS:
+            forward = plans(shape, dtype, tf32, "h100")["forward"]
+            assert forward["family"] == "pipelined" and forward["in_phases"] > 1, (shape, forward)
+            assert forward["step_taps"] * forward["in_phases"] >= forward["taps"], (shape, forward)
+            assert forward["workspace_bytes"] <= 16 << 20, (shape, forward)
+            assert plans(shape, dtype, tf32, "a100")["forward"]["family"] == "warp"
+
+
+def test_strided_forwards_run_pipelined_phase_by_phase():
+    """In strict float32 (3xTF32), a wide strided forward whose phases do not merge (K not a multiple
+    of stride) runs pipelined, each out phase of a tile in turn (its taps in runs where they are many),
+    where every phase is reached; one with phases no tap reaches stays on the two-buffer kernels, and
+    so do TF32 and 16-bit (their staged output writes whole sectors)."""
+    for shape, runs in (((16, 1536, 512, 7, 1300, 2, 3, 1, 1, 1), False), ((8, 256, 256, 41, 4000, 4, 20, 0, 1, 1), True),
+                        ((8, 128, 256, 103, 3000, 2, 51, 0, 1, 1), True)):
+        forward = plans(shape, torch.float32, False, "h100")["forward"]
+        assert forward["family"] == "pipelined" and forward["out_phases"] == shape[5], (shape, forward)
+        assert forward["in_phases"] > 1 or not runs, (shape, forward)
+        assert forward["workspace_bytes"] <= 16 << 20, (shape, forward)
+        for dtype in (torch.float32, torch.bfloat16):
+            assert plans(shape, dtype, True, "h100")["forward"]["family"] != "pipelined", shape
+    gaps = plans((8, 256, 256, 5, 8000, 8, 2, 0, 1, 1), torch.float32, False, "h100")["forward"]  # 5 of 8 phases
+    assert gaps["family"] != "pipelined" and gaps["out_phases"] == 5, gaps
+
+
 def test_merged_phases_only_where_they_merge():
     for shape in random_shapes(200, seed=5):
         n, c_in, c_out, k, l_in, stride, padding, output_padding, dilation, groups = shape

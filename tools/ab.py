@@ -7,6 +7,9 @@ the median over rounds of its per-round medians (triton.testing.do_bench: CUDA e
 
     python tools/ab.py base=/path/to/old new=. --shapes kb64,kb74 --dtypes tf32,fp32,bf16 --rounds 2 --backward
 
+A build named by the folder `@torch` times torch.nn.functional.conv_transpose1d instead (cuDNN, the
+same inputs): `python tools/ab.py torch=@torch new=. --layers ...`.
+
 --layers takes further layers as N,C_in,C_out,K,L_in,stride,padding,output_padding,dilation,groups,
 separated by ';' (e.g. a sweep's layers), timed after --shapes.
 """
@@ -43,12 +46,16 @@ def parse_layers(text):
     return layers
 
 
-def worker(shapes, dtypes, backward):
-    """Times this process's torch_convt_op; prints {key: ms} as JSON."""
+def worker(shapes, dtypes, backward, use_torch):
+    """Times this process's torch_convt_op (use_torch: torch's own op); prints {key: ms} as JSON."""
     import torch
     import triton.testing
 
-    import torch_convt_op
+    if use_torch:
+        conv_transpose1d = torch.nn.functional.conv_transpose1d
+    else:
+        import torch_convt_op
+        conv_transpose1d = torch_convt_op.conv_transpose1d
 
     results = {}
     for name in shapes:
@@ -61,10 +68,10 @@ def worker(shapes, dtypes, backward):
             x = torch.randn(n, c_in, l_in, device="cuda", dtype=dtype, generator=gen)
             w = torch.randn(c_in, c_out // groups, k, device="cuda", dtype=dtype, generator=gen) * 0.1
             b = torch.randn(c_out, device="cuda", dtype=dtype, generator=gen)
-            args = ([stride], [padding], [output_padding], groups, [dilation])
+            args = (stride, padding, output_padding, groups, dilation)
 
             def forward():
-                return torch_convt_op.conv_transpose1d(x, w, b, *args)
+                return conv_transpose1d(x, w, b, *args)
 
             results[f"{name} {dtype_name} fwd"] = triton.testing.do_bench(forward, warmup=25, rep=100, return_mode="median")
             if backward:
@@ -72,7 +79,7 @@ def worker(shapes, dtypes, backward):
                 grad = torch.randn_like(forward())
 
                 def forward_backward():
-                    torch_convt_op.conv_transpose1d(xg, wg, bg, *args).backward(grad)
+                    conv_transpose1d(xg, wg, bg, *args).backward(grad)
 
                 results[f"{name} {dtype_name} fwd+bwd"] = triton.testing.do_bench(forward_backward, warmup=10, rep=100,
                                                                                    return_mode="median")
@@ -91,20 +98,24 @@ def main():
     parser.add_argument("--backward", action="store_true", help="also time forward + backward")
     parser.add_argument("--json", help="write the medians here")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--torch", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     layers = parse_layers(args.layers)
     SHAPES.update(layers)
     shapes, dtypes = [name for name in args.shapes.split(",") if name] + list(layers), args.dtypes.split(",")
     if args.worker:
-        return worker(shapes, dtypes, args.backward)
+        return worker(shapes, dtypes, args.backward, args.torch)
     builds = dict(item.split("=", 1) for item in args.builds)
     runs = {name: [] for name in builds}
     for round_index in range(args.rounds):
         for name, folder in builds.items():
-            env = dict(os.environ, PYTHONPATH=os.path.abspath(folder))
+            use_torch = folder == "@torch"
+            env = dict(os.environ) if use_torch else dict(os.environ, PYTHONPATH=os.path.abspath(folder))
             command = [sys.executable, os.path.abspath(__file__), "x=x", "--worker", "--shapes", args.shapes,
                        "--layers", args.layers, "--dtypes", args.dtypes] + (["--backward"] if args.backward else [])
-            output = subprocess.run(command, env=env, cwd=os.path.abspath(folder), capture_output=True, text=True)
+            command += ["--torch"] if use_torch else []
+            output = subprocess.run(command, env=env, cwd=None if use_torch else os.path.abspath(folder), capture_output=True,
+                                    text=True)
             lines = [line for line in output.stdout.splitlines() if line.startswith("AB-RESULTS ")]
             if output.returncode != 0 or not lines:
                 sys.exit(f"{name} failed (round {round_index}):\n{output.stdout[-3000:]}\n{output.stderr[-3000:]}")

@@ -4,6 +4,7 @@ dtype, under compute-sanitizer's memcheck, racecheck, initcheck and synccheck.
     python tools/sanitize.py            # every tool; one summary line per tool, exit 1 on any error
     python tools/sanitize.py --tool racecheck  # (leaves out the mbarrier-ordered kernels: MBARRIER_KERNELS)
     python tools/sanitize.py --inner    # the workload alone (what runs under each tool)
+    python tools/sanitize.py --shapes 28,29  # only these shapes of the workload (SHAPES, then WIDE_TILE_SHAPES)
 """
 import argparse
 import os
@@ -45,6 +46,8 @@ SHAPES = [
     (2, 48, 40, 100, 60, 3, 7, 2, 1, 2, False),  # 100 taps, strided and dilated: runs per phase
     (1, 3, 2, 130, 5, 2, 3, 0, 1, 1, False),     # more taps than the tensor cores take: direct kernels
     (2, 16, 16, 4, 40, 1, 5, 0, 1, 300, False),  # taps hundreds of positions apart: grad_weight on the direct kernel
+    (2, 96, 136, 20, 12001, 1, 9, 0, 1, 1, False),  # sm_90 pipelined runs of taps (the several-pair kernels)
+    (8, 96, 80, 7, 6000, 2, 3, 0, 1, 1, False),  # sm_90 3xTF32 pipelined out phase by out phase (several pairs)
 ]
 
 
@@ -63,7 +66,7 @@ WIDE_TILE_SHAPES = [
 WIDE_TILE_MODES = [("float32", True), ("bfloat16", False)]
 
 
-def exercise() -> None:
+def exercise(only=None) -> None:
     import torch
     import torch.nn.functional as F
 
@@ -72,6 +75,8 @@ def exercise() -> None:
     generator = torch.Generator().manual_seed(0)
     runs = 0
     work = [(shape, MODES) for shape in SHAPES] + [(shape, WIDE_TILE_MODES) for shape in WIDE_TILE_SHAPES]
+    if only is not None:
+        work = [work[index] for index in only]
     for shape, modes in work:
         n, c_in, c_out, k, l_in, stride, padding, output_padding, groups, dilation, channels_last = shape
         for dtype_name, tf32 in modes:
@@ -103,10 +108,10 @@ def exercise() -> None:
 MBARRIER_KERNELS = "pipelined"  # (a substring of exactly those kernels' names)
 
 
-def run_tool(tool: str, timeout: float) -> tuple:
+def run_tool(tool: str, timeout: float, shapes: str) -> tuple:
     exclude = ["--kernel-name-exclude", f"kns={MBARRIER_KERNELS}"] if tool == "racecheck" else []
     command = ["compute-sanitizer", "--tool", tool, *exclude, "--error-exitcode", "3", "--print-limit", "20",
-               sys.executable, __file__, "--inner"]
+               sys.executable, __file__, "--inner"] + (["--shapes", shapes] if shapes else [])
     start = time.time()
     # its own process group, so that a timeout also stops the workload the sanitizer started
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -130,13 +135,14 @@ def main(argv=None) -> int:
     parser.add_argument("--tool", choices=TOOLS, action="append", help="run only these (default: all)")
     parser.add_argument("--inner", action="store_true", help="run the workload without a sanitizer")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per tool")
+    parser.add_argument("--shapes", help="indices of the workload's shapes to run (default: all)")
     args = parser.parse_args(argv)
     if args.inner:
-        exercise()
+        exercise([int(index) for index in args.shapes.split(",")] if args.shapes else None)
         return 0
     rows = []
     for tool in args.tool or TOOLS:
-        ok, errors, seconds = run_tool(tool, args.timeout)
+        ok, errors, seconds = run_tool(tool, args.timeout, args.shapes)
         rows.append(f"| {tool} | {errors} | {'clean' if ok else 'FAILED'} | {seconds:.0f} s |")
     print("| tool | errors | verdict | time |\n|---|---|---|---|\n" + "\n".join(rows))
     return 0 if all("clean" in row for row in rows) else 1

@@ -281,11 +281,13 @@ struct ImplicitGemmEpilogue : ImplicitGemmOutput<T, kBlockMOf<kWarpTilesM, kWarp
 
 // ---- pipelined_gemm_kernel -----------------------------------------------------------------------
 
-// store_tile: each accumulator where its row and column put it, plus bias, the bias of all of a
-// thread's rows loaded before its first store. Merged rows: store_merged_rows. Otherwise one out
-// phase: 16-bit by column pairs (out_step 1), float by columns, writing the bias at the positions of
-// the phases no tap reaches (out_step > 1: 3xTF32, docs/design.md §3.6).
-template <typename T, Math kMath, Merge kMerge, int kBlockM, int kSubtiles>
+// store_tile: each accumulator of one out phase where its row and column put it, plus bias, the
+// bias of all of a thread's rows loaded before its first store. Merged rows: store_merged_rows.
+// Otherwise out_step 1: 16-bit by column pairs, float by columns; strided (out_step > 1, 3xTF32 only):
+// by columns at the phase's positions, and where the problem has one out phase the thread also
+// writes the bias at the positions of the phases no tap reaches (the planner takes strided problems
+// with one out phase or every phase reached; kPairs: several out phases, docs/design.md §3.6).
+template <typename T, Math kMath, Merge kMerge, int kBlockM, int kSubtiles, bool kPairs>
 struct PipelinedEpilogue {
   static constexpr int kBlockN = 128 * kSubtiles;
   using Mma = WarpgroupMma<T, kMath, kMerge, kBlockM, kSubtiles>;
@@ -299,7 +301,7 @@ struct PipelinedEpilogue {
     warp_first_col = (warp / 4) * 64 * kSubtiles + (warp % 4) * 16 + lane / 4;
   }
 
-  __device__ __forceinline__ void store_tile(const GemmTile& tile, const Mma& mma) const {
+  __device__ __forceinline__ void store_tile(const GemmTile& tile, int out_phase, const Mma& mma) const {
     const int first_row = tile.row_tile * kBlockM + 2 * (lane % 4);
     if constexpr (kMerge == Merge::kRows) {
       // subtile s = side / 2, its columns col(s) and col(s) + 8
@@ -311,16 +313,16 @@ struct PipelinedEpilogue {
       const int64_t rows_left = p.rows_per_group - first_row;
       T* const first_row_out = out + ((tile.n * p.groups + tile.g) * p.rows_per_group + first_row) * p.out_length;
       const T* const first_row_bias = bias ? bias + tile.g * p.rows_per_group + first_row : nullptr;
-      if constexpr (sizeof(T) == 2) {
+      if constexpr (sizeof(T) == 2) {  // (out_step 1: strided problems are 3xTF32's)
         store_column_pairs(tile, mma, rows_left, first_row_out, first_row_bias);
       } else {
-        store_columns(tile, mma, rows_left, first_row_out, first_row_bias);
+        store_columns(tile, p.out_phase_value[out_phase], mma, rows_left, first_row_out, first_row_bias);
       }
     }
   }
 
-  // 16-bit (out_step 1: strided phases are 3xTF32's), column pairs: the thread of even column col and
-  // the one of col + 1 (lanes 4 apart) swap values so that each holds one row's two adjacent columns,
+  // 16-bit (out_step 1), column pairs: the thread of even column col and the one of col + 1 (lanes
+  // 4 apart) swap values so that each holds one row's two adjacent columns,
   // row first_row + 8j of pair j for the even thread and + 1 for the odd one, at columns col -
   // column_odd and the next: one 4-byte store where out rows have an even length. (Float stores its
   // two rows a column: pairs are no gain there.)
@@ -366,11 +368,10 @@ struct PipelinedEpilogue {
     }
   }
 
-  // Float: column col holds out positions col*out_step + [0, out_step), the accumulator at its phase
-  // and the bias at the others (no tap reaches them)
-  __device__ __forceinline__ void store_columns(const GemmTile& tile, const Mma& mma, int64_t rows_left, T* first_row_out,
+  // Column col holds out positions col*out_step + [0, out_step): the accumulator at `phase`, and with
+  // one out phase the bias at the others (no tap reaches them)
+  __device__ __forceinline__ void store_columns(const GemmTile& tile, int phase, const Mma& mma, int64_t rows_left, T* first_row_out,
                                                 const T* first_row_bias) const {
-    const int phase = p.out_phase_value[0];
     float row_bias[kBlockM / 8][2];
 #pragma unroll
     for (int j = 0; j < kBlockM / 8; ++j)
@@ -384,6 +385,9 @@ struct PipelinedEpilogue {
       auto store_column = [&](T* row_out, int col, float value, float bias_value) {
         if constexpr (decltype(one_step)::value) {
           if (col < p.out_length) row_out[col] = from_float<T>(value);
+        } else if (kPairs && p.out_phases > 1) {  // (every phase reached: each by its own out phase)
+          const int64_t position = int64_t(col) * p.out_step + phase;
+          if (position < p.out_length) row_out[position] = from_float<T>(value);
         } else {
           const int64_t first = int64_t(col) * p.out_step;
           if (p.out_step == 2 && first + 1 < p.out_length && reinterpret_cast<uintptr_t>(row_out + first) % (2 * sizeof(T)) == 0) {

@@ -121,12 +121,13 @@ void launch_implicit_gemm(const GemmPlan& plan, const scalar_t* in, const uint32
 }
 
 // pipelined_gemm_kernel of a pipelined tile shape: block_m rows, block_n / 128 subtiles a consumer,
-// by the phases the problem merges
-template <typename scalar_t, Math kMath>
+// by the phases the problem merges; kPairs: the problem has several pairs (pipelined_gemm.cuh)
+template <typename scalar_t, Math kMath, bool kPairs>
 void launch_pipelined_gemm(const GemmPlan& plan, const CUtensorMap* in_map, const scalar_t* in, const uint32_t* packed_w,
                            const scalar_t* bias, scalar_t* out, Launch launch) {
   using T = cuda_type<scalar_t>;
   const GemmProblem g = make_gemm_problem(plan, in_map);
+  TORCH_INTERNAL_ASSERT((g.out_phases * g.in_phases > 1) == kPairs, "convt: a pipelined problem's pairs");
   with_tile_shape(plan.tile_shape, [&](auto shape_index) {
     constexpr GemmTileShape kShape = kGemmTileShapes[decltype(shape_index)::value];
     constexpr int kSubtiles = kShape.block_n / 128;
@@ -134,11 +135,11 @@ void launch_pipelined_gemm(const GemmPlan& plan, const CUtensorMap* in_map, cons
     if constexpr (kShape.family != GemmFamily::kPipelined || (kShape.one_accumulator && kMath == Math::k3xTF32)) {
       TORCH_INTERNAL_ASSERT(false, "convt: a tile shape launch_pipelined_gemm does not have");
     } else if (g.row_phases > 1) {
-      run(pipelined_gemm_kernel<T, kMath, Merge::kRows, kShape.block_m, kSubtiles>);
+      run(pipelined_gemm_kernel<T, kMath, Merge::kRows, kShape.block_m, kSubtiles, kPairs>);
     } else if (g.channel_phases > 1) {
-      run(pipelined_gemm_kernel<T, kMath, Merge::kChannels, kShape.block_m, kSubtiles>);
+      run(pipelined_gemm_kernel<T, kMath, Merge::kChannels, kShape.block_m, kSubtiles, kPairs>);
     } else {
-      run(pipelined_gemm_kernel<T, kMath, Merge::kNone, kShape.block_m, kSubtiles>);
+      run(pipelined_gemm_kernel<T, kMath, Merge::kNone, kShape.block_m, kSubtiles, kPairs>);
     }
   });
 }

@@ -345,8 +345,8 @@ __device__ __forceinline__ void stage_window(T* to, const T* row, int start, int
 // `full` and `empty` mbarriers (docs/design.md §3.6)
 template <typename T>
 struct PipelineStages {
-  int part_weight_words;   // one part (3xTF32: big or small) of a step's A
-  int stage_weight_words;  // one (g, row_tile, chunk) of packed_w
+  int part_weight_words;   // one part (3xTF32: big or small) of a stage's A: weight_slots slots
+  int stage_weight_words;  // every part
   uint32_t* w_stages;
   T* x_stages;
   uint64_t* full;
@@ -355,7 +355,7 @@ struct PipelineStages {
   int box_elements;  // tensor_rows: a consumer warpgroup's box
   int copied;        // elements of a staged row (whole 16-byte chunks)
   __device__ __forceinline__ PipelineStages(uint32_t* smem, const GemmProblem& p) {
-    part_weight_words = p.taps * p.slot_words;
+    part_weight_words = p.weight_slots * p.slot_words;
     stage_weight_words = p.weight_parts * part_weight_words;
     w_stages = smem;
     x_stages = reinterpret_cast<T*>(smem + p.stages * stage_weight_words);
@@ -415,12 +415,13 @@ struct StagedRow {
   }
 };
 
-// The producer warpgroup: walks the block's tiles and their steps (chunks), and fills the ring's
-// stages: the step's weight slots by one bulk copy, x_s either as two TMA boxes (tensor_rows, one a
-// consumer warpgroup: its columns and their halo; TF32 rounded by the copy) or row by row
-// (stage_window), the rows dealt out over the four producer warps (a warp issues its bulk copies one
-// lane at a time: one warp's copies alone starve the consumers).
-template <typename T, Merge kMerge, int kBlockN>
+// The producer warpgroup: walks the block's tiles and their steps (chunks; kPairs: (pair, chunk),
+// docs/design.md §3.6), and fills the ring's stages: the step's weight slots by one bulk copy (kPairs:
+// one a part), x_s either as two TMA boxes (tensor_rows, one a consumer warpgroup: its columns and
+// their halo; TF32 rounded by the copy) or row by row (stage_window), the rows dealt out over the
+// four producer warps (a warp issues its bulk copies one lane at a time: one warp's copies alone
+// starve the consumers).
+template <typename T, Merge kMerge, int kBlockN, bool kPairs>
 struct PipelinedProducer {
   const GemmProblem& p;
   const T* in;
@@ -428,28 +429,49 @@ struct PipelinedProducer {
   PipelineStages<T> stages;
   int lane;
 
+  // A tile's steps in the consumers' order: each out phase's pairs (runs of taps), each over every
+  // chunk; the x_s of a chunk is the same for every pair (all of them read in phase value 0)
   __device__ __forceinline__ void run(const GemmScheduler& scheduler) const {
     PipelineState state;
-    for (unsigned t = scheduler.first(); scheduler.has_tile(t); t = scheduler.next(t)) {
-      const GemmTile tile = scheduler.tile(t);
+    auto fill_pair = [&](const GemmTile& tile, int first_slot, int slots) {
       for (int chunk = 0; chunk < p.chunks; ++chunk) {
         mbarrier_wait(stages.empty + state.stage, state.parity ^ 1);
-        fill(tile, chunk, state.stage);
+        fill(tile, first_slot, slots, chunk, state.stage);
         state.advance(p.stages);
+      }
+    };
+    for (unsigned t = scheduler.first(); scheduler.has_tile(t); t = scheduler.next(t)) {
+      const GemmTile tile = scheduler.tile(t);
+      if constexpr (kPairs) {
+        for (int pair = 0; pair < p.out_phases * p.in_phases; ++pair) {
+          const int first_slot = p.pair_begin[pair], slots = p.pair_begin[pair + 1] - first_slot;
+          if (slots > 0) fill_pair(tile, first_slot, slots);
+        }
+      } else {
+        fill_pair(tile, 0, p.taps);
       }
     }
   }
 
-  // Stage `stage` := step `chunk` of `tile`; every producer thread arrives on its `full` barrier
-  __device__ __forceinline__ void fill(const GemmTile& tile, int chunk, int stage) const {
+  // Stage `stage` := slots [first_slot, first_slot + slots) of packed_w (a pair's taps) over chunk
+  // `chunk` of `tile`; every producer thread arrives on its `full` barrier
+  __device__ __forceinline__ void fill(const GemmTile& tile, int first_slot, int slots, int chunk, int stage) const {
     const int producer = threadIdx.x - kPipelineConsumerThreads;
     uint64_t* landed = stages.full + stage;
     if (producer == 0) {
-      const uint32_t bytes = uint32_t(stages.stage_weight_words) * 4;
-      mbarrier_expect_bytes(landed, bytes);
-      bulk_copy_to_shared(stages.w_s(stage),
-                          packed_w + (tile.packed_index(p) * p.chunks + chunk) * stages.stage_weight_words,
-                          bytes, landed);
+      if constexpr (kPairs) {  // packed [part][slot]: each part's slots of the pair
+        const uint32_t* chunk_w = packed_w + (tile.packed_index(p) * p.chunks + chunk) * p.weight_parts * p.taps * p.slot_words;
+        const uint32_t part_bytes = uint32_t(slots * p.slot_words) * 4;
+        mbarrier_expect_bytes(landed, p.weight_parts * part_bytes);
+        for (int part = 0; part < p.weight_parts; ++part)
+          bulk_copy_to_shared(stages.w_s(stage) + part * stages.part_weight_words,
+                              chunk_w + (part * p.taps + first_slot) * p.slot_words, part_bytes, landed);
+      } else {  // every slot of every part: the stage's weight
+        const uint32_t bytes = uint32_t(stages.stage_weight_words) * 4;
+        mbarrier_expect_bytes(landed, bytes);
+        bulk_copy_to_shared(stages.w_s(stage), packed_w + (tile.packed_index(p) * p.chunks + chunk) * stages.stage_weight_words,
+                            bytes, landed);
+      }
     }
     T* x_s = stages.x_s(stage);
     if (p.tensor_rows) {

@@ -305,21 +305,21 @@ struct ImplicitGemmMainloop {
       }
     }
     for (int i = step.first_tap; i < step.end_tap; ++i) {
-      const int t = p.step_tap[i];
+      const int offset = p.slot_offset[i];
       const int slot = p.resident ? step.chunk * p.taps + i : i - step.first_tap;
       if constexpr (kWarpgroups) {
         auto operands = [&] {
           // column col of the tile reads x_s position (col - col0) + offset_t - first_offset + lead
           // (merged channels: its row's phases from (col - col0 + offset_t - first_offset) * channel_phases + lead)
-          const T* x_tap = x_s + (warp / 4) * 64 + (warp % 4) * 16 + lane / 4 + p.tap_offset[t] - p.first_offset + p.lead;
+          const T* x_tap = x_s + (warp / 4) * 64 + (warp % 4) * 16 + lane / 4 + offset - p.first_offset + p.lead;
           if constexpr (kMerge == Merge::kChannels)
-            x_tap = x_s + ((warp / 4) * 64 + (warp % 4) * 16 + lane / 4 + p.tap_offset[t] - p.first_offset) * p.channel_phases + p.lead;
+            x_tap = x_s + ((warp / 4) * 64 + (warp % 4) * 16 + lane / 4 + offset - p.first_offset) * p.channel_phases + p.lead;
           const char* w_slot = reinterpret_cast<const char*>(w_s + slot * p.slot_words);
           return TapOperands<T>{x_tap, w_slot, w_slot};
         };
         wg.run_tap(p, operands, lane, rows, false);  // (x_s rounded by round_x)
       } else {
-        const T* x_tap = x_s + warp_col + lane / 4 + p.tap_offset[t] - p.first_offset + p.lead;
+        const T* x_tap = x_s + warp_col + lane / 4 + offset - p.first_offset + p.lead;
         const uint32_t* w_tap = w_s + slot * p.slot_words + warp_mtile * p.ksteps * kFragmentWords + lane * 4;
         warp_tile_tap(acc, x_tap, w_tap);
       }
@@ -359,11 +359,12 @@ struct ImplicitGemmMainloop {
 
 // ---- pipelined_gemm_kernel: the consumers' mainloop ----------------------------------------------
 
-// A consumer warpgroup's MMA of one tile: for each step (chunk), wait for its stage's `full`
-// barrier, run its taps on the stage, and hand the stage back (`empty`, a warp each) once its last
-// group is done. Warp w computes columns (w / 4) * 64 * kSubtiles + 64 s + (w % 4) * 16 + lane / 4
-// (+ 8) in subtile s.
-template <typename T, Math kMath, Merge kMerge, int kBlockM, int kSubtiles>
+// A consumer warpgroup's MMA of one out phase of a tile: for each step (a pair's taps over a chunk;
+// kPairs: the problem has several pairs, out phases or runs of taps, else every tap is in each step),
+// wait for its stage's `full` barrier, run its taps on the stage, and hand the stage back (`empty`,
+// a warp each) once its last group is done. Warp w computes columns
+// (w / 4) * 64 * kSubtiles + 64 s + (w % 4) * 16 + lane / 4 (+ 8) in subtile s.
+template <typename T, Math kMath, Merge kMerge, int kBlockM, int kSubtiles, bool kPairs>
 struct PipelinedMainloop {
   static constexpr int kBlockN = 128 * kSubtiles;
   using Mma = WarpgroupMma<T, kMath, kMerge, kBlockM, kSubtiles>;
@@ -387,37 +388,51 @@ struct PipelinedMainloop {
     round_fragments = kMath == Math::kTF32 && !p.tensor_rows;
   }
 
-  __device__ __forceinline__ void run_tile(const GemmTile& tile, PipelineState& state, Mma& mma) const {
+  // Out phase `out_phase` of a tile: its pairs' steps in the producer's order (each pair, a run of
+  // taps, over every chunk; docs/design.md §3.6)
+  __device__ __forceinline__ void run_phase(const GemmTile& tile, int out_phase, PipelineState& state, Mma& mma) const {
     // The shifts of this lane's rows, the same in every chunk (chunks are whole multiples of the 4
     // (float) or 8 (16-bit) rows after which shifts repeat; rows c and c + 4 (16-bit: 2c and 2c + 8) share one)
     LaneRows tile_rows = rows;
     tile_rows.shift_low = p.tensor_rows ? 0 : Row::of(p, in, tile, 0, low_row).shift();
     tile_rows.shift_high = p.tensor_rows ? 0 : Row::of(p, in, tile, 0, low_row + 1).shift();
-    for (int chunk = 0; chunk < p.chunks; ++chunk) {
-      mbarrier_wait(stages.full + state.stage, state.parity);
-      const T* x_s = stages.x_s(state.stage);
-      const uint32_t* w_s = stages.w_s(state.stage);
-      for (int t = 0; t < p.taps; ++t) {
-        auto operands = [&] {
-          const T* x_tap;
-          if constexpr (kMerge == Merge::kChannels) {
-            x_tap = x_s + (warp_first_col + p.tap_offset[t] - p.first_offset) * p.channel_phases + p.lead;
-          } else if (p.tensor_rows) {  // this warpgroup's box, from its first column
-            x_tap = x_s + (warp / 4) * stages.box_elements + warp_first_col - (warp / 4) * (kBlockN / 2) + p.tap_offset[t] -
-                    p.first_offset + p.lead;
-          } else {
-            x_tap = x_s + warp_first_col + p.tap_offset[t] - p.first_offset + p.lead;
-          }
-          const char* w_slot = reinterpret_cast<const char*>(w_s + t * p.slot_words);
-          const char* w_small_slot = w_slot + stages.part_weight_words * 4;  // 3xTF32
-          return TapOperands<T>{x_tap, w_slot, w_small_slot};
-        };
-        mma.run_tap(p, operands, lane, tile_rows, round_fragments);
+    // a pair's steps: its slots [first_slot, first_slot + slots) over every chunk
+    auto run_pair = [&](int first_slot, int slots) {
+      const int* const slot_offset = p.slot_offset + first_slot;
+      for (int chunk = 0; chunk < p.chunks; ++chunk) {
+        mbarrier_wait(stages.full + state.stage, state.parity);
+        const T* x_s = stages.x_s(state.stage);
+        const uint32_t* w_s = stages.w_s(state.stage);  // the pair's slots
+        for (int i = 0; i < slots; ++i) {
+          auto operands = [&] {
+            const T* x_tap;
+            if constexpr (kMerge == Merge::kChannels) {
+              x_tap = x_s + (warp_first_col + slot_offset[i] - p.first_offset) * p.channel_phases + p.lead;
+            } else if (p.tensor_rows) {  // this warpgroup's box, from its first column
+              x_tap = x_s + (warp / 4) * stages.box_elements + warp_first_col - (warp / 4) * (kBlockN / 2) + slot_offset[i] -
+                      p.first_offset + p.lead;
+            } else {
+              x_tap = x_s + warp_first_col + slot_offset[i] - p.first_offset + p.lead;
+            }
+            const char* w_slot = reinterpret_cast<const char*>(w_s + i * p.slot_words);
+            const char* w_small_slot = w_slot + stages.part_weight_words * 4;  // 3xTF32
+            return TapOperands<T>{x_tap, w_slot, w_small_slot};
+          };
+          mma.run_tap(p, operands, lane, tile_rows, round_fragments);
+        }
+        mma.wait_all();  // the stage's last group: then its w_s and x_s are free
+        __syncwarp();
+        if (lane == 0) mbarrier_arrive(stages.empty + state.stage);
+        state.advance(p.stages);
       }
-      mma.wait_all();  // the stage's last group: then its w_s and x_s are free
-      __syncwarp();
-      if (lane == 0) mbarrier_arrive(stages.empty + state.stage);
-      state.advance(p.stages);
+    };
+    if constexpr (kPairs) {
+      for (int pair = out_phase * p.in_phases; pair < (out_phase + 1) * p.in_phases; ++pair) {
+        const int first_slot = p.pair_begin[pair], slots = p.pair_begin[pair + 1] - first_slot;
+        if (slots > 0) run_pair(first_slot, slots);  // (an out phase may have fewer runs than another)
+      }
+    } else {
+      run_pair(0, p.taps);
     }
   }
 };

@@ -36,8 +36,9 @@ void pack_gemm_weight(const GemmPlan& plan, const GemmWeight& weight, const scal
 template <typename scalar_t, Math kMath, GemmFamily kFamily>
 void launch_implicit_gemm(const GemmPlan& plan, const scalar_t* in, const uint32_t* packed_w, const scalar_t* bias,
                           scalar_t* out, Launch launch);
-// pipelined_gemm_kernel: the pipelined family; in_map: `in` as a tensor map where plan.tensor_rows
-template <typename scalar_t, Math kMath>
+// pipelined_gemm_kernel: the pipelined family; in_map: `in` as a tensor map where plan.tensor_rows;
+// kPairs: plan.out_phases * plan.in_phases > 1 (pipelined_gemm.cuh)
+template <typename scalar_t, Math kMath, bool kPairs>
 void launch_pipelined_gemm(const GemmPlan& plan, const CUtensorMap* in_map, const scalar_t* in, const uint32_t* packed_w,
                            const scalar_t* bias, scalar_t* out, Launch launch);
 

@@ -172,10 +172,13 @@ void run_data(DataPlan plan, const ConvTParams& p, const at::Tensor& in, const a
         const GemmPlan part = row_tile_range(plan.gemm, first, std::min(launch_row_tiles, plan.gemm.row_tiles - first));
         pack_gemm_weight<scalar_t, kMath>(part, plan.weight, data_of<scalar_t>(w), packed_w, launch);
         switch (kGemmTileShapes[part.tile_shape].family) {
-          case GemmFamily::kPipelined:
-            launch_pipelined_gemm<scalar_t, kMath>(part, part.tensor_rows ? &in_map : nullptr, in_data, packed_w, bias_data,
-                                                   out_data, launch);
+          case GemmFamily::kPipelined: {
+            const CUtensorMap* map = part.tensor_rows ? &in_map : nullptr;
+            part.out_phases * part.in_phases > 1
+                ? launch_pipelined_gemm<scalar_t, kMath, true>(part, map, in_data, packed_w, bias_data, out_data, launch)
+                : launch_pipelined_gemm<scalar_t, kMath, false>(part, map, in_data, packed_w, bias_data, out_data, launch);
             break;
+          }
           case GemmFamily::kWarpgroupTiles:
             launch_implicit_gemm<scalar_t, kMath, GemmFamily::kWarpgroupTiles>(part, in_data, packed_w, bias_data, out_data,
                                                                                launch);

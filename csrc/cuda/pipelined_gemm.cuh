@@ -27,8 +27,10 @@
 
 namespace convt::cuda {
 
-// kBlockM rows (64 or 128) x kSubtiles 64-column subtiles per consumer warpgroup (1 or 2)
-template <typename T, Math kMath, Merge kMerge, int kBlockM, int kSubtiles>
+// kBlockM rows (64 or 128) x kSubtiles 64-column subtiles per consumer warpgroup (1 or 2); kPairs:
+// the problem's taps in several pairs (out phases, runs of taps), a tile out phase by out phase
+// (its own instantiations, so that the one-pair kernels keep their code)
+template <typename T, Math kMath, Merge kMerge, int kBlockM, int kSubtiles, bool kPairs>
 __global__ void __launch_bounds__(kPipelineThreads, 1)
     pipelined_gemm_kernel(const T* __restrict__ in, const uint32_t* __restrict__ packed_w, const T* __restrict__ bias,
                           T* __restrict__ out, const __grid_constant__ GemmProblem p) {
@@ -45,21 +47,23 @@ __global__ void __launch_bounds__(kPipelineThreads, 1)
 
   if (warp >= kPipelineConsumerThreads / 32) {  // ---- the producer warpgroup ----
     set_max_registers<kProducerRegisters, false>();
-    const PipelinedProducer<T, kMerge, kBlockN> producer{p, in, packed_w, stages, lane};
+    const PipelinedProducer<T, kMerge, kBlockN, kPairs> producer{p, in, packed_w, stages, lane};
     producer.run(scheduler);
     return;
   }
 
   set_max_registers<kConsumerRegisters, true>();  // ---- the consumer warpgroups ----
-  const PipelinedMainloop<T, kMath, kMerge, kBlockM, kSubtiles> mainloop(p, in, stages, lane, warp);
-  const PipelinedEpilogue<T, kMath, kMerge, kBlockM, kSubtiles> epilogue(p, bias, out, lane, warp);
+  const PipelinedMainloop<T, kMath, kMerge, kBlockM, kSubtiles, kPairs> mainloop(p, in, stages, lane, warp);
+  const PipelinedEpilogue<T, kMath, kMerge, kBlockM, kSubtiles, kPairs> epilogue(p, bias, out, lane, warp);
   WarpgroupMma<T, kMath, kMerge, kBlockM, kSubtiles> mma;
   PipelineState state;
   for (unsigned t = scheduler.first(); scheduler.has_tile(t); t = scheduler.next(t)) {
     const GemmTile tile = scheduler.tile(t);
-    mma.clear();
-    mainloop.run_tile(tile, state, mma);
-    epilogue.store_tile(tile, mma);
+    for (int out_phase = 0; out_phase < (kPairs ? p.out_phases : 1); ++out_phase) {
+      mma.clear();
+      mainloop.run_phase(tile, out_phase, state, mma);
+      epilogue.store_tile(tile, out_phase, mma);
+    }
   }
 #endif
 }
