@@ -88,6 +88,13 @@ def _rank_main(rank: int, worker: Callable, backend: str, store: str, results: s
                 json.dump(measured, file)
     finally:
         dist.destroy_process_group()
+    # The rank's work is done and written: leave without the interpreter's teardown, where a gloo
+    # thread still joinable when C++ static destructors run aborts the process (SIGABRT, "terminate
+    # called without an active exception"; seen in CI after the barrier above too). A rank that raised
+    # does not get here: spawn reports its traceback.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def run_ranks(worker: Callable, backend: str, directory, *args) -> Dict:
