@@ -306,16 +306,18 @@ std::optional<GemmPlan> plan_pipelined_steps(const GemmPlan& problem, const Tens
 
 // The pipelined plan of a warpgroup problem whose steps all read the same x: in_step 1 unless its
 // channels merge phases, so that every in phase is a run of taps at in phase value 0. Strided out
-// positions (out_step > 1) only in 3xTF32, and only with one out phase or every phase of out_step
-// reached (the epilogue writes the bias of unreached phases only beside a single out phase;
-// docs/design.md §3.6): its stores are 4 bytes out_step apart, where the two-buffer kernels stage
-// the output and write whole sectors, which TF32 and 16-bit, with half the MMA work, cannot afford.
+// positions (out_step > 1) only with one out phase or every phase of out_step reached (the epilogue
+// writes the bias of unreached phases only beside a single out phase; docs/design.md §3.6), and in
+// TF32 and 16-bit only as a phase pair (out_step 2, both phases: adjacent pair stores; stores 4 bytes
+// out_step apart, as 3xTF32 makes them, lose to the two-buffer kernels' staged output there, which
+// TF32 and 16-bit, with a third of 3xTF32's MMA work, cannot afford).
 // A step is one run of taps of one out phase over one chunk: the taps in runs as long as the stages
 // fit, a phase's taps in one run first. Only where a row tile's packed weight stays within the
 // workspace bound (the two-buffer kernels' smaller tiles pack less).
 std::optional<GemmPlan> plan_pipelined_tiles(const GemmPlan& problem, const TensorFacts& in, int tile_shape, Math math,
                                              const DeviceLimits& limits) {
-  if ((problem.out_step != 1 && math != Math::k3xTF32) ||
+  const bool phase_pair = problem.out_step == 2 && problem.out_phases == 2;
+  if ((problem.out_step != 1 && math != Math::k3xTF32 && !phase_pair) ||
       (problem.out_phases != 1 && problem.out_phases != problem.out_step) ||
       (problem.in_step != 1 && problem.channel_phases == 1) ||
       !std::all_of(problem.in_phase_value, problem.in_phase_value + problem.in_phases, [](int v) { return v == 0; })) {
@@ -337,8 +339,8 @@ std::optional<GemmPlan> plan_pipelined_tiles(const GemmPlan& problem, const Tens
 
 // The pipelined plan of a problem that has one and fills the SMs: tiles of 256 columns (the weight,
 // streamed from L2 for every tile, serves twice the columns) unless they pad the columns by more
-// than a sixteenth over 128-column tiles; groups of at most 64 rows take 64 x 256 tiles; 3xTF32
-// (two accumulators a subtile) takes 128 columns.
+// than a sixteenth over 128-column tiles; groups of at most 64 rows take 64 x 256 tiles; 3xTF32 and
+// phase pairs (two accumulators a subtile) take 128 columns.
 std::optional<GemmPlan> plan_pipelined(const GemmPlan& problem, const TensorFacts& in, Math math, const DeviceLimits& limits) {
   auto fills = [&](const std::optional<GemmPlan>& plan) { return plan && plan->parts >= limits.sm_count; };
   if (problem.rows_per_group <= 64) {
@@ -346,9 +348,10 @@ std::optional<GemmPlan> plan_pipelined(const GemmPlan& problem, const TensorFact
     return fills(plan) ? plan : std::nullopt;
   }
   const auto narrow = plan_pipelined_tiles(problem, in, gemm_tile_index(GemmFamily::kPipelined, 128, 128), math, limits);
-  const auto wide = math == Math::k3xTF32
-                        ? std::nullopt
-                        : plan_pipelined_tiles(problem, in, gemm_tile_index(GemmFamily::kPipelined, 128, 256), math, limits);
+  // (3xTF32 and a TF32 or 16-bit phase pair: two accumulator sets, 64 floats each a thread)
+  const bool two_sets = math == Math::k3xTF32 || (problem.out_step == 2 && problem.out_phases == 2);
+  const auto wide = two_sets ? std::nullopt
+                             : plan_pipelined_tiles(problem, in, gemm_tile_index(GemmFamily::kPipelined, 128, 256), math, limits);
   if (fills(wide) && (!narrow || 16 * int64_t(wide->col_tiles) * 256 <= 17 * int64_t(narrow->col_tiles) * 128)) return wide;
   if (fills(narrow)) return narrow;
   return std::nullopt;
@@ -470,6 +473,11 @@ std::optional<GemmPlan> plan_gemm(const GemmPlan& g, const std::optional<GemmPla
     }
   }
   return plan;
+}
+
+PipelineForm pipeline_form(const GemmPlan& g) {
+  if (g.out_step == 2 && g.out_phases == 2 && g.weight_parts == 1) return PipelineForm::kPhasePair;
+  return g.out_phases * g.in_phases > 1 ? PipelineForm::kPairs : PipelineForm::kOnePair;
 }
 
 int64_t packed_weight_words(const GemmPlan& g) {

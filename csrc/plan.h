@@ -192,6 +192,12 @@ GemmWeight gemm_weight(const ConvTParams& p, bool forward);
 std::optional<GemmPlan> plan_gemm(const GemmPlan& problem, const std::optional<GemmPlan>& merged, const TensorFacts& in,
                                   Math math, const DeviceLimits& limits);
 int64_t packed_weight_words(const GemmPlan& g);
+// Which pipelined kernel a pipelined plan takes (pipelined_gemm.cuh): one pair (every tap in each
+// step); several pairs (out phases or runs of taps, each out phase of a tile stored before the next);
+// or a phase pair: the two out phases of out_step 2 held in two accumulator sets and stored together,
+// each column's two positions adjacent (TF32 and 16-bit strided forwards whose phases do not merge).
+enum class PipelineForm { kOnePair, kPairs, kPhasePair };
+PipelineForm pipeline_form(const GemmPlan& g);
 // The workspace of the forward and of grad_input, the packed weight of one launch, is bounded: where
 // the whole weight packs to more than kMaxPackedWeightBytes, launches take ranges of row tiles (each
 // packing its own rows into the same buffer, in stream order), row_tiles_per_launch of them (at

@@ -190,6 +190,9 @@ WIDE_TILE_CASES = [
     Case(8, 96, 80, 7, 6000, stride=2, padding=3),
     Case(8, 40, 56, 11, 5000, stride=4, padding=5),
     Case(8, 72, 96, 41, 4000, stride=4, padding=20),
+    # and in TF32 and 16-bit at stride 2, the phase pairs: the first of these (tap 0 in phase 1: the
+    # sets swapped; every other out row unaligned for pair stores) on 128 x 128 tiles, and 64 x 256 tiles
+    Case(8, 48, 56, 5, 8001, stride=2, padding=2),
 ]
 
 

@@ -14,8 +14,8 @@ CUDA_CORE = [("fp32", "float"), ("fp64", "double"), ("fp16", "c10::Half"), ("bf1
 PACK = """template void pack_gemm_weight<{t}, {m}>(const GemmPlan&, const GemmWeight&, const {t}*, uint32_t*, Launch);"""
 IMPLICIT = """template void launch_implicit_gemm<{t}, {m}, GemmFamily::{f}>(const GemmPlan&, const {t}*, const uint32_t*, const {t}*,
                                                               {t}*, Launch);"""
-PIPELINED = """template void launch_pipelined_gemm<{t}, {m}, {pairs}>(const GemmPlan&, const CUtensorMap*, const {t}*,
-                                                         const uint32_t*, const {t}*, {t}*, Launch);"""
+PIPELINED = """template void launch_pipelined_gemm<{t}, {m}, PipelineForm::{form}>(const GemmPlan&, const CUtensorMap*,
+                                                                  const {t}*, const uint32_t*, const {t}*, {t}*, Launch);"""
 GRAD_WEIGHT_GEMM = """template void launch_grad_weight_gemm<{t}, {m}>(const WeightGradPlan&, const {t}*, const {t}*, float*, float*,
                                                   Launch);"""
 GRAD_WEIGHT_WGMMA = """template void launch_grad_weight_wgmma<{t}, {pipelined}, {merged}>(const WeightGradPlan&, const CUtensorMap*,
@@ -39,9 +39,10 @@ def files():
         yield f"implicit_gemm_warp_{suffix}.cu", "gemm_launch.cuh", \
             PACK.format(t=t, m=m) + "\n" + IMPLICIT.format(t=t, m=m, f="kWarpTiles")
         yield f"implicit_gemm_warpgroup_{suffix}.cu", "gemm_launch.cuh", IMPLICIT.format(t=t, m=m, f="kWarpgroupTiles")
-        for pairs in ("false", "true"):  # (problems of one pair, and of several)
-            yield f"pipelined_gemm_{'pairs_' if pairs == 'true' else ''}{suffix}.cu", "gemm_launch.cuh", \
-                PIPELINED.format(t=t, m=m, pairs=pairs)
+        # problems of one pair, of several, and strided forwards' phase pairs (not in 3xTF32)
+        for form, prefix in (("kOnePair", ""), ("kPairs", "pairs_"), ("kPhasePair", "phase_pair_")):
+            if form != "kPhasePair" or m != "Math::k3xTF32":
+                yield f"pipelined_gemm_{prefix}{suffix}.cu", "gemm_launch.cuh", PIPELINED.format(t=t, m=m, form=form)
         yield f"grad_weight_gemm_{suffix}.cu", "grad_weight_launch.cuh", GRAD_WEIGHT_GEMM.format(t=t, m=m)
         if m != "Math::k3xTF32":  # (the warpgroup grad_weight rounds float to TF32)
             for pipelined in ("false", "true"):  # (four files: the largest family of the build)

@@ -286,8 +286,9 @@ struct ImplicitGemmEpilogue : ImplicitGemmOutput<T, kBlockMOf<kWarpTilesM, kWarp
 // Otherwise out_step 1: 16-bit by column pairs, float by columns; strided (out_step > 1, 3xTF32 only):
 // by columns at the phase's positions, and where the problem has one out phase the thread also
 // writes the bias at the positions of the phases no tap reaches (the planner takes strided problems
-// with one out phase or every phase reached; kPairs: several out phases, docs/design.md §3.6).
-template <typename T, Math kMath, Merge kMerge, int kBlockM, int kSubtiles, bool kPairs>
+// with one out phase or every phase reached; kForm kPairs: several out phases, docs/design.md §3.6).
+// store_phase_pair (kForm kPhasePair, TF32 and 16-bit): out_step 2's two out phases together.
+template <typename T, Math kMath, Merge kMerge, int kBlockM, int kSubtiles, PipelineForm kForm>
 struct PipelinedEpilogue {
   static constexpr int kBlockN = 128 * kSubtiles;
   using Mma = WarpgroupMma<T, kMath, kMerge, kBlockM, kSubtiles>;
@@ -319,6 +320,50 @@ struct PipelinedEpilogue {
         store_columns(tile, p.out_phase_value[out_phase], mma, rows_left, first_row_out, first_row_bias);
       }
     }
+  }
+
+  // The two out phases of out_step 2 (kPhasePair): column col holds positions 2 col and 2 col + 1,
+  // the accumulators of phase value 0 and 1 (first: out phase 0's, whichever value that is), plus
+  // the row's bias; one pair store where the position is aligned to two elements (every row where out
+  // rows have an even length), else element by element.
+  __device__ __forceinline__ void store_phase_pair(const GemmTile& tile, const Mma& first, const Mma& second) const {
+    const bool swapped = p.out_phase_value[0] != 0;  // (first holds phase value 1)
+    const int first_row = tile.row_tile * kBlockM + 2 * (lane % 4);
+    const int64_t rows_left = p.rows_per_group - first_row;
+    T* const first_row_out = out + ((tile.n * p.groups + tile.g) * p.rows_per_group + first_row) * p.out_length;
+    const T* const first_row_bias = bias ? bias + tile.g * p.rows_per_group + first_row : nullptr;
+    float row_bias[kBlockM / 8][2];
+#pragma unroll
+    for (int j = 0; j < kBlockM / 8; ++j)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int row = 8 * j + half;  // from first_row
+        row_bias[j][half] = first_row_bias && row < rows_left ? to_float(first_row_bias[row]) : 0.0f;
+      }
+#pragma unroll
+    for (int j = 0; j < kBlockM / 8; ++j)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int row = 8 * j + half;  // from first_row
+        if (row >= rows_left) continue;
+        T* const row_out = first_row_out + int64_t(row) * p.out_length;
+        const bool aligned = reinterpret_cast<uintptr_t>(row_out) % (2 * sizeof(T)) == 0;
+#pragma unroll
+        for (int s = 0; s < kSubtiles; ++s)
+#pragma unroll
+          for (int side = 0; side < 2; ++side) {  // columns col and col + 8
+            const int e = 4 * j + 2 * side + half;
+            const int64_t position = 2 * int64_t(tile.col_tile * kBlockN + warp_first_col + 64 * s + 8 * side);
+            const float low = select_register(swapped, second.value(s, e), first.value(s, e)) + row_bias[j][half];
+            const float high = select_register(swapped, first.value(s, e), second.value(s, e)) + row_bias[j][half];
+            if (aligned && position + 1 < p.out_length) {
+              store_pair(row_out + position, low, high);
+            } else {
+              if (position < p.out_length) row_out[position] = from_float<T>(low);
+              if (position + 1 < p.out_length) row_out[position + 1] = from_float<T>(high);
+            }
+          }
+      }
   }
 
   // 16-bit (out_step 1), column pairs: the thread of even column col and the one of col + 1 (lanes
@@ -385,7 +430,7 @@ struct PipelinedEpilogue {
       auto store_column = [&](T* row_out, int col, float value, float bias_value) {
         if constexpr (decltype(one_step)::value) {
           if (col < p.out_length) row_out[col] = from_float<T>(value);
-        } else if (kPairs && p.out_phases > 1) {  // (every phase reached: each by its own out phase)
+        } else if (kForm == PipelineForm::kPairs && p.out_phases > 1) {  // (every phase reached: each by its own out phase)
           const int64_t position = int64_t(col) * p.out_step + phase;
           if (position < p.out_length) row_out[position] = from_float<T>(value);
         } else {

@@ -121,25 +121,29 @@ void launch_implicit_gemm(const GemmPlan& plan, const scalar_t* in, const uint32
 }
 
 // pipelined_gemm_kernel of a pipelined tile shape: block_m rows, block_n / 128 subtiles a consumer,
-// by the phases the problem merges; kPairs: the problem has several pairs (pipelined_gemm.cuh)
-template <typename scalar_t, Math kMath, bool kPairs>
+// by the phases the problem merges; kForm: the plan's pipeline_form (pipelined_gemm.cuh)
+template <typename scalar_t, Math kMath, PipelineForm kForm>
 void launch_pipelined_gemm(const GemmPlan& plan, const CUtensorMap* in_map, const scalar_t* in, const uint32_t* packed_w,
                            const scalar_t* bias, scalar_t* out, Launch launch) {
   using T = cuda_type<scalar_t>;
   const GemmProblem g = make_gemm_problem(plan, in_map);
-  TORCH_INTERNAL_ASSERT((g.out_phases * g.in_phases > 1) == kPairs, "convt: a pipelined problem's pairs");
+  TORCH_INTERNAL_ASSERT(pipeline_form(plan) == kForm, "convt: a pipelined problem's form");
   with_tile_shape(plan.tile_shape, [&](auto shape_index) {
     constexpr GemmTileShape kShape = kGemmTileShapes[decltype(shape_index)::value];
     constexpr int kSubtiles = kShape.block_n / 128;
     auto run = [&](auto kernel) { launch_persistent(kernel, kPipelineThreads, g, as_cuda(in), packed_w, as_cuda(bias), as_cuda(out), launch); };
-    if constexpr (kShape.family != GemmFamily::kPipelined || (kShape.one_accumulator && kMath == Math::k3xTF32)) {
+    constexpr bool kTwoSets = kMath == Math::k3xTF32 || kForm == PipelineForm::kPhasePair;  // (no 128 x 256)
+    if constexpr (kShape.family != GemmFamily::kPipelined || (kShape.one_accumulator && kTwoSets)) {
       TORCH_INTERNAL_ASSERT(false, "convt: a tile shape launch_pipelined_gemm does not have");
+    } else if constexpr (kForm == PipelineForm::kPhasePair) {  // (strided forwards: no merged phases)
+      TORCH_INTERNAL_ASSERT(g.row_phases == 1 && g.channel_phases == 1, "convt: a phase pair with merged phases");
+      run(pipelined_gemm_kernel<T, kMath, Merge::kNone, kShape.block_m, kSubtiles, kForm>);
     } else if (g.row_phases > 1) {
-      run(pipelined_gemm_kernel<T, kMath, Merge::kRows, kShape.block_m, kSubtiles, kPairs>);
+      run(pipelined_gemm_kernel<T, kMath, Merge::kRows, kShape.block_m, kSubtiles, kForm>);
     } else if (g.channel_phases > 1) {
-      run(pipelined_gemm_kernel<T, kMath, Merge::kChannels, kShape.block_m, kSubtiles, kPairs>);
+      run(pipelined_gemm_kernel<T, kMath, Merge::kChannels, kShape.block_m, kSubtiles, kForm>);
     } else {
-      run(pipelined_gemm_kernel<T, kMath, Merge::kNone, kShape.block_m, kSubtiles, kPairs>);
+      run(pipelined_gemm_kernel<T, kMath, Merge::kNone, kShape.block_m, kSubtiles, kForm>);
     }
   });
 }

@@ -37,8 +37,8 @@ template <typename scalar_t, Math kMath, GemmFamily kFamily>
 void launch_implicit_gemm(const GemmPlan& plan, const scalar_t* in, const uint32_t* packed_w, const scalar_t* bias,
                           scalar_t* out, Launch launch);
 // pipelined_gemm_kernel: the pipelined family; in_map: `in` as a tensor map where plan.tensor_rows;
-// kPairs: plan.out_phases * plan.in_phases > 1 (pipelined_gemm.cuh)
-template <typename scalar_t, Math kMath, bool kPairs>
+// kForm: pipeline_form(plan) (pipelined_gemm.cuh; no kPhasePair in 3xTF32)
+template <typename scalar_t, Math kMath, PipelineForm kForm>
 void launch_pipelined_gemm(const GemmPlan& plan, const CUtensorMap* in_map, const scalar_t* in, const uint32_t* packed_w,
                            const scalar_t* bias, scalar_t* out, Launch launch);
 

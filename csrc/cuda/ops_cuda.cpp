@@ -174,9 +174,17 @@ void run_data(DataPlan plan, const ConvTParams& p, const at::Tensor& in, const a
         switch (kGemmTileShapes[part.tile_shape].family) {
           case GemmFamily::kPipelined: {
             const CUtensorMap* map = part.tensor_rows ? &in_map : nullptr;
-            part.out_phases * part.in_phases > 1
-                ? launch_pipelined_gemm<scalar_t, kMath, true>(part, map, in_data, packed_w, bias_data, out_data, launch)
-                : launch_pipelined_gemm<scalar_t, kMath, false>(part, map, in_data, packed_w, bias_data, out_data, launch);
+            auto run = [&](auto form) {
+              launch_pipelined_gemm<scalar_t, kMath, decltype(form)::value>(part, map, in_data, packed_w, bias_data, out_data,
+                                                                           launch);
+            };
+            switch (pipeline_form(part)) {
+              case PipelineForm::kOnePair: run(std::integral_constant<PipelineForm, PipelineForm::kOnePair>()); break;
+              case PipelineForm::kPairs: run(std::integral_constant<PipelineForm, PipelineForm::kPairs>()); break;
+              case PipelineForm::kPhasePair:  // (TF32 and 16-bit only: 3xTF32 has two weight parts)
+                if constexpr (kMath != Math::k3xTF32) run(std::integral_constant<PipelineForm, PipelineForm::kPhasePair>());
+                break;
+            }
             break;
           }
           case GemmFamily::kWarpgroupTiles:

@@ -27,16 +27,19 @@
 
 namespace convt::cuda {
 
-// kBlockM rows (64 or 128) x kSubtiles 64-column subtiles per consumer warpgroup (1 or 2); kPairs:
-// the problem's taps in several pairs (out phases, runs of taps), a tile out phase by out phase
-// (its own instantiations, so that the one-pair kernels keep their code)
-template <typename T, Math kMath, Merge kMerge, int kBlockM, int kSubtiles, bool kPairs>
+// kBlockM rows (64 or 128) x kSubtiles 64-column subtiles per consumer warpgroup (1 or 2); kForm
+// (plan.h's pipeline_form): kPairs, the problem's taps in several pairs (out phases, runs of taps), a
+// tile out phase by out phase; kPhasePair, the two out phases of out_step 2 into two accumulator sets,
+// stored together (each form its own instantiations, so that the one-pair kernels keep their code)
+template <typename T, Math kMath, Merge kMerge, int kBlockM, int kSubtiles, PipelineForm kForm>
 __global__ void __launch_bounds__(kPipelineThreads, 1)
     pipelined_gemm_kernel(const T* __restrict__ in, const uint32_t* __restrict__ packed_w, const T* __restrict__ bias,
                           T* __restrict__ out, const __grid_constant__ GemmProblem p) {
 #if CONVT_WGMMA_AVAILABLE  // (sm_90a only: other archs get an empty kernel)
   static_assert(kBlockM == 64 || kBlockM == 128);
   static_assert(kMath != Math::k3xTF32 || kSubtiles * kBlockM <= 128);  // two accumulators a subtile
+  static_assert(kForm != PipelineForm::kPhasePair || (kSubtiles * kBlockM <= 128 && kMath != Math::k3xTF32));
+  constexpr bool kPairs = kForm != PipelineForm::kOnePair;
   constexpr int kBlockN = 128 * kSubtiles;  // columns of a tile
   extern __shared__ __align__(kMaxSwizzleAtomBytes) uint32_t smem[];  // weight slots first: swizzle atoms aligned
   const PipelineStages<T> stages(smem, p);
@@ -54,15 +57,24 @@ __global__ void __launch_bounds__(kPipelineThreads, 1)
 
   set_max_registers<kConsumerRegisters, true>();  // ---- the consumer warpgroups ----
   const PipelinedMainloop<T, kMath, kMerge, kBlockM, kSubtiles, kPairs> mainloop(p, in, stages, lane, warp);
-  const PipelinedEpilogue<T, kMath, kMerge, kBlockM, kSubtiles, kPairs> epilogue(p, bias, out, lane, warp);
+  const PipelinedEpilogue<T, kMath, kMerge, kBlockM, kSubtiles, kForm> epilogue(p, bias, out, lane, warp);
   WarpgroupMma<T, kMath, kMerge, kBlockM, kSubtiles> mma;
   PipelineState state;
   for (unsigned t = scheduler.first(); scheduler.has_tile(t); t = scheduler.next(t)) {
     const GemmTile tile = scheduler.tile(t);
-    for (int out_phase = 0; out_phase < (kPairs ? p.out_phases : 1); ++out_phase) {
+    if constexpr (kForm == PipelineForm::kPhasePair) {
+      WarpgroupMma<T, kMath, kMerge, kBlockM, kSubtiles> second;  // out phase 1's accumulators
       mma.clear();
-      mainloop.run_phase(tile, out_phase, state, mma);
-      epilogue.store_tile(tile, out_phase, mma);
+      mainloop.run_phase(tile, 0, state, mma);
+      second.clear();
+      mainloop.run_phase(tile, 1, state, second);
+      epilogue.store_phase_pair(tile, mma, second);
+    } else {
+      for (int out_phase = 0; out_phase < (kPairs ? p.out_phases : 1); ++out_phase) {
+        mma.clear();
+        mainloop.run_phase(tile, out_phase, state, mma);
+        epilogue.store_tile(tile, out_phase, mma);
+      }
     }
   }
 #endif

@@ -2,6 +2,6 @@
 #include "cuda/gemm_launch.cuh"
 
 namespace convt::cuda {
-template void launch_pipelined_gemm<c10::Half, Math::k16Bit, false>(const GemmPlan&, const CUtensorMap*, const c10::Half*,
-                                                         const uint32_t*, const c10::Half*, c10::Half*, Launch);
+template void launch_pipelined_gemm<c10::Half, Math::k16Bit, PipelineForm::kOnePair>(const GemmPlan&, const CUtensorMap*,
+                                                                  const c10::Half*, const uint32_t*, const c10::Half*, c10::Half*, Launch);
 }  // namespace convt::cuda

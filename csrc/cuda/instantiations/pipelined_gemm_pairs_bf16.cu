@@ -2,6 +2,6 @@
 #include "cuda/gemm_launch.cuh"
 
 namespace convt::cuda {
-template void launch_pipelined_gemm<c10::BFloat16, Math::k16Bit, true>(const GemmPlan&, const CUtensorMap*, const c10::BFloat16*,
-                                                         const uint32_t*, const c10::BFloat16*, c10::BFloat16*, Launch);
+template void launch_pipelined_gemm<c10::BFloat16, Math::k16Bit, PipelineForm::kPairs>(const GemmPlan&, const CUtensorMap*,
+                                                                  const c10::BFloat16*, const uint32_t*, const c10::BFloat16*, c10::BFloat16*, Launch);
 }  // namespace convt::cuda

@@ -2,6 +2,6 @@
 #include "cuda/gemm_launch.cuh"
 
 namespace convt::cuda {
-template void launch_pipelined_gemm<float, Math::kTF32, false>(const GemmPlan&, const CUtensorMap*, const float*,
-                                                         const uint32_t*, const float*, float*, Launch);
+template void launch_pipelined_gemm<float, Math::kTF32, PipelineForm::kOnePair>(const GemmPlan&, const CUtensorMap*,
+                                                                  const float*, const uint32_t*, const float*, float*, Launch);
 }  // namespace convt::cuda
