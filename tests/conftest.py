@@ -190,6 +190,12 @@ WIDE_TILE_CASES = [
     Case(8, 96, 80, 7, 6000, stride=2, padding=3),
     Case(8, 40, 56, 11, 5000, stride=4, padding=5),
     Case(8, 72, 96, 41, 4000, stride=4, padding=20),
+    # grad_input over grad_y deinterleaved (phases that merge, not in place): out rows of an odd length,
+    # two groups, 128-row tiles; stride 6 (does not divide 8); 40 rows on warp tiles (grad_input's rows
+    # are C_in); and the merged forward's case above (stride 5, 80 rows: grad_input 80 x 180 channels)
+    Case(8, 160, 96, 6, 6001, stride=3, padding=2, groups=2),
+    Case(12, 144, 48, 12, 3000, stride=6, padding=3, output_padding=1),
+    Case(4, 40, 24, 4, 3001, stride=2, padding=1),
 ]
 
 

@@ -96,6 +96,14 @@ void launch_grad_y_row_sums(const ConvTParams& p, const scalar_t* grad_y, acc_ty
 }
 
 template <typename scalar_t>
+void launch_deinterleave_grad_y(const ConvTParams& p, const scalar_t* grad_y, scalar_t* out, int64_t row_length,
+                                Launch launch) {
+  deinterleave_grad_y_kernel<scalar_t><<<row_grid(p.batch * p.out_channels * p.stride, row_length, kDirectThreads),
+                                         kDirectThreads, 0, launch.stream>>>(grad_y, out, p, row_length);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+template <typename scalar_t>
 void launch_sum_slices(const acc_type<scalar_t>* partial, scalar_t* out, int64_t elements, int64_t slices, Launch launch) {
   sum_slices_kernel<scalar_t, acc_type<scalar_t>>
       <<<grid_size(elements, 32, launch), 32 * kSumWarps, 0, launch.stream>>>(partial, out, elements, slices);
