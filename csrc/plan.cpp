@@ -703,7 +703,15 @@ std::optional<DepthwisePlan> plan_depthwise(const ConvTParams& p, bool forward, 
   const int64_t span = a.shift_max - a.shift_min;
   a.staged = forward ? (kDwSegment - 1) / p.stride + 2 + span : (kDwSegment + span) * p.stride;
   const int64_t acc_size = std::max(element_size, 4);  // float, or double
-  const int64_t weights = p.out_channels_per_group * (p.kernel_size + (forward ? 1 : 0));
+  // the forward's output rows of a block: enough blocks for four of kDwThreads threads an SM
+  const int64_t blocks = (p.length_out + kDwSegment - 1) / kDwSegment * std::min<int64_t>(p.batch * p.in_channels, 65535);
+  const int64_t target_blocks = 4 * int64_t(limits.sm_count);
+  const int64_t co_blocks = forward && blocks < target_blocks ? std::min(p.out_channels_per_group, (target_blocks + blocks - 1) / blocks) : 1;
+  const int64_t co_block = (p.out_channels_per_group + co_blocks - 1) / co_blocks;
+  a.co_block = int(std::min<int64_t>(co_block, kGemmIndexLimit));
+  a.co_blocks = int((p.out_channels_per_group + a.co_block - 1) / a.co_block);
+  if (a.co_blocks > 65535) return std::nullopt;  // (a grid dimension)
+  const int64_t weights = (forward ? a.co_block : p.out_channels_per_group) * (p.kernel_size + (forward ? 1 : 0));
   if (weights >= kGemmIndexLimit) return std::nullopt;
   a.weights = int(weights);
   const int64_t smem_bytes = a.weights * acc_size + a.staged * element_size;
@@ -850,7 +858,8 @@ std::string describe(const DataPlan& plan) {
                         {"workspace_bytes", 4 * packed_weight_words(row_tile_range(g, 0, row_tiles_per_launch(g)))},
                         {"smem_bytes", int64_t(g.smem_bytes)}});
   } else if (plan.kernel == Kernel::kDepthwise) {
-    text += key_values({{"staged", plan.depthwise.staged}, {"smem_bytes", int64_t(plan.depthwise.smem_bytes)}});
+    text += key_values({{"staged", plan.depthwise.staged}, {"co_blocks", plan.depthwise.co_blocks},
+                        {"smem_bytes", int64_t(plan.depthwise.smem_bytes)}});
   }
   return text;
 }

@@ -258,7 +258,11 @@ struct WeightGradPlan {
 struct DepthwisePlan {
   int64_t shift_min, shift_max;
   int64_t staged;     // elements of the staged row segment
-  int weights;        // w[ci, :, :] staged per row: Cog * K values, then Cog biases in the forward
+  // The forward's blocks take co_block of a row's Cog output rows each (co_blocks of them; all of
+  // them, one block, unless the rows and segments alone would leave the SMs idle: a narrow input
+  // with a wide channel multiplier); grad_input's take all of them.
+  int co_block, co_blocks;
+  int weights;        // w[ci, co, :] staged per row: co_block * K values, then co_block biases in the forward
   size_t smem_bytes;  // the weights (and biases), then the row segment
 };
 

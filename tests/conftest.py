@@ -196,6 +196,10 @@ WIDE_TILE_CASES = [
     Case(8, 160, 96, 6, 6001, stride=3, padding=2, groups=2),
     Case(12, 144, 48, 12, 3000, stride=6, padding=3, output_padding=1),
     Case(4, 40, 24, 4, 3001, stride=2, padding=1),
+    # the depthwise forward's blocks of output rows (one input channel, a wide channel multiplier,
+    # short rows): 97 rows in blocks of 2, the last one row; two groups of 65 rows
+    Case(6, 1, 97, 5, 300, stride=2, padding=3, dilation=2),
+    Case(4, 2, 130, 4, 200, stride=3, groups=2),
 ]
 
 

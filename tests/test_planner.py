@@ -204,6 +204,15 @@ def test_strided_grad_input_reads_grad_y_deinterleaved():
             assert g["deinterleaved"] == 0 and g["in_phases"] == 2, g
 
 
+def test_depthwise_forward_splits_wide_channel_multipliers():
+    """One input channel with a wide channel multiplier on short rows (a narrow input): the depthwise
+    forward's blocks take a share of a row's output channels, so that the blocks fill the SMs; a
+    depthwise layer with rows enough keeps each row's channels in one block."""
+    narrow_in = plans((14, 1, 512, 5, 310, 2, 3, 0, 2, 1), torch.float32, True, "h100")["forward"]
+    assert narrow_in["kernel"] == "depthwise" and 14 * narrow_in["co_blocks"] >= 3 * 132, narrow_in  # (about 4 an SM)
+    assert plans(NAMED["depthwise"], torch.float32, True, "h100")["forward"]["co_blocks"] == 1
+
+
 def test_merged_phases_only_where_they_merge():
     for shape in random_shapes(200, seed=5):
         n, c_in, c_out, k, l_in, stride, padding, output_padding, dilation, groups = shape
