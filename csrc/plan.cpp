@@ -385,7 +385,7 @@ GemmPlan gemm_problem(const ConvTParams& p, bool forward, int step_taps) {
   g.out_length = int(forward ? p.length_out : p.length_in);
   g.out_step = forward ? int(p.stride) : 1;
   g.in_step = forward ? 1 : int(p.stride);
-  g.row_phases = g.channel_phases = 1;
+  g.row_phases = g.channel_phases = g.weight_channel_phases = 1;
   g.weight_parts = 1;
   g.tile_shape = -1;
   set_taps(g, p, forward, step_taps);
@@ -408,9 +408,29 @@ std::optional<GemmPlan> merged_forward_problem(const ConvTParams& p, int step_ta
 std::optional<GemmPlan> merged_grad_input_problem(const ConvTParams& p, int step_taps) {
   if (!phases_merge(p) || 8 % p.stride != 0) return std::nullopt;
   GemmPlan g = gemm_problem(p, /*forward=*/false, step_taps);
-  g.channel_phases = int(p.stride);
+  g.channel_phases = g.weight_channel_phases = int(p.stride);
   g.channel_origin = int(p.padding);
   g.channels_per_group *= p.stride;
+  set_merged_taps(g, int(p.kernel_size / p.stride), 0, 1, step_taps);
+  return g;
+}
+
+// The same taps over grad_y deinterleaved (a copy): tap k = t*stride + r reads grad_y[(i + t)*stride +
+// r - padding], the copy's channel (co, r) at position i + t, for any stride and any grad_y layout.
+int64_t deinterleaved_length(const ConvTParams& p) { return p.length_in + p.kernel_size / p.stride - 1; }
+int64_t deinterleaved_row_length(const ConvTParams& p) { return (deinterleaved_length(p) + 7) / 8 * 8; }
+TensorFacts deinterleaved_facts(const TensorFacts& grad_y) { return {grad_y.element_size, 256}; }
+std::optional<GemmPlan> deinterleaved_grad_input_problem(const ConvTParams& p, int step_taps) {
+  if (!phases_merge(p) || deinterleaved_length(p) >= kGemmIndexLimit) return std::nullopt;
+  GemmPlan g = gemm_problem(p, /*forward=*/false, step_taps);
+  g.deinterleaved = true;
+  g.weight_channel_phases = int(p.stride);
+  g.channels_per_group *= p.stride;
+  g.in_step = 1;
+  g.in_length = int(deinterleaved_length(p));
+  g.in_length_stride = 1;
+  g.in_channel_stride = deinterleaved_row_length(p);
+  g.in_batch_stride = p.out_channels * p.stride * g.in_channel_stride;
   set_merged_taps(g, int(p.kernel_size / p.stride), 0, 1, step_taps);
   return g;
 }
@@ -691,7 +711,15 @@ std::optional<DepthwisePlan> plan_depthwise(const ConvTParams& p, bool forward, 
   const int64_t span = a.shift_max - a.shift_min;
   a.staged = forward ? (kDwSegment - 1) / p.stride + 2 + span : (kDwSegment + span) * p.stride;
   const int64_t acc_size = std::max(element_size, 4);  // float, or double
-  const int64_t weights = p.out_channels_per_group * (p.kernel_size + (forward ? 1 : 0));
+  // the forward's output rows of a block: enough blocks for four of kDwThreads threads an SM
+  const int64_t blocks = (p.length_out + kDwSegment - 1) / kDwSegment * std::min<int64_t>(p.batch * p.in_channels, 65535);
+  const int64_t target_blocks = 4 * int64_t(limits.sm_count);
+  const int64_t co_blocks = forward && blocks < target_blocks ? std::min(p.out_channels_per_group, (target_blocks + blocks - 1) / blocks) : 1;
+  const int64_t co_block = (p.out_channels_per_group + co_blocks - 1) / co_blocks;
+  a.co_block = int(std::min<int64_t>(co_block, kGemmIndexLimit));
+  a.co_blocks = int((p.out_channels_per_group + a.co_block - 1) / a.co_block);
+  if (a.co_blocks > 65535) return std::nullopt;  // (a grid dimension)
+  const int64_t weights = (forward ? a.co_block : p.out_channels_per_group) * (p.kernel_size + (forward ? 1 : 0));
   if (weights >= kGemmIndexLimit) return std::nullopt;
   a.weights = int(weights);
   const int64_t smem_bytes = a.weights * acc_size + a.staged * element_size;
@@ -725,7 +753,15 @@ DataPlan plan_data(const ConvTParams& p, const TensorFacts& in, Math math, bool 
     for (const int step_taps : {kMaxGemmTaps, 16, 8, 4, 2, 1}) {
       if (step_taps < kMaxGemmTaps && step_taps >= p.kernel_size) continue;
       const auto merged = forward ? merged_forward_problem(p, step_taps) : merged_grad_input_problem(p, step_taps);
-      if (auto gemm = plan_gemm(gemm_problem(p, forward, step_taps), merged, in, math, limits)) {
+      auto gemm = plan_gemm(gemm_problem(p, forward, step_taps), merged, in, math, limits);
+      // a strided grad_input whose phases merge but not in place (grad_y's rows not in 16-byte copies,
+      // or a stride that does not divide 8) reads grad_y deinterleaved rather than a phase at a time,
+      // element by element
+      const auto deinterleaved = forward ? std::nullopt : deinterleaved_grad_input_problem(p, step_taps);
+      if (deinterleaved && (!gemm || (gemm->in_step > 1 && gemm->channel_phases == 1))) {
+        if (auto plan = plan_gemm(*deinterleaved, std::nullopt, deinterleaved_facts(in), math, limits)) gemm = plan;
+      }
+      if (gemm) {
         plan.kernel = Kernel::kGemm;
         plan.gemm = *gemm;
         plan.weight = gemm_weight(p, forward);
@@ -823,13 +859,15 @@ std::string describe(const DataPlan& plan) {
     text += key_values({{"block_m", g.block_m}, {"block_n", g.block_n}, {"chunk_channels", g.chunk_channels},
                         {"chunks", g.chunks}, {"stages", g.stages}, {"taps", g.taps}, {"out_phases", g.out_phases},
                         {"in_phases", g.in_phases}, {"step_taps", most_taps_per_step(g)}, {"row_phases", g.row_phases},
-                        {"channel_phases", g.channel_phases}, {"stage_output", g.stage_output}, {"resident", g.resident},
+                        {"channel_phases", g.channel_phases}, {"deinterleaved", g.deinterleaved},
+                        {"stage_output", g.stage_output}, {"resident", g.resident},
                         {"tensor_rows", g.tensor_rows}, {"tiles", g.tiles}, {"parts", g.parts},
                         {"row_tiles", g.row_tiles}, {"launch_row_tiles", row_tiles_per_launch(g)},
                         {"workspace_bytes", 4 * packed_weight_words(row_tile_range(g, 0, row_tiles_per_launch(g)))},
                         {"smem_bytes", int64_t(g.smem_bytes)}});
   } else if (plan.kernel == Kernel::kDepthwise) {
-    text += key_values({{"staged", plan.depthwise.staged}, {"smem_bytes", int64_t(plan.depthwise.smem_bytes)}});
+    text += key_values({{"staged", plan.depthwise.staged}, {"co_blocks", plan.depthwise.co_blocks},
+                        {"smem_bytes", int64_t(plan.depthwise.smem_bytes)}});
   }
   return text;
 }

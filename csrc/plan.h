@@ -141,6 +141,13 @@ struct GemmPlan {
   // are, from position (first column + first_offset)*channel_phases - channel_origin - lead.
   int row_phases, phase_origin;
   int channel_phases, channel_origin, staged_rows;
+  // grad_input over grad_y deinterleaved (docs/design.md §3.2): `in` is a copy whose channel
+  // (co, r) = co*stride + r holds grad_y[n, co, m*stride + r - padding] at position m (zero outside
+  // grad_y; deinterleaved_grad_y), a stride-1 problem whose kernels read it as plain rows. The packed
+  // weight's channel c is W's channel c / weight_channel_phases at tap t*weight_channel_phases + c %
+  // weight_channel_phases (weight_channel_phases: channel_phases, or the stride where deinterleaved).
+  bool deinterleaved;
+  int weight_channel_phases;
   // ---- the plan ----
   int tile_shape;      // index into kGemmTileShapes
   int block_m, block_n;
@@ -187,6 +194,12 @@ GemmPlan gemm_problem(const ConvTParams& p, bool forward, int step_taps);
 // The same with the phases merged into rows (forward) or channels (grad_input), where they merge.
 std::optional<GemmPlan> merged_forward_problem(const ConvTParams& p, int step_taps);
 std::optional<GemmPlan> merged_grad_input_problem(const ConvTParams& p, int step_taps);
+// grad_input over grad_y deinterleaved where its phases merge (GemmPlan::deinterleaved): the copy is
+// (N, C_out * stride, deinterleaved_row_length(p)), contiguous; `grad_y` the facts of grad_y.
+std::optional<GemmPlan> deinterleaved_grad_input_problem(const ConvTParams& p, int step_taps);
+TensorFacts deinterleaved_facts(const TensorFacts& grad_y);
+int64_t deinterleaved_length(const ConvTParams& p);      // positions a copy's row holds: L_in + K / stride - 1
+int64_t deinterleaved_row_length(const ConvTParams& p);  // elements a row takes: 16-byte rows in every dtype
 GemmWeight gemm_weight(const ConvTParams& p, bool forward);
 // The tiling of a problem; nullopt: no tensor-core plan fits
 std::optional<GemmPlan> plan_gemm(const GemmPlan& problem, const std::optional<GemmPlan>& merged, const TensorFacts& in,
@@ -251,7 +264,11 @@ struct WeightGradPlan {
 struct DepthwisePlan {
   int64_t shift_min, shift_max;
   int64_t staged;     // elements of the staged row segment
-  int weights;        // w[ci, :, :] staged per row: Cog * K values, then Cog biases in the forward
+  // The forward's blocks take co_block of a row's Cog output rows each (co_blocks of them; all of
+  // them, one block, unless the rows and segments alone would leave the SMs idle: a narrow input
+  // with a wide channel multiplier); grad_input's take all of them.
+  int co_block, co_blocks;
+  int weights;        // w[ci, co, :] staged per row: co_block * K values, then co_block biases in the forward
   size_t smem_bytes;  // the weights (and biases), then the row segment
 };
 

@@ -193,6 +193,16 @@ WIDE_TILE_CASES = [
     # and in TF32 and 16-bit at stride 2, the phase pairs: the first of these (tap 0 in phase 1: the
     # sets swapped; every other out row unaligned for pair stores) on 128 x 128 tiles, and 64 x 256 tiles
     Case(8, 48, 56, 5, 8001, stride=2, padding=2),
+    # grad_input over grad_y deinterleaved (phases that merge, not in place): out rows of an odd length,
+    # two groups, 128-row tiles; stride 6 (does not divide 8); 40 rows on warp tiles (grad_input's rows
+    # are C_in); and the merged forward's case above (stride 5, 80 rows: grad_input 80 x 180 channels)
+    Case(8, 160, 96, 6, 6001, stride=3, padding=2, groups=2),
+    Case(12, 144, 48, 12, 3000, stride=6, padding=3, output_padding=1),
+    Case(4, 40, 24, 4, 3001, stride=2, padding=1),
+    # the depthwise forward's blocks of output rows (one input channel, a wide channel multiplier,
+    # short rows): 97 rows in blocks of 2, the last one row; two groups of 65 rows
+    Case(6, 1, 97, 5, 300, stride=2, padding=3, dilation=2),
+    Case(4, 2, 130, 4, 200, stride=3, groups=2),
 ]
 
 

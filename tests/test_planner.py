@@ -185,6 +185,38 @@ def test_strided_forwards_run_pipelined_phase_by_phase():
     assert gaps["family"] != "pipelined" and gaps["out_phases"] == 5, gaps
 
 
+def test_strided_grad_input_reads_grad_y_deinterleaved():
+    """A strided grad_input whose phases merge (dilation 1, K a multiple of stride) reads grad_y's
+    phases as channels: in place on sm_90a's warpgroup tiles where grad_y's rows go in 16-byte copies
+    and stride divides 8 (merged channels), else from a deinterleaved copy, a stride-1 problem (any
+    stride, any length, any card) rather than a phase at a time; one whose phases do not merge stays
+    per phase."""
+    in_place = (8, 512, 256, 16, 862, 8, 4, 0, 1, 1)  # L_out 6896: 16-byte rows
+    unaligned = (14, 1024, 512, 4, 3974, 2, 0, 1, 1, 1)  # L_out 7951
+    stride_6 = (12, 1024, 1024, 12, 1132, 6, 3, 1, 1, 1)
+    narrow = (2, 24, 40, 4, 1500, 2, 1, 1, 1, 1)  # 24 rows: warp tiles
+    not_merging = (8, 512, 256, 7, 2000, 2, 3, 1, 1, 1)
+    for dtype, tf32 in MATHS:
+        for card in ("h100", "a100"):
+            merged = plans(in_place, dtype, tf32, card)["grad_input"]
+            assert (merged["channel_phases"], merged["deinterleaved"]) == ((8, 0) if card == "h100" else (1, 1)), merged
+            for shape in (unaligned, stride_6, narrow):
+                g = plans(shape, dtype, tf32, card)["grad_input"]
+                assert g["kernel"] == "gemm" and g["deinterleaved"] == 1 and g["in_phases"] == 1, (shape, card, g)
+                assert g["taps"] == shape[3] // shape[5] and g["channel_phases"] == 1, (shape, card, g)
+            g = plans(not_merging, dtype, tf32, card)["grad_input"]
+            assert g["deinterleaved"] == 0 and g["in_phases"] == 2, g
+
+
+def test_depthwise_forward_splits_wide_channel_multipliers():
+    """One input channel with a wide channel multiplier on short rows (a narrow input): the depthwise
+    forward's blocks take a share of a row's output channels, so that the blocks fill the SMs; a
+    depthwise layer with rows enough keeps each row's channels in one block."""
+    narrow_in = plans((14, 1, 512, 5, 310, 2, 3, 0, 2, 1), torch.float32, True, "h100")["forward"]
+    assert narrow_in["kernel"] == "depthwise" and 14 * narrow_in["co_blocks"] >= 3 * 132, narrow_in  # (about 4 an SM)
+    assert plans(NAMED["depthwise"], torch.float32, True, "h100")["forward"]["co_blocks"] == 1
+
+
 def test_merged_phases_only_where_they_merge():
     for shape in random_shapes(200, seed=5):
         n, c_in, c_out, k, l_in, stride, padding, output_padding, dilation, groups = shape

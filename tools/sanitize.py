@@ -48,6 +48,9 @@ SHAPES = [
     (2, 16, 16, 4, 40, 1, 5, 0, 1, 300, False),  # taps hundreds of positions apart: grad_weight on the direct kernel
     (2, 96, 136, 20, 12001, 1, 9, 0, 1, 1, False),  # sm_90 pipelined runs of taps (the several-pair kernels)
     (8, 96, 80, 7, 6000, 2, 3, 0, 1, 1, False),  # sm_90 3xTF32 pipelined out phase by out phase (several pairs)
+    (4, 40, 24, 4, 3001, 2, 1, 0, 1, 1, False),  # grad_input over grad_y deinterleaved (odd length), warp tiles
+    (8, 160, 96, 6, 6001, 3, 2, 0, 2, 1, False),  # the same, sm_90 pipelined, two groups
+    (6, 1, 97, 5, 300, 2, 3, 0, 1, 2, False),    # depthwise forward in blocks of output rows, the last one row
 ]
 
 

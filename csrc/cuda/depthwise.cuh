@@ -10,31 +10,35 @@
 
 namespace convt::cuda {
 
-// Stages w_s[co*K + k] = w[ci, co, k] (and, given bias, b_s[co] = bias[ci*Cog + co] after them):
-// issued beside a row segment's loads, so that one barrier covers both.
+// Stages w_s[c*K + k] = w[ci, co_begin + c, k] for c < co_count (and, given bias, b_s[c] = bias[ci*Cog +
+// co_begin + c] after them): issued beside a row segment's loads, so that one barrier covers both.
 template <typename scalar_t, typename acc_t>
-__device__ void stage_depthwise_weights(const scalar_t* w, const scalar_t* bias, acc_t* w_s, int64_t ci, const ConvTParams& p) {
-  const int weights = int(p.out_channels_per_group * p.kernel_size);
+__device__ void stage_depthwise_weights(const scalar_t* w, const scalar_t* bias, acc_t* w_s, int64_t ci, int co_begin,
+                                        int co_count, const ConvTParams& p) {
+  const int weights = co_count * int(p.kernel_size);
   for (int e = threadIdx.x; e < weights; e += kDwThreads) {
-    const int co = e / int(p.kernel_size), k = e % int(p.kernel_size);
+    const int64_t co = co_begin + e / int(p.kernel_size), k = e % int(p.kernel_size);
     w_s[e] = acc_t(w[ci * p.w_in_stride + co * p.w_out_stride + k * p.w_tap_stride]);
   }
   if (bias == nullptr) return;
-  for (int co = threadIdx.x; co < p.out_channels_per_group; co += kDwThreads) {
-    w_s[weights + co] = acc_t(bias[ci * p.out_channels_per_group + co]);
+  for (int c = threadIdx.x; c < co_count; c += kDwThreads) {
+    w_s[weights + c] = acc_t(bias[ci * p.out_channels_per_group + co_begin + c]);
   }
 }
 
 // y[n, ci*Cog + co, j] = bias + sum over taps k of phase j mod stride of w[ci, co, k] * x[n, ci, j div stride - shift_k]
-// Block: outputs j0 + [0, kDwSegment) of the Cog output rows of one (n, ci) row. Per row, behind one
-// barrier, it stages x_s[q] = x[n, ci, i_lo + q] and the row's weights and biases (w_s).
+// Block: outputs j0 + [0, kDwSegment) of output rows co_begin + [0, co_block) (blockIdx.z) of one
+// (n, ci) row. Per row, behind one barrier, it stages x_s[q] = x[n, ci, i_lo + q] and those rows'
+// weights and biases (w_s).
 template <typename scalar_t, typename acc_t>
 __global__ void __launch_bounds__(kDwThreads, 4)
     depthwise_forward_kernel(const scalar_t* __restrict__ x, const scalar_t* __restrict__ w,
                              const scalar_t* __restrict__ bias, scalar_t* __restrict__ y, ConvTParams p, DepthwisePlan a) {
   extern __shared__ __align__(16) unsigned char dw_smem[];
   acc_t* w_s = reinterpret_cast<acc_t*>(dw_smem);
-  const acc_t* b_s = w_s + p.out_channels_per_group * p.kernel_size;
+  const int co_begin = int(blockIdx.z) * a.co_block;
+  const int co_count = min(a.co_block, int(p.out_channels_per_group) - co_begin);
+  const acc_t* b_s = w_s + co_count * p.kernel_size;
   scalar_t* x_s = reinterpret_cast<scalar_t*>(w_s + a.weights);
   const int64_t j0 = int64_t(blockIdx.x) * kDwSegment, i_lo = floor_div(j0, p.stride) - a.shift_max;
   const int first_phase = int(j0 % p.stride), stride = int(p.stride);  // output j0 + t has phase (first_phase + t) mod stride
@@ -56,12 +60,12 @@ __global__ void __launch_bounds__(kDwThreads, 4)
       const int64_t i = i_lo + q;
       x_s[q] = i >= 0 && i < p.length_in ? x_row[i * p.x_length_stride] : scalar_t(0.0f);
     }
-    stage_depthwise_weights(w, bias, w_s, ci, p);
+    stage_depthwise_weights(w, bias, w_s, ci, co_begin, co_count, p);
     __syncthreads();
-    for (int64_t co = 0; co < p.out_channels_per_group; ++co) {
-      const acc_t* weight = w_s + co * p.kernel_size;
-      const acc_t bias_value = bias ? b_s[co] : acc_t(0);
-      scalar_t* y_row = y + (n * p.out_channels + ci * p.out_channels_per_group + co) * p.length_out;
+    for (int c = 0; c < co_count; ++c) {
+      const acc_t* weight = w_s + c * p.kernel_size;
+      const acc_t bias_value = bias ? b_s[c] : acc_t(0);
+      scalar_t* y_row = y + (n * p.out_channels + ci * p.out_channels_per_group + co_begin + c) * p.length_out;
 #pragma unroll
       for (int e = 0; e < kDwPerThread; ++e) {
         const int t = threadIdx.x + e * kDwThreads;
@@ -100,7 +104,7 @@ __global__ void __launch_bounds__(kDwThreads)
       const scalar_t* gy_row =
           grad_y + n * p.y_batch_stride + (ci * p.out_channels_per_group + co) * p.y_channel_stride;
       __syncthreads();  // the previous gy_s (and, on a new row, w_s) is consumed
-      if (co == 0) stage_depthwise_weights(w, static_cast<const scalar_t*>(nullptr), w_s, ci, p);
+      if (co == 0) stage_depthwise_weights(w, static_cast<const scalar_t*>(nullptr), w_s, ci, 0, int(p.out_channels_per_group), p);
       for (int64_t q = threadIdx.x; q < a.staged; q += kDwThreads) {
         const int64_t j = j_lo + q;
         gy_s[q] = j >= 0 && j < p.length_out ? gy_row[j * p.y_length_stride] : scalar_t(0.0f);

@@ -92,6 +92,22 @@ __global__ void grad_input_direct_kernel(const scalar_t* __restrict__ grad_y, co
   }
 }
 
+// grad_y deinterleaved for grad_input (GemmPlan::deinterleaved, docs/design.md §3.2): out[n, co*stride
+// + r, m] = grad_y[n, co, m*stride + r - padding] for m < row_length, zero where that lies outside
+// grad_y. out is contiguous (N, C_out*stride, row_length); grad_y is read through the params' y strides.
+template <typename scalar_t>
+__global__ void deinterleave_grad_y_kernel(const scalar_t* __restrict__ grad_y, scalar_t* __restrict__ out, ConvTParams p,
+                                           int64_t row_length) {
+  CONVT_ROW_LOOP(row, p.batch * p.out_channels * p.stride) {
+    const int64_t n = row / (p.out_channels * p.stride), co = row / p.stride % p.out_channels, r = row % p.stride;
+    const scalar_t* grad_y_row = grad_y + n * p.y_batch_stride + co * p.y_channel_stride;
+    CONVT_POSITION_LOOP(m, row_length) {
+      const int64_t j = m * p.stride + r - p.padding;
+      out[row * row_length + m] = j >= 0 && j < p.length_out ? grad_y_row[j * p.y_length_stride] : scalar_t(0);
+    }
+  }
+}
+
 // Sums of a block's threads in a fixed order (a shared-memory tree): deterministic.
 template <typename acc_t, int kThreads>
 __device__ acc_t block_sum(acc_t value) {

@@ -30,9 +30,10 @@ inline unsigned grid_size(int64_t items, int threads, const Launch& launch) {
 }
 
 template <typename Kernel>
-dim3 depthwise_grid(const ConvTParams& p, int64_t length, Kernel kernel, size_t smem) {
+dim3 depthwise_grid(const ConvTParams& p, int64_t length, Kernel kernel, size_t smem, int co_blocks) {
   C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  return dim3(unsigned((length + kDwSegment - 1) / kDwSegment), unsigned(std::min<int64_t>(p.batch * p.in_channels, 65535)));
+  return dim3(unsigned((length + kDwSegment - 1) / kDwSegment), unsigned(std::min<int64_t>(p.batch * p.in_channels, 65535)),
+              unsigned(co_blocks));
 }
 
 template <typename scalar_t>
@@ -47,7 +48,8 @@ template <typename scalar_t>
 void launch_depthwise_forward(const ConvTParams& p, const DepthwisePlan& plan, const scalar_t* x, const scalar_t* w,
                               const scalar_t* bias, scalar_t* y, Launch launch) {
   auto kernel = depthwise_forward_kernel<scalar_t, acc_type<scalar_t>>;
-  kernel<<<depthwise_grid(p, p.length_out, kernel, plan.smem_bytes), kDwThreads, plan.smem_bytes, launch.stream>>>(
+  kernel<<<depthwise_grid(p, p.length_out, kernel, plan.smem_bytes, plan.co_blocks), kDwThreads, plan.smem_bytes,
+           launch.stream>>>(
       x, w, bias, y, p, plan);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
@@ -64,7 +66,7 @@ template <typename scalar_t>
 void launch_depthwise_grad_input(const ConvTParams& p, const DepthwisePlan& plan, const scalar_t* grad_y, const scalar_t* w,
                                  scalar_t* grad_x, Launch launch) {
   auto kernel = depthwise_grad_input_kernel<scalar_t, acc_type<scalar_t>>;
-  kernel<<<depthwise_grid(p, p.length_in, kernel, plan.smem_bytes), kDwThreads, plan.smem_bytes, launch.stream>>>(
+  kernel<<<depthwise_grid(p, p.length_in, kernel, plan.smem_bytes, 1), kDwThreads, plan.smem_bytes, launch.stream>>>(
       grad_y, w, grad_x, p, plan);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
@@ -92,6 +94,14 @@ void launch_grad_y_row_sums(const ConvTParams& p, const scalar_t* grad_y, acc_ty
   const int64_t rows = p.batch * p.out_channels;
   grad_y_row_sums_kernel<scalar_t, acc_type<scalar_t>, kReduceThreads>
       <<<grid_size(rows * kReduceThreads, kReduceThreads, launch), kReduceThreads, 0, launch.stream>>>(grad_y, row_sums, p);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+template <typename scalar_t>
+void launch_deinterleave_grad_y(const ConvTParams& p, const scalar_t* grad_y, scalar_t* out, int64_t row_length,
+                                Launch launch) {
+  deinterleave_grad_y_kernel<scalar_t><<<row_grid(p.batch * p.out_channels * p.stride, row_length, kDirectThreads),
+                                         kDirectThreads, 0, launch.stream>>>(grad_y, out, p, row_length);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 

@@ -67,13 +67,13 @@ __global__ void pack_gemm_weight_kernel(const T* __restrict__ w, uint32_t* __res
     const int row_tile = int(rest % p.row_tiles);
     const int64_t g = rest / p.row_tiles;
     const int64_t row = int64_t(p.first_row_tile + row_tile) * p.block_m + tile_row;  // (a launch packs its row tiles)
-    const int64_t w_row = row / p.row_phases;  // (merged phases: GemmProblem::row_phases, channel_phases)
+    const int64_t w_row = row / p.row_phases;  // (merged phases: GemmProblem::row_phases, weight_channel_phases)
     uint32_t value = 0;
     for (int half = 0; half < kChannelsPerWord; ++half) {
       const int64_t ch = int64_t(chunk) * p.chunk_channels + word * kChannelsPerWord + half;
-      const int64_t w_ch = ch / p.channel_phases;
-      const int phase = int(row % p.row_phases + ch % p.channel_phases);  // (one of the two is 0)
-      const int tap = t * p.row_phases * p.channel_phases + phase;
+      const int64_t w_ch = ch / p.weight_channel_phases;
+      const int phase = int(row % p.row_phases + ch % p.weight_channel_phases);  // (one of the two is 0)
+      const int tap = t * p.row_phases * p.weight_channel_phases + phase;
       const bool inside = row < p.rows_per_group && ch < p.channels_per_group;
       const T element = inside ? w[g * a.group_stride + w_row * a.row_stride + w_ch * a.channel_stride + tap * a.tap_stride]
                                : from_float<T>(0.0f);

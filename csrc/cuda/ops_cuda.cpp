@@ -148,14 +148,28 @@ DeviceLimits without_tma(DeviceLimits limits) {
 
 // ---- the passes ------------------------------------------------------------------------------------
 
+// What a GEMM plan reads as `in`: the tensor itself, or grad_y deinterleaved (GemmPlan::deinterleaved)
+at::Tensor gemm_input(const DataPlan& plan, const ConvTParams& p, const at::Tensor& in, Launch launch) {
+  if (plan.kernel != Kernel::kGemm || !plan.gemm.deinterleaved) return in;
+  const int64_t row_length = deinterleaved_row_length(p);
+  at::Tensor copy = at::empty({p.batch, p.out_channels * p.stride, row_length}, in.options());
+  dispatch_dtype(in.scalar_type(), [&](auto element) {
+    using scalar_t = decltype(element);
+    launch_deinterleave_grad_y<scalar_t>(p, data_of<scalar_t>(in), data_of<scalar_t>(copy), row_length, launch);
+  });
+  return copy;
+}
+
 // The forward (in = x, out = y) or grad_input (in = grad_y, out = grad_x) as planned
-void run_data(DataPlan plan, const ConvTParams& p, const at::Tensor& in, const at::Tensor& w, const at::Tensor& bias,
+void run_data(DataPlan plan, const ConvTParams& p, const at::Tensor& in_tensor, const at::Tensor& w, const at::Tensor& bias,
               const at::Tensor& out, bool forward, Math math, const DeviceLimits& limits) {
   const Launch launch = launch_for(limits);
+  at::Tensor in = gemm_input(plan, p, in_tensor, launch);
   CUtensorMap in_map{};
   if (plan.kernel == Kernel::kGemm && plan.gemm.tensor_rows && !encode_in_map(in_map, plan.gemm, in, math)) {
-    plan = forward ? plan_forward(p, facts_of(in), math, without_tma(limits))
-                   : plan_grad_input(p, facts_of(in), math, without_tma(limits));
+    plan = forward ? plan_forward(p, facts_of(in_tensor), math, without_tma(limits))
+                   : plan_grad_input(p, facts_of(in_tensor), math, without_tma(limits));
+    if (in.is_same(in_tensor)) in = gemm_input(plan, p, in_tensor, launch);
   }
   if (plan.kernel == Kernel::kGemm) {
     // the packed weight of one launch at a time (row_tile_range), within kMaxPackedWeightBytes
