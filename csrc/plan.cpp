@@ -328,8 +328,8 @@ std::optional<GemmPlan> plan_pipelined_tiles(const GemmPlan& problem, const Tens
   const int longest_run = most_taps_per_step(whole);
   for (const int run_taps : {kMaxGemmTaps, 32, 16, 8, 4, 2, 1}) {
     if (run_taps < kMaxGemmTaps && run_taps >= longest_run) continue;
-    GemmPlan runs = whole;
-    split_steps(runs, run_taps);
+    GemmPlan runs = whole;  // (split at kMaxGemmTaps already)
+    if (run_taps < kMaxGemmTaps) split_steps(runs, run_taps);
     auto plan = plan_pipelined_steps(runs, in, tile_shape, math, limits);
     if (plan && 4 * packed_weight_words(*plan) / plan->row_tiles > kMaxPackedWeightBytes) return std::nullopt;
     if (plan) return plan;

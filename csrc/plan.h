@@ -127,10 +127,11 @@ struct GemmPlan {
   int taps;
   // The taps grouped by phase pair (out_phase, in_phase): pair q = out_phase * in_phases + in_phase
   // owns weight slots [pair_begin[q], pair_begin[q + 1]); slot i holds tap step_tap[i] (the pack
-  // kernel's map) at offset slot_offset[i] (the kernels' x window). Pairs <= 2 * taps: one of out_phases and the
-  // real in phases is 1, and the phases' tap counts differ by at most one (k * dilation mod stride
-  // cycles), so out_phases * ceil(most taps of a phase / step_taps) <= taps + out_phases. 16-bit: the
-  // kernels take this struct by value, and its size is kept small (docs/design.md §3.7).
+  // kernel's map) at offset slot_offset[i] (the kernels' x window). Pairs <= 2 * taps: one of
+  // out_phases and the real in phases is 1, and the phases' tap counts differ by at most one
+  // (k * dilation mod stride cycles), so out_phases * ceil(most taps of a phase / step_taps) <= taps
+  // + out_phases. 16-bit: the kernels take this struct by value, and its size is kept small
+  // (docs/design.md §3.7).
   int16_t step_tap[kMaxGemmTaps], pair_begin[2 * kMaxGemmTaps + 1];
   int slot_offset[kMaxGemmTaps];
   int first_offset, last_offset;  // min and max of slot_offset
