@@ -415,30 +415,68 @@ std::optional<GemmPlan> merged_grad_input_problem(const ConvTParams& p, int step
   return g;
 }
 
-// The same taps over grad_y deinterleaved (a copy): tap k = t*stride + r reads grad_y[(i + t)*stride +
-// r - padding], the copy's channel (co, r) at position i + t, for any stride and any grad_y layout.
-int64_t deinterleaved_length(const ConvTParams& p) { return p.length_in + p.kernel_size / p.stride - 1; }
+// The same taps over grad_y deinterleaved (a copy, docs/design.md §3.2): tap k = t*stride + r reads
+// grad_y[(i + t)*stride + r - padding], the copy's channel (co, r) at position i + t, for any stride, K
+// and grad_y layout (dilation 1). r < min(K, stride); t < ceil(K / stride), the packed weight zero at
+// taps t*stride + r >= K.
+int64_t deinterleaved_phases(const ConvTParams& p) { return std::min(p.kernel_size, p.stride); }
+int64_t deinterleaved_taps(const ConvTParams& p) { return (p.kernel_size + p.stride - 1) / p.stride; }
+int64_t deinterleaved_length(const ConvTParams& p) { return p.length_in + deinterleaved_taps(p) - 1; }
 int64_t deinterleaved_row_length(const ConvTParams& p) { return (deinterleaved_length(p) + 7) / 8 * 8; }
-TensorFacts deinterleaved_facts(const TensorFacts& grad_y) { return {grad_y.element_size, 256}; }
+TensorFacts copy_facts(int element_size) { return {element_size, 256}; }
+bool deinterleaves(const ConvTParams& p) {
+  return p.dilation == 1 && p.stride > 1 && deinterleaved_length(p) < kGemmIndexLimit &&
+         p.out_channels_per_group * deinterleaved_phases(p) < kGemmIndexLimit;
+}
 std::optional<GemmPlan> deinterleaved_grad_input_problem(const ConvTParams& p, int step_taps) {
-  if (!phases_merge(p) || deinterleaved_length(p) >= kGemmIndexLimit) return std::nullopt;
+  if (!deinterleaves(p)) return std::nullopt;
   GemmPlan g = gemm_problem(p, /*forward=*/false, step_taps);
   g.deinterleaved = true;
-  g.weight_channel_phases = int(p.stride);
-  g.channels_per_group *= p.stride;
+  g.weight_channel_phases = int(deinterleaved_phases(p));
+  g.channels_per_group *= g.weight_channel_phases;
   g.in_step = 1;
   g.in_length = int(deinterleaved_length(p));
   g.in_length_stride = 1;
   g.in_channel_stride = deinterleaved_row_length(p);
-  g.in_batch_stride = p.out_channels * p.stride * g.in_channel_stride;
-  set_merged_taps(g, int(p.kernel_size / p.stride), 0, 1, step_taps);
+  g.in_batch_stride = p.out_channels * g.weight_channel_phases * g.in_channel_stride;
+  set_merged_taps(g, int(deinterleaved_taps(p)), 0, 1, step_taps);
   return g;
+}
+
+int64_t aligned_row_length(int64_t length, int element_size) {
+  const int64_t vector = 16 / element_size;
+  return (length + vector - 1) / vector * vector;
+}
+
+ConvTParams grad_weight_over_copies(const ConvTParams& p, int element_size, bool aligned_x, bool deinterleaved) {
+  ConvTParams q = p;
+  if (aligned_x) {
+    q.x_length_stride = 1;
+    q.x_channel_stride = aligned_row_length(p.length_in, element_size);
+    q.x_batch_stride = p.in_channels * q.x_channel_stride;
+  }
+  if (deinterleaved) {
+    const int64_t phases = deinterleaved_phases(p);
+    q.out_channels = p.out_channels * phases;
+    q.out_channels_per_group = p.out_channels_per_group * phases;
+    q.kernel_size = deinterleaved_taps(p);
+    q.length_out = deinterleaved_length(p);
+    q.stride = q.dilation = 1;
+    q.padding = 0;
+    q.y_length_stride = 1;
+    q.y_channel_stride = deinterleaved_row_length(p);
+    q.y_batch_stride = q.out_channels * q.y_channel_stride;
+    q.w_tap_stride = 1;
+    q.w_out_stride = q.kernel_size;
+    q.w_in_stride = q.out_channels_per_group * q.kernel_size;
+  }
+  return q;
 }
 
 GemmWeight gemm_weight(const ConvTParams& p, bool forward) {  // A_t[row, ch] = w[ci, co, t]
   const int64_t row_stride = forward ? p.w_out_stride : p.w_in_stride;
   const int64_t channel_stride = forward ? p.w_in_stride : p.w_out_stride;
-  return {p.in_channels_per_group * p.w_in_stride, row_stride, channel_stride, p.w_tap_stride};
+  return {p.in_channels_per_group * p.w_in_stride, row_stride, channel_stride, p.w_tap_stride, p.kernel_size};
 }
 
 // A problem whose phases merge runs merged on warpgroup tiles where those fill the SMs (more than 32
@@ -754,12 +792,14 @@ DataPlan plan_data(const ConvTParams& p, const TensorFacts& in, Math math, bool 
       if (step_taps < kMaxGemmTaps && step_taps >= p.kernel_size) continue;
       const auto merged = forward ? merged_forward_problem(p, step_taps) : merged_grad_input_problem(p, step_taps);
       auto gemm = plan_gemm(gemm_problem(p, forward, step_taps), merged, in, math, limits);
-      // a strided grad_input whose phases merge but not in place (grad_y's rows not in 16-byte copies,
-      // or a stride that does not divide 8) reads grad_y deinterleaved rather than a phase at a time,
-      // element by element
+      // a strided grad_input that would read grad_y a phase at a time, element by element, reads it
+      // deinterleaved instead where it has more than two row tiles (the copy's pass over grad_y, read
+      // and written, costs about two of the in-place tiles' element-wise passes), and in 3xTF32 (whose
+      // two-accumulator tiles stall longer on element loads) at any row tiles
       const auto deinterleaved = forward ? std::nullopt : deinterleaved_grad_input_problem(p, step_taps);
-      if (deinterleaved && (!gemm || (gemm->in_step > 1 && gemm->channel_phases == 1))) {
-        if (auto plan = plan_gemm(*deinterleaved, std::nullopt, deinterleaved_facts(in), math, limits)) gemm = plan;
+      const bool element_wise = gemm && gemm->in_step > 1 && gemm->channel_phases == 1;
+      if (deinterleaved && (!gemm || (element_wise && (gemm->row_tiles > 2 || math == Math::k3xTF32)))) {
+        if (auto plan = plan_gemm(*deinterleaved, std::nullopt, copy_facts(in.element_size), math, limits)) gemm = plan;
       }
       if (gemm) {
         plan.kernel = Kernel::kGemm;
@@ -798,8 +838,33 @@ BackwardPlan plan_backward(const ConvTParams& p, const TensorFacts& x, const Ten
     const bool with_bias = grad_bias && one_pass;
     // (one input channel per group: the depthwise kernel where it applies, no channel padding)
     const bool depthwise = p.in_channels_per_group == 1 && p.kernel_size <= kDwMaxTaps;
-    auto gemm = depthwise ? std::nullopt : plan_grad_weight(p, x, grad_y, with_bias, one_pass, /*merge=*/true, limits);
-    if (!gemm && !depthwise) gemm = plan_grad_weight(p, x, grad_y, with_bias, one_pass, /*merge=*/false, limits);
+    auto plan_on = [&](const ConvTParams& q, const TensorFacts& q_x, const TensorFacts& q_grad_y, bool q_bias) {
+      auto gemm = plan_grad_weight(q, q_x, q_grad_y, q_bias, one_pass, /*merge=*/true, limits);
+      return gemm ? gemm : plan_grad_weight(q, q_x, q_grad_y, q_bias, one_pass, /*merge=*/false, limits);
+    };
+    auto gemm = depthwise ? std::nullopt : plan_on(p, x, grad_y, with_bias);
+    plan.grad_weight.problem = p;
+    // The pipelined warpgroup kernel over copies where it does not plan on the tensors as they are
+    // (docs/design.md §5.5): x in aligned rows where it has no tensor map; then grad_y deinterleaved
+    // too where its phases are read element by element. The copies cost a pass over x and grad_y;
+    // the unpipelined kernels run at a fraction of the pipelined one's rate.
+    if (!depthwise && one_pass && limits.wgmma && limits.tma && !(gemm && gemm->stages > 0)) {
+      const bool align = p.x_length_stride != 1 || !tensor_map_fits(x, p.length_in, p.in_channels, p.batch,
+                                                                    p.x_channel_stride, p.x_batch_stride);
+      for (const bool deinterleave : {false, true}) {
+        if (deinterleave ? !deinterleaves(p) : !align) continue;
+        const ConvTParams q = grad_weight_over_copies(p, x.element_size, align, deinterleave);
+        // (grad_y deinterleaved need not hold every position of grad_y: grad_bias from its row sums)
+        auto over = plan_on(q, align ? copy_facts(x.element_size) : x, deinterleave ? copy_facts(grad_y.element_size) : grad_y,
+                            with_bias && !deinterleave);
+        if (over && over->stages > 0) {
+          gemm = over;
+          plan.grad_weight.aligned_x = align, plan.grad_weight.deinterleaved_grad_y = deinterleave;
+          plan.grad_weight.problem = q;
+          break;
+        }
+      }
+    }
     if (gemm) {
       plan.grad_weight.kernel = gemm->warpgroups ? Kernel::kGradWeightWgmma : Kernel::kGradWeightGemm;
       plan.grad_weight.gemm = *gemm;
@@ -876,7 +941,8 @@ std::string describe(const WeightPlan& plan) {
   std::string text = std::string("kernel=") + kernel_name(plan.kernel);
   if (plan.kernel == Kernel::kGradWeightGemm || plan.kernel == Kernel::kGradWeightWgmma) {
     const WeightGradPlan& g = plan.gemm;
-    text += key_values({{"block_ci", g.block_ci}, {"block_co", g.block_co}, {"group_taps", g.group_taps},
+    text += key_values({{"aligned_x", plan.aligned_x}, {"deinterleaved_grad_y", plan.deinterleaved_grad_y},
+                        {"block_ci", g.block_ci}, {"block_co", g.block_co}, {"group_taps", g.group_taps},
                         {"tap_groups", g.tap_groups}, {"merged", g.merged}, {"stages", g.stages}, {"slices", g.slices},
                         {"tiles", g.tiles}, {"sums_bias", g.sums_bias}, {"smem_bytes", int64_t(g.smem_bytes)}});
   } else if (plan.kernel == Kernel::kDepthwise) {

@@ -82,6 +82,7 @@ constexpr int kDwMaxTaps = 16;
 // A_t[row, ch] = w[group_stride*g + row_stride*row + channel_stride*ch + tap_stride*t].
 struct GemmWeight {
   int64_t group_stride, row_stride, channel_stride, tap_stride;
+  int64_t taps;  // W's K: a packed tap at or past it is zero (grad_input deinterleaved)
 };
 
 // The tile shapes, in one table that the planner walks and the launcher maps to instantiations.
@@ -143,10 +144,11 @@ struct GemmPlan {
   int row_phases, phase_origin;
   int channel_phases, channel_origin, staged_rows;
   // grad_input over grad_y deinterleaved (docs/design.md §3.2): `in` is a copy whose channel
-  // (co, r) = co*stride + r holds grad_y[n, co, m*stride + r - padding] at position m (zero outside
-  // grad_y; deinterleaved_grad_y), a stride-1 problem whose kernels read it as plain rows. The packed
-  // weight's channel c is W's channel c / weight_channel_phases at tap t*weight_channel_phases + c %
-  // weight_channel_phases (weight_channel_phases: channel_phases, or the stride where deinterleaved).
+  // (co, r) = co*P + r, P = min(K, stride), holds grad_y[n, co, m*stride + r - padding] at position m
+  // (zero outside grad_y; deinterleaved_grad_y), a stride-1 problem whose kernels read it as plain
+  // rows. The packed weight's channel c is W's channel c / weight_channel_phases at tap
+  // t*weight_channel_phases + c % weight_channel_phases (weight_channel_phases: channel_phases, or P
+  // where deinterleaved), zero at taps >= K (GemmWeight::taps).
   bool deinterleaved;
   int weight_channel_phases;
   // ---- the plan ----
@@ -195,12 +197,23 @@ GemmPlan gemm_problem(const ConvTParams& p, bool forward, int step_taps);
 // The same with the phases merged into rows (forward) or channels (grad_input), where they merge.
 std::optional<GemmPlan> merged_forward_problem(const ConvTParams& p, int step_taps);
 std::optional<GemmPlan> merged_grad_input_problem(const ConvTParams& p, int step_taps);
-// grad_input over grad_y deinterleaved where its phases merge (GemmPlan::deinterleaved): the copy is
-// (N, C_out * stride, deinterleaved_row_length(p)), contiguous; `grad_y` the facts of grad_y.
+// grad_y deinterleaved (GemmPlan::deinterleaved, WeightPlan::deinterleaved_grad_y), for dilation 1:
+// the copy is (N, C_out * deinterleaved_phases(p), deinterleaved_row_length(p)), contiguous, and
+// tap k of W is the copy's phase k % stride at shift k / stride (deinterleaved_taps(p) shifts).
+bool deinterleaves(const ConvTParams& p);
 std::optional<GemmPlan> deinterleaved_grad_input_problem(const ConvTParams& p, int step_taps);
-TensorFacts deinterleaved_facts(const TensorFacts& grad_y);
-int64_t deinterleaved_length(const ConvTParams& p);      // positions a copy's row holds: L_in + K / stride - 1
+int64_t deinterleaved_phases(const ConvTParams& p);      // min(K, stride)
+int64_t deinterleaved_taps(const ConvTParams& p);        // ceil(K / stride)
+int64_t deinterleaved_length(const ConvTParams& p);      // positions a copy's row holds: L_in + taps - 1
 int64_t deinterleaved_row_length(const ConvTParams& p);  // elements a row takes: 16-byte rows in every dtype
+TensorFacts copy_facts(int element_size);                // a copy the op allocates: 256-byte aligned
+// x copied into rows of 16-byte multiples (WeightPlan::aligned_x): (N, C_in, aligned_row_length)
+int64_t aligned_row_length(int64_t length, int element_size);
+// The grad_weight problem over x aligned and/or grad_y deinterleaved: x's strides those of the
+// aligned copy; deinterleaved, a stride-1 problem of C_out * P output channels and ceil(K / stride)
+// taps over the copy, whose weight (C_in, C_out/groups * P, taps), contiguous, holds W's tap t*stride
+// + r at channel co*P + r, tap t (docs/design.md §5.5).
+ConvTParams grad_weight_over_copies(const ConvTParams& p, int element_size, bool aligned_x, bool deinterleaved);
 GemmWeight gemm_weight(const ConvTParams& p, bool forward);
 // The tiling of a problem; nullopt: no tensor-core plan fits
 std::optional<GemmPlan> plan_gemm(const GemmPlan& problem, const std::optional<GemmPlan>& merged, const TensorFacts& in,
@@ -299,6 +312,11 @@ struct WeightPlan {
   Kernel kernel = Kernel::kNone;
   WeightGradPlan gemm{};
   int64_t depthwise_slices = 0;  // kDepthwise: slices of its rows
+  // The pipelined warpgroup kernel over copies where it does not plan on the tensors as they are
+  // (grad_weight_over_copies): x copied into aligned rows (a tensor map) and/or grad_y deinterleaved
+  // (16-byte chunks of one phase). `problem` is the problem the kernels solve: p, or p over copies.
+  bool aligned_x = false, deinterleaved_grad_y = false;
+  ConvTParams problem{};
 };
 struct BackwardPlan {
   DataPlan grad_input;

@@ -199,6 +199,10 @@ WIDE_TILE_CASES = [
     Case(8, 160, 96, 6, 6001, stride=3, padding=2, groups=2),
     Case(12, 144, 48, 12, 3000, stride=6, padding=3, output_padding=1),
     Case(4, 40, 24, 4, 3001, stride=2, padding=1),
+    # and phases that do not merge (more than two row tiles): 7 taps at stride 3 (3 taps a phase, the
+    # last zero in phases 1 and 2), out rows of an odd length; 3 taps at stride 4 (3 phases, one tap)
+    Case(3, 300, 48, 7, 1201, stride=3, padding=2, output_padding=1),
+    Case(2, 200, 24, 3, 1500, stride=4, padding=1),
     # the depthwise forward's blocks of output rows (one input channel, a wide channel multiplier,
     # short rows): 97 rows in blocks of 2, the last one row; two groups of 65 rows
     Case(6, 1, 97, 5, 300, stride=2, padding=3, dilation=2),
@@ -256,6 +260,15 @@ GRAD_WEIGHT_TILE_CASES = [
     Case(3, 72, 48, 12, 600, stride=4, padding=6, output_padding=3),  # merged, rows past phase origin 2
     Case(2, 72, 40, 3, 700, padding=1, dilation=140),   # float windows of 356: two pipelined stages do not fit,
                                                         # 64 co x 64 ci tiles do (16-bit: still pipelined)
+    # pipelined over copies (sm_90a, TF32 and 16-bit): x in aligned rows (merged, rows of 999); grad_y
+    # deinterleaved (7 taps at stride 3: 3 phases of 3 taps, the last zero in phases 1 and 2; x rows of
+    # 1001 aligned too; output_padding past the copy: grad_bias from row sums); 3 taps at stride 5 (3
+    # phases, one tap); two groups of 80 ci, 40 co x 2 phases; x every other element of a longer row
+    Case(2, 80, 48, 4, 999, stride=2, padding=1),
+    Case(2, 80, 40, 7, 1001, stride=3, padding=2, output_padding=2),
+    Case(2, 96, 40, 3, 700, stride=5, padding=1),
+    Case(2, 160, 80, 5, 600, stride=2, padding=2, output_padding=1, groups=2),
+    Case(2, 96, 48, 3, 800, stride=2, padding=1, layout="strided"),
 ]
 
 

@@ -186,26 +186,57 @@ def test_strided_forwards_run_pipelined_phase_by_phase():
 
 
 def test_strided_grad_input_reads_grad_y_deinterleaved():
-    """A strided grad_input whose phases merge (dilation 1, K a multiple of stride) reads grad_y's
-    phases as channels: in place on sm_90a's warpgroup tiles where grad_y's rows go in 16-byte copies
-    and stride divides 8 (merged channels), else from a deinterleaved copy, a stride-1 problem (any
-    stride, any length, any card) rather than a phase at a time; one whose phases do not merge stays
-    per phase."""
+    """A strided grad_input (dilation 1) reads grad_y's phases as channels: in place on sm_90a's
+    warpgroup tiles where its phases merge (K a multiple of stride), grad_y's rows go in 16-byte
+    copies and stride divides 8 (merged channels); else from a deinterleaved copy, a stride-1
+    problem of ceil(K / stride) taps (any stride, any length, any card), rather than a phase at a
+    time, element by element, where the plan has more than two row tiles (the copy costs a pass over
+    grad_y) or the math is 3xTF32; a dilated one stays per phase."""
     in_place = (8, 512, 256, 16, 862, 8, 4, 0, 1, 1)  # L_out 6896: 16-byte rows
     unaligned = (14, 1024, 512, 4, 3974, 2, 0, 1, 1, 1)  # L_out 7951
     stride_6 = (12, 1024, 1024, 12, 1132, 6, 3, 1, 1, 1)
-    narrow = (2, 24, 40, 4, 1500, 2, 1, 1, 1, 1)  # 24 rows: warp tiles
-    not_merging = (8, 512, 256, 7, 2000, 2, 3, 1, 1, 1)
+    not_merging = (8, 512, 256, 7, 2000, 2, 3, 1, 1, 1)  # 4 + 3 taps: 4 taps, the last zero in phase 1
+    short_filter = (4, 1024, 256, 3, 2000, 8, 1, 0, 1, 1)  # K < stride: 3 phases, one tap
+    two_row_tiles = (8, 256, 128, 10, 6000, 5, 0, 0, 1, 1)
+    dilated = (8, 512, 256, 7, 2000, 2, 3, 1, 2, 1)
     for dtype, tf32 in MATHS:
         for card in ("h100", "a100"):
             merged = plans(in_place, dtype, tf32, card)["grad_input"]
             assert (merged["channel_phases"], merged["deinterleaved"]) == ((8, 0) if card == "h100" else (1, 1)), merged
-            for shape in (unaligned, stride_6, narrow):
+            for shape in (unaligned, stride_6, not_merging, short_filter):
                 g = plans(shape, dtype, tf32, card)["grad_input"]
                 assert g["kernel"] == "gemm" and g["deinterleaved"] == 1 and g["in_phases"] == 1, (shape, card, g)
-                assert g["taps"] == shape[3] // shape[5] and g["channel_phases"] == 1, (shape, card, g)
-            g = plans(not_merging, dtype, tf32, card)["grad_input"]
-            assert g["deinterleaved"] == 0 and g["in_phases"] == 2, g
+                assert g["taps"] == -(-shape[3] // shape[5]) and g["channel_phases"] == 1, (shape, card, g)
+            g = plans(two_row_tiles, dtype, tf32, card)["grad_input"]
+            strict = dtype == torch.float32 and not tf32
+            assert g["deinterleaved"] == strict and (strict or g["in_phases"] > 1 and g["row_tiles"] <= 2), (card, g)
+            assert plans(dilated, dtype, tf32, card)["grad_input"]["deinterleaved"] == 0
+
+
+def test_grad_weight_runs_pipelined_over_copies():
+    """On sm_90a in TF32 and 16-bit, grad_weight runs on the pipelined warpgroup kernel over copies
+    where it does not plan on the tensors as they are: x in aligned rows where its rows are not
+    16-byte multiples (no tensor map), grad_y deinterleaved where its phases do not merge (dilation
+    1; grad_bias then from its own row sums). Elsewhere no copies."""
+    def weight(shape, dtype=torch.float32, tf32=True, card="h100"):
+        plan = plans(shape, dtype, tf32, card)
+        return plan["grad_weight"], plan["grad_bias"]["kernel"]
+    for dtype in (torch.float32, torch.bfloat16):
+        g, bias = weight((19, 512, 256, 2, 6237, 2, 0, 0, 1, 1), dtype)  # merged, x rows of 6237
+        assert (g["aligned_x"], g["deinterleaved_grad_y"], g["merged"]) == (1, 0, 1) and g["stages"] > 0, g
+        assert bias == "with_grad_weight"
+        g, bias = weight((16, 1024, 512, 7, 1300, 5, 4, 3, 1, 1), dtype)  # 7 taps at stride 5
+        assert g["deinterleaved_grad_y"] == 1 and g["aligned_x"] == (dtype == torch.bfloat16) and g["stages"] > 0, g
+        assert g["group_taps"] == 2 and bias == "row_sums", g  # ceil(7 / 5) taps
+        g, _ = weight((2, 200, 24, 3, 1500, 4, 1, 0, 1, 1), dtype)  # 24 co x 3 phases: warpgroup tiles
+        assert g["kernel"] == "grad_weight_wgmma" and g["deinterleaved_grad_y"] == 1 and g["group_taps"] == 1, g
+        g, _ = weight(NAMED["kb64"], dtype)
+        assert (g["aligned_x"], g["deinterleaved_grad_y"]) == (0, 0), g
+        g, _ = weight((8, 512, 256, 7, 2000, 2, 3, 1, 2, 1), dtype)  # dilated: per phase
+        assert g["deinterleaved_grad_y"] == 0 and g["stages"] == 0, g
+    for dtype, tf32, card in ((torch.float32, False, "h100"), (torch.float32, True, "a100")):
+        g, _ = weight((16, 1024, 512, 7, 1300, 5, 4, 3, 1, 1), dtype, tf32, card)
+        assert (g["aligned_x"], g["deinterleaved_grad_y"], g["stages"]) == (0, 0, 0), g
 
 
 def test_depthwise_forward_splits_wide_channel_multipliers():

@@ -11,7 +11,7 @@ A build named by the folder `@torch` times torch.nn.functional.conv_transpose1d 
 same inputs): `python tools/ab.py torch=@torch new=. --layers ...`.
 
 --layers takes further layers as N,C_in,C_out,K,L_in,stride,padding,output_padding,dilation,groups,
-separated by ';' (e.g. a sweep's layers), timed after --shapes.
+separated by ';' (e.g. a sweep's layers), timed after --shapes. --passes also times grad_input alone and grad_weight with grad_bias alone.
 """
 import argparse
 import json
@@ -46,7 +46,7 @@ def parse_layers(text):
     return layers
 
 
-def worker(shapes, dtypes, backward, use_torch):
+def worker(shapes, dtypes, backward, passes, use_torch):
     """Times this process's torch_convt_op (use_torch: torch's own op); prints {key: ms} as JSON."""
     import torch
     import triton.testing
@@ -83,6 +83,19 @@ def worker(shapes, dtypes, backward, use_torch):
 
                 results[f"{name} {dtype_name} fwd+bwd"] = triton.testing.do_bench(forward_backward, warmup=10, rep=100,
                                                                                    return_mode="median")
+            if passes:  # each gradient alone: grad_input; grad_weight with grad_bias
+                grad = torch.randn_like(forward())
+                for pass_name, mask in (("grad_input", [True, False, False]), ("grad_weight", [False, True, True])):
+                    if use_torch:
+                        def backward_pass(mask=mask):
+                            return torch.ops.aten.convolution_backward(grad, x, w, [c_out], [stride], [padding], [dilation],
+                                                                       True, [output_padding], groups, mask)
+                    else:
+                        def backward_pass(mask=mask):
+                            return torch_convt_op.conv_transpose1d_backward(grad, x, w, stride, padding, output_padding,
+                                                                            groups, dilation, mask)
+                    results[f"{name} {dtype_name} {pass_name}"] = triton.testing.do_bench(backward_pass, warmup=10, rep=100,
+                                                                                         return_mode="median")
             del x, w, b
             torch.cuda.empty_cache()
     print("AB-RESULTS " + json.dumps(results))
@@ -96,6 +109,7 @@ def main():
     parser.add_argument("--dtypes", default="tf32,fp32,bf16")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--backward", action="store_true", help="also time forward + backward")
+    parser.add_argument("--passes", action="store_true", help="also time grad_input and grad_weight (+ grad_bias) alone")
     parser.add_argument("--json", help="write the medians here")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--torch", action="store_true", help=argparse.SUPPRESS)
@@ -104,7 +118,7 @@ def main():
     SHAPES.update(layers)
     shapes, dtypes = [name for name in args.shapes.split(",") if name] + list(layers), args.dtypes.split(",")
     if args.worker:
-        return worker(shapes, dtypes, args.backward, args.torch)
+        return worker(shapes, dtypes, args.backward, args.passes, args.torch)
     builds = dict(item.split("=", 1) for item in args.builds)
     runs = {name: [] for name in builds}
     for round_index in range(args.rounds):
@@ -113,6 +127,7 @@ def main():
             env = dict(os.environ) if use_torch else dict(os.environ, PYTHONPATH=os.path.abspath(folder))
             command = [sys.executable, os.path.abspath(__file__), "x=x", "--worker", "--shapes", args.shapes,
                        "--layers", args.layers, "--dtypes", args.dtypes] + (["--backward"] if args.backward else [])
+            command += ["--passes"] if args.passes else []
             command += ["--torch"] if use_torch else []
             output = subprocess.run(command, env=env, cwd=None if use_torch else os.path.abspath(folder), capture_output=True,
                                     text=True)

@@ -41,8 +41,10 @@ def summary(plan: Dict[str, Union[str, int]]) -> str:
             text += f" {plan['stages']} stages"
         if plan.get("row_phases", 1) > 1 or plan.get("channel_phases", 1) > 1:
             text += " merged"
-        return text
+        return text + (" deinterleaved" if plan.get("deinterleaved") else "")
     if kernel.startswith("grad_weight"):
         text = f"{kernel} {plan['block_ci']}x{plan['block_co']} taps {plan['group_taps']}"
-        return text + (f" {plan['stages']} stages" if plan.get("stages") else "") + (" merged" if plan.get("merged") else "")
+        text += (f" {plan['stages']} stages" if plan.get("stages") else "") + (" merged" if plan.get("merged") else "")
+        copies = [name for name in ("aligned_x", "deinterleaved_grad_y") if plan.get(name)]
+        return text + (" over " + " + ".join(copies) if copies else "")
     return kernel

@@ -92,14 +92,15 @@ __global__ void grad_input_direct_kernel(const scalar_t* __restrict__ grad_y, co
   }
 }
 
-// grad_y deinterleaved for grad_input (GemmPlan::deinterleaved, docs/design.md §3.2): out[n, co*stride
-// + r, m] = grad_y[n, co, m*stride + r - padding] for m < row_length, zero where that lies outside
-// grad_y. out is contiguous (N, C_out*stride, row_length); grad_y is read through the params' y strides.
+// grad_y deinterleaved (GemmPlan::deinterleaved, WeightPlan::deinterleaved_grad_y; docs/design.md
+// §3.2): out[n, co*phases + r, m] = grad_y[n, co, m*stride + r - padding] for r < phases, m <
+// row_length, zero where that lies outside grad_y. out is contiguous (N, C_out*phases, row_length);
+// grad_y is read through the params' y strides.
 template <typename scalar_t>
 __global__ void deinterleave_grad_y_kernel(const scalar_t* __restrict__ grad_y, scalar_t* __restrict__ out, ConvTParams p,
-                                           int64_t row_length) {
-  CONVT_ROW_LOOP(row, p.batch * p.out_channels * p.stride) {
-    const int64_t n = row / (p.out_channels * p.stride), co = row / p.stride % p.out_channels, r = row % p.stride;
+                                           int64_t phases, int64_t row_length) {
+  CONVT_ROW_LOOP(row, p.batch * p.out_channels * phases) {
+    const int64_t n = row / (p.out_channels * phases), co = row / phases % p.out_channels, r = row % phases;
     const scalar_t* grad_y_row = grad_y + n * p.y_batch_stride + co * p.y_channel_stride;
     CONVT_POSITION_LOOP(m, row_length) {
       const int64_t j = m * p.stride + r - p.padding;

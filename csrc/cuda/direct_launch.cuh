@@ -98,10 +98,10 @@ void launch_grad_y_row_sums(const ConvTParams& p, const scalar_t* grad_y, acc_ty
 }
 
 template <typename scalar_t>
-void launch_deinterleave_grad_y(const ConvTParams& p, const scalar_t* grad_y, scalar_t* out, int64_t row_length,
-                                Launch launch) {
-  deinterleave_grad_y_kernel<scalar_t><<<row_grid(p.batch * p.out_channels * p.stride, row_length, kDirectThreads),
-                                         kDirectThreads, 0, launch.stream>>>(grad_y, out, p, row_length);
+void launch_deinterleave_grad_y(const ConvTParams& p, const scalar_t* grad_y, scalar_t* out, int64_t phases,
+                                int64_t row_length, Launch launch) {
+  deinterleave_grad_y_kernel<scalar_t><<<row_grid(p.batch * p.out_channels * phases, row_length, kDirectThreads),
+                                         kDirectThreads, 0, launch.stream>>>(grad_y, out, p, phases, row_length);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 

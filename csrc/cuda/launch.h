@@ -73,10 +73,11 @@ void launch_depthwise_grad_weight(const ConvTParams& p, int64_t slices, const sc
 template <typename scalar_t>
 void launch_grad_weight_direct(const ConvTParams& p, const scalar_t* grad_y, const scalar_t* x, scalar_t* grad_w,
                                Launch launch);
-// grad_y deinterleaved (GemmPlan::deinterleaved): out (N, C_out * stride, row_length), contiguous
+// grad_y deinterleaved (GemmPlan::deinterleaved, WeightPlan::deinterleaved_grad_y): out (N, C_out *
+// phases, row_length), contiguous
 template <typename scalar_t>
-void launch_deinterleave_grad_y(const ConvTParams& p, const scalar_t* grad_y, scalar_t* out, int64_t row_length,
-                                Launch launch);
+void launch_deinterleave_grad_y(const ConvTParams& p, const scalar_t* grad_y, scalar_t* out, int64_t phases,
+                                int64_t row_length, Launch launch);
 // row_sums[n][co] = sum over j of grad_y[n, co, j]
 template <typename scalar_t>
 void launch_grad_y_row_sums(const ConvTParams& p, const scalar_t* grad_y, acc_type<scalar_t>* row_sums, Launch launch);

@@ -148,28 +148,41 @@ DeviceLimits without_tma(DeviceLimits limits) {
 
 // ---- the passes ------------------------------------------------------------------------------------
 
-// What a GEMM plan reads as `in`: the tensor itself, or grad_y deinterleaved (GemmPlan::deinterleaved)
-at::Tensor gemm_input(const DataPlan& plan, const ConvTParams& p, const at::Tensor& in, Launch launch) {
-  if (plan.kernel != Kernel::kGemm || !plan.gemm.deinterleaved) return in;
-  const int64_t row_length = deinterleaved_row_length(p);
-  at::Tensor copy = at::empty({p.batch, p.out_channels * p.stride, row_length}, in.options());
-  dispatch_dtype(in.scalar_type(), [&](auto element) {
+// grad_y deinterleaved (GemmPlan::deinterleaved, WeightPlan::deinterleaved_grad_y)
+at::Tensor deinterleaved_grad_y(const ConvTParams& p, const at::Tensor& grad_y, Launch launch) {
+  const int64_t phases = deinterleaved_phases(p), row_length = deinterleaved_row_length(p);
+  at::Tensor copy = at::empty({p.batch, p.out_channels * phases, row_length}, grad_y.options());
+  dispatch_dtype(grad_y.scalar_type(), [&](auto element) {
     using scalar_t = decltype(element);
-    launch_deinterleave_grad_y<scalar_t>(p, data_of<scalar_t>(in), data_of<scalar_t>(copy), row_length, launch);
+    launch_deinterleave_grad_y<scalar_t>(p, data_of<scalar_t>(grad_y), data_of<scalar_t>(copy), phases, row_length, launch);
   });
   return copy;
 }
 
+// x in rows of 16-byte multiples (WeightPlan::aligned_x): a view (N, C_in, L_in) of the copy
+at::Tensor aligned_x_copy(const ConvTParams& p, const at::Tensor& x) {
+  const int64_t row_length = aligned_row_length(p.length_in, int(x.element_size()));
+  return at::empty({p.batch, p.in_channels, row_length}, x.options()).narrow(2, 0, p.length_in).copy_(x);
+}
+
+// What a GEMM plan reads as `in`: the tensor itself, or grad_y deinterleaved (made once: *copy keeps it)
+at::Tensor gemm_input(const DataPlan& plan, const ConvTParams& p, const at::Tensor& in, Launch launch, at::Tensor* copy) {
+  if (plan.kernel != Kernel::kGemm || !plan.gemm.deinterleaved) return in;
+  if (!copy->defined()) *copy = deinterleaved_grad_y(p, in, launch);
+  return *copy;
+}
+
 // The forward (in = x, out = y) or grad_input (in = grad_y, out = grad_x) as planned
+// (grad_y_copy: grad_y deinterleaved where a pass made it already, else where this one makes it)
 void run_data(DataPlan plan, const ConvTParams& p, const at::Tensor& in_tensor, const at::Tensor& w, const at::Tensor& bias,
-              const at::Tensor& out, bool forward, Math math, const DeviceLimits& limits) {
+              const at::Tensor& out, bool forward, Math math, const DeviceLimits& limits, at::Tensor* grad_y_copy) {
   const Launch launch = launch_for(limits);
-  at::Tensor in = gemm_input(plan, p, in_tensor, launch);
+  at::Tensor in = gemm_input(plan, p, in_tensor, launch, grad_y_copy);
   CUtensorMap in_map{};
   if (plan.kernel == Kernel::kGemm && plan.gemm.tensor_rows && !encode_in_map(in_map, plan.gemm, in, math)) {
     plan = forward ? plan_forward(p, facts_of(in_tensor), math, without_tma(limits))
                    : plan_grad_input(p, facts_of(in_tensor), math, without_tma(limits));
-    if (in.is_same(in_tensor)) in = gemm_input(plan, p, in_tensor, launch);
+    in = gemm_input(plan, p, in_tensor, launch, grad_y_copy);
   }
   if (plan.kernel == Kernel::kGemm) {
     // the packed weight of one launch at a time (row_tile_range), within kMaxPackedWeightBytes
@@ -310,7 +323,8 @@ void forward(const at::Tensor& x, const at::Tensor& w, const std::optional<at::T
   const at::Tensor bias_c = bias.has_value() && bias->defined() ? bias->contiguous() : at::Tensor();  // read as bias[co]
   const Math math = math_of(x);
   const DeviceLimits limits = device_limits();
-  run_data(plan_forward(p, facts_of(x), math, limits), p, x, w, bias_c, y, /*forward=*/true, math, limits);
+  at::Tensor unused;
+  run_data(plan_forward(p, facts_of(x), math, limits), p, x, w, bias_c, y, /*forward=*/true, math, limits, &unused);
 }
 
 void backward(const at::Tensor& grad_y, const at::Tensor& x, const at::Tensor& w, const ConvTArgs& args,
@@ -321,17 +335,35 @@ void backward(const at::Tensor& grad_y, const at::Tensor& x, const at::Tensor& w
   DeviceLimits limits = device_limits();
   BackwardPlan plan = plan_backward(p, facts_of(x), facts_of(grad_y), math, grad_x.defined(), grad_w.defined(),
                                     grad_bias.defined(), limits);
+  at::Tensor weight_x = plan.grad_weight.aligned_x ? aligned_x_copy(p, x) : x;  // grad_weight's x
   CUtensorMap x_map{};
-  if (plan.grad_weight.gemm.stages > 0 && !encode_x_map(x_map, x, p)) {  // the driver refused x's map
+  if (plan.grad_weight.gemm.stages > 0 && !encode_x_map(x_map, weight_x, plan.grad_weight.problem)) {  // the driver refused
     limits = without_tma(limits);
     plan = plan_backward(p, facts_of(x), facts_of(grad_y), math, grad_x.defined(), grad_w.defined(), grad_bias.defined(), limits);
+    weight_x = x;
   }
+  at::Tensor grad_y_copy;  // grad_y deinterleaved, made once for both passes
   if (plan.grad_input.kernel != Kernel::kNone) {
-    run_data(plan.grad_input, p, grad_y, w, at::Tensor(), grad_x, /*forward=*/false, math, limits);
+    run_data(plan.grad_input, p, grad_y, w, at::Tensor(), grad_x, /*forward=*/false, math, limits, &grad_y_copy);
   }
   const Launch launch = launch_for(limits);
-  if (plan.grad_weight.kernel != Kernel::kNone) {
-    run_grad_weight(plan.grad_weight, p, x, grad_y, grad_w, grad_bias, math, x_map, launch);
+  const WeightPlan& weight = plan.grad_weight;
+  if (weight.kernel != Kernel::kNone) {
+    if (weight.deinterleaved_grad_y) {
+      // the stride-1 problem's weight (C_in, C_out/groups * P, taps) holds W's tap t*stride + r at
+      // channel co*P + r, tap t (grad_weight_over_copies)
+      const ConvTParams& q = weight.problem;
+      if (!grad_y_copy.defined()) grad_y_copy = deinterleaved_grad_y(p, grad_y, launch);
+      const at::Tensor over = at::empty({q.in_channels, q.out_channels_per_group, q.kernel_size}, grad_w.options());
+      run_grad_weight(weight, q, weight_x, grad_y_copy, over, grad_bias, math, x_map, launch);
+      const int64_t phases = deinterleaved_phases(p);
+      grad_w.copy_(over.view({p.in_channels, p.out_channels_per_group, phases, q.kernel_size})
+                       .transpose(2, 3)
+                       .reshape({p.in_channels, p.out_channels_per_group, phases * q.kernel_size})
+                       .narrow(2, 0, p.kernel_size));
+    } else {
+      run_grad_weight(weight, weight.problem, weight_x, grad_y, grad_w, grad_bias, math, x_map, launch);
+    }
   }
   if (plan.grad_bias == Kernel::kGradBiasRowSums) run_grad_bias_row_sums(p, grad_y, grad_bias, launch);
 }
