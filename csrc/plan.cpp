@@ -795,10 +795,12 @@ DataPlan plan_data(const ConvTParams& p, const TensorFacts& in, Math math, bool 
       // a strided grad_input that would read grad_y a phase at a time, element by element, reads it
       // deinterleaved instead where it has more than two row tiles (the copy's pass over grad_y, read
       // and written, costs about two of the in-place tiles' element-wise passes), and in 3xTF32 (whose
-      // two-accumulator tiles stall longer on element loads) at any row tiles
+      // two-accumulator tiles stall longer on element loads) at any row tiles where the phases merge
+      // (no zero taps: K/stride of them, as in place)
       const auto deinterleaved = forward ? std::nullopt : deinterleaved_grad_input_problem(p, step_taps);
       const bool element_wise = gemm && gemm->in_step > 1 && gemm->channel_phases == 1;
-      if (deinterleaved && (!gemm || (element_wise && (gemm->row_tiles > 2 || math == Math::k3xTF32)))) {
+      const bool strict_merging = math == Math::k3xTF32 && phases_merge(p);
+      if (deinterleaved && (!gemm || (element_wise && (gemm->row_tiles > 2 || strict_merging)))) {
         if (auto plan = plan_gemm(*deinterleaved, std::nullopt, copy_facts(in.element_size), math, limits)) gemm = plan;
       }
       if (gemm) {

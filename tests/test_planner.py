@@ -191,7 +191,7 @@ def test_strided_grad_input_reads_grad_y_deinterleaved():
     copies and stride divides 8 (merged channels); else from a deinterleaved copy, a stride-1
     problem of ceil(K / stride) taps (any stride, any length, any card), rather than a phase at a
     time, element by element, where the plan has more than two row tiles (the copy costs a pass over
-    grad_y) or the math is 3xTF32; a dilated one stays per phase."""
+    grad_y) or the math is 3xTF32 and the phases merge; a dilated one stays per phase."""
     in_place = (8, 512, 256, 16, 862, 8, 4, 0, 1, 1)  # L_out 6896: 16-byte rows
     unaligned = (14, 1024, 512, 4, 3974, 2, 0, 1, 1, 1)  # L_out 7951
     stride_6 = (12, 1024, 1024, 12, 1132, 6, 3, 1, 1, 1)
@@ -211,6 +211,8 @@ def test_strided_grad_input_reads_grad_y_deinterleaved():
             strict = dtype == torch.float32 and not tf32
             assert g["deinterleaved"] == strict and (strict or g["in_phases"] > 1 and g["row_tiles"] <= 2), (card, g)
             assert plans(dilated, dtype, tf32, card)["grad_input"]["deinterleaved"] == 0
+            g = plans((16, 128, 128, 5, 16384, 2, 2, 1, 1, 4), dtype, tf32, card)["grad_input"]  # 32 rows, K % s != 0
+            assert g["deinterleaved"] == 0 and g["in_phases"] == 2, (card, g)
 
 
 def test_grad_weight_runs_pipelined_over_copies():
