@@ -416,9 +416,10 @@ std::optional<GemmPlan> merged_grad_input_problem(const ConvTParams& p, int step
 }
 
 // The same taps over grad_y deinterleaved (a copy, docs/design.md §3.2): tap k = t*stride + r reads
-// grad_y[(i + t)*stride + r - padding], the copy's channel (co, r) at position i + t, for any stride, K
-// and grad_y layout (dilation 1). r < min(K, stride); t < ceil(K / stride), the packed weight zero at
-// taps t*stride + r >= K.
+// grad_y[(i + t)*stride + r - padding], the copy's channel (co, r) at position i + t, for any stride
+// and grad_y layout (dilation 1). r < min(K, stride); t < ceil(K / stride). grad_input only where
+// every (t, r) is a tap (K a multiple of stride, or K < stride): a zero weight would turn an Inf of
+// grad_y into NaN at positions it does not reach.
 int64_t deinterleaved_phases(const ConvTParams& p) { return std::min(p.kernel_size, p.stride); }
 int64_t deinterleaved_taps(const ConvTParams& p) { return (p.kernel_size + p.stride - 1) / p.stride; }
 int64_t deinterleaved_length(const ConvTParams& p) { return p.length_in + deinterleaved_taps(p) - 1; }
@@ -429,7 +430,7 @@ bool deinterleaves(const ConvTParams& p) {
          p.out_channels_per_group * deinterleaved_phases(p) < kGemmIndexLimit;
 }
 std::optional<GemmPlan> deinterleaved_grad_input_problem(const ConvTParams& p, int step_taps) {
-  if (!deinterleaves(p)) return std::nullopt;
+  if (!deinterleaves(p) || (p.kernel_size % p.stride != 0 && p.kernel_size > p.stride)) return std::nullopt;
   GemmPlan g = gemm_problem(p, /*forward=*/false, step_taps);
   g.deinterleaved = true;
   g.weight_channel_phases = int(deinterleaved_phases(p));
@@ -476,7 +477,7 @@ ConvTParams grad_weight_over_copies(const ConvTParams& p, int element_size, bool
 GemmWeight gemm_weight(const ConvTParams& p, bool forward) {  // A_t[row, ch] = w[ci, co, t]
   const int64_t row_stride = forward ? p.w_out_stride : p.w_in_stride;
   const int64_t channel_stride = forward ? p.w_in_stride : p.w_out_stride;
-  return {p.in_channels_per_group * p.w_in_stride, row_stride, channel_stride, p.w_tap_stride, p.kernel_size};
+  return {p.in_channels_per_group * p.w_in_stride, row_stride, channel_stride, p.w_tap_stride};
 }
 
 // A problem whose phases merge runs merged on warpgroup tiles where those fill the SMs (more than 32
@@ -735,6 +736,12 @@ std::optional<WeightGradPlan> plan_grad_weight(const ConvTParams& p, const Tenso
   return g;
 }
 
+// The MMA work of a grad_weight plan, padding included: every tile's channels, each tap over every
+// item's positions
+double padded_mma_work(const WeightGradPlan& g) {
+  return double(g.groups) * g.ci_tiles * g.block_ci * g.co_tiles * g.block_co * g.taps * g.items;
+}
+
 // ---- depthwise ----------------------------------------------------------------------------------------
 
 // The staged row segment of the forward (x) or grad_input (grad_y) kernel; nullopt when the
@@ -865,6 +872,17 @@ BackwardPlan plan_backward(const ConvTParams& p, const TensorFacts& x, const Ten
           plan.grad_weight.problem = q;
           break;
         }
+      }
+    }
+    // Else over grad_y deinterleaved where that takes less MMA work, padding included: narrow
+    // outputs, whose tiles' padded channels take the phases (and the copy's rows go in vector copies)
+    if (gemm && gemm->stages == 0 && !gemm->merged && !plan.grad_weight.deinterleaved_grad_y && deinterleaves(p)) {
+      const ConvTParams q = grad_weight_over_copies(p, x.element_size, /*aligned_x=*/false, /*deinterleaved=*/true);
+      const auto over = plan_on(q, x, copy_facts(grad_y.element_size), /*q_bias=*/false);
+      if (over && padded_mma_work(*over) < padded_mma_work(*gemm)) {
+        gemm = over;
+        plan.grad_weight.deinterleaved_grad_y = true;
+        plan.grad_weight.problem = q;
       }
     }
     if (gemm) {

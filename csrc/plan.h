@@ -82,7 +82,6 @@ constexpr int kDwMaxTaps = 16;
 // A_t[row, ch] = w[group_stride*g + row_stride*row + channel_stride*ch + tap_stride*t].
 struct GemmWeight {
   int64_t group_stride, row_stride, channel_stride, tap_stride;
-  int64_t taps;  // W's K: a packed tap at or past it is zero (grad_input deinterleaved)
 };
 
 // The tile shapes, in one table that the planner walks and the launcher maps to instantiations.
@@ -148,7 +147,7 @@ struct GemmPlan {
   // (zero outside grad_y; deinterleaved_grad_y), a stride-1 problem whose kernels read it as plain
   // rows. The packed weight's channel c is W's channel c / weight_channel_phases at tap
   // t*weight_channel_phases + c % weight_channel_phases (weight_channel_phases: channel_phases, or P
-  // where deinterleaved), zero at taps >= K (GemmWeight::taps).
+  // where deinterleaved; every such tap < K: K a multiple of stride, or K < stride).
   bool deinterleaved;
   int weight_channel_phases;
   // ---- the plan ----

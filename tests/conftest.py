@@ -199,9 +199,7 @@ WIDE_TILE_CASES = [
     Case(8, 160, 96, 6, 6001, stride=3, padding=2, groups=2),
     Case(12, 144, 48, 12, 3000, stride=6, padding=3, output_padding=1),
     Case(4, 40, 24, 4, 3001, stride=2, padding=1),
-    # and phases that do not merge (more than two row tiles): 7 taps at stride 3 (3 taps a phase, the
-    # last zero in phases 1 and 2), out rows of an odd length; 3 taps at stride 4 (3 phases, one tap)
-    Case(3, 300, 48, 7, 1201, stride=3, padding=2, output_padding=1),
+    # and K below stride (more than two row tiles): 3 taps at stride 4 (3 phases, one tap)
     Case(2, 200, 24, 3, 1500, stride=4, padding=1),
     # the depthwise forward's blocks of output rows (one input channel, a wide channel multiplier,
     # short rows): 97 rows in blocks of 2, the last one row; two groups of 65 rows
@@ -269,6 +267,13 @@ GRAD_WEIGHT_TILE_CASES = [
     Case(2, 96, 40, 3, 700, stride=5, padding=1),
     Case(2, 160, 80, 5, 600, stride=2, padding=2, output_padding=1, groups=2),
     Case(2, 96, 48, 3, 800, stride=2, padding=1, layout="strided"),
+    # narrow outputs over grad_y deinterleaved on the mma.sync tiles (less MMA work: the phases take
+    # the tile's padded channels; any card, any math): one co of 16 taps at stride 8 (8 phases of 2
+    # taps: 8 channels of 2 taps); 3 taps at stride 4 (K < stride: 3 phases, one tap) with output_padding
+    # past the copy; two groups of 3 co, 6 taps at stride 3
+    Case(2, 40, 1, 16, 900, stride=8, padding=4),
+    Case(3, 24, 2, 3, 1001, stride=4, padding=1, output_padding=3),
+    Case(2, 48, 6, 6, 700, stride=3, padding=1, groups=2),
 ]
 
 

@@ -188,14 +188,16 @@ def test_strided_forwards_run_pipelined_phase_by_phase():
 def test_strided_grad_input_reads_grad_y_deinterleaved():
     """A strided grad_input (dilation 1) reads grad_y's phases as channels: in place on sm_90a's
     warpgroup tiles where its phases merge (K a multiple of stride), grad_y's rows go in 16-byte
-    copies and stride divides 8 (merged channels); else from a deinterleaved copy, a stride-1
-    problem of ceil(K / stride) taps (any stride, any length, any card), rather than a phase at a
-    time, element by element, where the plan has more than two row tiles (the copy costs a pass over
-    grad_y) or the math is 3xTF32 and the phases merge; a dilated one stays per phase."""
+    copies and stride divides 8 (merged channels); else, where K is a multiple of stride or below it
+    (every phase's taps at the same shifts: no zero weights, which would turn grad_y's Inf into NaN
+    where it does not reach), from a deinterleaved copy, a stride-1 problem of ceil(K / stride) taps
+    (any stride, any length, any card), rather than a phase at a time, element by element, where the
+    plan has more than two row tiles (the copy costs a pass over grad_y) or the math is 3xTF32 and
+    the phases merge; K above stride and not a multiple of it, or a dilated one, stays per phase."""
     in_place = (8, 512, 256, 16, 862, 8, 4, 0, 1, 1)  # L_out 6896: 16-byte rows
     unaligned = (14, 1024, 512, 4, 3974, 2, 0, 1, 1, 1)  # L_out 7951
     stride_6 = (12, 1024, 1024, 12, 1132, 6, 3, 1, 1, 1)
-    not_merging = (8, 512, 256, 7, 2000, 2, 3, 1, 1, 1)  # 4 + 3 taps: 4 taps, the last zero in phase 1
+    not_merging = (8, 512, 256, 7, 2000, 2, 3, 1, 1, 1)  # 4 + 3 taps: per phase (no zero taps)
     short_filter = (4, 1024, 256, 3, 2000, 8, 1, 0, 1, 1)  # K < stride: 3 phases, one tap
     two_row_tiles = (8, 256, 128, 10, 6000, 5, 0, 0, 1, 1)
     dilated = (8, 512, 256, 7, 2000, 2, 3, 1, 2, 1)
@@ -203,10 +205,12 @@ def test_strided_grad_input_reads_grad_y_deinterleaved():
         for card in ("h100", "a100"):
             merged = plans(in_place, dtype, tf32, card)["grad_input"]
             assert (merged["channel_phases"], merged["deinterleaved"]) == ((8, 0) if card == "h100" else (1, 1)), merged
-            for shape in (unaligned, stride_6, not_merging, short_filter):
+            for shape in (unaligned, stride_6, short_filter):
                 g = plans(shape, dtype, tf32, card)["grad_input"]
                 assert g["kernel"] == "gemm" and g["deinterleaved"] == 1 and g["in_phases"] == 1, (shape, card, g)
                 assert g["taps"] == -(-shape[3] // shape[5]) and g["channel_phases"] == 1, (shape, card, g)
+            g = plans(not_merging, dtype, tf32, card)["grad_input"]
+            assert g["deinterleaved"] == 0 and g["in_phases"] == 2, (card, g)
             g = plans(two_row_tiles, dtype, tf32, card)["grad_input"]
             strict = dtype == torch.float32 and not tf32
             assert g["deinterleaved"] == strict and (strict or g["in_phases"] > 1 and g["row_tiles"] <= 2), (card, g)
@@ -239,6 +243,22 @@ def test_grad_weight_runs_pipelined_over_copies():
     for dtype, tf32, card in ((torch.float32, False, "h100"), (torch.float32, True, "a100")):
         g, _ = weight((16, 1024, 512, 7, 1300, 5, 4, 3, 1, 1), dtype, tf32, card)
         assert (g["aligned_x"], g["deinterleaved_grad_y"], g["stages"]) == (0, 0, 0), g
+
+
+@pytest.mark.parametrize("card", CARDS)
+@pytest.mark.parametrize("dtype,tf32", MATHS)
+def test_narrow_outputs_grad_weight_over_grad_y_deinterleaved(card, dtype, tf32):
+    """Where grad_y deinterleaved takes less MMA work, padding included, grad_weight runs over it on
+    any kernel: a narrow output's tile pads its channels to 32, which the phases then fill, with
+    ceil(K / stride) taps instead of K. A wide output pads nothing and keeps its own plan."""
+    for shape in ((10, 768, 1, 16, 104445, 8, 4, 0, 1, 1), (1, 1024, 3, 3, 976562, 4, 0, 1, 1, 1),
+                  (2, 128, 2, 16, 297665, 4, 6, 0, 1, 1)):  # 2, 1 and 4 taps: one tap group, not one a phase
+        plan = plans(shape, dtype, tf32, card)
+        g = plan["grad_weight"]
+        assert g["deinterleaved_grad_y"] == 1 and g["tap_groups"] == 1 and plan["grad_bias"]["kernel"] == "row_sums", g
+    if card != "h100" or (dtype == torch.float32 and not tf32):  # (h100 TF32, 16-bit: pipelined over copies)
+        g = plans((8, 512, 256, 7, 2000, 2, 3, 1, 1, 1), dtype, tf32, card)["grad_weight"]
+        assert g["deinterleaved_grad_y"] == 0, g
 
 
 def test_depthwise_forward_splits_wide_channel_multipliers():

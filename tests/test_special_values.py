@@ -12,6 +12,8 @@ TENSOR_CORES = [
     Case(2, 16, 24, 2, 70, stride=6, dilation=2, output_padding=5),       # phases without taps
     Case(2, 40, 48, 3, 70, padding=1),                                    # sm_90: warpgroup grad_weight
     Case(2, 16, 80, 3, 8500, padding=1),                                  # sm_90: pipelined forward (134 tiles)
+    Case(2, 200, 24, 3, 150, stride=4, padding=1),                        # grad_input over grad_y deinterleaved
+    Case(2, 80, 40, 7, 101, stride=3, padding=2),                         # sm_90: grad_weight over copies (7 of 9 (t, r))
 ]
 SPECIAL_CASES = [
     Case(2, 4, 6, 3, 9),                                                  # tensor cores, channels padded

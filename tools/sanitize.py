@@ -52,7 +52,7 @@ SHAPES = [
     (8, 160, 96, 6, 6001, 3, 2, 0, 2, 1, False),  # the same, sm_90 pipelined, two groups
     (6, 1, 97, 5, 300, 2, 3, 0, 1, 2, False),    # depthwise forward in blocks of output rows, the last one row
     (2, 80, 40, 7, 1001, 3, 2, 2, 1, 1, False),  # sm_90 pipelined grad_weight over x aligned and grad_y deinterleaved
-    (3, 300, 48, 7, 1201, 3, 2, 1, 1, 1, False),  # grad_input over grad_y deinterleaved, 7 taps at stride 3 (zero taps)
+    (2, 200, 24, 3, 1500, 4, 1, 0, 1, 1, False),  # grad_input over grad_y deinterleaved, K < stride (3 phases, one tap)
 ]
 
 
