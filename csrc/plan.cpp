@@ -803,7 +803,7 @@ DataPlan plan_data(const ConvTParams& p, const TensorFacts& in, Math math, bool 
       // deinterleaved instead where it has more than two row tiles (the copy's pass over grad_y, read
       // and written, costs about two of the in-place tiles' element-wise passes), and in 3xTF32 (whose
       // two-accumulator tiles stall longer on element loads) at any row tiles where the phases merge
-      // (no zero taps: K/stride of them, as in place)
+      // (K below stride keeps the row-tile rule: its per-phase form reads each grad_y element once)
       const auto deinterleaved = forward ? std::nullopt : deinterleaved_grad_input_problem(p, step_taps);
       const bool element_wise = gemm && gemm->in_step > 1 && gemm->channel_phases == 1;
       const bool strict_merging = math == Math::k3xTF32 && phases_merge(p);
