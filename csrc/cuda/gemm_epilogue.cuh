@@ -302,6 +302,29 @@ struct PipelinedEpilogue {
     warp_first_col = (warp / 4) * 64 * kSubtiles + (warp % 4) * 16 + lane / 4;
   }
 
+  // Row pointers and bounds from this thread's first row (64-bit math once): the rows left in the
+  // group from it, its out row and its bias
+  struct ThreadRows {
+    int64_t left;
+    T* first_out;
+    const T* first_bias;
+  };
+  __device__ __forceinline__ ThreadRows thread_rows(const GemmTile& tile, int first_row) const {
+    return {p.rows_per_group - first_row, out + ((tile.n * p.groups + tile.g) * p.rows_per_group + first_row) * p.out_length,
+            bias ? bias + tile.g * p.rows_per_group + first_row : nullptr};
+  }
+
+  // The bias of rows 8j + half from the first row (0 past the group's rows or without bias)
+  __device__ __forceinline__ void load_row_bias(int64_t rows_left, const T* first_row_bias, float (&row_bias)[kBlockM / 8][2]) const {
+#pragma unroll
+    for (int j = 0; j < kBlockM / 8; ++j)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int row = 8 * j + half;  // from first_row
+        row_bias[j][half] = first_row_bias && row < rows_left ? to_float(first_row_bias[row]) : 0.0f;
+      }
+  }
+
   __device__ __forceinline__ void store_tile(const GemmTile& tile, int out_phase, const Mma& mma) const {
     const int first_row = tile.row_tile * kBlockM + 2 * (lane % 4);
     if constexpr (kMerge == Merge::kRows) {
@@ -310,14 +333,11 @@ struct PipelinedEpilogue {
           p, bias, out, tile, first_row, [&](int side) { return tile.col_tile * kBlockN + warp_first_col + 64 * (side / 2) + 8 * (side % 2); },
           [&](int j, int side, int e) { return mma.value(side / 2, 4 * j + 2 * (side % 2) + e); });
     } else {
-      // Row pointers and bounds from this thread's first row (64-bit math once)
-      const int64_t rows_left = p.rows_per_group - first_row;
-      T* const first_row_out = out + ((tile.n * p.groups + tile.g) * p.rows_per_group + first_row) * p.out_length;
-      const T* const first_row_bias = bias ? bias + tile.g * p.rows_per_group + first_row : nullptr;
+      const ThreadRows rows = thread_rows(tile, first_row);
       if constexpr (sizeof(T) == 2) {  // (out_step 1: strided problems are 3xTF32's)
-        store_column_pairs(tile, mma, rows_left, first_row_out, first_row_bias);
+        store_column_pairs(tile, mma, rows.left, rows.first_out, rows.first_bias);
       } else {
-        store_columns(tile, p.out_phase_value[out_phase], mma, rows_left, first_row_out, first_row_bias);
+        store_columns(tile, p.out_phase_value[out_phase], mma, rows.left, rows.first_out, rows.first_bias);
       }
     }
   }
@@ -328,18 +348,11 @@ struct PipelinedEpilogue {
   // rows have an even length), else element by element.
   __device__ __forceinline__ void store_phase_pair(const GemmTile& tile, const Mma& first, const Mma& second) const {
     const bool swapped = p.out_phase_value[0] != 0;  // (first holds phase value 1)
-    const int first_row = tile.row_tile * kBlockM + 2 * (lane % 4);
-    const int64_t rows_left = p.rows_per_group - first_row;
-    T* const first_row_out = out + ((tile.n * p.groups + tile.g) * p.rows_per_group + first_row) * p.out_length;
-    const T* const first_row_bias = bias ? bias + tile.g * p.rows_per_group + first_row : nullptr;
+    const ThreadRows rows = thread_rows(tile, tile.row_tile * kBlockM + 2 * (lane % 4));
+    const int64_t rows_left = rows.left;
+    T* const first_row_out = rows.first_out;
     float row_bias[kBlockM / 8][2];
-#pragma unroll
-    for (int j = 0; j < kBlockM / 8; ++j)
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int row = 8 * j + half;  // from first_row
-        row_bias[j][half] = first_row_bias && row < rows_left ? to_float(first_row_bias[row]) : 0.0f;
-      }
+    load_row_bias(rows_left, rows.first_bias, row_bias);
 #pragma unroll
     for (int j = 0; j < kBlockM / 8; ++j)
 #pragma unroll
@@ -418,13 +431,7 @@ struct PipelinedEpilogue {
   __device__ __forceinline__ void store_columns(const GemmTile& tile, int phase, const Mma& mma, int64_t rows_left, T* first_row_out,
                                                 const T* first_row_bias) const {
     float row_bias[kBlockM / 8][2];
-#pragma unroll
-    for (int j = 0; j < kBlockM / 8; ++j)
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int row = 8 * j + half;  // from first_row
-        row_bias[j][half] = first_row_bias && row < rows_left ? to_float(first_row_bias[row]) : 0.0f;
-      }
+    load_row_bias(rows_left, first_row_bias, row_bias);
     auto store_tile = [&](auto one_step) {
       // column col's positions of one out row: out_step 1 a store; 2 a pair store where aligned
       auto store_column = [&](T* row_out, int col, float value, float bias_value) {
