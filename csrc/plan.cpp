@@ -352,7 +352,11 @@ std::optional<GemmPlan> plan_pipelined(const GemmPlan& problem, const TensorFact
   const bool two_sets = math == Math::k3xTF32 || (problem.out_step == 2 && problem.out_phases == 2);
   const auto wide = two_sets ? std::nullopt
                              : plan_pipelined_tiles(problem, in, gemm_tile_index(GemmFamily::kPipelined, 128, 256), math, limits);
-  if (fills(wide) && (!narrow || 16 * int64_t(wide->col_tiles) * 256 <= 17 * int64_t(narrow->col_tiles) * 128)) return wide;
+  // (EXPERIMENT s32: steps of 3 or more taps stream that many weight slots a chunk for 128 columns:
+  // 256-column tiles halve those bytes a MAC, worth up to a quarter more padded columns)
+  const int64_t wide_columns = 256 * int64_t(wide ? wide->col_tiles : 0), narrow_columns = 128 * int64_t(narrow ? narrow->col_tiles : 0);
+  const bool weight_bound = wide && most_taps_per_step(*wide) >= 3;
+  if (fills(wide) && (!narrow || 16 * wide_columns <= 17 * narrow_columns || (weight_bound && 4 * wide_columns <= 5 * narrow_columns))) return wide;
   if (fills(narrow)) return narrow;
   return std::nullopt;
 }
