@@ -389,7 +389,7 @@ GemmPlan gemm_problem(const ConvTParams& p, bool forward, int step_taps) {
   g.out_length = int(forward ? p.length_out : p.length_in);
   g.out_step = forward ? int(p.stride) : 1;
   g.in_step = forward ? 1 : int(p.stride);
-  g.row_phases = g.channel_phases = g.weight_channel_phases = 1;
+  g.row_phases = g.stored_row_phases = g.channel_phases = g.weight_channel_phases = 1;
   g.weight_parts = 1;
   g.tile_shape = -1;
   set_taps(g, p, forward, step_taps);
@@ -399,14 +399,22 @@ GemmPlan gemm_problem(const ConvTParams& p, bool forward, int step_taps) {
 // The forward with its phases merged into rows, and grad_input with them merged into channels where
 // stride divides 8 (docs/design.md §3.2). Merged tap t reads x[col - t + padding div stride] in the
 // forward, channel (co, r) at column i + t in grad_input.
+// (EXPERIMENT s32) A narrow output with K < stride (dilation 1) merges too: rows (co, r), r < K,
+// hold tap r, rows r >= K none (not stored: stored_row_phases); its merged rows fit one 64-row tile,
+// which its per-phase tiles would pad as much, and x is read once rather than once a phase.
+bool merges_short_filter(const ConvTParams& p) {
+  return p.dilation == 1 && p.stride > 1 && p.kernel_size < p.stride && p.out_channels_per_group * p.stride <= 64;
+}
 std::optional<GemmPlan> merged_forward_problem(const ConvTParams& p, int step_taps) {
-  if (!phases_merge(p)) return std::nullopt;
+  const bool short_filter = merges_short_filter(p);
+  if (!phases_merge(p) && !short_filter) return std::nullopt;
   GemmPlan g = gemm_problem(p, /*forward=*/true, step_taps);
   g.row_phases = int(p.stride);
+  g.stored_row_phases = short_filter ? int(p.kernel_size) : g.row_phases;
   g.phase_origin = int(p.padding % p.stride);
   g.rows_per_group *= p.stride;
   g.out_step = 1;
-  set_merged_taps(g, int(p.kernel_size / p.stride), int(p.padding / p.stride), -1, step_taps);
+  set_merged_taps(g, short_filter ? 1 : int(p.kernel_size / p.stride), int(p.padding / p.stride), -1, step_taps);
   return g;
 }
 std::optional<GemmPlan> merged_grad_input_problem(const ConvTParams& p, int step_taps) {
@@ -947,7 +955,7 @@ std::string describe(const DataPlan& plan) {
     text += std::string(" family=") + gemm_family_name(g.tile_shape);
     text += key_values({{"block_m", g.block_m}, {"block_n", g.block_n}, {"chunk_channels", g.chunk_channels},
                         {"chunks", g.chunks}, {"stages", g.stages}, {"taps", g.taps}, {"out_phases", g.out_phases},
-                        {"in_phases", g.in_phases}, {"step_taps", most_taps_per_step(g)}, {"row_phases", g.row_phases},
+                        {"in_phases", g.in_phases}, {"step_taps", most_taps_per_step(g)}, {"row_phases", g.row_phases}, {"stored_row_phases", g.stored_row_phases},
                         {"channel_phases", g.channel_phases}, {"deinterleaved", g.deinterleaved},
                         {"stage_output", g.stage_output}, {"resident", g.resident},
                         {"tensor_rows", g.tensor_rows}, {"tiles", g.tiles}, {"parts", g.parts},

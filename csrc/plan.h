@@ -141,6 +141,10 @@ struct GemmPlan {
   // c % channel_phases; x_s holds staged_rows = chunk_channels / channel_phases rows of `in` as they
   // are, from position (first column + first_offset)*channel_phases - channel_origin - lead.
   int row_phases, phase_origin;
+  // Merged rows whose phase is at least stored_row_phases have no tap (K < stride, docs/design.md
+  // §3.2): their accumulators hold only zero weights' products and are not stored; the launcher
+  // fills out with the bias first. row_phases everywhere else.
+  int stored_row_phases;
   int channel_phases, channel_origin, staged_rows;
   // grad_input over grad_y deinterleaved (docs/design.md §3.2): `in` is a copy whose channel
   // (co, r) = co*P + r, P = min(K, stride), holds grad_y[n, co, m*stride + r - padding] at position m

@@ -193,6 +193,13 @@ WIDE_TILE_CASES = [
     # and in TF32 and 16-bit at stride 2, the phase pairs: the first of these (tap 0 in phase 1: the
     # sets swapped; every other out row unaligned for pair stores) on 128 x 128 tiles, and 64 x 256 tiles
     Case(8, 48, 56, 5, 8001, stride=2, padding=2),
+    # narrow outputs with K < stride merged into rows (rows of phases without a tap not stored, out
+    # filled with the bias first): 3 co x 4 phases, 3 taps; one co x 5 phases, 2 taps from phase
+    # origin 3, without bias
+    Case(4, 72, 3, 3, 9001, stride=4, padding=1, output_padding=2),
+    Case(3, 40, 1, 2, 16001, stride=5, padding=3, bias=False),
+    # a phase pair over 3 chunks of 64 channels (16-bit; the last part-empty) at K = 7
+    Case(8, 160, 72, 7, 3001, stride=2, padding=3, output_padding=1),
     # grad_input over grad_y deinterleaved (phases that merge, not in place): out rows of an odd length,
     # two groups, 128-row tiles; stride 6 (does not divide 8); 40 rows on warp tiles (grad_input's rows
     # are C_in); and the merged forward's case above (stride 5, 80 rows: grad_input 80 x 180 channels)

@@ -61,6 +61,8 @@ __device__ __forceinline__ void store_merged_rows(const GemmProblem& p, const T*
     const int out_row = int(q.div), phase = int(q.mod);
     const bool adjacent = phase + 1 < p.row_phases;  // row + 1: the next position of the same out row
     const bool next_inside = row + 1 < p.rows_per_group;
+    // rows of phases without a tap are not stored (stored_row_phases: out holds the bias there)
+    const bool first_stored = phase < p.stored_row_phases, second_stored = adjacent ? phase + 1 < p.stored_row_phases : next_inside;
     T* const row_out = group_out + int64_t(out_row) * p.out_length;  // (64-bit math once a row)
     float bias_value, next_bias;
     if constexpr (kBiasFirst) {
@@ -74,13 +76,13 @@ __device__ __forceinline__ void store_merged_rows(const GemmProblem& p, const T*
       const int position = column * p.row_phases + phase - p.phase_origin;
       const float first = value(j, side, 0) + bias_value, second = value(j, side, 1) + next_bias;
       if (!adjacent) {
-        store(row_out, position, first);
+        if (first_stored) store(row_out, position, first);
         if (next_inside) store(row_out + p.out_length, column * p.row_phases - p.phase_origin, second);
-      } else if (p.out_length % 2 == 0 && position % 2 == 0 && position >= 0 && position + 1 < p.out_length) {
-        store_pair(row_out + position, first, second);
+      } else if (second_stored && p.out_length % 2 == 0 && position % 2 == 0 && position >= 0 && position + 1 < p.out_length) {
+        store_pair(row_out + position, first, second);  // (second_stored: first too)
       } else {
-        store(row_out, position, first);
-        store(row_out, position + 1, second);
+        if (first_stored) store(row_out, position, first);
+        if (second_stored) store(row_out, position + 1, second);
       }
     }
   }

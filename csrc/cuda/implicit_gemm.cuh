@@ -74,7 +74,8 @@ __global__ void pack_gemm_weight_kernel(const T* __restrict__ w, uint32_t* __res
       const int64_t w_ch = ch / p.weight_channel_phases;
       const int phase = int(row % p.row_phases + ch % p.weight_channel_phases);  // (one of the two is 0)
       const int tap = t * p.row_phases * p.weight_channel_phases + phase;
-      const bool inside = row < p.rows_per_group && ch < p.channels_per_group;
+      // (merged rows of phases without a tap: zero, stored_row_phases)
+      const bool inside = row < p.rows_per_group && ch < p.channels_per_group && row % p.row_phases < p.stored_row_phases;
       const T element = inside ? w[g * a.group_stride + w_row * a.row_stride + w_ch * a.channel_stride + tap * a.tap_stride]
                                : from_float<T>(0.0f);
       if constexpr (kMath == Math::kTF32) {

@@ -185,6 +185,15 @@ void run_data(DataPlan plan, const ConvTParams& p, const at::Tensor& in_tensor, 
     in = gemm_input(plan, p, in_tensor, launch, grad_y_copy);
   }
   if (plan.kernel == Kernel::kGemm) {
+    // merged rows of phases without a tap are not stored (GemmPlan::stored_row_phases): their
+    // positions hold the bias alone
+    if (plan.gemm.stored_row_phases < plan.gemm.row_phases) {
+      if (bias.defined()) {
+        out.copy_(bias.view({1, -1, 1}).expand_as(out));
+      } else {
+        out.zero_();
+      }
+    }
     // the packed weight of one launch at a time (row_tile_range), within kMaxPackedWeightBytes
     const int launch_row_tiles = row_tiles_per_launch(plan.gemm);
     const at::Tensor packed =
