@@ -399,11 +399,14 @@ GemmPlan gemm_problem(const ConvTParams& p, bool forward, int step_taps) {
 // The forward with its phases merged into rows, and grad_input with them merged into channels where
 // stride divides 8 (docs/design.md §3.2). Merged tap t reads x[col - t + padding div stride] in the
 // forward, channel (co, r) at column i + t in grad_input.
-// (EXPERIMENT s32) A narrow output with K < stride (dilation 1) merges too: rows (co, r), r < K,
-// hold tap r, rows r >= K none (not stored: stored_row_phases); its merged rows fit one 64-row tile,
-// which its per-phase tiles would pad as much, and x is read once rather than once a phase.
+// (EXPERIMENT s32) K < stride (dilation 1) merges too: rows (co, r), r < K, hold tap r, rows r >= K
+// none (not stored: stored_row_phases), so x is read once rather than once a phase, on the pipelined
+// kernel. A narrow output's merged rows fit one 64-row tile, which its per-phase tiles would pad as
+// much; a wide one's MMA work grows by stride / K, taken up to twice.
 bool merges_short_filter(const ConvTParams& p) {
-  return p.dilation == 1 && p.stride > 1 && p.kernel_size < p.stride && p.out_channels_per_group * p.stride <= 64;
+  return p.dilation == 1 && p.stride > 1 && p.kernel_size < p.stride &&
+         (p.out_channels_per_group * p.stride <= 64 || p.stride <= 2 * p.kernel_size) &&
+         p.out_channels_per_group * p.stride < kGemmIndexLimit;
 }
 std::optional<GemmPlan> merged_forward_problem(const ConvTParams& p, int step_taps) {
   const bool short_filter = merges_short_filter(p);

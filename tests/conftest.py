@@ -198,6 +198,7 @@ WIDE_TILE_CASES = [
     # origin 3, without bias
     Case(4, 72, 3, 3, 9001, stride=4, padding=1, output_padding=2),
     Case(3, 40, 1, 2, 16001, stride=5, padding=3, bias=False),
+    Case(4, 96, 72, 3, 3001, stride=4, padding=1, output_padding=1),  # wide: 288 rows, 72 without a tap
     # a phase pair over 3 chunks of 64 channels (16-bit; the last part-empty) at K = 7
     Case(8, 160, 72, 7, 3001, stride=2, padding=3, output_padding=1),
     # grad_input over grad_y deinterleaved (phases that merge, not in place): out rows of an odd length,
