@@ -584,7 +584,10 @@ std::optional<WeightGradPlan> plan_grad_weight(const ConvTParams& p, const Tenso
   if (!gemm_applies(p, x.element_size)) return std::nullopt;
   WeightGradPlan g{};
   // warpgroup tiles (grad_weight_wgmma.cuh) where their 64 x 64 tiles are full
-  g.warpgroups = one_pass && limits.wgmma && p.in_channels_per_group > 32 && p.out_channels_per_group > 32;
+  // (EXPERIMENT s32 5: and for any C_out per group where C_in per group exceeds 64, so that narrow
+  // outputs pipeline: their empty tile rows cost MMA work only, and they are bound by reading x)
+  g.warpgroups = one_pass && limits.wgmma && p.in_channels_per_group > 32 &&
+                 (p.out_channels_per_group > 32 || p.in_channels_per_group > 64);
   g.merged = merge && g.warpgroups && phases_merge(p) && p.stride <= kWgmmaBlockCo;  // (a tile: at least a co's rows)
   if (merge && !g.merged) return std::nullopt;
   g.batch = p.batch, g.groups = p.groups;
@@ -686,7 +689,7 @@ std::optional<WeightGradPlan> plan_grad_weight(const ConvTParams& p, const Tenso
   }
   if (g.window_row_elements > 1024) return std::nullopt;
   // 32-co tiles where C_out per group is at most 32, else 64 (merged: co of stride rows each)
-  g.block_co = g.merged ? kWgmmaBlockCo / g.stride : g.out_channels_per_group > 32 ? 64 : 32;
+  g.block_co = g.merged ? kWgmmaBlockCo / g.stride : g.warpgroups || g.out_channels_per_group > 32 ? 64 : 32;
   g.co_tiles = int((g.out_channels_per_group + g.block_co - 1) / g.block_co);
   // grad_bias comes along where every phase has a tap, so that no row-sum pass is left: in warpgroup
   // tiles from tap slot 0's A values (16-bit: each x_s buffer holds the ones column's rows too)

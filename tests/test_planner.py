@@ -255,6 +255,9 @@ def test_narrow_outputs_grad_weight_over_grad_y_deinterleaved(card, dtype, tf32)
                   (2, 128, 2, 16, 297665, 4, 6, 0, 1, 1)):  # 2, 1 and 4 taps: one tap group, not one a phase
         plan = plans(shape, dtype, tf32, card)
         g = plan["grad_weight"]
+        if card == "h100" and not (dtype == torch.float32 and not tf32):  # (EXPERIMENT s32 5: pipelined warpgroups)
+            assert g["kernel"] == "grad_weight_wgmma" and g["stages"] > 0, g
+            continue
         assert g["deinterleaved_grad_y"] == 1 and g["tap_groups"] == 1 and plan["grad_bias"]["kernel"] == "row_sums", g
     if card != "h100" or (dtype == torch.float32 and not tf32):  # (h100 TF32, 16-bit: pipelined over copies)
         g = plans((8, 512, 256, 7, 2000, 2, 3, 1, 1, 1), dtype, tf32, card)["grad_weight"]
