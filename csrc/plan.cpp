@@ -352,8 +352,8 @@ std::optional<GemmPlan> plan_pipelined(const GemmPlan& problem, const TensorFact
   const bool two_sets = math == Math::k3xTF32 || (problem.out_step == 2 && problem.out_phases == 2);
   const auto wide = two_sets ? std::nullopt
                              : plan_pipelined_tiles(problem, in, gemm_tile_index(GemmFamily::kPipelined, 128, 256), math, limits);
-  // (EXPERIMENT s32: steps of 3 or more taps stream that many weight slots a chunk for 128 columns:
-  // 256-column tiles halve those bytes a MAC, worth up to a quarter more padded columns)
+  // Steps of 3 or more taps stream that many weight slots a chunk for 128 columns: 256-column
+  // tiles halve those bytes a MAC, worth up to a quarter more padded columns.
   const int64_t wide_columns = 256 * int64_t(wide ? wide->col_tiles : 0), narrow_columns = 128 * int64_t(narrow ? narrow->col_tiles : 0);
   const bool weight_bound = wide && most_taps_per_step(*wide) >= 3;
   if (fills(wide) && (!narrow || 16 * wide_columns <= 17 * narrow_columns || (weight_bound && 4 * wide_columns <= 5 * narrow_columns))) return wide;
@@ -399,7 +399,7 @@ GemmPlan gemm_problem(const ConvTParams& p, bool forward, int step_taps) {
 // The forward with its phases merged into rows, and grad_input with them merged into channels where
 // stride divides 8 (docs/design.md §3.2). Merged tap t reads x[col - t + padding div stride] in the
 // forward, channel (co, r) at column i + t in grad_input.
-// (EXPERIMENT s32) K < stride (dilation 1) merges too: rows (co, r), r < K, hold tap r, rows r >= K
+// K < stride (dilation 1) merges too: rows (co, r), r < K, hold tap r, rows r >= K
 // none (not stored: stored_row_phases), so x is read once rather than once a phase, on the pipelined
 // kernel. A narrow output's merged rows fit one 64-row tile, which its per-phase tiles would pad as
 // much; a wide one's MMA work grows by stride / K, taken up to twice.
@@ -583,9 +583,9 @@ std::optional<WeightGradPlan> plan_grad_weight(const ConvTParams& p, const Tenso
                                                bool with_bias, bool one_pass, bool merge, const DeviceLimits& limits) {
   if (!gemm_applies(p, x.element_size)) return std::nullopt;
   WeightGradPlan g{};
-  // warpgroup tiles (grad_weight_wgmma.cuh) where their 64 x 64 tiles are full
-  // (EXPERIMENT s32 5: and for any C_out per group where C_in per group exceeds 64, so that narrow
-  // outputs pipeline: their empty tile rows cost MMA work only, and they are bound by reading x)
+  // warpgroup tiles (grad_weight_wgmma.cuh) where their 64 x 64 tiles are full, and for any C_out per
+  // group where C_in per group exceeds 64, so that narrow outputs pipeline: their empty tile rows
+  // cost MMA work only, and they are bound by reading x
   g.warpgroups = one_pass && limits.wgmma && p.in_channels_per_group > 32 &&
                  (p.out_channels_per_group > 32 || p.in_channels_per_group > 64);
   g.merged = merge && g.warpgroups && phases_merge(p) && p.stride <= kWgmmaBlockCo;  // (a tile: at least a co's rows)

@@ -282,7 +282,7 @@ GRAD_WEIGHT_TILE_CASES = [
     Case(2, 40, 1, 16, 900, stride=8, padding=4),
     Case(3, 24, 2, 3, 1001, stride=4, padding=1, output_padding=3),
     Case(2, 48, 6, 6, 700, stride=3, padding=1, groups=2),
-    # (EXPERIMENT s32 5) warpgroup tiles for narrow outputs where C_in per group exceeds 64: one co,
+    # warpgroup tiles for narrow outputs where C_in per group exceeds 64: one co,
     # 16 taps at stride 8 merged (8 of a tile's 64 rows); 3 co at stride 1, pipelined, 3 co x 4
     # phases deinterleaved
     Case(2, 136, 1, 16, 1201, stride=8, padding=4),

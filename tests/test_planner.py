@@ -182,7 +182,7 @@ def test_strided_forwards_run_pipelined_phase_by_phase():
             assert (forward["family"] == "pipelined") == (shape[5] == 2), (shape, forward)
             assert forward["family"] != "pipelined" or forward["block_n"] == 128 or forward["block_m"] == 64, forward
     gaps = plans((8, 256, 256, 5, 8000, 8, 2, 0, 1, 1), torch.float32, False, "h100")["forward"]  # 5 of 8 phases
-    assert (gaps["row_phases"], gaps["stored_row_phases"]) == (8, 5), gaps  # (EXPERIMENT s32 4: merged, 3 rows without taps)
+    assert (gaps["row_phases"], gaps["stored_row_phases"]) == (8, 5), gaps  # merged, 3 rows without a tap
 
 
 def test_strided_grad_input_reads_grad_y_deinterleaved():
@@ -204,7 +204,7 @@ def test_strided_grad_input_reads_grad_y_deinterleaved():
     for dtype, tf32 in MATHS:
         for card in ("h100", "a100"):
             merged = plans(in_place, dtype, tf32, card)["grad_input"]
-            assert (merged["channel_phases"], merged["deinterleaved"]) == (1, 1), merged  # (EXPERIMENT s32 1: not in place)
+            assert (merged["channel_phases"], merged["deinterleaved"]) == ((8, 0) if card == "h100" else (1, 1)), merged
             for shape in (unaligned, stride_6, short_filter):
                 g = plans(shape, dtype, tf32, card)["grad_input"]
                 assert g["kernel"] == "gemm" and g["deinterleaved"] == 1 and g["in_phases"] == 1, (shape, card, g)
@@ -255,7 +255,7 @@ def test_narrow_outputs_grad_weight_over_grad_y_deinterleaved(card, dtype, tf32)
                   (2, 128, 2, 16, 297665, 4, 6, 0, 1, 1)):  # 2, 1 and 4 taps: one tap group, not one a phase
         plan = plans(shape, dtype, tf32, card)
         g = plan["grad_weight"]
-        if card == "h100" and not (dtype == torch.float32 and not tf32):  # (EXPERIMENT s32 5: pipelined warpgroups)
+        if card == "h100" and not (dtype == torch.float32 and not tf32):  # pipelined warpgroup tiles
             assert g["kernel"] == "grad_weight_wgmma" and g["stages"] > 0, g
             continue
         assert g["deinterleaved_grad_y"] == 1 and g["tap_groups"] == 1 and plan["grad_bias"]["kernel"] == "row_sums", g
@@ -293,7 +293,7 @@ def test_h100_named_shapes(dtype):
     assert kb64["grad_bias"]["kernel"] == "with_grad_weight"
     up0 = plans(NAMED["hifigan_up0"], dtype, True, "h100")
     assert up0["forward"]["family"] == "pipelined" and up0["forward"]["row_phases"] == 8
-    assert up0["grad_input"]["family"] == "pipelined" and up0["grad_input"]["deinterleaved"] == 1  # (EXPERIMENT s32 1)
+    assert up0["grad_input"]["family"] == "pipelined" and up0["grad_input"]["channel_phases"] == 8
     assert up0["grad_weight"]["merged"] == 1
     kb74 = plans(NAMED["kb74"], dtype, True, "h100")
     assert tile(kb74["forward"]) == ("pipelined", 64, 256)
@@ -339,7 +339,7 @@ def test_bench_explain_prints_every_pass():
 
 
 def test_narrow_outputs_with_short_filters_merge_into_rows():
-    """(EXPERIMENT s32) K < stride with a narrow output: one tile of rows (co, r), the rows of phases
+    """K < stride with a narrow output: one tile of rows (co, r), the rows of phases
     without a tap not stored, so x is read once rather than once a phase."""
     for shape in ((1, 1024, 3, 3, 976562, 4, 0, 1, 1, 1), (1, 768, 1, 3, 1302083, 5, 0, 2, 1, 1), (4, 72, 3, 3, 9001, 4, 1, 2, 1, 1)):
         for dtype in (torch.float32, torch.bfloat16):
@@ -350,4 +350,3 @@ def test_narrow_outputs_with_short_filters_merge_into_rows():
     assert wide["family"] == "pipelined" and (wide["row_phases"], wide["stored_row_phases"]) == (4, 3), wide
     sparse = plans((4, 1024, 1024, 3, 489, 8, 0, 1, 1, 1), torch.float32, True, "h100")["forward"]  # 8 / 3
     assert sparse["row_phases"] == 1, sparse
-
