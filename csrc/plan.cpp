@@ -441,8 +441,8 @@ int64_t deinterleaved_length(const ConvTParams& p) { return p.length_in + deinte
 int64_t deinterleaved_row_length(const ConvTParams& p) { return (deinterleaved_length(p) + 7) / 8 * 8; }
 TensorFacts copy_facts(int element_size) { return {element_size, 256}; }
 bool deinterleaves(const ConvTParams& p) {
-  return p.dilation == 1 && p.stride > 1 && deinterleaved_length(p) < kGemmIndexLimit &&
-         p.out_channels_per_group * deinterleaved_phases(p) < kGemmIndexLimit;
+  return p.dilation == 1 && p.stride > 1 && deinterleaved_phases(p) <= kMaxDeinterleavedPhases &&
+         deinterleaved_length(p) < kGemmIndexLimit && p.out_channels_per_group * deinterleaved_phases(p) < kGemmIndexLimit;
 }
 std::optional<GemmPlan> deinterleaved_grad_input_problem(const ConvTParams& p, int step_taps) {
   if (!deinterleaves(p) || (p.kernel_size % p.stride != 0 && p.kernel_size > p.stride)) return std::nullopt;
@@ -822,10 +822,16 @@ DataPlan plan_data(const ConvTParams& p, const TensorFacts& in, Math math, bool 
       // and written, costs about two of the in-place tiles' element-wise passes), and in 3xTF32 (whose
       // two-accumulator tiles stall longer on element loads) at any row tiles where the phases merge
       // (K below stride keeps the row-tile rule: its per-phase form reads each grad_y element once)
+      // Phases merged in place load their fragments at stride channel_phases in shared memory (bank
+      // conflicts, a cost that grows with the MMA work), where the copy costs two passes over grad_y:
+      // each grad_y element feeds C_in/groups * K/stride MACs, and the copy is taken from
+      // kDeinterleaveReuse of them.
       const auto deinterleaved = forward ? std::nullopt : deinterleaved_grad_input_problem(p, step_taps);
       const bool element_wise = gemm && gemm->in_step > 1 && gemm->channel_phases == 1;
       const bool strict_merging = math == Math::k3xTF32 && phases_merge(p);
-      if (deinterleaved && (!gemm || (element_wise && (gemm->row_tiles > 2 || strict_merging)))) {
+      const bool busy_in_place = gemm && gemm->channel_phases > 1 &&
+                                 p.in_channels_per_group * (p.kernel_size / p.stride) >= kDeinterleaveReuse;
+      if (deinterleaved && (!gemm || busy_in_place || (element_wise && (gemm->row_tiles > 2 || strict_merging)))) {
         if (auto plan = plan_gemm(*deinterleaved, std::nullopt, copy_facts(in.element_size), math, limits)) gemm = plan;
       }
       if (gemm) {

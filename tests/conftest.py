@@ -209,6 +209,10 @@ WIDE_TILE_CASES = [
     Case(4, 40, 24, 4, 3001, stride=2, padding=1),
     # and K below stride (more than two row tiles): 3 taps at stride 4 (3 phases, one tap)
     Case(2, 200, 24, 3, 1500, stride=4, padding=1),
+    # where a grad_y element feeds >= 1536 MACs (C_in/groups * K/stride) rather than in place: two
+    # launches of row tiles; and a copy of 300 phases (one position a block of the copy kernel)
+    Case(2, 1040, 24, 16, 1201, stride=8, padding=4, output_padding=3),
+    Case(2, 40, 24, 300, 97, stride=300, padding=7),
     # the depthwise forward's blocks of output rows (one input channel, a wide channel multiplier,
     # short rows): 97 rows in blocks of 2, the last one row; two groups of 65 rows
     Case(6, 1, 97, 5, 300, stride=2, padding=3, dilation=2),

@@ -338,6 +338,18 @@ def test_bench_explain_prints_every_pass():
     assert "gemm warp 128x128" in table and "depthwise" in table
 
 
+def test_busy_grad_input_reads_grad_y_deinterleaved_rather_than_in_place():
+    """Phases merged in place load fragments at a stride in shared memory, a cost that grows with the
+    MMA work: where a grad_y element feeds at least 1536 MACs (C_in/groups * K/stride), grad_input
+    reads grad_y deinterleaved."""
+    for shape, copied in (((2, 1024, 512, 16, 1300, 8, 4, 0, 1, 1), True), ((16, 1536, 512, 4, 1300, 2, 1, 0, 1, 1), True),
+                          ((2, 1040, 24, 16, 1201, 8, 4, 3, 1, 1), True), ((10, 768, 1, 16, 104445, 8, 4, 0, 1, 1), True),
+                          (NAMED["hifigan_up0"], False), ((2, 512, 256, 16, 3131, 8, 4, 0, 1, 1), False)):
+        for dtype in (torch.float32, torch.bfloat16):
+            g = plans(shape, dtype, True, "h100")["grad_input"]
+            assert (g["deinterleaved"], g["channel_phases"]) == ((1, 1) if copied else (0, shape[5])), (shape, g)
+
+
 def test_narrow_outputs_with_short_filters_merge_into_rows():
     """K < stride with a narrow output: one tile of rows (co, r), the rows of phases
     without a tap not stored, so x is read once rather than once a phase."""

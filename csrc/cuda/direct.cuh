@@ -95,16 +95,38 @@ __global__ void grad_input_direct_kernel(const scalar_t* __restrict__ grad_y, co
 // grad_y deinterleaved (GemmPlan::deinterleaved, WeightPlan::deinterleaved_grad_y; docs/design.md
 // §3.2): out[n, co*phases + r, m] = grad_y[n, co, m*stride + r - padding] for r < phases, m <
 // row_length, zero where that lies outside grad_y. out is contiguous (N, C_out*phases, row_length);
-// grad_y is read through the params' y strides.
+// grad_y is read through the params' y strides. A block takes a (n, co) row's segment of `columns`
+// positions m: it reads the segment's grad_y elements in grad_y's order (m, r), each once, into
+// shared memory, then writes each phase's row in order: both sides coalesced. Element e = m*phases +
+// r sits at e + e / 32 (a pad word every 32), so that the reads at stride `phases` hit distinct banks.
+__host__ __device__ constexpr int deinterleave_staged_elements(int elements) { return elements + elements / 32 + 1; }
+
 template <typename scalar_t>
 __global__ void deinterleave_grad_y_kernel(const scalar_t* __restrict__ grad_y, scalar_t* __restrict__ out, ConvTParams p,
-                                           int64_t phases, int64_t row_length) {
-  CONVT_ROW_LOOP(row, p.batch * p.out_channels * phases) {
-    const int64_t n = row / (p.out_channels * phases), co = row / phases % p.out_channels, r = row % phases;
-    const scalar_t* grad_y_row = grad_y + n * p.y_batch_stride + co * p.y_channel_stride;
-    CONVT_POSITION_LOOP(m, row_length) {
-      const int64_t j = m * p.stride + r - p.padding;
-      out[row * row_length + m] = j >= 0 && j < p.length_out ? grad_y_row[j * p.y_length_stride] : scalar_t(0);
+                                           int phases, int64_t row_length, int columns) {
+  extern __shared__ unsigned char deinterleave_smem[];
+  scalar_t* const staged = reinterpret_cast<scalar_t*>(deinterleave_smem);
+  const int64_t segment_step = int64_t(gridDim.x) * columns;
+  for (int64_t first_m = int64_t(blockIdx.x) * columns; first_m < row_length; first_m += segment_step) {
+    const int segment = int(std::min<int64_t>(columns, row_length - first_m)), elements = segment * phases;
+    CONVT_ROW_LOOP(row, p.batch * p.out_channels) {
+      const int64_t n = row / p.out_channels, co = row % p.out_channels;
+      const scalar_t* grad_y_row = grad_y + n * p.y_batch_stride + co * p.y_channel_stride;
+      const int64_t first_j = first_m * p.stride - p.padding;
+      for (int e = threadIdx.x; e < elements; e += blockDim.x) {
+        const int m = e / phases, r = e % phases;
+        const int64_t j = first_j + int64_t(m) * p.stride + r;
+        staged[e + e / 32] = j >= 0 && j < p.length_out ? grad_y_row[j * p.y_length_stride] : scalar_t(0);
+      }
+      __syncthreads();
+      for (int r = 0; r < phases; ++r) {
+        scalar_t* const out_row = out + (row * phases + r) * row_length + first_m;
+        for (int m = threadIdx.x; m < segment; m += blockDim.x) {
+          const int e = m * phases + r;
+          out_row[m] = staged[e + e / 32];
+        }
+      }
+      __syncthreads();
     }
   }
 }

@@ -15,6 +15,7 @@
 namespace convt::cuda {
 
 constexpr int kDirectThreads = 256;
+constexpr int64_t kDeinterleaveBytes = 32 * 1024;  // a block's staged grad_y elements
 constexpr int kReduceThreads = 256;
 
 // Blocks of the row kernels (direct.cuh): positions along x, rows along y.
@@ -100,8 +101,13 @@ void launch_grad_y_row_sums(const ConvTParams& p, const scalar_t* grad_y, acc_ty
 template <typename scalar_t>
 void launch_deinterleave_grad_y(const ConvTParams& p, const scalar_t* grad_y, scalar_t* out, int64_t phases,
                                 int64_t row_length, Launch launch) {
-  deinterleave_grad_y_kernel<scalar_t><<<row_grid(p.batch * p.out_channels * phases, row_length, kDirectThreads),
-                                         kDirectThreads, 0, launch.stream>>>(grad_y, out, p, phases, row_length);
+  // segments of up to kDeinterleaveBytes staged (a multiple of 32 positions where longer; phases is
+  // at most kMaxDeinterleavedPhases, so one position always fits)
+  const int64_t stage_elements = kDeinterleaveBytes / int64_t(sizeof(scalar_t));
+  const int columns = int(std::min<int64_t>(row_length, std::max<int64_t>(1, stage_elements / phases / 32 * 32)));
+  const size_t smem = sizeof(scalar_t) * deinterleave_staged_elements(int(columns * phases));
+  deinterleave_grad_y_kernel<scalar_t><<<row_grid(p.batch * p.out_channels, row_length, columns), kDirectThreads, smem,
+                                         launch.stream>>>(grad_y, out, p, int(phases), row_length, columns);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
