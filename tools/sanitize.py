@@ -53,6 +53,9 @@ SHAPES = [
     (6, 1, 97, 5, 300, 2, 3, 0, 1, 2, False),    # depthwise forward in blocks of output rows, the last one row
     (2, 80, 40, 7, 1001, 3, 2, 2, 1, 1, False),  # sm_90 pipelined grad_weight over x aligned and grad_y deinterleaved
     (2, 200, 24, 3, 1500, 4, 1, 0, 1, 1, False),  # grad_input over grad_y deinterleaved, K < stride (3 phases, one tap)
+    (4, 72, 3, 3, 9001, 4, 1, 2, 1, 1, False),  # sm_90 K < stride merged into rows, rows without a tap not stored
+    (2, 1040, 24, 16, 1201, 8, 4, 3, 1, 1, False),  # grad_input deinterleaved (>= 1536 MACs a grad_y element), two launches
+    (2, 40, 24, 300, 97, 300, 7, 0, 1, 1, False),  # a deinterleave copy of 300 phases, one position a block
 ]
 
 
