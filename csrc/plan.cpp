@@ -445,9 +445,10 @@ bool deinterleaves(const ConvTParams& p) {
          deinterleaved_length(p) < kGemmIndexLimit && p.out_channels_per_group * deinterleaved_phases(p) < kGemmIndexLimit;
 }
 std::optional<GemmPlan> deinterleaved_grad_input_problem(const ConvTParams& p, int step_taps) {
-  if (!deinterleaves(p) || (p.kernel_size % p.stride != 0 && p.kernel_size > p.stride)) return std::nullopt;
+  if (!deinterleaves(p)) return std::nullopt;
   GemmPlan g = gemm_problem(p, /*forward=*/false, step_taps);
   g.deinterleaved = true;
+  g.zero_taps = p.kernel_size % p.stride != 0 && p.kernel_size > p.stride;
   g.weight_channel_phases = int(deinterleaved_phases(p));
   g.channels_per_group *= g.weight_channel_phases;
   g.in_step = 1;
@@ -492,7 +493,7 @@ ConvTParams grad_weight_over_copies(const ConvTParams& p, int element_size, bool
 GemmWeight gemm_weight(const ConvTParams& p, bool forward) {  // A_t[row, ch] = w[ci, co, t]
   const int64_t row_stride = forward ? p.w_out_stride : p.w_in_stride;
   const int64_t channel_stride = forward ? p.w_in_stride : p.w_out_stride;
-  return {p.in_channels_per_group * p.w_in_stride, row_stride, channel_stride, p.w_tap_stride};
+  return {p.in_channels_per_group * p.w_in_stride, row_stride, channel_stride, p.w_tap_stride, p.kernel_size};
 }
 
 // A problem whose phases merge runs merged on warpgroup tiles where those fill the SMs (more than 32
@@ -817,6 +818,7 @@ DataPlan plan_data(const ConvTParams& p, const TensorFacts& in, Math math, bool 
       if (step_taps < kMaxGemmTaps && step_taps >= p.kernel_size) continue;
       const auto merged = forward ? merged_forward_problem(p, step_taps) : merged_grad_input_problem(p, step_taps);
       auto gemm = plan_gemm(gemm_problem(p, forward, step_taps), merged, in, math, limits);
+      GemmPlan plan_exact{};
       // a strided grad_input that would read grad_y a phase at a time, element by element, reads it
       // deinterleaved instead where it has more than two row tiles (the copy's pass over grad_y, read
       // and written, costs about two of the in-place tiles' element-wise passes), and in 3xTF32 (whose
@@ -825,19 +827,29 @@ DataPlan plan_data(const ConvTParams& p, const TensorFacts& in, Math math, bool 
       // Phases merged in place load their fragments at stride channel_phases in shared memory (bank
       // conflicts, a cost that grows with the MMA work), where the copy costs two passes over grad_y:
       // each grad_y element feeds C_in/groups * K/stride MACs, and the copy is taken from
-      // kDeinterleaveReuse of them.
+      // kDeinterleaveReuse of them. With zero taps (K above stride, not a multiple of it: up to
+      // twice the MMA work) the per-phase plan stays as the exact one, run where grad_y is not
+      // finite (DataPlan::exact), so it must be a GEMM.
       const auto deinterleaved = forward ? std::nullopt : deinterleaved_grad_input_problem(p, step_taps);
       const bool element_wise = gemm && gemm->in_step > 1 && gemm->channel_phases == 1;
       const bool strict_merging = math == Math::k3xTF32 && phases_merge(p);
       const bool busy_in_place = gemm && gemm->channel_phases > 1 &&
                                  p.in_channels_per_group * (p.kernel_size / p.stride) >= kDeinterleaveReuse;
-      if (deinterleaved && (!gemm || busy_in_place || (element_wise && (gemm->row_tiles > 2 || strict_merging)))) {
-        if (auto plan = plan_gemm(*deinterleaved, std::nullopt, copy_facts(in.element_size), math, limits)) gemm = plan;
+      const bool copies = deinterleaved && (deinterleaved->zero_taps ? element_wise && gemm->row_tiles > 2
+                                                                      : !gemm || busy_in_place ||
+                                                                            (element_wise && (gemm->row_tiles > 2 || strict_merging)));
+      if (copies) {
+        if (auto plan = plan_gemm(*deinterleaved, std::nullopt, copy_facts(in.element_size), math, limits)) {
+          if (plan->zero_taps) plan_exact = *gemm;
+          gemm = plan;
+        }
       }
       if (gemm) {
         plan.kernel = Kernel::kGemm;
         plan.gemm = *gemm;
         plan.weight = gemm_weight(p, forward);
+        plan.has_exact = gemm->zero_taps;
+        if (plan.has_exact) plan.exact = plan_exact;
         return plan;
       }
     }
@@ -967,13 +979,15 @@ std::string describe(const DataPlan& plan) {
     text += std::string(" family=") + gemm_family_name(g.tile_shape);
     text += key_values({{"block_m", g.block_m}, {"block_n", g.block_n}, {"chunk_channels", g.chunk_channels},
                         {"chunks", g.chunks}, {"stages", g.stages}, {"taps", g.taps}, {"out_phases", g.out_phases},
-                        {"in_phases", g.in_phases}, {"step_taps", most_taps_per_step(g)}, {"row_phases", g.row_phases}, {"stored_row_phases", g.stored_row_phases},
-                        {"channel_phases", g.channel_phases}, {"deinterleaved", g.deinterleaved},
+                        {"in_phases", g.in_phases}, {"step_taps", most_taps_per_step(g)}, {"row_phases", g.row_phases},
+                        {"stored_row_phases", g.stored_row_phases},
+                        {"channel_phases", g.channel_phases}, {"deinterleaved", g.deinterleaved}, {"zero_taps", g.zero_taps},
                         {"stage_output", g.stage_output}, {"resident", g.resident},
                         {"tensor_rows", g.tensor_rows}, {"tiles", g.tiles}, {"parts", g.parts},
                         {"row_tiles", g.row_tiles}, {"launch_row_tiles", row_tiles_per_launch(g)},
                         {"workspace_bytes", 4 * packed_weight_words(row_tile_range(g, 0, row_tiles_per_launch(g)))},
                         {"smem_bytes", int64_t(g.smem_bytes)}});
+    if (plan.has_exact) text += std::string(" exact_family=") + gemm_family_name(plan.exact.tile_shape);
   } else if (plan.kernel == Kernel::kDepthwise) {
     text += key_values({{"staged", plan.depthwise.staged}, {"co_blocks", plan.depthwise.co_blocks},
                         {"smem_bytes", int64_t(plan.depthwise.smem_bytes)}});

@@ -84,6 +84,7 @@ constexpr int kDwMaxTaps = 16;
 // A_t[row, ch] = w[group_stride*g + row_stride*row + channel_stride*ch + tap_stride*t].
 struct GemmWeight {
   int64_t group_stride, row_stride, channel_stride, tap_stride;
+  int64_t taps;  // K: packed taps from K on are zero
 };
 
 // The tile shapes, in one table that the planner walks and the launcher maps to instantiations.
@@ -153,8 +154,9 @@ struct GemmPlan {
   // (zero outside grad_y; deinterleaved_grad_y), a stride-1 problem whose kernels read it as plain
   // rows. The packed weight's channel c is W's channel c / weight_channel_phases at tap
   // t*weight_channel_phases + c % weight_channel_phases (weight_channel_phases: channel_phases, or P
-  // where deinterleaved; every such tap < K: K a multiple of stride, or K < stride).
-  bool deinterleaved;
+  // where deinterleaved), zero where that tap is K or past it (zero_taps: deinterleaved with K above
+  // stride and not a multiple of it; DataPlan::exact).
+  bool deinterleaved, zero_taps;
   int weight_channel_phases;
   // ---- the plan ----
   int tile_shape;      // index into kGemmTileShapes
@@ -312,6 +314,12 @@ struct DataPlan {
   GemmPlan gemm{};
   GemmWeight weight{};
   DepthwisePlan depthwise{};
+  // gemm.zero_taps (docs/design.md §3.2): products of zero weights and grad_y reach the outputs, exact
+  // only where grad_y is finite. The deinterleave copy flags a non-finite element, and the exact plan
+  // (per phase, on grad_y as it is, the same weight) runs behind that flag: its kernels return at
+  // once where the flag is clear (no host sync).
+  bool has_exact = false;
+  GemmPlan exact{};
 };
 struct WeightPlan {
   Kernel kernel = Kernel::kNone;

@@ -213,6 +213,10 @@ WIDE_TILE_CASES = [
     # launches of row tiles; and a copy of 300 phases (one position a block of the copy kernel)
     Case(2, 1040, 24, 16, 1201, stride=8, padding=4, output_padding=3),
     Case(2, 40, 24, 300, 97, stride=300, padding=7),
+    # and K above stride, not a multiple of it: zero taps (the exact per-phase plan gated off where
+    # grad_y is finite): 3 x 2 (t, r), one zero, pipelined; 2 x 5, three zero, warp tiles
+    Case(4, 400, 40, 5, 3001, stride=2, padding=2),
+    Case(2, 300, 48, 7, 2001, stride=5, padding=1),
     # the depthwise forward's blocks of output rows (one input channel, a wide channel multiplier,
     # short rows): 97 rows in blocks of 2, the last one row; two groups of 65 rows
     Case(6, 1, 97, 5, 300, stride=2, padding=3, dilation=2),

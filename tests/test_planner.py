@@ -189,15 +189,18 @@ def test_strided_grad_input_reads_grad_y_deinterleaved():
     """A strided grad_input (dilation 1) reads grad_y's phases as channels: in place on sm_90a's
     warpgroup tiles where its phases merge (K a multiple of stride), grad_y's rows go in 16-byte
     copies and stride divides 8 (merged channels); else, where K is a multiple of stride or below it
-    (every phase's taps at the same shifts: no zero weights, which would turn grad_y's Inf into NaN
-    where it does not reach), from a deinterleaved copy, a stride-1 problem of ceil(K / stride) taps
-    (any stride, any length, any card), rather than a phase at a time, element by element, where the
-    plan has more than two row tiles (the copy costs a pass over grad_y) or the math is 3xTF32 and
-    the phases merge; K above stride and not a multiple of it, or a dilated one, stays per phase."""
+    (every phase's taps at the same shifts), from a deinterleaved copy, a stride-1 problem of
+    ceil(K / stride) taps (any stride, any length, any card), rather than a phase at a time, element
+    by element, where the plan has more than two row tiles (the copy costs a pass over grad_y) or the
+    math is 3xTF32 and the phases merge. K above stride and not a multiple of it takes the copy with
+    zero taps where the per-phase plan has more than two row tiles, that plan kept as the exact one
+    (zero weights would turn grad_y's Inf into NaN where it does not reach: it runs where grad_y is
+    not finite); with fewer row tiles, or dilated, it stays per phase."""
     in_place = (8, 512, 256, 16, 862, 8, 4, 0, 1, 1)  # L_out 6896: 16-byte rows
     unaligned = (14, 1024, 512, 4, 3974, 2, 0, 1, 1, 1)  # L_out 7951
     stride_6 = (12, 1024, 1024, 12, 1132, 6, 3, 1, 1, 1)
-    not_merging = (8, 512, 256, 7, 2000, 2, 3, 1, 1, 1)  # 4 + 3 taps: per phase (no zero taps)
+    not_merging = (8, 512, 256, 7, 2000, 2, 3, 1, 1, 1)  # 4 + 3 taps: 4 x 2 with one zero tap
+    not_merging_narrow = (8, 128, 256, 7, 2000, 2, 3, 1, 1, 1)  # one row tile: per phase
     short_filter = (4, 1024, 256, 3, 2000, 8, 1, 0, 1, 1)  # K < stride: 3 phases, one tap
     two_row_tiles = (8, 256, 128, 10, 6000, 5, 0, 0, 1, 1)
     dilated = (8, 512, 256, 7, 2000, 2, 3, 1, 2, 1)
@@ -210,7 +213,10 @@ def test_strided_grad_input_reads_grad_y_deinterleaved():
                 assert g["kernel"] == "gemm" and g["deinterleaved"] == 1 and g["in_phases"] == 1, (shape, card, g)
                 assert g["taps"] == -(-shape[3] // shape[5]) and g["channel_phases"] == 1, (shape, card, g)
             g = plans(not_merging, dtype, tf32, card)["grad_input"]
-            assert g["deinterleaved"] == 0 and g["in_phases"] == 2, (card, g)
+            assert (g["deinterleaved"], g["zero_taps"], g["taps"], g["in_phases"]) == (1, 1, 4, 1), (card, g)
+            assert g["exact_family"] in ("pipelined", "warpgroup", "warp"), (card, g)
+            g = plans(not_merging_narrow, dtype, tf32, card)["grad_input"]
+            assert g["deinterleaved"] == 0 and g["in_phases"] == 2 and "exact_family" not in g, (card, g)
             g = plans(two_row_tiles, dtype, tf32, card)["grad_input"]
             strict = dtype == torch.float32 and not tf32
             assert g["deinterleaved"] == strict and (strict or g["in_phases"] > 1 and g["row_tiles"] <= 2), (card, g)

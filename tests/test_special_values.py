@@ -15,6 +15,8 @@ TENSOR_CORES = [
     Case(2, 200, 24, 3, 150, stride=4, padding=1),                        # grad_input over grad_y deinterleaved
     Case(2, 80, 40, 7, 101, stride=3, padding=2),                         # sm_90: grad_weight over copies (7 of 9 (t, r))
     Case(5, 16, 2, 3, 8500, stride=4, padding=1),                         # sm_90: K < stride merged (rows without a tap)
+    Case(2, 400, 24, 5, 300, stride=2, padding=2),                        # grad_input with zero taps, exact on warp tiles
+    Case(2, 400, 24, 5, 8500, stride=2, padding=2),                       # sm_90: the same pipelined, exact on warpgroups
 ]
 SPECIAL_CASES = [
     Case(2, 4, 6, 3, 9),                                                  # tensor cores, channels padded

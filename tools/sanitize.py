@@ -56,6 +56,7 @@ SHAPES = [
     (4, 72, 3, 3, 9001, 4, 1, 2, 1, 1, False),  # sm_90 K < stride merged into rows, rows without a tap not stored
     (2, 1040, 24, 16, 1201, 8, 4, 3, 1, 1, False),  # grad_input deinterleaved (>= 1536 MACs a grad_y element), two launches
     (2, 40, 24, 300, 97, 300, 7, 0, 1, 1, False),  # a deinterleave copy of 300 phases, one position a block
+    (4, 400, 40, 5, 3001, 2, 2, 0, 1, 1, False),  # grad_input with zero taps, the exact plan behind the copy's flag
 ]
 
 

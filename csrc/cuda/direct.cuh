@@ -99,11 +99,12 @@ __global__ void grad_input_direct_kernel(const scalar_t* __restrict__ grad_y, co
 // positions m: it reads the segment's grad_y elements in grad_y's order (m, r), each once, into
 // shared memory, then writes each phase's row in order: both sides coalesced. Element e = m*phases +
 // r sits at e + e / 32 (a pad word every 32), so that the reads at stride `phases` hit distinct banks.
+// *nonfinite is set where an element copied is Inf or NaN (DataPlan::exact).
 __host__ __device__ constexpr int deinterleave_staged_elements(int elements) { return elements + elements / 32 + 1; }
 
 template <typename scalar_t>
-__global__ void deinterleave_grad_y_kernel(const scalar_t* __restrict__ grad_y, scalar_t* __restrict__ out, ConvTParams p,
-                                           int phases, int64_t row_length, int columns) {
+__global__ void deinterleave_grad_y_kernel(const scalar_t* __restrict__ grad_y, scalar_t* __restrict__ out, int* nonfinite,
+                                           ConvTParams p, int phases, int64_t row_length, int columns) {
   extern __shared__ unsigned char deinterleave_smem[];
   scalar_t* const staged = reinterpret_cast<scalar_t*>(deinterleave_smem);
   const int64_t segment_step = int64_t(gridDim.x) * columns;
@@ -113,12 +114,15 @@ __global__ void deinterleave_grad_y_kernel(const scalar_t* __restrict__ grad_y, 
       const int64_t n = row / p.out_channels, co = row % p.out_channels;
       const scalar_t* grad_y_row = grad_y + n * p.y_batch_stride + co * p.y_channel_stride;
       const int64_t first_j = first_m * p.stride - p.padding;
+      bool finite = true;
       for (int e = threadIdx.x; e < elements; e += blockDim.x) {
         const int m = e / phases, r = e % phases;
         const int64_t j = first_j + int64_t(m) * p.stride + r;
-        staged[e + e / 32] = j >= 0 && j < p.length_out ? grad_y_row[j * p.y_length_stride] : scalar_t(0);
+        const scalar_t value = j >= 0 && j < p.length_out ? grad_y_row[j * p.y_length_stride] : scalar_t(0);
+        finite = finite && isfinite(static_cast<float>(value));
+        staged[e + e / 32] = value;
       }
-      __syncthreads();
+      if (!__syncthreads_and(finite) && threadIdx.x == 0) *nonfinite = 1;
       for (int r = 0; r < phases; ++r) {
         scalar_t* const out_row = out + (row * phases + r) * row_length + first_m;
         for (int m = threadIdx.x; m < segment; m += blockDim.x) {

@@ -38,9 +38,10 @@ auto as_cuda(scalar_t* pointer) {
 }
 
 // The kernels' parameters: the plan, its dividers, and `in`'s tensor map (tensor_rows)
-inline GemmProblem make_gemm_problem(const GemmPlan& plan, const CUtensorMap* in_map) {
+inline GemmProblem make_gemm_problem(const GemmPlan& plan, const CUtensorMap* in_map, const int* gate = nullptr) {
   GemmProblem g{};
   static_cast<GemmPlan&>(g) = plan;
+  g.gate = gate;
   g.div_col_tiles = Divider(unsigned(g.col_tiles));
   g.div_row_tiles = Divider(unsigned(g.row_tiles));
   g.div_batch = Divider(unsigned(g.batch));
@@ -96,7 +97,7 @@ template <typename scalar_t, Math kMath, GemmFamily kFamily>
 void launch_implicit_gemm(const GemmPlan& plan, const scalar_t* in, const uint32_t* packed_w, const scalar_t* bias,
                           scalar_t* out, Launch launch) {
   using T = cuda_type<scalar_t>;
-  const GemmProblem g = make_gemm_problem(plan, nullptr);
+  const GemmProblem g = make_gemm_problem(plan, nullptr, launch.gate);
   TORCH_INTERNAL_ASSERT(kGemmTileShapes[plan.tile_shape].family == kFamily, "convt: a tile shape of another family");
   with_tile_shape(plan.tile_shape, [&](auto shape_index) {
     constexpr GemmTileShape kShape = kGemmTileShapes[decltype(shape_index)::value];
@@ -126,7 +127,7 @@ template <typename scalar_t, Math kMath, PipelineForm kForm>
 void launch_pipelined_gemm(const GemmPlan& plan, const CUtensorMap* in_map, const scalar_t* in, const uint32_t* packed_w,
                            const scalar_t* bias, scalar_t* out, Launch launch) {
   using T = cuda_type<scalar_t>;
-  const GemmProblem g = make_gemm_problem(plan, in_map);
+  const GemmProblem g = make_gemm_problem(plan, in_map, launch.gate);
   TORCH_INTERNAL_ASSERT(pipeline_form(plan) == kForm, "convt: a pipelined problem's form");
   with_tile_shape(plan.tile_shape, [&](auto shape_index) {
     constexpr GemmTileShape kShape = kGemmTileShapes[decltype(shape_index)::value];

@@ -74,8 +74,9 @@ __global__ void pack_gemm_weight_kernel(const T* __restrict__ w, uint32_t* __res
       const int64_t w_ch = ch / p.weight_channel_phases;
       const int phase = int(row % p.row_phases + ch % p.weight_channel_phases);  // (one of the two is 0)
       const int tap = t * p.row_phases * p.weight_channel_phases + phase;
-      // (merged rows of phases without a tap: zero, stored_row_phases)
-      const bool inside = row < p.rows_per_group && ch < p.channels_per_group && row % p.row_phases < p.stored_row_phases;
+      // (merged rows of phases without a tap: zero, stored_row_phases; zero_taps: taps from K on)
+      const bool inside = row < p.rows_per_group && ch < p.channels_per_group && row % p.row_phases < p.stored_row_phases &&
+                          tap < a.taps;
       const T element = inside ? w[g * a.group_stride + w_row * a.row_stride + w_ch * a.channel_stride + tap * a.tap_stride]
                                : from_float<T>(0.0f);
       if constexpr (kMath == Math::kTF32) {
@@ -109,6 +110,7 @@ __global__ void __launch_bounds__(kGemmThreads, kMath == Math::k3xTF32 ? 1 : 2) 
   if constexpr (kWarpgroups && !CONVT_WGMMA_AVAILABLE) {
     return;  // (warpgroup tiles are sm_90a only: other archs get an empty kernel)
   } else {
+    if (p.gate != nullptr && *p.gate == 0) return;  // (the whole block: Launch::gate)
     extern __shared__ __align__(kMaxSwizzleAtomBytes) uint32_t smem[];  // weight slots first: swizzle atoms aligned
     using Mainloop = ImplicitGemmMainloop<T, kMath, kWarpTilesM, kWarpsM, kWarpgroups, kShiftedRows, kMerge>;
     const ImplicitGemmSmem<T> buffers(smem, p);

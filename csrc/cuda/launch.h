@@ -25,6 +25,9 @@ using acc_type = std::conditional_t<std::is_same_v<scalar_t, double>, double, fl
 struct Launch {
   int sm_count;
   cudaStream_t stream;
+  // The GEMM kernels of this launch run only where *gate is non-zero (a device flag; nullptr: always),
+  // so that a plan's exact fallback is decided on the device (DataPlan::exact)
+  const int* gate = nullptr;
 };
 
 // ---- implicit GEMM (forward and grad_input) ----------------------------------------------------------
@@ -74,9 +77,9 @@ template <typename scalar_t>
 void launch_grad_weight_direct(const ConvTParams& p, const scalar_t* grad_y, const scalar_t* x, scalar_t* grad_w,
                                Launch launch);
 // grad_y deinterleaved (GemmPlan::deinterleaved, WeightPlan::deinterleaved_grad_y): out (N, C_out *
-// phases, row_length), contiguous
+// phases, row_length), contiguous; *nonfinite set where grad_y holds Inf or NaN (else left as it is)
 template <typename scalar_t>
-void launch_deinterleave_grad_y(const ConvTParams& p, const scalar_t* grad_y, scalar_t* out, int64_t phases,
+void launch_deinterleave_grad_y(const ConvTParams& p, const scalar_t* grad_y, scalar_t* out, int* nonfinite, int64_t phases,
                                 int64_t row_length, Launch launch);
 // row_sums[n][co] = sum over j of grad_y[n, co, j]
 template <typename scalar_t>

@@ -148,13 +148,19 @@ DeviceLimits without_tma(DeviceLimits limits) {
 
 // ---- the passes ------------------------------------------------------------------------------------
 
-// grad_y deinterleaved (GemmPlan::deinterleaved, WeightPlan::deinterleaved_grad_y)
-at::Tensor deinterleaved_grad_y(const ConvTParams& p, const at::Tensor& grad_y, Launch launch) {
+// grad_y deinterleaved (GemmPlan::deinterleaved, WeightPlan::deinterleaved_grad_y), and a device flag
+// set where grad_y holds Inf or NaN (DataPlan::exact runs behind it)
+struct GradYCopy {
+  at::Tensor values, nonfinite;
+};
+GradYCopy deinterleaved_grad_y(const ConvTParams& p, const at::Tensor& grad_y, Launch launch) {
   const int64_t phases = deinterleaved_phases(p), row_length = deinterleaved_row_length(p);
-  at::Tensor copy = at::empty({p.batch, p.out_channels * phases, row_length}, grad_y.options());
+  GradYCopy copy{at::empty({p.batch, p.out_channels * phases, row_length}, grad_y.options()),
+                 at::zeros({1}, grad_y.options().dtype(at::kInt))};
   dispatch_dtype(grad_y.scalar_type(), [&](auto element) {
     using scalar_t = decltype(element);
-    launch_deinterleave_grad_y<scalar_t>(p, data_of<scalar_t>(grad_y), data_of<scalar_t>(copy), phases, row_length, launch);
+    launch_deinterleave_grad_y<scalar_t>(p, data_of<scalar_t>(grad_y), data_of<scalar_t>(copy.values),
+                                         copy.nonfinite.data_ptr<int>(), phases, row_length, launch);
   });
   return copy;
 }
@@ -166,20 +172,67 @@ at::Tensor aligned_x_copy(const ConvTParams& p, const at::Tensor& x) {
 }
 
 // What a GEMM plan reads as `in`: the tensor itself, or grad_y deinterleaved (made once: *copy keeps it)
-at::Tensor gemm_input(const DataPlan& plan, const ConvTParams& p, const at::Tensor& in, Launch launch, at::Tensor* copy) {
+at::Tensor gemm_input(const DataPlan& plan, const ConvTParams& p, const at::Tensor& in, Launch launch, GradYCopy* copy) {
   if (plan.kernel != Kernel::kGemm || !plan.gemm.deinterleaved) return in;
-  if (!copy->defined()) *copy = deinterleaved_grad_y(p, in, launch);
-  return *copy;
+  if (!copy->values.defined()) *copy = deinterleaved_grad_y(p, in, launch);
+  return copy->values;
+}
+
+// The launches of one GEMM plan over `in` (in_map: its tensor map where the plan has tensor_rows)
+void run_gemm(const GemmPlan& gemm, const GemmWeight& weight, const at::Tensor& in, const CUtensorMap* in_map,
+              const at::Tensor& w, const at::Tensor& bias, const at::Tensor& out, Math math, Launch launch) {
+  // the packed weight of one launch at a time (row_tile_range), within kMaxPackedWeightBytes
+  const int launch_row_tiles = row_tiles_per_launch(gemm);
+  const at::Tensor packed =
+      at::empty({packed_weight_words(row_tile_range(gemm, 0, launch_row_tiles))}, w.options().dtype(at::kInt));
+  auto* packed_w = reinterpret_cast<uint32_t*>(packed.data_ptr());
+  dispatch_math(in.scalar_type(), math, [&](auto element, auto math_mode) {
+    using scalar_t = decltype(element);
+    constexpr Math kMath = decltype(math_mode)::value;
+    const scalar_t *in_data = data_of<scalar_t>(in), *bias_data = data_of<scalar_t>(bias);
+    scalar_t* out_data = data_of<scalar_t>(out);
+    for (int first = 0; first < gemm.row_tiles; first += launch_row_tiles) {
+      const GemmPlan part = row_tile_range(gemm, first, std::min(launch_row_tiles, gemm.row_tiles - first));
+      pack_gemm_weight<scalar_t, kMath>(part, weight, data_of<scalar_t>(w), packed_w, launch);
+      switch (kGemmTileShapes[part.tile_shape].family) {
+        case GemmFamily::kPipelined: {
+          const CUtensorMap* map = part.tensor_rows ? in_map : nullptr;
+          auto run = [&](auto form) {
+            launch_pipelined_gemm<scalar_t, kMath, decltype(form)::value>(part, map, in_data, packed_w, bias_data, out_data,
+                                                                         launch);
+          };
+          switch (pipeline_form(part)) {
+            case PipelineForm::kOnePair: run(std::integral_constant<PipelineForm, PipelineForm::kOnePair>()); break;
+            case PipelineForm::kPairs: run(std::integral_constant<PipelineForm, PipelineForm::kPairs>()); break;
+            case PipelineForm::kPhasePair:  // (TF32 and 16-bit only: 3xTF32 has two weight parts)
+              if constexpr (kMath != Math::k3xTF32) run(std::integral_constant<PipelineForm, PipelineForm::kPhasePair>());
+              break;
+          }
+          break;
+        }
+        case GemmFamily::kWarpgroupTiles:
+          launch_implicit_gemm<scalar_t, kMath, GemmFamily::kWarpgroupTiles>(part, in_data, packed_w, bias_data, out_data,
+                                                                             launch);
+          break;
+        case GemmFamily::kWarpTiles:
+          launch_implicit_gemm<scalar_t, kMath, GemmFamily::kWarpTiles>(part, in_data, packed_w, bias_data, out_data, launch);
+          break;
+      }
+    }
+  });
 }
 
 // The forward (in = x, out = y) or grad_input (in = grad_y, out = grad_x) as planned
 // (grad_y_copy: grad_y deinterleaved where a pass made it already, else where this one makes it)
 void run_data(DataPlan plan, const ConvTParams& p, const at::Tensor& in_tensor, const at::Tensor& w, const at::Tensor& bias,
-              const at::Tensor& out, bool forward, Math math, const DeviceLimits& limits, at::Tensor* grad_y_copy) {
+              const at::Tensor& out, bool forward, Math math, const DeviceLimits& limits, GradYCopy* grad_y_copy) {
   const Launch launch = launch_for(limits);
   at::Tensor in = gemm_input(plan, p, in_tensor, launch, grad_y_copy);
-  CUtensorMap in_map{};
-  if (plan.kernel == Kernel::kGemm && plan.gemm.tensor_rows && !encode_in_map(in_map, plan.gemm, in, math)) {
+  CUtensorMap in_map{}, exact_map{};  // (the exact plan reads grad_y as it is)
+  const bool mapped = plan.kernel != Kernel::kGemm ||
+                      ((!plan.gemm.tensor_rows || encode_in_map(in_map, plan.gemm, in, math)) &&
+                       (!plan.has_exact || !plan.exact.tensor_rows || encode_in_map(exact_map, plan.exact, in_tensor, math)));
+  if (!mapped) {  // the driver refused a tensor map
     plan = forward ? plan_forward(p, facts_of(in_tensor), math, without_tma(limits))
                    : plan_grad_input(p, facts_of(in_tensor), math, without_tma(limits));
     in = gemm_input(plan, p, in_tensor, launch, grad_y_copy);
@@ -194,46 +247,12 @@ void run_data(DataPlan plan, const ConvTParams& p, const at::Tensor& in_tensor, 
         out.zero_();
       }
     }
-    // the packed weight of one launch at a time (row_tile_range), within kMaxPackedWeightBytes
-    const int launch_row_tiles = row_tiles_per_launch(plan.gemm);
-    const at::Tensor packed =
-        at::empty({packed_weight_words(row_tile_range(plan.gemm, 0, launch_row_tiles))}, w.options().dtype(at::kInt));
-    auto* packed_w = reinterpret_cast<uint32_t*>(packed.data_ptr());
-    dispatch_math(in.scalar_type(), math, [&](auto element, auto math_mode) {
-      using scalar_t = decltype(element);
-      constexpr Math kMath = decltype(math_mode)::value;
-      const scalar_t *in_data = data_of<scalar_t>(in), *bias_data = data_of<scalar_t>(bias);
-      scalar_t* out_data = data_of<scalar_t>(out);
-      for (int first = 0; first < plan.gemm.row_tiles; first += launch_row_tiles) {
-        const GemmPlan part = row_tile_range(plan.gemm, first, std::min(launch_row_tiles, plan.gemm.row_tiles - first));
-        pack_gemm_weight<scalar_t, kMath>(part, plan.weight, data_of<scalar_t>(w), packed_w, launch);
-        switch (kGemmTileShapes[part.tile_shape].family) {
-          case GemmFamily::kPipelined: {
-            const CUtensorMap* map = part.tensor_rows ? &in_map : nullptr;
-            auto run = [&](auto form) {
-              launch_pipelined_gemm<scalar_t, kMath, decltype(form)::value>(part, map, in_data, packed_w, bias_data, out_data,
-                                                                           launch);
-            };
-            switch (pipeline_form(part)) {
-              case PipelineForm::kOnePair: run(std::integral_constant<PipelineForm, PipelineForm::kOnePair>()); break;
-              case PipelineForm::kPairs: run(std::integral_constant<PipelineForm, PipelineForm::kPairs>()); break;
-              case PipelineForm::kPhasePair:  // (TF32 and 16-bit only: 3xTF32 has two weight parts)
-                if constexpr (kMath != Math::k3xTF32) run(std::integral_constant<PipelineForm, PipelineForm::kPhasePair>());
-                break;
-            }
-            break;
-          }
-          case GemmFamily::kWarpgroupTiles:
-            launch_implicit_gemm<scalar_t, kMath, GemmFamily::kWarpgroupTiles>(part, in_data, packed_w, bias_data, out_data,
-                                                                               launch);
-            break;
-          case GemmFamily::kWarpTiles:
-            launch_implicit_gemm<scalar_t, kMath, GemmFamily::kWarpTiles>(part, in_data, packed_w, bias_data, out_data,
-                                                                          launch);
-            break;
-        }
-      }
-    });
+    run_gemm(plan.gemm, plan.weight, in, &in_map, w, bias, out, math, launch);
+    if (plan.has_exact) {  // over it, where grad_y is not finite (the copy's flag)
+      Launch gated = launch;
+      gated.gate = grad_y_copy->nonfinite.data_ptr<int>();
+      run_gemm(plan.exact, plan.weight, in_tensor, &exact_map, w, bias, out, math, gated);
+    }
     return;
   }
   dispatch_dtype(in.scalar_type(), [&](auto element) {
@@ -332,7 +351,7 @@ void forward(const at::Tensor& x, const at::Tensor& w, const std::optional<at::T
   const at::Tensor bias_c = bias.has_value() && bias->defined() ? bias->contiguous() : at::Tensor();  // read as bias[co]
   const Math math = math_of(x);
   const DeviceLimits limits = device_limits();
-  at::Tensor unused;
+  GradYCopy unused;
   run_data(plan_forward(p, facts_of(x), math, limits), p, x, w, bias_c, y, /*forward=*/true, math, limits, &unused);
 }
 
@@ -351,7 +370,7 @@ void backward(const at::Tensor& grad_y, const at::Tensor& x, const at::Tensor& w
     plan = plan_backward(p, facts_of(x), facts_of(grad_y), math, grad_x.defined(), grad_w.defined(), grad_bias.defined(), limits);
     weight_x = x;
   }
-  at::Tensor grad_y_copy;  // grad_y deinterleaved, made once for both passes
+  GradYCopy grad_y_copy;  // grad_y deinterleaved, made once for both passes
   if (plan.grad_input.kernel != Kernel::kNone) {
     run_data(plan.grad_input, p, grad_y, w, at::Tensor(), grad_x, /*forward=*/false, math, limits, &grad_y_copy);
   }
@@ -362,9 +381,9 @@ void backward(const at::Tensor& grad_y, const at::Tensor& x, const at::Tensor& w
       // the stride-1 problem's weight (C_in, C_out/groups * P, taps) holds W's tap t*stride + r at
       // channel co*P + r, tap t (grad_weight_over_copies)
       const ConvTParams& q = weight.problem;
-      if (!grad_y_copy.defined()) grad_y_copy = deinterleaved_grad_y(p, grad_y, launch);
+      if (!grad_y_copy.values.defined()) grad_y_copy = deinterleaved_grad_y(p, grad_y, launch);
       const at::Tensor over = at::empty({q.in_channels, q.out_channels_per_group, q.kernel_size}, grad_w.options());
-      run_grad_weight(weight, q, weight_x, grad_y_copy, over, grad_bias, math, x_map, launch);
+      run_grad_weight(weight, q, weight_x, grad_y_copy.values, over, grad_bias, math, x_map, launch);
       const int64_t phases = deinterleaved_phases(p);
       grad_w.copy_(over.view({p.in_channels, p.out_channels_per_group, phases, q.kernel_size})
                        .transpose(2, 3)

@@ -41,6 +41,7 @@ __global__ void __launch_bounds__(kPipelineThreads, 1)
   static_assert(kForm != PipelineForm::kPhasePair || (kSubtiles * kBlockM <= 128 && kMath != Math::k3xTF32));
   constexpr bool kPairs = kForm != PipelineForm::kOnePair;
   constexpr int kBlockN = 128 * kSubtiles;  // columns of a tile
+  if (p.gate != nullptr && *p.gate == 0) return;  // (the whole block, before any barrier: Launch::gate)
   extern __shared__ __align__(kMaxSwizzleAtomBytes) uint32_t smem[];  // weight slots first: swizzle atoms aligned
   const PipelineStages<T> stages(smem, p);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
