@@ -519,6 +519,14 @@ std::optional<GemmPlan> plan_gemm(const GemmPlan& g, const std::optional<GemmPla
   if (pipelined && g.rows_per_group > 32) {
     if (auto plan = plan_pipelined(g, in, math, limits)) return plan;
   }
+  // A narrow problem (fewer than 8 rows) is bound by streaming `in`, which the pipelined kernel does at
+  // full rate and the warp tiles do not, as long as its 64-row tiles' padded MMA work stays below
+  // that: kNarrowPipelinedMacs MACs an element of `in` (64 rows x the taps of a step; 3xTF32 three
+  // products a MAC).
+  if (pipelined && g.rows_per_group < 8 &&
+      64 * most_taps_per_step(g) * (one_accumulator ? 1 : 3) <= kNarrowPipelinedMacs) {
+    if (auto plan = plan_pipelined(g, in, math, limits)) return plan;
+  }
   auto warp_tiles = [](int block_m, int block_n) { return gemm_tile_index(GemmFamily::kWarpTiles, block_m, block_n); };
   std::vector<int> shapes;
   if (warpgroups && g.rows_per_group > 64) shapes.push_back(warpgroup_tiles);

@@ -50,6 +50,7 @@ struct TensorFacts {
 
 constexpr int64_t kGemmIndexLimit = int64_t(1) << 30;  // positions, offsets and strides in 32-bit ints
 constexpr int64_t kMaxDeinterleavedPhases = 1024;  // the copy stages a position's phases in shared memory
+constexpr int kNarrowPipelinedMacs = 192;         // MACs an element of `in` up to which narrow problems pipeline
 constexpr int64_t kDeinterleaveReuse = 1536;       // MACs a grad_y element feeds, from which grad_input copies it
 constexpr int kFragmentWords = 32 * 4;                 // one m16 x k-step A fragment: 4 words per lane
 constexpr int kMaxGemmTaps = 128;

@@ -217,6 +217,11 @@ WIDE_TILE_CASES = [
     # grad_y is finite): 3 x 2 (t, r), one zero, pipelined; 2 x 5, three zero, warp tiles
     Case(4, 400, 40, 5, 3001, stride=2, padding=2),
     Case(2, 300, 48, 7, 2001, stride=5, padding=1),
+    # narrow problems (fewer than 8 rows, few taps a step) on pipelined 64-row tiles: one output
+    # channel, K = 1; three, 3 dilated taps (strict float32: warp tiles); grad_input of 3 input channels
+    Case(2, 200, 1, 1, 20001),
+    Case(2, 96, 3, 3, 30001, padding=2, dilation=2),
+    Case(2, 3, 96, 3, 30001, padding=1),
     # the depthwise forward's blocks of output rows (one input channel, a wide channel multiplier,
     # short rows): 97 rows in blocks of 2, the last one row; two groups of 65 rows
     Case(6, 1, 97, 5, 300, stride=2, padding=3, dilation=2),

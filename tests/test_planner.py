@@ -356,6 +356,20 @@ def test_busy_grad_input_reads_grad_y_deinterleaved_rather_than_in_place():
             assert (g["deinterleaved"], g["channel_phases"]) == ((1, 1) if copied else (0, shape[5])), (shape, g)
 
 
+def test_narrow_problems_with_few_taps_a_step_run_pipelined():
+    """Fewer than 8 rows and at most 192 MACs an element of `in` in 64-row tiles (3 taps a step; one in
+    3xTF32, three products a MAC): the pipelined kernel streams `in` where warp tiles would not."""
+    for shape, pass_ in (((1, 512, 1, 1, 1953125, 1, 0, 0, 1, 1), "forward"), ((1, 512, 2, 3, 1953125, 1, 2, 0, 2, 1), "forward"),
+                         ((2, 3, 96, 3, 30001, 1, 1, 0, 1, 1), "grad_input")):
+        for dtype, tf32 in MATHS:
+            g = plans(shape, dtype, tf32, "h100")[pass_]
+            taps = shape[3]
+            pipelined = taps * (1 if tf32 or dtype != torch.float32 else 3) <= 3
+            assert (g["family"] == "pipelined" and g["block_m"] == 64) == pipelined, (shape, dtype, tf32, g)
+    wider = plans((2, 200, 12, 1, 20001, 1, 0, 0, 1, 1), torch.float32, True, "h100")["forward"]  # 12 rows: warp tiles
+    assert wider["family"] == "warp" and wider["block_m"] == 16, wider
+
+
 def test_narrow_outputs_with_short_filters_merge_into_rows():
     """K < stride with a narrow output: one tile of rows (co, r), the rows of phases
     without a tap not stored, so x is read once rather than once a phase."""
