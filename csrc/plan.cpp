@@ -408,16 +408,26 @@ bool merges_short_filter(const ConvTParams& p) {
          (p.out_channels_per_group * p.stride <= 64 || p.stride <= 2 * p.kernel_size) &&
          p.out_channels_per_group * p.stride < kGemmIndexLimit;
 }
+// K above stride and not a multiple of it (dilation 1) merges for a narrow output (its merged rows
+// in one 64-row tile) with zero taps: ceil(K / stride) taps, zero where t*stride + r >= K. 0 x Inf
+// of x would put NaN where torch has none, so the per-phase plan stays as the exact one, run where a
+// pass over x finds Inf or NaN (DataPlan::exact). Per phase, a narrow output reads x once a phase.
+bool merges_with_zero_taps(const ConvTParams& p) {
+  return p.dilation == 1 && p.stride > 1 && p.kernel_size > p.stride && p.kernel_size % p.stride != 0 &&
+         p.out_channels_per_group * p.stride <= 64;
+}
 std::optional<GemmPlan> merged_forward_problem(const ConvTParams& p, int step_taps) {
-  const bool short_filter = merges_short_filter(p);
-  if (!phases_merge(p) && !short_filter) return std::nullopt;
+  const bool short_filter = merges_short_filter(p), zero_taps = merges_with_zero_taps(p);
+  if (!phases_merge(p) && !short_filter && !zero_taps) return std::nullopt;
   GemmPlan g = gemm_problem(p, /*forward=*/true, step_taps);
   g.row_phases = int(p.stride);
   g.stored_row_phases = short_filter ? int(p.kernel_size) : g.row_phases;
   g.phase_origin = int(p.padding % p.stride);
   g.rows_per_group *= p.stride;
   g.out_step = 1;
-  set_merged_taps(g, short_filter ? 1 : int(p.kernel_size / p.stride), int(p.padding / p.stride), -1, step_taps);
+  g.zero_taps = zero_taps;
+  const int64_t taps = short_filter ? 1 : (p.kernel_size + p.stride - 1) / p.stride;  // (K / stride where phases merge)
+  set_merged_taps(g, int(taps), int(p.padding / p.stride), -1, step_taps);
   return g;
 }
 std::optional<GemmPlan> merged_grad_input_problem(const ConvTParams& p, int step_taps) {
@@ -827,6 +837,14 @@ DataPlan plan_data(const ConvTParams& p, const TensorFacts& in, Math math, bool 
       const auto merged = forward ? merged_forward_problem(p, step_taps) : merged_grad_input_problem(p, step_taps);
       auto gemm = plan_gemm(gemm_problem(p, forward, step_taps), merged, in, math, limits);
       GemmPlan plan_exact{};
+      if (gemm && gemm->zero_taps) {  // (the forward merged with zero taps: the per-phase plan is the exact one)
+        const auto exact = plan_gemm(gemm_problem(p, forward, step_taps), std::nullopt, in, math, limits);
+        if (exact) {
+          plan_exact = *exact;
+        } else {
+          gemm = std::nullopt;
+        }
+      }
       // a strided grad_input that would read grad_y a phase at a time, element by element, reads it
       // deinterleaved instead where it has more than two row tiles (the copy's pass over grad_y, read
       // and written, costs about two of the in-place tiles' element-wise passes), and in 3xTF32 (whose

@@ -155,8 +155,8 @@ struct GemmPlan {
   // (zero outside grad_y; deinterleaved_grad_y), a stride-1 problem whose kernels read it as plain
   // rows. The packed weight's channel c is W's channel c / weight_channel_phases at tap
   // t*weight_channel_phases + c % weight_channel_phases (weight_channel_phases: channel_phases, or P
-  // where deinterleaved), zero where that tap is K or past it (zero_taps: deinterleaved with K above
-  // stride and not a multiple of it; DataPlan::exact).
+  // where deinterleaved), zero where that tap is K or past it (zero_taps: K above stride and not a
+  // multiple of it, grad_input deinterleaved or a narrow forward merged into rows; DataPlan::exact).
   bool deinterleaved, zero_taps;
   int weight_channel_phases;
   // ---- the plan ----
@@ -315,10 +315,10 @@ struct DataPlan {
   GemmPlan gemm{};
   GemmWeight weight{};
   DepthwisePlan depthwise{};
-  // gemm.zero_taps (docs/design.md §3.2): products of zero weights and grad_y reach the outputs, exact
-  // only where grad_y is finite. The deinterleave copy flags a non-finite element, and the exact plan
-  // (per phase, on grad_y as it is, the same weight) runs behind that flag: its kernels return at
-  // once where the flag is clear (no host sync).
+  // gemm.zero_taps (docs/design.md §3.2): products of zero weights and `in` reach the outputs, exact
+  // only where `in` is finite. The deinterleave copy (grad_input) or a pass over x (the forward) flags
+  // a non-finite element, and the exact plan (per phase, on `in` as it is, the same weight) runs
+  // behind that flag: its kernels return at once where the flag is clear (no host sync).
   bool has_exact = false;
   GemmPlan exact{};
 };

@@ -217,6 +217,10 @@ WIDE_TILE_CASES = [
     # grad_y is finite): 3 x 2 (t, r), one zero, pipelined; 2 x 5, three zero, warp tiles
     Case(4, 400, 40, 5, 3001, stride=2, padding=2),
     Case(2, 300, 48, 7, 2001, stride=5, padding=1),
+    # narrow forwards with K above stride, not a multiple of it, merged into rows with zero taps (the
+    # exact per-phase plan gated off where x is finite): 3 co x 4 phases, 2 taps; one co x 10, 2 taps
+    Case(4, 48, 3, 5, 12001, stride=4, padding=2),
+    Case(2, 40, 1, 16, 20001, stride=10, padding=6, output_padding=1),
     # narrow problems (fewer than 8 rows, few taps a step) on pipelined 64-row tiles: one output
     # channel, K = 1; three, 3 dilated taps (strict float32: warp tiles); grad_input of 3 input channels
     Case(2, 200, 1, 1, 20001),

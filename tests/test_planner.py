@@ -140,16 +140,20 @@ def test_long_filters_run_in_steps_of_few_taps(card):
 
 
 def test_narrow_outputs():
-    """A waveform decoder (C_out 1-4): on sm_90a, where its phases merge, merged into rows on pipelined
-    tiles (x, the large operand, read once rather than once a phase); else 16-row warp tiles (rows
-    padded to 16, not 32 or 64)."""
+    """A waveform decoder (C_out 1-4): on sm_90a merged into rows on pipelined tiles (x, the large
+    operand, read once rather than once a phase; K not a multiple of stride with zero taps), else
+    16-row warp tiles (rows padded to 16, not 32 or 64); dilated, per phase on warp tiles."""
     mergeable = (16, 512, 1, 16, 8000, 8, 4, 0, 1, 1)
-    not_mergeable = (3, 96, 1, 16, 100000, 10, 3, 0, 1, 1)  # (K not a multiple of stride)
+    zero_taps = (3, 96, 1, 16, 100000, 10, 3, 0, 1, 1)  # (K not a multiple of stride)
+    dilated = (3, 96, 1, 16, 100000, 10, 3, 0, 2, 1)
     for dtype, tf32 in MATHS:
         merged = plans(mergeable, dtype, tf32, "h100")["forward"]
         assert tile(merged) == ("pipelined", 64, 256) and merged["row_phases"] == 8, merged
         assert tile(plans(mergeable, dtype, tf32, "a100")["forward"]) == ("warp", 16, 256)
-        assert tile(plans(not_mergeable, dtype, tf32, "h100")["forward"]) == ("warp", 16, 256)
+        padded = plans(zero_taps, dtype, tf32, "h100")["forward"]
+        assert tile(padded) == ("pipelined", 64, 256) and (padded["row_phases"], padded["zero_taps"]) == (10, 1), padded
+        assert tile(plans(zero_taps, dtype, tf32, "a100")["forward"]) == ("warp", 16, 256)
+        assert tile(plans(dilated, dtype, tf32, "h100")["forward"]) == ("warp", 16, 256)
 
 
 def test_long_filters_run_pipelined_in_runs_of_taps():
@@ -286,8 +290,10 @@ def test_merged_phases_only_where_they_merge():
         if plan["kernel"] == "gemm" and plan["row_phases"] > 1:
             assert dilation == 1 and stride > 1 and plan["row_phases"] == stride, (shape, plan)
             short = k < stride and ((c_out // groups) * stride <= 64 or stride <= 2 * k)
-            assert k % stride == 0 or short, (shape, plan)
+            padded = k > stride and (c_out // groups) * stride <= 64  # zero taps, an exact plan beside
+            assert k % stride == 0 or short or padded, (shape, plan)
             assert plan["stored_row_phases"] == (k if k < stride else stride), (shape, plan)
+            assert plan["zero_taps"] == (k > stride and k % stride != 0) == ("exact_family" in plan), (shape, plan)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -368,6 +374,21 @@ def test_narrow_problems_with_few_taps_a_step_run_pipelined():
             assert (g["family"] == "pipelined" and g["block_m"] == 64) == pipelined, (shape, dtype, tf32, g)
     wider = plans((2, 200, 12, 1, 20001, 1, 0, 0, 1, 1), torch.float32, True, "h100")["forward"]  # 12 rows: warp tiles
     assert wider["family"] == "warp" and wider["block_m"] == 16, wider
+
+
+def test_narrow_forwards_merge_with_zero_taps():
+    """K above stride and not a multiple of it, with a narrow output (C_out/groups * stride <= 64,
+    dilation 1): merged into rows with ceil(K / stride) taps, zero where t*stride + r >= K, the
+    per-phase plan kept as the exact one (run where x is not finite); wider outputs and dilated
+    filters stay per phase."""
+    for shape in ((1, 768, 1, 16, 860816, 10, 6, 1, 1, 1), (4, 48, 3, 5, 12001, 4, 2, 0, 1, 1)):
+        for dtype, tf32 in MATHS:
+            f = plans(shape, dtype, tf32, "h100")["forward"]
+            assert (f["family"], f["row_phases"], f["zero_taps"]) == ("pipelined", shape[5], 1), (shape, f)
+            assert f["taps"] == -(-shape[3] // shape[5]) and "exact_family" in f, (shape, f)
+    for shape in ((4, 48, 32, 5, 12001, 4, 2, 0, 1, 1), (4, 48, 3, 5, 12001, 4, 4, 0, 2, 1)):  # 128 rows; dilated
+        f = plans(shape, torch.float32, True, "h100")["forward"]
+        assert f["row_phases"] == 1 and f["zero_taps"] == 0 and "exact_family" not in f, (shape, f)
 
 
 def test_narrow_outputs_with_short_filters_merge_into_rows():

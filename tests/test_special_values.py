@@ -17,6 +17,7 @@ TENSOR_CORES = [
     Case(5, 16, 2, 3, 8500, stride=4, padding=1),                         # sm_90: K < stride merged (rows without a tap)
     Case(2, 400, 24, 5, 300, stride=2, padding=2),                        # grad_input with zero taps, exact on warp tiles
     Case(2, 400, 24, 5, 8500, stride=2, padding=2),                       # sm_90: the same pipelined, exact on warpgroups
+    Case(5, 96, 1, 5, 8500, stride=3, padding=1),                         # sm_90: a narrow forward merged with zero taps
 ]
 SPECIAL_CASES = [
     Case(2, 4, 6, 3, 9),                                                  # tensor cores, channels padded

@@ -135,6 +135,18 @@ __global__ void deinterleave_grad_y_kernel(const scalar_t* __restrict__ grad_y, 
   }
 }
 
+// *nonfinite = 1 where x holds Inf or NaN (else left as it is): the flag a forward's exact plan runs
+// behind (DataPlan::exact). Rows (n, ci) along y, positions along x, read through x's strides.
+template <typename scalar_t>
+__global__ void flag_nonfinite_x_kernel(const scalar_t* __restrict__ x, int* nonfinite, ConvTParams p) {
+  bool finite = true;
+  CONVT_ROW_LOOP(row, p.batch * p.in_channels) {
+    const scalar_t* x_row = x + row / p.in_channels * p.x_batch_stride + row % p.in_channels * p.x_channel_stride;
+    CONVT_POSITION_LOOP(i, p.length_in) finite = finite && isfinite(static_cast<float>(x_row[i * p.x_length_stride]));
+  }
+  if (!__syncthreads_and(finite) && threadIdx.x == 0) *nonfinite = 1;
+}
+
 // Sums of a block's threads in a fixed order (a shared-memory tree): deterministic.
 template <typename acc_t, int kThreads>
 __device__ acc_t block_sum(acc_t value) {

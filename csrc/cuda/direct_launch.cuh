@@ -112,6 +112,14 @@ void launch_deinterleave_grad_y(const ConvTParams& p, const scalar_t* grad_y, sc
 }
 
 template <typename scalar_t>
+void launch_flag_nonfinite_x(const ConvTParams& p, const scalar_t* x, int* nonfinite, Launch launch) {
+  // (8 positions a thread: a block reads 8 KB of a row or more)
+  flag_nonfinite_x_kernel<scalar_t><<<row_grid(p.batch * p.in_channels, p.length_in, 8 * kDirectThreads), kDirectThreads, 0,
+                                      launch.stream>>>(x, nonfinite, p);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+template <typename scalar_t>
 void launch_sum_slices(const acc_type<scalar_t>* partial, scalar_t* out, int64_t elements, int64_t slices, Launch launch) {
   sum_slices_kernel<scalar_t, acc_type<scalar_t>>
       <<<grid_size(elements, 32, launch), 32 * kSumWarps, 0, launch.stream>>>(partial, out, elements, slices);

@@ -81,6 +81,9 @@ void launch_grad_weight_direct(const ConvTParams& p, const scalar_t* grad_y, con
 template <typename scalar_t>
 void launch_deinterleave_grad_y(const ConvTParams& p, const scalar_t* grad_y, scalar_t* out, int* nonfinite, int64_t phases,
                                 int64_t row_length, Launch launch);
+// *nonfinite set where x holds Inf or NaN (else left as it is)
+template <typename scalar_t>
+void launch_flag_nonfinite_x(const ConvTParams& p, const scalar_t* x, int* nonfinite, Launch launch);
 // row_sums[n][co] = sum over j of grad_y[n, co, j]
 template <typename scalar_t>
 void launch_grad_y_row_sums(const ConvTParams& p, const scalar_t* grad_y, acc_type<scalar_t>* row_sums, Launch launch);

@@ -165,6 +165,16 @@ GradYCopy deinterleaved_grad_y(const ConvTParams& p, const at::Tensor& grad_y, L
   return copy;
 }
 
+// A device flag set where x holds Inf or NaN (a forward's DataPlan::exact runs behind it)
+at::Tensor nonfinite_flag(const ConvTParams& p, const at::Tensor& x, Launch launch) {
+  const at::Tensor flag = at::zeros({1}, x.options().dtype(at::kInt));
+  dispatch_dtype(x.scalar_type(), [&](auto element) {
+    using scalar_t = decltype(element);
+    launch_flag_nonfinite_x<scalar_t>(p, data_of<scalar_t>(x), flag.data_ptr<int>(), launch);
+  });
+  return flag;
+}
+
 // x in rows of 16-byte multiples (WeightPlan::aligned_x): a view (N, C_in, L_in) of the copy
 at::Tensor aligned_x_copy(const ConvTParams& p, const at::Tensor& x) {
   const int64_t row_length = aligned_row_length(p.length_in, int(x.element_size()));
@@ -248,9 +258,10 @@ void run_data(DataPlan plan, const ConvTParams& p, const at::Tensor& in_tensor, 
       }
     }
     run_gemm(plan.gemm, plan.weight, in, &in_map, w, bias, out, math, launch);
-    if (plan.has_exact) {  // over it, where grad_y is not finite (the copy's flag)
+    if (plan.has_exact) {  // over it, where `in` is not finite (grad_y: the copy's flag; x: a pass over it)
+      const at::Tensor nonfinite = plan.gemm.deinterleaved ? grad_y_copy->nonfinite : nonfinite_flag(p, in_tensor, launch);
       Launch gated = launch;
-      gated.gate = grad_y_copy->nonfinite.data_ptr<int>();
+      gated.gate = nonfinite.data_ptr<int>();
       run_gemm(plan.exact, plan.weight, in_tensor, &exact_map, w, bias, out, math, gated);
     }
     return;
