@@ -837,12 +837,15 @@ DataPlan plan_data(const ConvTParams& p, const TensorFacts& in, Math math, bool 
       const auto merged = forward ? merged_forward_problem(p, step_taps) : merged_grad_input_problem(p, step_taps);
       auto gemm = plan_gemm(gemm_problem(p, forward, step_taps), merged, in, math, limits);
       GemmPlan plan_exact{};
-      if (gemm && gemm->zero_taps) {  // (the forward merged with zero taps: the per-phase plan is the exact one)
-        const auto exact = plan_gemm(gemm_problem(p, forward, step_taps), std::nullopt, in, math, limits);
-        if (exact) {
+      // The forward merged with zero taps keeps the per-phase plan as the exact one. 3xTF32's merged
+      // tiles are bound by their MMA work (three products a MAC, 64 padded rows): it merges only
+      // where that work, 64 x ceil(K / stride) a column, is at most the per-phase 16-row tiles' 16 x K.
+      if (gemm && gemm->zero_taps) {
+        auto exact = plan_gemm(gemm_problem(p, forward, step_taps), std::nullopt, in, math, limits);
+        if (exact && (math != Math::k3xTF32 || 4 * int64_t(gemm->taps) <= p.kernel_size)) {
           plan_exact = *exact;
         } else {
-          gemm = std::nullopt;
+          gemm = exact;
         }
       }
       // a strided grad_input that would read grad_y a phase at a time, element by element, reads it

@@ -379,11 +379,16 @@ def test_narrow_problems_with_few_taps_a_step_run_pipelined():
 def test_narrow_forwards_merge_with_zero_taps():
     """K above stride and not a multiple of it, with a narrow output (C_out/groups * stride <= 64,
     dilation 1): merged into rows with ceil(K / stride) taps, zero where t*stride + r >= K, the
-    per-phase plan kept as the exact one (run where x is not finite); wider outputs and dilated
-    filters stay per phase."""
+    per-phase plan kept as the exact one (run where x is not finite; 3xTF32 only where 64 x
+    ceil(K / stride) padded MACs a column are at most its per-phase tiles' 16 x K); wider outputs and
+    dilated filters stay per phase."""
     for shape in ((1, 768, 1, 16, 860816, 10, 6, 1, 1, 1), (4, 48, 3, 5, 12001, 4, 2, 0, 1, 1)):
         for dtype, tf32 in MATHS:
             f = plans(shape, dtype, tf32, "h100")["forward"]
+            if dtype == torch.float32 and not tf32 and 4 * -(-shape[3] // shape[5]) > shape[3]:
+                # 3xTF32: 64 x 2 padded MACs a column above the per-phase tiles' 16 x 5
+                assert f["row_phases"] == 1 and f["zero_taps"] == 0, (shape, f)
+                continue
             assert (f["family"], f["row_phases"], f["zero_taps"]) == ("pipelined", shape[5], 1), (shape, f)
             assert f["taps"] == -(-shape[3] // shape[5]) and "exact_family" in f, (shape, f)
     for shape in ((4, 48, 32, 5, 12001, 4, 2, 0, 1, 1), (4, 48, 3, 5, 12001, 4, 4, 0, 2, 1)):  # 128 rows; dilated
