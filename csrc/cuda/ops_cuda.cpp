@@ -238,7 +238,7 @@ void run_data(DataPlan plan, const ConvTParams& p, const at::Tensor& in_tensor, 
               const at::Tensor& out, bool forward, Math math, const DeviceLimits& limits, GradYCopy* grad_y_copy) {
   const Launch launch = launch_for(limits);
   at::Tensor in = gemm_input(plan, p, in_tensor, launch, grad_y_copy);
-  CUtensorMap in_map{}, exact_map{};  // (the exact plan reads grad_y as it is)
+  CUtensorMap in_map{}, exact_map{};  // (the exact plan reads `in` as it is)
   const bool mapped = plan.kernel != Kernel::kGemm ||
                       ((!plan.gemm.tensor_rows || encode_in_map(in_map, plan.gemm, in, math)) &&
                        (!plan.has_exact || !plan.exact.tensor_rows || encode_in_map(exact_map, plan.exact, in_tensor, math)));
