@@ -1461,7 +1461,10 @@ Plans plan(const ConvTParams& p, at::ScalarType dtype) {
   const bool avx2_float = dtype == at::kFloat && avx2::available() && !override.portable;
   Plans plans{blas_form(p), blas_form(p), blas_form(p)};
   if (avx2_float) {
-    plans.forward = forward_avx2_form(p);
+    // At one or two channels a group (C_in/g x C_out/g <= 2: depthwise, a multiplier of 2 or two
+    // inputs a group) the micro-kernels' reduction, C_in/g x taps a phase, is too short to pay for
+    // their tiles, and the direct loops, vectorized along the row, do less work.
+    plans.forward = p.in_channels_per_group * p.out_channels_per_group <= 2 ? Form::kDirect : forward_avx2_form(p);
     plans.grad_input = backward_by_blas_taps(p, false) ? Form::kTaps : Form::kPacked;
     plans.grad_weight = backward_by_blas_taps(p, true) ? Form::kTaps
                         : grad_weight_by_gemm(p)       ? Form::kPositions
