@@ -855,14 +855,19 @@ Form forward_avx2_form(const ConvTParams& p) {
   const double col2im = 1.5 * positions * Cog * K * G;
   // packed: per phase, its taps' weight times its positions rounded up to the column step
   const int64_t packed_step = avx2::column_step(avx2::panel_rows(p.out_channels_per_group));
-  double packed_columns = 0;  // sum over phases of taps x rounded positions
+  double packed_columns = 0, packed_outputs = 0;  // sums over phases of taps x rounded positions, of rounded positions
   const auto phases = taps_by_phase(p);
   for (size_t r = 0; r < phases.size(); ++r) {
-    packed_columns += double(phases[r].size()) *
-                      double(round_up(phase_length(static_cast<int64_t>(r), p.length_out, p.stride), packed_step));
+    const double columns = double(round_up(phase_length(static_cast<int64_t>(r), p.length_out, p.stride), packed_step));
+    packed_columns += double(phases[r].size()) * columns;
+    if (!phases[r].empty()) packed_outputs += columns;
   }
-  const double packed_products = 1.2 * G * Cig * Cog * N * packed_columns / 16;
-  const double packed = packed_products + 4 * weight + (Cog < 6 ? packed_products * (6 / Cog - 1) / 2 : 0);
+  // (the products a tenth slower than the other forms': B's rows start at each tap's shift; and each
+  // output of a phase's GEMM about 2 cycles beyond them, its accumulators loaded and stored and the
+  // bias added, which a short reduction, C_in/g x taps a phase, does not amortize)
+  const double packed_products = 1.1 * G * Cig * Cog * N * packed_columns / 16;
+  const double packed = packed_products + 4 * weight + 2 * G * Cog * N * packed_outputs +
+                        (Cog < 6 ? packed_products * (6 / Cog - 1) / 2 : 0);
   // streamed: columns (co, k) in blocks of whole output channels, each rounded up to 16
   const int64_t blocks = streamed_channel_blocks(p);
   const int64_t block_columns = ceil_div(p.out_channels_per_group, blocks) * p.kernel_size;
