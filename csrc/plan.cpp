@@ -848,17 +848,16 @@ DataPlan plan_data(const ConvTParams& p, const TensorFacts& in, Math math, bool 
           gemm = exact;
         }
       }
-      // a strided grad_input that would read grad_y a phase at a time, element by element, reads it
-      // deinterleaved instead where it has more than two row tiles (the copy's pass over grad_y, read
-      // and written, costs about two of the in-place tiles' element-wise passes), and in 3xTF32 (whose
-      // two-accumulator tiles stall longer on element loads) at any row tiles where the phases merge
-      // (K below stride keeps the row-tile rule: its per-phase form reads each grad_y element once)
-      // Phases merged in place load their fragments at stride channel_phases in shared memory (bank
-      // conflicts, a cost that grows with the MMA work), where the copy costs two passes over grad_y:
-      // each grad_y element feeds C_in/groups * K/stride MACs, and the copy is taken from
-      // kDeinterleaveReuse of them. With zero taps (K above stride, not a multiple of it: up to
-      // twice the MMA work) the per-phase plan stays as the exact one, run where grad_y is not
-      // finite (DataPlan::exact), so it must be a GEMM.
+      // grad_input over grad_y deinterleaved (the copy costs a pass over grad_y, read and written):
+      //  - where the per-phase plan would read grad_y element by element over more than two row
+      //    tiles (about two of its passes), or in 3xTF32 (whose two-accumulator tiles stall longer on
+      //    element loads) at any row tiles where the phases merge (K below stride keeps the row-tile
+      //    rule: its per-phase form reads each grad_y element once);
+      //  - where phases merged in place would load their fragments at stride channel_phases in
+      //    shared memory (bank conflicts, a cost that grows with the MMA work) and a grad_y element
+      //    feeds at least kDeinterleaveReuse MACs (C_in/groups * K/stride);
+      //  - with zero taps (K above stride, not a multiple of it: up to twice the MMA work) under the
+      //    row-tile rule, the per-phase plan kept as the exact one (DataPlan::exact), so it must exist.
       const auto deinterleaved = forward ? std::nullopt : deinterleaved_grad_input_problem(p, step_taps);
       const bool element_wise = gemm && gemm->in_step > 1 && gemm->channel_phases == 1;
       const bool strict_merging = math == Math::k3xTF32 && phases_merge(p);
@@ -877,8 +876,7 @@ DataPlan plan_data(const ConvTParams& p, const TensorFacts& in, Math math, bool 
         plan.kernel = Kernel::kGemm;
         plan.gemm = *gemm;
         plan.weight = gemm_weight(p, forward);
-        plan.has_exact = gemm->zero_taps;
-        if (plan.has_exact) plan.exact = plan_exact;
+        if (gemm->zero_taps) plan.exact = plan_exact;
         return plan;
       }
     }
@@ -1016,7 +1014,7 @@ std::string describe(const DataPlan& plan) {
                         {"row_tiles", g.row_tiles}, {"launch_row_tiles", row_tiles_per_launch(g)},
                         {"workspace_bytes", 4 * packed_weight_words(row_tile_range(g, 0, row_tiles_per_launch(g)))},
                         {"smem_bytes", int64_t(g.smem_bytes)}});
-    if (plan.has_exact) text += std::string(" exact_family=") + gemm_family_name(plan.exact.tile_shape);
+    if (g.zero_taps) text += std::string(" exact_family=") + gemm_family_name(plan.exact.tile_shape);
   } else if (plan.kernel == Kernel::kDepthwise) {
     text += key_values({{"staged", plan.depthwise.staged}, {"co_blocks", plan.depthwise.co_blocks},
                         {"smem_bytes", int64_t(plan.depthwise.smem_bytes)}});

@@ -318,8 +318,8 @@ struct DataPlan {
   // gemm.zero_taps (docs/design.md §3.2): products of zero weights and `in` reach the outputs, exact
   // only where `in` is finite. The deinterleave copy (grad_input) or a pass over x (the forward) flags
   // a non-finite element, and the exact plan (per phase, on `in` as it is, the same weight) runs
-  // behind that flag: its kernels return at once where the flag is clear (no host sync).
-  bool has_exact = false;
+  // behind that flag: its kernels return at once where the flag is clear (no host sync). A zero-tap
+  // plan is taken only where an exact one exists.
   GemmPlan exact{};
 };
 struct WeightPlan {

@@ -241,7 +241,7 @@ void run_data(DataPlan plan, const ConvTParams& p, const at::Tensor& in_tensor, 
   CUtensorMap in_map{}, exact_map{};  // (the exact plan reads `in` as it is)
   const bool mapped = plan.kernel != Kernel::kGemm ||
                       ((!plan.gemm.tensor_rows || encode_in_map(in_map, plan.gemm, in, math)) &&
-                       (!plan.has_exact || !plan.exact.tensor_rows || encode_in_map(exact_map, plan.exact, in_tensor, math)));
+                       (!plan.gemm.zero_taps || !plan.exact.tensor_rows || encode_in_map(exact_map, plan.exact, in_tensor, math)));
   if (!mapped) {  // the driver refused a tensor map
     plan = forward ? plan_forward(p, facts_of(in_tensor), math, without_tma(limits))
                    : plan_grad_input(p, facts_of(in_tensor), math, without_tma(limits));
@@ -258,7 +258,8 @@ void run_data(DataPlan plan, const ConvTParams& p, const at::Tensor& in_tensor, 
       }
     }
     run_gemm(plan.gemm, plan.weight, in, &in_map, w, bias, out, math, launch);
-    if (plan.has_exact) {  // over it, where `in` is not finite (grad_y: the copy's flag; x: a pass over it)
+    // the exact plan over it where `in` is not finite (grad_y: the copy's flag; x: a pass over it)
+    if (plan.gemm.zero_taps) {
       const at::Tensor nonfinite = plan.gemm.deinterleaved ? grad_y_copy->nonfinite : nonfinite_flag(p, in_tensor, launch);
       Launch gated = launch;
       gated.gate = nonfinite.data_ptr<int>();
