@@ -224,9 +224,8 @@ CONVT_TARGET void gemm_blocks(int64_t rows, int64_t cols, int64_t depth, const f
     // (a weight's rows, channels' rows; not a row at each tap's shift, which stays in L1), the blocks
     // of all column steps are copied at once, each row read once along its columns, for any number of
     // panels: reading 64 bytes of each of kc such rows per column step defeats the hardware prefetcher.
-    const bool pages_apart = b.inner == 1 && b.outer_stride >= 1024;
-    const bool copy_b = rows > 12 || pages_apart;
-    const bool whole_rows = copy_b && pages_apart;
+    const bool whole_rows = b.inner == 1 && b.outer_stride >= 1024;  // (B's steps rows pages apart)
+    const bool copy_b = rows > 12 || whole_rows;
     const int64_t blocks_copied = whole_rows ? (cols + 15) / 16 : 1;
     thread_local std::vector<float> b_buffer;
     if (copy_b && static_cast<int64_t>(b_buffer.size()) < blocks_copied * kDepthBlock * 16 + 8) {
