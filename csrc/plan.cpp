@@ -786,25 +786,35 @@ double padded_mma_work(const WeightGradPlan& g) {
 // stages about kDwSegment * stride elements).
 std::optional<DepthwisePlan> plan_depthwise(const ConvTParams& p, bool forward, int element_size, const DeviceLimits& limits) {
   // (phases of an output segment, first_phase + t, are ints in the kernels)
-  if (p.in_channels_per_group != 1 || p.kernel_size > kDwMaxTaps || p.stride >= kGemmIndexLimit) return std::nullopt;
+  if (!depthwise_channels(p.in_channels_per_group, p.out_channels_per_group, forward) || p.kernel_size > kDwMaxTaps ||
+      p.stride >= kGemmIndexLimit) {
+    return std::nullopt;
+  }
   DepthwisePlan a{};
   a.shift_min = tap_of(0, p.stride, p.padding, p.dilation).shift;  // shifts grow with k
   a.shift_max = tap_of(p.kernel_size - 1, p.stride, p.padding, p.dilation).shift;
   const int64_t span = a.shift_max - a.shift_min;
   a.staged = forward ? (kDwSegment - 1) / p.stride + 2 + span : (kDwSegment + span) * p.stride;
   const int64_t acc_size = std::max(element_size, 4);  // float, or double
-  // the forward's output rows of a block: enough blocks for four of kDwThreads threads an SM
-  const int64_t blocks = (p.length_out + kDwSegment - 1) / kDwSegment * std::min<int64_t>(p.batch * p.in_channels, 65535);
+  // the output channels of a block: enough blocks for four of kDwThreads threads an SM (the
+  // forward's rows: (n, group), along L_out; grad_input's: (n, ci), along L_in, whose co blocks sum
+  // into partial: at most 2 * target_blocks * kDwSegment values, since blocks < target_blocks)
+  const int64_t rows = p.batch * (forward ? p.groups : p.in_channels);
+  const int64_t length = forward ? p.length_out : p.length_in;
+  const int64_t blocks = (length + kDwSegment - 1) / kDwSegment * std::min<int64_t>(rows, 65535);
   const int64_t target_blocks = 4 * int64_t(limits.sm_count);
-  const int64_t co_blocks = forward && blocks < target_blocks ? std::min(p.out_channels_per_group, (target_blocks + blocks - 1) / blocks) : 1;
+  const int64_t co_blocks = blocks < target_blocks ? std::min(p.out_channels_per_group, (target_blocks + blocks - 1) / blocks) : 1;
   const int64_t co_block = (p.out_channels_per_group + co_blocks - 1) / co_blocks;
   a.co_block = int(std::min<int64_t>(co_block, kGemmIndexLimit));
   a.co_blocks = int((p.out_channels_per_group + a.co_block - 1) / a.co_block);
   if (a.co_blocks > 65535) return std::nullopt;  // (a grid dimension)
-  const int64_t weights = (forward ? a.co_block : p.out_channels_per_group) * (p.kernel_size + (forward ? 1 : 0));
+  // forward: the block's rows' weights for each of the group's input channels, and their biases;
+  // grad_input: the row's weights for the block's output channels
+  const int64_t weights = forward ? a.co_block * (p.in_channels_per_group * p.kernel_size + 1) : a.co_block * p.kernel_size;
   if (weights >= kGemmIndexLimit) return std::nullopt;
   a.weights = int(weights);
-  const int64_t smem_bytes = a.weights * acc_size + a.staged * element_size;
+  const int64_t staged_rows = forward ? p.in_channels_per_group : 1;
+  const int64_t smem_bytes = a.weights * acc_size + staged_rows * a.staged * element_size;
   if (smem_bytes > limits.smem_one_block()) return std::nullopt;
   a.smem_bytes = size_t(smem_bytes);
   return a;
@@ -823,9 +833,10 @@ int64_t depthwise_grad_weight_slices(const ConvTParams& p, const DeviceLimits& l
 // The forward or grad_input: tensor cores where a plan fits, else depthwise, else direct
 DataPlan plan_data(const ConvTParams& p, const TensorFacts& in, Math math, bool forward, const DeviceLimits& limits) {
   DataPlan plan;
-  // one input channel per group: the depthwise kernels where they plan (no channel padding)
+  // one input channel per group, or a few (depthwise_channels): the depthwise kernels where they
+  // plan (no channel padding)
   const auto depthwise = plan_depthwise(p, forward, in.element_size, limits);
-  if (depthwise && p.in_channels_per_group == 1) {
+  if (depthwise) {
     plan.kernel = Kernel::kDepthwise;
     plan.depthwise = *depthwise;
     return plan;
@@ -840,9 +851,13 @@ DataPlan plan_data(const ConvTParams& p, const TensorFacts& in, Math math, bool 
       // The forward merged with zero taps keeps the per-phase plan as the exact one. 3xTF32's merged
       // tiles are bound by their MMA work (three products a MAC, 64 padded rows): it merges only
       // where that work, 64 x ceil(K / stride) a column, is at most the per-phase 16-row tiles' 16 x K.
+      // 16-bit tiles merge only where the per-phase ones would pad C_out/groups (below 16 rows): with
+      // full rows those are as fast, and the merged plan pays its pass over x besides.
       if (gemm && gemm->zero_taps) {
         auto exact = plan_gemm(gemm_problem(p, forward, step_taps), std::nullopt, in, math, limits);
-        if (exact && (math != Math::k3xTF32 || 4 * int64_t(gemm->taps) <= p.kernel_size)) {
+        const bool merges = math == Math::k3xTF32 ? 4 * int64_t(gemm->taps) <= p.kernel_size
+                                                  : math != Math::k16Bit || p.out_channels_per_group < 16;
+        if (exact && merges) {
           plan_exact = *exact;
         } else {
           gemm = exact;
@@ -855,15 +870,24 @@ DataPlan plan_data(const ConvTParams& p, const TensorFacts& in, Math math, bool 
       //    rule: its per-phase form reads each grad_y element once);
       //  - where phases merged in place would load their fragments at stride channel_phases in
       //    shared memory (bank conflicts, a cost that grows with the MMA work) and a grad_y element
-      //    feeds at least kDeinterleaveReuse MACs (C_in/groups * K/stride);
-      //  - with zero taps (K above stride, not a multiple of it: up to twice the MMA work) under the
-      //    row-tile rule, the per-phase plan kept as the exact one (DataPlan::exact), so it must exist.
+      //    feeds at least kDeinterleaveReuse MACs (C_in/groups * K/stride; kDeinterleaveReuse16 for
+      //    16-bit elements);
+      //  - with zero taps (K above stride, not a multiple of it: up to twice the MMA work) where the
+      //    per-phase plan's sector reads exceed the copy's: each of its row tiles reads every 32-byte
+      //    sector of grad_y once per phase while a sector holds several of a row's phases, that is
+      //    row_tiles * min(stride, 32 / element size) passes over grad_y against the copy's 2 +
+      //    row_tiles (at stride 2: more than two row tiles). The per-phase plan stays the exact one
+      //    (DataPlan::exact), so it must exist.
       const auto deinterleaved = forward ? std::nullopt : deinterleaved_grad_input_problem(p, step_taps);
       const bool element_wise = gemm && gemm->in_step > 1 && gemm->channel_phases == 1;
       const bool strict_merging = math == Math::k3xTF32 && phases_merge(p);
-      const bool busy_in_place = gemm && gemm->channel_phases > 1 &&
-                                 p.in_channels_per_group * (p.kernel_size / p.stride) >= kDeinterleaveReuse;
-      const bool copies = deinterleaved && (deinterleaved->zero_taps ? element_wise && gemm->row_tiles > 2
+      const int64_t reuse = in.element_size == 2 ? kDeinterleaveReuse16 : kDeinterleaveReuse;
+      const bool busy_in_place =
+          gemm && gemm->channel_phases > 1 && p.in_channels_per_group * (p.kernel_size / p.stride) >= reuse;
+      const auto copy_reads_less = [&](const GemmPlan& g) {
+        return g.row_tiles * std::min<int64_t>(p.stride, 32 / in.element_size) > 2 + g.row_tiles;
+      };
+      const bool copies = deinterleaved && (deinterleaved->zero_taps ? element_wise && copy_reads_less(*gemm)
                                                                       : !gemm || busy_in_place ||
                                                                             (element_wise && (gemm->row_tiles > 2 || strict_merging)));
       if (copies) {
@@ -908,8 +932,10 @@ BackwardPlan plan_backward(const ConvTParams& p, const TensorFacts& x, const Ten
     // merged phases where they plan, else per phase; 3xTF32: no wide tap groups, no warpgroup tiles
     const bool one_pass = math != Math::k3xTF32;
     const bool with_bias = grad_bias && one_pass;
-    // (one input channel per group: the depthwise kernel where it applies, no channel padding)
-    const bool depthwise = p.in_channels_per_group == 1 && p.kernel_size <= kDwMaxTaps;
+    // (one input channel per group, or a few: the depthwise kernel where it applies, no channel padding)
+    const bool depthwise =
+        depthwise_channels(p.in_channels_per_group, p.out_channels_per_group, /*forward=*/false) &&
+        p.kernel_size <= kDwMaxTaps;
     auto plan_on = [&](const ConvTParams& q, const TensorFacts& q_x, const TensorFacts& q_grad_y, bool q_bias) {
       auto gemm = plan_grad_weight(q, q_x, q_grad_y, q_bias, one_pass, /*merge=*/true, limits);
       return gemm ? gemm : plan_grad_weight(q, q_x, q_grad_y, q_bias, one_pass, /*merge=*/false, limits);

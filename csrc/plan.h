@@ -51,7 +51,9 @@ struct TensorFacts {
 constexpr int64_t kGemmIndexLimit = int64_t(1) << 30;  // positions, offsets and strides in 32-bit ints
 constexpr int64_t kMaxDeinterleavedPhases = 1024;  // the copy stages a position's phases in shared memory
 constexpr int kNarrowPipelinedMacs = 192;         // MACs an element of `in` up to which narrow problems pipeline
-constexpr int64_t kDeinterleaveReuse = 1536;       // MACs a grad_y element feeds, from which grad_input copies it
+// MACs a grad_y element feeds, from which grad_input copies it: 4-byte elements, 16-bit ones (whose
+// in-place fragment loads move half the words, so their bank conflicts cost less)
+constexpr int64_t kDeinterleaveReuse = 1024, kDeinterleaveReuse16 = 1536;
 constexpr int kFragmentWords = 32 * 4;                 // one m16 x k-step A fragment: 4 words per lane
 constexpr int kMaxGemmTaps = 128;
 constexpr int kMaxStagedStep = 8;                      // the largest out_step whose outputs are staged
@@ -79,6 +81,18 @@ CONVT_HOST_DEVICE constexpr int wgmma_min_blocks(int taps) { return taps <= 3 ? 
 // depthwise kernels (depthwise.cuh)
 constexpr int kDwThreads = 256, kDwPerThread = 8, kDwSegment = kDwThreads * kDwPerThread;  // outputs per block
 constexpr int kDwMaxTaps = 16;
+// Groups of at most kDwMaxInChannels input channels whose C_in/groups x C_out/groups is at most
+// kDwMaxGroupProducts run on the depthwise kernels: tensor-core tiles would pad both to 16 or more.
+// The forward's thread visits every tap of every input channel of its group for each output (Cig *
+// K steps), so it takes them only up to kDwMaxForwardInChannels, and while the tiles would pad
+// C_out/groups eight times or more (at most kDwMaxForwardOutChannels); one input channel a group
+// always.
+constexpr int kDwMaxInChannels = 8, kDwMaxGroupProducts = 16, kDwMaxForwardInChannels = 4, kDwMaxForwardOutChannels = 2;
+CONVT_HOST_DEVICE constexpr bool depthwise_channels(int64_t in_per_group, int64_t out_per_group, bool forward) {
+  return in_per_group == 1 ||
+         (in_per_group <= kDwMaxInChannels && in_per_group * out_per_group <= kDwMaxGroupProducts &&
+          (!forward || (in_per_group <= kDwMaxForwardInChannels && out_per_group <= kDwMaxForwardOutChannels)));
+}
 
 // ---- the implicit GEMM of the forward and grad_input (docs/design.md §3) ----------------------------
 
@@ -286,11 +300,12 @@ struct WeightGradPlan {
 struct DepthwisePlan {
   int64_t shift_min, shift_max;
   int64_t staged;     // elements of the staged row segment
-  // The forward's blocks take co_block of a row's Cog output rows each (co_blocks of them; all of
-  // them, one block, unless the rows and segments alone would leave the SMs idle: a narrow input
-  // with a wide channel multiplier); grad_input's take all of them.
+  // A block takes co_block of a row's Cog output channels (co_blocks of them; all of them, one
+  // block, unless the rows and segments alone would leave the SMs idle: a narrow input with a wide
+  // channel multiplier); grad_input's co blocks sum into partial[co block] (DepthwisePlan's user
+  // adds them: sum_slices).
   int co_block, co_blocks;
-  int weights;        // w[ci, co, :] staged per row: co_block * K values, then co_block biases in the forward
+  int weights;        // w[ci, co, :] staged per row: co_block * K values per input channel, then co_block biases in the forward
   size_t smem_bytes;  // the weights (and biases), then the row segment
 };
 

@@ -217,6 +217,18 @@ WIDE_TILE_CASES = [
     # grad_y is finite): 3 x 2 (t, r), one zero, pipelined; 2 x 5, three zero, warp tiles
     Case(4, 400, 40, 5, 3001, stride=2, padding=2),
     Case(2, 300, 48, 7, 2001, stride=5, padding=1),
+    # groups of a few input channels on the depthwise kernels: 2 x 1 a group at stride 4; 3 x 1
+    # dilated; 4 x 4 at stride 3 with output padding (the forward on tensor cores); 3 x 3 without
+    # bias (forward on tensor cores); 8 x 2 (forward on tensor cores); 4 x 2
+    Case(3, 64, 32, 5, 4001, stride=4, groups=32),
+    Case(2, 96, 32, 9, 3001, padding=8, dilation=2, groups=32),
+    Case(2, 64, 64, 5, 2001, stride=3, padding=1, output_padding=2, groups=16),
+    Case(2, 48, 48, 4, 3001, stride=2, padding=1, groups=16, bias=False),
+    Case(2, 256, 64, 7, 3001, stride=3, padding=2, groups=32),
+    Case(2, 192, 96, 4, 3001, stride=2, padding=1, groups=48),
+    # depthwise grad_input of a few rows of many output channels: co blocks summed in order
+    Case(1, 1, 1536, 5, 575, stride=5, padding=2, output_padding=3),
+    Case(3, 1, 512, 8, 535, stride=4, padding=12, dilation=4),
     # narrow forwards with K above stride, not a multiple of it, merged into rows with zero taps (the
     # exact per-phase plan gated off where x is finite): 3 co x 4 phases, 2 taps; one co x 10, 2 taps
     Case(4, 48, 3, 5, 12001, stride=4, padding=2),

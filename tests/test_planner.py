@@ -111,13 +111,19 @@ def test_float64_runs_on_cuda_cores(card):
 @pytest.mark.parametrize("dtype,tf32", MATHS)
 def test_tensor_cores_for_every_shape(card, dtype, tf32):
     """float32 and 16-bit run on tensor cores whatever the channel counts (1 included) and up to 128
-    taps; only one input channel a group with at most 16 taps takes the depthwise kernels instead."""
+    taps; only one input channel a group, or up to 8 whose product with the output channels a group
+    is at most 16 (tensor-core tiles would pad both to 16 or more), with at most 16 taps, takes the
+    depthwise kernels instead: the backward passes always, the forward (whose threads loop over
+    every tap of every input channel) only with one input channel, or at most 4 input and 2 output
+    channels a group."""
     for shape in random_shapes(200, seed=4):
         n, c_in, c_out, k, l_in, stride, padding, output_padding, dilation, groups = shape
         plan = plans(shape, dtype, tf32, card)
-        depthwise = c_in // groups == 1 and k <= 16
-        for name in ("forward", "grad_input"):
-            assert plan[name]["kernel"] == ("depthwise" if depthwise else "gemm"), (shape, name, plan[name])
+        cig, cog = c_in // groups, c_out // groups
+        depthwise = (cig == 1 or (cig <= 8 and cig * cog <= 16)) and k <= 16
+        forward_depthwise = depthwise and (cig == 1 or cig <= 4 and cog <= 2)
+        for name, on_depthwise in (("forward", forward_depthwise), ("grad_input", depthwise)):
+            assert plan[name]["kernel"] == ("depthwise" if on_depthwise else "gemm"), (shape, name, plan[name])
         assert plan["grad_weight"]["kernel"] in (("depthwise",) if depthwise else ("grad_weight_gemm", "grad_weight_wgmma"))
 
 
@@ -197,21 +203,26 @@ def test_strided_grad_input_reads_grad_y_deinterleaved():
     ceil(K / stride) taps (any stride, any length, any card), rather than a phase at a time, element
     by element, where the plan has more than two row tiles (the copy costs a pass over grad_y) or the
     math is 3xTF32 and the phases merge. K above stride and not a multiple of it takes the copy with
-    zero taps where the per-phase plan has more than two row tiles, that plan kept as the exact one
-    (zero weights would turn grad_y's Inf into NaN where it does not reach: it runs where grad_y is
-    not finite); with fewer row tiles, or dilated, it stays per phase."""
+    zero taps where the per-phase plan's row tiles would read more 32-byte sectors of grad_y
+    (row_tiles * min(stride, 32 / element size) passes) than the copy (2 + row_tiles), that plan
+    kept as the exact one (zero weights would turn grad_y's Inf into NaN where it does not reach:
+    it runs where grad_y is not finite); else, or dilated, it stays per phase. The merged in-place
+    form of `in_place` feeds 1024 MACs a grad_y element: copied for 4-byte elements, in place for
+    16-bit ones (from 1536)."""
     in_place = (8, 512, 256, 16, 862, 8, 4, 0, 1, 1)  # L_out 6896: 16-byte rows
     unaligned = (14, 1024, 512, 4, 3974, 2, 0, 1, 1, 1)  # L_out 7951
     stride_6 = (12, 1024, 1024, 12, 1132, 6, 3, 1, 1, 1)
     not_merging = (8, 512, 256, 7, 2000, 2, 3, 1, 1, 1)  # 4 + 3 taps: 4 x 2 with one zero tap
-    not_merging_narrow = (8, 128, 256, 7, 2000, 2, 3, 1, 1, 1)  # one row tile: per phase
+    not_merging_narrow = (8, 128, 256, 7, 2000, 2, 3, 1, 1, 1)  # stride 2, two row tiles: per phase
+    not_merging_stride_5 = (14, 200, 200, 8, 8353, 5, 1, 0, 1, 1)  # 2 + 2 rows tiles' sectors x 5 phases
     short_filter = (4, 1024, 256, 3, 2000, 8, 1, 0, 1, 1)  # K < stride: 3 phases, one tap
     two_row_tiles = (8, 256, 128, 10, 6000, 5, 0, 0, 1, 1)
     dilated = (8, 512, 256, 7, 2000, 2, 3, 1, 2, 1)
     for dtype, tf32 in MATHS:
         for card in ("h100", "a100"):
             merged = plans(in_place, dtype, tf32, card)["grad_input"]
-            assert (merged["channel_phases"], merged["deinterleaved"]) == ((8, 0) if card == "h100" else (1, 1)), merged
+            in_place_merged = card == "h100" and dtype.itemsize == 2
+            assert (merged["channel_phases"], merged["deinterleaved"]) == ((8, 0) if in_place_merged else (1, 1)), merged
             for shape in (unaligned, stride_6, short_filter):
                 g = plans(shape, dtype, tf32, card)["grad_input"]
                 assert g["kernel"] == "gemm" and g["deinterleaved"] == 1 and g["in_phases"] == 1, (shape, card, g)
@@ -221,6 +232,8 @@ def test_strided_grad_input_reads_grad_y_deinterleaved():
             assert g["exact_family"] in ("pipelined", "warpgroup", "warp"), (card, g)
             g = plans(not_merging_narrow, dtype, tf32, card)["grad_input"]
             assert g["deinterleaved"] == 0 and g["in_phases"] == 2 and "exact_family" not in g, (card, g)
+            g = plans(not_merging_stride_5, dtype, tf32, card)["grad_input"]
+            assert (g["deinterleaved"], g["zero_taps"], g["taps"], g["in_phases"]) == (1, 1, 2, 1), (card, g)
             g = plans(two_row_tiles, dtype, tf32, card)["grad_input"]
             strict = dtype == torch.float32 and not tf32
             assert g["deinterleaved"] == strict and (strict or g["in_phases"] > 1 and g["row_tiles"] <= 2), (card, g)
@@ -305,7 +318,8 @@ def test_h100_named_shapes(dtype):
     assert kb64["grad_bias"]["kernel"] == "with_grad_weight"
     up0 = plans(NAMED["hifigan_up0"], dtype, True, "h100")
     assert up0["forward"]["family"] == "pipelined" and up0["forward"]["row_phases"] == 8
-    assert up0["grad_input"]["family"] == "pipelined" and up0["grad_input"]["channel_phases"] == 8
+    assert up0["grad_input"]["family"] == "pipelined"  # deinterleaved for 4-byte elements (1024 MACs a grad_y element)
+    assert (up0["grad_input"]["deinterleaved"], up0["grad_input"]["channel_phases"]) == ((1, 1) if dtype.itemsize == 4 else (0, 8))
     assert up0["grad_weight"]["merged"] == 1
     kb74 = plans(NAMED["kb74"], dtype, True, "h100")
     assert tile(kb74["forward"]) == ("pipelined", 64, 256)
@@ -352,12 +366,13 @@ def test_bench_explain_prints_every_pass():
 
 def test_busy_grad_input_reads_grad_y_deinterleaved_rather_than_in_place():
     """Phases merged in place load fragments at a stride in shared memory, a cost that grows with the
-    MMA work: where a grad_y element feeds at least 1536 MACs (C_in/groups * K/stride), grad_input
-    reads grad_y deinterleaved."""
-    for shape, copied in (((2, 1024, 512, 16, 1300, 8, 4, 0, 1, 1), True), ((16, 1536, 512, 4, 1300, 2, 1, 0, 1, 1), True),
-                          ((2, 1040, 24, 16, 1201, 8, 4, 3, 1, 1), True), ((10, 768, 1, 16, 104445, 8, 4, 0, 1, 1), True),
-                          (NAMED["hifigan_up0"], False), ((2, 512, 256, 16, 3131, 8, 4, 0, 1, 1), False)):
+    MMA work: where a grad_y element feeds at least 1024 MACs (C_in/groups * K/stride; 1536 for
+    16-bit elements, whose loads move half the words), grad_input reads grad_y deinterleaved."""
+    for shape, copied_16_bit in (((2, 1024, 512, 16, 1300, 8, 4, 0, 1, 1), True), ((16, 1536, 512, 4, 1300, 2, 1, 0, 1, 1), True),
+                                 ((2, 1040, 24, 16, 1201, 8, 4, 3, 1, 1), True), ((10, 768, 1, 16, 104445, 8, 4, 0, 1, 1), True),
+                                 (NAMED["hifigan_up0"], False), ((2, 512, 256, 16, 3131, 8, 4, 0, 1, 1), False)):
         for dtype in (torch.float32, torch.bfloat16):
+            copied = copied_16_bit or dtype.itemsize == 4
             g = plans(shape, dtype, True, "h100")["grad_input"]
             assert (g["deinterleaved"], g["channel_phases"]) == ((1, 1) if copied else (0, shape[5])), (shape, g)
 
@@ -376,12 +391,46 @@ def test_narrow_problems_with_few_taps_a_step_run_pipelined():
     assert wider["family"] == "warp" and wider["block_m"] == 16, wider
 
 
+def test_groups_of_few_channels_run_depthwise():
+    """Groups of 2-8 input channels whose product with the output channels a group is at most 16 run
+    their backward passes on the depthwise kernels, and their forward (which stages the group's
+    input rows and loops over all of their taps) with at most 4 input and 2 output channels a
+    group; wider groups on tensor cores."""
+    for shape, forward_depthwise in (((15, 64, 32, 5, 29509, 4, 0, 0, 1, 32), True), ((11, 96, 32, 9, 6182, 1, 8, 0, 2, 32), True),
+                                     ((7, 256, 64, 7, 8000, 3, 2, 0, 1, 32), False), ((4, 64, 64, 5, 63657, 3, 1, 0, 1, 16), False),
+                                     ((13, 96, 32, 16, 3784, 2, 5, 0, 1, 32), True), ((16, 96, 96, 5, 9644, 4, 0, 0, 1, 32), False),
+                                     ((6, 192, 96, 4, 30000, 2, 1, 0, 1, 48), True)):
+        for dtype, tf32 in MATHS:
+            plan = plans(shape, dtype, tf32, "h100")
+            kernels = [plan[name]["kernel"] for name in ("forward", "grad_input", "grad_weight")]
+            assert kernels == ["depthwise" if forward_depthwise else "gemm", "depthwise", "depthwise"], (shape, plan)
+    wide = plans((4, 64, 64, 5, 63657, 3, 1, 0, 1, 8), torch.float32, True, "h100")  # 8 x 8 a group
+    assert wide["forward"]["kernel"] == "gemm" and wide["grad_weight"]["kernel"] != "depthwise", wide
+
+
+def test_depthwise_grad_input_splits_wide_output_channels_over_blocks():
+    """Few (n, ci) rows of many output channels would leave the SMs idle: depthwise grad_input splits
+    C_out/groups over blocks (their sums added in order by a second kernel, at most 2 x 4 x SMs x
+    2048 values), as the forward does; many rows keep one block a row segment."""
+    for shape in ((1, 1, 1536, 5, 575, 5, 2, 3, 1, 1), (6, 1, 512, 8, 535, 4, 12, 0, 4, 1), (2, 1, 256, 4, 27510, 1, 1, 0, 1, 1)):
+        for card, sms in (("h100", 132), ("a100", 108)):
+            g = plans(shape, torch.float32, True, card)["grad_input"]
+            n, c_out, l_in = shape[0], shape[2], shape[4]
+            blocks = n * -(-l_in // 2048)
+            assert g["kernel"] == "depthwise" and 1 < g["co_blocks"] <= c_out, (shape, card, g)
+            assert 2 * g["co_blocks"] * blocks >= min(4 * sms, c_out * blocks), (shape, card, g)  # about four blocks an SM
+            assert g["co_blocks"] * n * l_in <= 2 * 4 * sms * 2048, (shape, g)
+    many_rows = plans((16, 512, 512, 5, 4000, 2, 2, 0, 1, 512), torch.float32, True, "h100")["grad_input"]
+    assert many_rows["kernel"] == "depthwise" and many_rows["co_blocks"] == 1, many_rows
+
+
 def test_narrow_forwards_merge_with_zero_taps():
     """K above stride and not a multiple of it, with a narrow output (C_out/groups * stride <= 64,
     dilation 1): merged into rows with ceil(K / stride) taps, zero where t*stride + r >= K, the
     per-phase plan kept as the exact one (run where x is not finite; 3xTF32 only where 64 x
-    ceil(K / stride) padded MACs a column are at most its per-phase tiles' 16 x K); wider outputs and
-    dilated filters stay per phase."""
+    ceil(K / stride) padded MACs a column are at most its per-phase tiles' 16 x K; 16-bit only where
+    the per-phase tiles would pad C_out/groups, below 16 rows); wider outputs and dilated filters
+    stay per phase."""
     for shape in ((1, 768, 1, 16, 860816, 10, 6, 1, 1, 1), (4, 48, 3, 5, 12001, 4, 2, 0, 1, 1)):
         for dtype, tf32 in MATHS:
             f = plans(shape, dtype, tf32, "h100")["forward"]
@@ -394,6 +443,9 @@ def test_narrow_forwards_merge_with_zero_taps():
     for shape in ((4, 48, 32, 5, 12001, 4, 2, 0, 1, 1), (4, 48, 3, 5, 12001, 4, 4, 0, 2, 1)):  # 128 rows; dilated
         f = plans(shape, torch.float32, True, "h100")["forward"]
         assert f["row_phases"] == 1 and f["zero_taps"] == 0 and "exact_family" not in f, (shape, f)
+    for dtype, merged in ((torch.float32, 1), (torch.bfloat16, 0), (torch.float16, 0)):  # 32 rows a phase
+        f = plans(NAMED["grouped"], dtype, True, "h100")["forward"]
+        assert (f["row_phases"], f["zero_taps"]) == ((2, 1) if merged else (1, 0)), (dtype, f)
 
 
 def test_narrow_outputs_with_short_filters_merge_into_rows():

@@ -25,7 +25,7 @@ template void launch_depthwise_forward<{t}>(const ConvTParams&, const DepthwiseP
                                             {t}*, Launch);
 template void launch_grad_input_direct<{t}>(const ConvTParams&, const {t}*, const {t}*, {t}*, Launch);
 template void launch_depthwise_grad_input<{t}>(const ConvTParams&, const DepthwisePlan&, const {t}*, const {t}*, {t}*,
-                                               Launch);
+                                               acc_type<{t}>*, Launch);
 template void launch_depthwise_grad_weight<{t}>(const ConvTParams&, int64_t, const {t}*, const {t}*, acc_type<{t}>*,
                                                 Launch);
 template void launch_grad_weight_direct<{t}>(const ConvTParams&, const {t}*, const {t}*, {t}*, Launch);

@@ -1,7 +1,8 @@
-// Depthwise kernels (one input channel per group, C_in/groups == 1): every output row reads one
-// input row, so a block stages a segment of that row in shared memory once and each thread
-// computes kDwPerThread outputs from it, along the row (coalesced loads and stores). Polyphase
-// indexing as in convt.h; any dtype, acc_t accumulation; 64-bit offsets. docs/design.md §6.1.
+// Depthwise kernels (one input channel per group, or a few: depthwise_channels): every output row
+// reads its group's input rows, so a block stages a segment of them in shared memory once and each
+// thread computes kDwPerThread outputs from it, along the row (coalesced loads and stores).
+// Polyphase indexing as in convt.h; any dtype, acc_t accumulation; 64-bit offsets. docs/design.md
+// §6.1.
 #pragma once
 
 #include "plan.h"
@@ -10,35 +11,39 @@
 
 namespace convt::cuda {
 
-// Stages w_s[c*K + k] = w[ci, co_begin + c, k] for c < co_count (and, given bias, b_s[c] = bias[ci*Cog +
-// co_begin + c] after them): issued beside a row segment's loads, so that one barrier covers both.
+// Stages w_s[(c*co_count + cc)*K + k] = w[first_ci + c, co_begin + cc, k] for c < ci_count, cc <
+// co_count (and, given bias, b_s[cc] = bias[first_bias + cc] after them): issued beside a row
+// segment's loads, so that one barrier covers both.
 template <typename scalar_t, typename acc_t>
-__device__ void stage_depthwise_weights(const scalar_t* w, const scalar_t* bias, acc_t* w_s, int64_t ci, int co_begin,
-                                        int co_count, const ConvTParams& p) {
-  const int weights = co_count * int(p.kernel_size);
+__device__ void stage_depthwise_weights(const scalar_t* w, const scalar_t* bias, acc_t* w_s, int64_t first_ci, int ci_count,
+                                        int co_begin, int co_count, int64_t first_bias, const ConvTParams& p) {
+  const int row_weights = co_count * int(p.kernel_size), weights = ci_count * row_weights;
   for (int e = threadIdx.x; e < weights; e += kDwThreads) {
-    const int64_t co = co_begin + e / int(p.kernel_size), k = e % int(p.kernel_size);
+    const int64_t ci = first_ci + e / row_weights, co = co_begin + e % row_weights / int(p.kernel_size);
+    const int64_t k = e % int(p.kernel_size);
     w_s[e] = acc_t(w[ci * p.w_in_stride + co * p.w_out_stride + k * p.w_tap_stride]);
   }
   if (bias == nullptr) return;
-  for (int c = threadIdx.x; c < co_count; c += kDwThreads) {
-    w_s[weights + c] = acc_t(bias[ci * p.out_channels_per_group + co_begin + c]);
-  }
+  for (int c = threadIdx.x; c < co_count; c += kDwThreads) w_s[weights + c] = acc_t(bias[first_bias + c]);
 }
 
-// y[n, ci*Cog + co, j] = bias + sum over taps k of phase j mod stride of w[ci, co, k] * x[n, ci, j div stride - shift_k]
+// y[n, g*Cog + co, j] = bias + sum over the group's input channels ci = g*Cig + c and the taps k of
+// phase j mod stride of w[ci, co, k] * x[n, ci, j div stride - shift_k]
 // Block: outputs j0 + [0, kDwSegment) of output rows co_begin + [0, co_block) (blockIdx.z) of one
-// (n, ci) row. Per row, behind one barrier, it stages x_s[q] = x[n, ci, i_lo + q] and those rows'
-// weights and biases (w_s).
-template <typename scalar_t, typename acc_t>
+// (n, g) group row. Per row, behind one barrier, it stages x_s[c*staged + q] = x[n, g*Cig + c, i_lo +
+// q] for the group's Cig input channels and those rows' weights and biases (w_s). A thread visits
+// every tap of every channel (Cig * K steps an output: planned only for Cig <= 4).
+// kOneInputChannel: Cig is 1 (a constant: the channel loop compiles away).
+template <typename scalar_t, typename acc_t, bool kOneInputChannel>
 __global__ void __launch_bounds__(kDwThreads, 4)
     depthwise_forward_kernel(const scalar_t* __restrict__ x, const scalar_t* __restrict__ w,
                              const scalar_t* __restrict__ bias, scalar_t* __restrict__ y, ConvTParams p, DepthwisePlan a) {
   extern __shared__ __align__(16) unsigned char dw_smem[];
   acc_t* w_s = reinterpret_cast<acc_t*>(dw_smem);
+  const int in_per_group = kOneInputChannel ? 1 : int(p.in_channels_per_group);
   const int co_begin = int(blockIdx.z) * a.co_block;
   const int co_count = min(a.co_block, int(p.out_channels_per_group) - co_begin);
-  const acc_t* b_s = w_s + co_count * p.kernel_size;
+  const acc_t* b_s = w_s + in_per_group * co_count * p.kernel_size;
   scalar_t* x_s = reinterpret_cast<scalar_t*>(w_s + a.weights);
   const int64_t j0 = int64_t(blockIdx.x) * kDwSegment, i_lo = floor_div(j0, p.stride) - a.shift_max;
   const int first_phase = int(j0 % p.stride), stride = int(p.stride);  // output j0 + t has phase (first_phase + t) mod stride
@@ -52,20 +57,22 @@ __global__ void __launch_bounds__(kDwThreads, 4)
   // x_s positions [first_inside, end_inside) lie inside the row (both clamped to [0, staged])
   auto clamp_staged = [&](int64_t q) { return int(min(a.staged, max(int64_t(0), q))); };
   const int first_inside = clamp_staged(-i_lo), end_inside = clamp_staged(p.length_in - i_lo);
-  for (int64_t row = blockIdx.y; row < p.batch * p.in_channels; row += gridDim.y) {
-    const int64_t n = row / p.in_channels, ci = row % p.in_channels;
-    const scalar_t* x_row = x + n * p.x_batch_stride + ci * p.x_channel_stride;
+  for (int64_t row = blockIdx.y; row < p.batch * p.groups; row += gridDim.y) {
+    const int64_t n = row / p.groups, g = row % p.groups;
     __syncthreads();  // the previous row's x_s and w_s are consumed
-    for (int64_t q = threadIdx.x; q < a.staged; q += kDwThreads) {
-      const int64_t i = i_lo + q;
-      x_s[q] = i >= 0 && i < p.length_in ? x_row[i * p.x_length_stride] : scalar_t(0.0f);
+    for (int c = 0; c < in_per_group; ++c) {
+      const scalar_t* x_row = x + n * p.x_batch_stride + (g * in_per_group + c) * p.x_channel_stride;
+      for (int64_t q = threadIdx.x; q < a.staged; q += kDwThreads) {
+        const int64_t i = i_lo + q;
+        x_s[c * a.staged + q] = i >= 0 && i < p.length_in ? x_row[i * p.x_length_stride] : scalar_t(0.0f);
+      }
     }
-    stage_depthwise_weights(w, bias, w_s, ci, co_begin, co_count, p);
+    stage_depthwise_weights(w, bias, w_s, g * in_per_group, in_per_group, co_begin, co_count,
+                            g * p.out_channels_per_group + co_begin, p);
     __syncthreads();
-    for (int c = 0; c < co_count; ++c) {
-      const acc_t* weight = w_s + c * p.kernel_size;
-      const acc_t bias_value = bias ? b_s[c] : acc_t(0);
-      scalar_t* y_row = y + (n * p.out_channels + ci * p.out_channels_per_group + co_begin + c) * p.length_out;
+    for (int cc = 0; cc < co_count; ++cc) {
+      const acc_t bias_value = bias ? b_s[cc] : acc_t(0);
+      scalar_t* y_row = y + (n * p.out_channels + g * p.out_channels_per_group + co_begin + cc) * p.length_out;
 #pragma unroll
       for (int e = 0; e < kDwPerThread; ++e) {
         const int t = threadIdx.x + e * kDwThreads;
@@ -73,10 +80,14 @@ __global__ void __launch_bounds__(kDwThreads, 4)
         const int phase = stride == 1 ? 0 : (first_phase + t) % stride;  // m = j0 div stride + steps
         const int steps = stride == 1 ? t : (first_phase + t) / stride;
         acc_t acc = bias_value;
-        for (int k = 0; k < p.kernel_size; ++k) {
-          // x_s holds 0 outside the row, but such a product does not exist (0 x Inf or NaN is NaN)
-          const int q = tap_position[k] + steps;
-          if (tap_phase[k] == phase && q >= first_inside && q < end_inside) acc += weight[k] * acc_t(x_s[q]);
+        for (int c = 0; c < in_per_group; ++c) {
+          const acc_t* weight = w_s + (c * co_count + cc) * p.kernel_size;
+          const scalar_t* x_c = x_s + c * a.staged;
+          for (int k = 0; k < p.kernel_size; ++k) {
+            // x_s holds 0 outside the row, but such a product does not exist (0 x Inf or NaN is NaN)
+            const int q = tap_position[k] + steps;
+            if (tap_phase[k] == phase && q >= first_inside && q < end_inside) acc += weight[k] * acc_t(x_c[q]);
+          }
         }
         y_row[j0 + t] = scalar_t(acc);
       }
@@ -84,33 +95,42 @@ __global__ void __launch_bounds__(kDwThreads, 4)
   }
 }
 
-// grad_x[n, ci, i] = sum over co and taps k of w[ci, co, k] * grad_y[n, ci*Cog + co, (i + shift_k)*stride + phase_k]
-// Block: one (n, ci) row, inputs i0 + [0, kDwSegment); per co, gy_s[q] = grad_y[n, ci*Cog + co, j_lo + q],
-// the row's weights (w_s) staged with the first co's.
+// grad_x[n, ci, i] = sum over co and taps k of w[ci, co, k] * grad_y[n, g*Cog + co, (i + shift_k)*stride + phase_k]
+// (g = ci div Cig). Block: inputs i0 + [0, kDwSegment) of one (n, ci) row, summed over output
+// channels co_begin + [0, co_block) (blockIdx.z); per co, gy_s[q] = grad_y[n, g*Cog + co, j_lo + q]
+// for the q the segment's inputs reach, the row's weights (w_s) staged with the first co's. With one
+// co block the sums go to grad_x; with several (a few rows of many output channels would leave the
+// SMs idle) block z's go to partial[z] (grad_x's layout, acc_t), added in order by sum_slices_kernel.
 template <typename scalar_t, typename acc_t>
 __global__ void __launch_bounds__(kDwThreads)
     depthwise_grad_input_kernel(const scalar_t* __restrict__ grad_y, const scalar_t* __restrict__ w,
-                                scalar_t* __restrict__ grad_x, ConvTParams p, DepthwisePlan a) {
+                                scalar_t* __restrict__ grad_x, acc_t* __restrict__ partial, ConvTParams p, DepthwisePlan a) {
   extern __shared__ __align__(16) unsigned char dw_smem[];
   acc_t* w_s = reinterpret_cast<acc_t*>(dw_smem);
   scalar_t* gy_s = reinterpret_cast<scalar_t*>(w_s + a.weights);
   __shared__ TapTable taps;
   taps.fill(p);
+  const int co_begin = int(blockIdx.z) * a.co_block;
+  const int co_count = min(a.co_block, int(p.out_channels_per_group) - co_begin);
   const int64_t i0 = int64_t(blockIdx.x) * kDwSegment, j_lo = (i0 + a.shift_min) * p.stride;
-  for (int64_t row = blockIdx.y; row < p.batch * p.in_channels; row += gridDim.y) {
+  // inputs i < i0 + segment_inputs read gy_s below (segment_inputs + shift_max - shift_min) * stride
+  const int64_t segment_inputs = min(int64_t(kDwSegment), p.length_in - i0);
+  const int64_t staged = min(a.staged, (segment_inputs + a.shift_max - a.shift_min) * p.stride);
+  const int64_t rows = p.batch * p.in_channels;
+  for (int64_t row = blockIdx.y; row < rows; row += gridDim.y) {
     const int64_t n = row / p.in_channels, ci = row % p.in_channels;
     acc_t acc[kDwPerThread] = {};
-    for (int64_t co = 0; co < p.out_channels_per_group; ++co) {
-      const scalar_t* gy_row =
-          grad_y + n * p.y_batch_stride + (ci * p.out_channels_per_group + co) * p.y_channel_stride;
+    for (int c = 0; c < co_count; ++c) {
+      const int64_t channel = ci / p.in_channels_per_group * p.out_channels_per_group + co_begin + c;
+      const scalar_t* gy_row = grad_y + n * p.y_batch_stride + channel * p.y_channel_stride;
       __syncthreads();  // the previous gy_s (and, on a new row, w_s) is consumed
-      if (co == 0) stage_depthwise_weights(w, static_cast<const scalar_t*>(nullptr), w_s, ci, 0, int(p.out_channels_per_group), p);
-      for (int64_t q = threadIdx.x; q < a.staged; q += kDwThreads) {
+      if (c == 0) stage_depthwise_weights(w, static_cast<const scalar_t*>(nullptr), w_s, ci, 1, co_begin, co_count, 0, p);
+      for (int64_t q = threadIdx.x; q < staged; q += kDwThreads) {
         const int64_t j = j_lo + q;
         gy_s[q] = j >= 0 && j < p.length_out ? gy_row[j * p.y_length_stride] : scalar_t(0.0f);
       }
       __syncthreads();
-      const acc_t* weight = w_s + co * p.kernel_size;
+      const acc_t* weight = w_s + c * p.kernel_size;
       for (int64_t k = 0; k < p.kernel_size; ++k) {
         const Tap tap = taps(k, p);
 #pragma unroll
@@ -123,12 +143,17 @@ __global__ void __launch_bounds__(kDwThreads)
 #pragma unroll
     for (int e = 0; e < kDwPerThread; ++e) {
       const int64_t i = i0 + threadIdx.x + e * kDwThreads;
-      if (i < p.length_in) grad_x[row * p.length_in + i] = scalar_t(acc[e]);
+      if (i >= p.length_in) continue;
+      if (partial != nullptr) {
+        partial[(blockIdx.z * rows + row) * p.length_in + i] = acc[e];
+      } else {
+        grad_x[row * p.length_in + i] = scalar_t(acc[e]);
+      }
     }
   }
 }
 
-// grad_w[ci, co, k] = sum over n and i of x[n, ci, i] * grad_y[n, ci*Cog + co, i*stride - padding + k*dilation]
+// grad_w[ci, co, k] = sum over n and i of x[n, ci, i] * grad_y[n, g*Cog + co, i*stride - padding + k*dilation] (g = ci div Cig)
 // (that is (i + shift_k)*stride + phase_k). Block: one (weight row (ci, co), slice s). Its threads
 // stride over the slice's inputs i in [s*L_in/slices, (s+1)*L_in/slices) of every n in a fixed
 // order, keeping every tap's sum (x is read once per row, not once per tap); fixed-order block sums
@@ -142,7 +167,7 @@ __global__ void __launch_bounds__(kDwThreads, 4)
   for (int64_t block = blockIdx.x; block < weight_rows * slices; block += gridDim.x) {
     const int64_t weight_row = block % weight_rows, slice = block / weight_rows;
     const int64_t ci = weight_row / p.out_channels_per_group, co = weight_row % p.out_channels_per_group;
-    const int64_t channel = ci * p.out_channels_per_group + co;
+    const int64_t channel = ci / p.in_channels_per_group * p.out_channels_per_group + co;
     const int64_t i_begin = slice * p.length_in / slices, i_end = (slice + 1) * p.length_in / slices;
     acc_t acc[kDwMaxTaps] = {};
     for (int64_t n = 0; n < p.batch; ++n) {

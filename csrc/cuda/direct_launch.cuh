@@ -31,10 +31,9 @@ inline unsigned grid_size(int64_t items, int threads, const Launch& launch) {
 }
 
 template <typename Kernel>
-dim3 depthwise_grid(const ConvTParams& p, int64_t length, Kernel kernel, size_t smem, int co_blocks) {
+dim3 depthwise_grid(int64_t rows, int64_t length, Kernel kernel, size_t smem, int co_blocks) {
   C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  return dim3(unsigned((length + kDwSegment - 1) / kDwSegment), unsigned(std::min<int64_t>(p.batch * p.in_channels, 65535)),
-              unsigned(co_blocks));
+  return dim3(unsigned((length + kDwSegment - 1) / kDwSegment), unsigned(std::min<int64_t>(rows, 65535)), unsigned(co_blocks));
 }
 
 template <typename scalar_t>
@@ -48,10 +47,10 @@ void launch_forward_direct(const ConvTParams& p, const scalar_t* x, const scalar
 template <typename scalar_t>
 void launch_depthwise_forward(const ConvTParams& p, const DepthwisePlan& plan, const scalar_t* x, const scalar_t* w,
                               const scalar_t* bias, scalar_t* y, Launch launch) {
-  auto kernel = depthwise_forward_kernel<scalar_t, acc_type<scalar_t>>;
-  kernel<<<depthwise_grid(p, p.length_out, kernel, plan.smem_bytes, plan.co_blocks), kDwThreads, plan.smem_bytes,
-           launch.stream>>>(
-      x, w, bias, y, p, plan);
+  auto kernel = p.in_channels_per_group == 1 ? depthwise_forward_kernel<scalar_t, acc_type<scalar_t>, true>
+                                             : depthwise_forward_kernel<scalar_t, acc_type<scalar_t>, false>;
+  const dim3 grid = depthwise_grid(p.batch * p.groups, p.length_out, kernel, plan.smem_bytes, plan.co_blocks);
+  kernel<<<grid, kDwThreads, plan.smem_bytes, launch.stream>>>(x, w, bias, y, p, plan);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
@@ -65,10 +64,10 @@ void launch_grad_input_direct(const ConvTParams& p, const scalar_t* grad_y, cons
 
 template <typename scalar_t>
 void launch_depthwise_grad_input(const ConvTParams& p, const DepthwisePlan& plan, const scalar_t* grad_y, const scalar_t* w,
-                                 scalar_t* grad_x, Launch launch) {
+                                 scalar_t* grad_x, acc_type<scalar_t>* partial, Launch launch) {
   auto kernel = depthwise_grad_input_kernel<scalar_t, acc_type<scalar_t>>;
-  kernel<<<depthwise_grid(p, p.length_in, kernel, plan.smem_bytes, 1), kDwThreads, plan.smem_bytes, launch.stream>>>(
-      grad_y, w, grad_x, p, plan);
+  const dim3 grid = depthwise_grid(p.batch * p.in_channels, p.length_in, kernel, plan.smem_bytes, plan.co_blocks);
+  kernel<<<grid, kDwThreads, plan.smem_bytes, launch.stream>>>(grad_y, w, grad_x, partial, p, plan);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 

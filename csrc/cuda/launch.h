@@ -66,9 +66,10 @@ void launch_depthwise_forward(const ConvTParams& p, const DepthwisePlan& plan, c
 template <typename scalar_t>
 void launch_grad_input_direct(const ConvTParams& p, const scalar_t* grad_y, const scalar_t* w, scalar_t* grad_x,
                               Launch launch);
+// partial: plan.co_blocks x grad_x.numel() sums where plan.co_blocks > 1 (grad_x is then not written), else null
 template <typename scalar_t>
 void launch_depthwise_grad_input(const ConvTParams& p, const DepthwisePlan& plan, const scalar_t* grad_y, const scalar_t* w,
-                                 scalar_t* grad_x, Launch launch);
+                                 scalar_t* grad_x, acc_type<scalar_t>* partial, Launch launch);
 // partial: slices x grad_w.numel() sums
 template <typename scalar_t>
 void launch_depthwise_grad_weight(const ConvTParams& p, int64_t slices, const scalar_t* grad_y, const scalar_t* x,

@@ -232,6 +232,19 @@ void run_gemm(const GemmPlan& gemm, const GemmWeight& weight, const at::Tensor& 
   });
 }
 
+// out = the sum of partial's slices (each out.numel() elements of out's accumulation type), in order
+void sum_slices(const at::Tensor& partial, const at::Tensor& out, int64_t slices, const Launch& launch) {
+  dispatch_dtype(out.scalar_type(), [&](auto element) {
+    using scalar_t = decltype(element);
+    launch_sum_slices<scalar_t>(data_of<acc_type<scalar_t>>(partial), data_of<scalar_t>(out), out.numel(), slices, launch);
+  });
+}
+
+template <typename scalar_t>
+at::ScalarType acc_dtype() {
+  return std::is_same_v<scalar_t, double> ? at::kDouble : at::kFloat;
+}
+
 // The forward (in = x, out = y) or grad_input (in = grad_y, out = grad_x) as planned
 // (grad_y_copy: grad_y deinterleaved where a pass made it already, else where this one makes it)
 void run_data(DataPlan plan, const ConvTParams& p, const at::Tensor& in_tensor, const at::Tensor& w, const at::Tensor& bias,
@@ -271,27 +284,21 @@ void run_data(DataPlan plan, const ConvTParams& p, const at::Tensor& in_tensor, 
     using scalar_t = decltype(element);
     const scalar_t *in_data = data_of<scalar_t>(in), *w_data = data_of<scalar_t>(w);
     scalar_t* out_data = data_of<scalar_t>(out);
-    if (plan.kernel == Kernel::kDepthwise) {
-      forward ? launch_depthwise_forward<scalar_t>(p, plan.depthwise, in_data, w_data, data_of<scalar_t>(bias), out_data, launch)
-              : launch_depthwise_grad_input<scalar_t>(p, plan.depthwise, in_data, w_data, out_data, launch);
+    if (plan.kernel == Kernel::kDepthwise && forward) {
+      launch_depthwise_forward<scalar_t>(p, plan.depthwise, in_data, w_data, data_of<scalar_t>(bias), out_data, launch);
+    } else if (plan.kernel == Kernel::kDepthwise) {
+      // several co blocks: their sums go to partial, added in order (deterministic)
+      const int64_t co_blocks = plan.depthwise.co_blocks;
+      const at::Tensor partial =
+          co_blocks > 1 ? at::empty({co_blocks * out.numel()}, out.options().dtype(acc_dtype<scalar_t>())) : at::Tensor();
+      launch_depthwise_grad_input<scalar_t>(p, plan.depthwise, in_data, w_data, out_data,
+                                            co_blocks > 1 ? data_of<acc_type<scalar_t>>(partial) : nullptr, launch);
+      if (co_blocks > 1) sum_slices(partial, out, co_blocks, launch);
     } else {
       forward ? launch_forward_direct<scalar_t>(p, in_data, w_data, data_of<scalar_t>(bias), out_data, launch)
               : launch_grad_input_direct<scalar_t>(p, in_data, w_data, out_data, launch);
     }
   });
-}
-
-// out = the sum of partial's slices (each out.numel() elements of out's accumulation type), in order
-void sum_slices(const at::Tensor& partial, const at::Tensor& out, int64_t slices, const Launch& launch) {
-  dispatch_dtype(out.scalar_type(), [&](auto element) {
-    using scalar_t = decltype(element);
-    launch_sum_slices<scalar_t>(data_of<acc_type<scalar_t>>(partial), data_of<scalar_t>(out), out.numel(), slices, launch);
-  });
-}
-
-template <typename scalar_t>
-at::ScalarType acc_dtype() {
-  return std::is_same_v<scalar_t, double> ? at::kDouble : at::kFloat;
 }
 
 // grad_weight as planned, and grad_bias too where the plan sums it

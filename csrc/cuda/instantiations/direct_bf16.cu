@@ -7,7 +7,7 @@ template void launch_depthwise_forward<c10::BFloat16>(const ConvTParams&, const 
                                             c10::BFloat16*, Launch);
 template void launch_grad_input_direct<c10::BFloat16>(const ConvTParams&, const c10::BFloat16*, const c10::BFloat16*, c10::BFloat16*, Launch);
 template void launch_depthwise_grad_input<c10::BFloat16>(const ConvTParams&, const DepthwisePlan&, const c10::BFloat16*, const c10::BFloat16*, c10::BFloat16*,
-                                               Launch);
+                                               acc_type<c10::BFloat16>*, Launch);
 template void launch_depthwise_grad_weight<c10::BFloat16>(const ConvTParams&, int64_t, const c10::BFloat16*, const c10::BFloat16*, acc_type<c10::BFloat16>*,
                                                 Launch);
 template void launch_grad_weight_direct<c10::BFloat16>(const ConvTParams&, const c10::BFloat16*, const c10::BFloat16*, c10::BFloat16*, Launch);

@@ -7,7 +7,7 @@ template void launch_depthwise_forward<c10::Half>(const ConvTParams&, const Dept
                                             c10::Half*, Launch);
 template void launch_grad_input_direct<c10::Half>(const ConvTParams&, const c10::Half*, const c10::Half*, c10::Half*, Launch);
 template void launch_depthwise_grad_input<c10::Half>(const ConvTParams&, const DepthwisePlan&, const c10::Half*, const c10::Half*, c10::Half*,
-                                               Launch);
+                                               acc_type<c10::Half>*, Launch);
 template void launch_depthwise_grad_weight<c10::Half>(const ConvTParams&, int64_t, const c10::Half*, const c10::Half*, acc_type<c10::Half>*,
                                                 Launch);
 template void launch_grad_weight_direct<c10::Half>(const ConvTParams&, const c10::Half*, const c10::Half*, c10::Half*, Launch);

@@ -7,7 +7,7 @@ template void launch_depthwise_forward<float>(const ConvTParams&, const Depthwis
                                             float*, Launch);
 template void launch_grad_input_direct<float>(const ConvTParams&, const float*, const float*, float*, Launch);
 template void launch_depthwise_grad_input<float>(const ConvTParams&, const DepthwisePlan&, const float*, const float*, float*,
-                                               Launch);
+                                               acc_type<float>*, Launch);
 template void launch_depthwise_grad_weight<float>(const ConvTParams&, int64_t, const float*, const float*, acc_type<float>*,
                                                 Launch);
 template void launch_grad_weight_direct<float>(const ConvTParams&, const float*, const float*, float*, Launch);

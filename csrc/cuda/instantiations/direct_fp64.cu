@@ -7,7 +7,7 @@ template void launch_depthwise_forward<double>(const ConvTParams&, const Depthwi
                                             double*, Launch);
 template void launch_grad_input_direct<double>(const ConvTParams&, const double*, const double*, double*, Launch);
 template void launch_depthwise_grad_input<double>(const ConvTParams&, const DepthwisePlan&, const double*, const double*, double*,
-                                               Launch);
+                                               acc_type<double>*, Launch);
 template void launch_depthwise_grad_weight<double>(const ConvTParams&, int64_t, const double*, const double*, acc_type<double>*,
                                                 Launch);
 template void launch_grad_weight_direct<double>(const ConvTParams&, const double*, const double*, double*, Launch);
