@@ -53,7 +53,7 @@ QUICK_CASES = [CASES[0], CASES[1], CASES[7], CASES[10], CASES[12], CASES[14]]
 PORTABLE = "portable"
 AVX2_FORMS = [
     "forward=packed,grad_input=packed,grad_weight=dot",
-    "forward=packed_windows,grad_weight=positions",
+    "forward=packed_copy,grad_weight=positions",
     "forward=streamed",
     "forward=scatter",
 ]
@@ -108,7 +108,7 @@ def _classes(t):
 
 
 @pytest.mark.quick
-@pytest.mark.parametrize("forms", ["forward=packed,grad_input=packed", "forward=packed_windows", "forward=streamed",
+@pytest.mark.parametrize("forms", ["forward=packed,grad_input=packed", "forward=packed_copy", "forward=streamed",
                                    "forward=scatter"])
 @pytest.mark.parametrize("value", [float("inf"), float("nan")], ids=["inf", "nan"])
 @pytest.mark.parametrize("case", [
@@ -173,10 +173,10 @@ def test_input_inf_and_nan_reach_grad_weight_as_in_the_direct_loops(dtype, forms
     assert torch.equal(_classes(got), _classes(expected))
 
 
-@pytest.mark.parametrize("forms", [None, "forward=packed_windows,grad_weight=dot", "grad_weight=positions"])
+@pytest.mark.parametrize("forms", [None, "forward=packed_copy,grad_weight=dot", "grad_weight=positions"])
 def test_long_input_float32(forms, monkeypatch):
-    """An input longer than the padded copy of x the packed forward makes once (4M floats): x read in
-    place, padded windows at its ends only."""
+    """An input longer than the padded copy of x the packed forward can make (4M floats): x read in
+    place, padded windows at its ends only, even where the copy is asked for."""
     if forms is None:
         monkeypatch.delenv("CONVT_CPU_FORMS", raising=False)
     else:

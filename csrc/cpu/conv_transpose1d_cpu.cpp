@@ -433,9 +433,9 @@ void grad_weight_taps(const T* phases, const T* x, T* grad_w_taps, const ConvTPa
 }
 
 // ---- AVX2 forms (float32 where the CPU has AVX2 and FMA) ------------------------------------------
-// Implicit GEMMs on avx2's micro-kernel. The packed forward and grad_input read the activations'
-// rows (x, grad_y's phases) from copies padded with zeros (a long x in place, with padded windows
-// at its ends), so that every window a tap reads lies inside its row. The zeros are multiplied by
+// Implicit GEMMs on avx2's micro-kernel. The packed forward reads x in place, with padded windows at
+// its ends, and grad_input grad_y's phases from copies padded with zeros, so that every window a tap
+// reads lies inside its row. The zeros are multiplied by
 // the weight: where an output comes out not finite (Inf or NaN in the inputs), the pass runs again
 // in a BLAS or direct form, which forms no such product. The streamed and scatter forwards form
 // products of real inputs only. grad_weight: a dot product per (tap, input channel, output channel)
@@ -886,11 +886,15 @@ Form forward_avx2_form(const ConvTParams& p) {
 // Forward: per (group, phase) A = W_phase (Cog x Cig*taps), element (co, ci*taps + t) = w[ci, co, k_t];
 // B row (ci, t) = x_padded[ci] shifted by -shift_t. Tasks of (n, group, block of positions, block of
 // rows), each running every phase (they read the same window of x); the epilogue adds the bias and
-// writes the phase's positions of y. False: not run (the padded copy would be large), or an output is
-// not finite (Inf or NaN in x or w: the products with the padding may have made NaN of what torch
-// leaves finite, and the caller reruns the pass in a form that forms no such product).
+// writes the phase's positions of y. B's rows come from x in place, and for the blocks whose windows
+// reach past its ends from a padded copy of the window, per task; with padded_copy (or where a
+// task's windows would be large: taps far apart) from one copy of x padded with zeros, made once,
+// where that is small (a pass of its own over x, where the tasks copy only the windows at its ends).
+// False: not run (both copies would be large), or an output is not
+// finite (Inf or NaN in x or w: the products with the padding may have made NaN of what torch leaves
+// finite, and the caller reruns the pass in a form that forms no such product).
 bool forward_avx2(const float* x, const float* w, const float* bias, float* y, const ConvTParams& p,
-                  bool windows) {
+                  bool padded_copy) {
   const int64_t Cig = p.in_channels_per_group, Cog = p.out_channels_per_group, K = p.kernel_size;
   const auto phases = taps_by_phase(p);
   const int64_t count = static_cast<int64_t>(phases.size());
@@ -906,16 +910,21 @@ bool forward_avx2(const float* x, const float* w, const float* bias, float* y, c
   }
   const int64_t step = avx2::column_step(avx2::panel_rows(Cog));
   const int64_t longest = phase_length(0, p.length_out, p.stride);
-  // B's rows: one copy of x padded with zeros where it is small; otherwise x itself, and for the blocks
-  // whose windows reach past its ends a padded copy of the window, per task.
   const int64_t lead = max_shift;
   const int64_t length = padded_length(std::max(lead + p.length_in, lead + longest + step - min_shift));
-  const bool shared_copy = !windows && p.batch * p.in_channels * length <= kSharedCopy;
-  // (tasks of several batch rows only on the shared copy: a window is one batch row's)
-  const PackedTasks grid = packed_tasks(Cog, longest, step, p.groups, p.batch, shared_copy);
-  const int64_t columns_per_task = grid.column_block;
-  const int64_t window = padded_length(columns_per_task + step + max_shift - min_shift);
+  const int64_t window = padded_length(balanced_columns(longest, step) + step + max_shift - min_shift);
+  // Windows are copied by the tasks at x's ends: per (n, group, block of rows) the first and last block
+  // of columns. The shared copy where it fits and those copies would be larger than it (short inputs:
+  // every task copies nearly all of its rows, once per block of rows).
+  const PackedTasks windowed = packed_tasks(Cog, longest, step, p.groups, p.batch, false);
+  const int64_t ends = std::min<int64_t>(windowed.column_blocks, 2);
+  const bool copy_fits = p.batch * p.in_channels * length <= kSharedCopy;
+  const bool shared_copy = copy_fits && (padded_copy || Cig * window > kSharedCopy ||
+                                         windowed.row_blocks * ends * window > length);
   if (!shared_copy && Cig * window > kSharedCopy) return false;  // taps far apart: windows as large as x
+  // (tasks of several batch rows only on the shared copy: a window is one batch row's)
+  const PackedTasks grid = shared_copy ? packed_tasks(Cog, longest, step, p.groups, p.batch, true) : windowed;
+  const int64_t columns_per_task = grid.column_block;
 
   // A per (phase, group): A(co, (ci, t)) = w[g*Cig + ci, co, k_t], at a_offsets[phase] + g * its size
   Jobs jobs;
@@ -1055,10 +1064,10 @@ bool grad_input_avx2(const PaddedPhases& phases, const float* w, float* grad_x, 
   const int64_t step = avx2::column_step(avx2::panel_rows(Cig));
   const PackedTasks grid = packed_tasks(Cig, p.length_in, step, p.groups, p.batch, true);
   const int64_t tile_size = grid.row_block * grid.width;
-  // A per group: A(ci, (co, v)) = w[g*Cig + ci, co, k_v]. Packed once where several tasks read each block
-  // of it; else w's rows themselves where every tap has outputs (steps (co, k) in order), packed per block
-  // of steps by the task that reads it.
-  const bool in_place = taps == K && grid.batch_blocks * grid.column_blocks <= 2;
+  // A per group: A(ci, (co, v)) = w[g*Cig + ci, co, k_v]. Packed once where two tasks or more read each
+  // block of it; else w's rows themselves where every tap has outputs (steps (co, k) in order), packed
+  // per block of steps by the one task that reads it.
+  const bool in_place = taps == K && grid.batch_blocks * grid.column_blocks == 1;
   at::Tensor a_packed;
   if (!in_place) {
     a_packed = at::empty({std::max<int64_t>(1, p.groups * avx2::packed_size(Cig, depth))},
@@ -1384,7 +1393,7 @@ void grad_weight_direct(const at::Tensor& grad_y, const at::Tensor& x, const Con
 
 struct Plans {
   Form forward, grad_input, grad_weight;
-  bool windows = false;  // forward kPacked: x in place with padded windows at its ends, not one padded copy
+  bool padded_copy = false;  // forward kPacked: x from one padded copy rather than in place (forward_avx2)
 };
 
 Form blas_form(const ConvTParams& p) {
@@ -1396,7 +1405,7 @@ Form blas_form(const ConvTParams& p) {
 // Test and A/B hook: CONVT_CPU_FORMS, a comma-separated list of `pass=form` (passes forward, grad_input,
 // grad_weight) and `portable`, read at every call. `pass=form` overrides the planner for that pass where
 // the form applies (the AVX2 forms: float32 on an AVX2 CPU): direct, taps, unrolled, packed,
-// packed_windows (forward), streamed and scatter (forward), dot and positions (grad_weight). `portable`
+// packed_copy (forward), streamed and scatter (forward), dot and positions (grad_weight). `portable`
 // plans as on a CPU without AVX2 and FMA, so that an AVX2 machine tests the forms every CPU runs.
 // Unknown names are errors (a misspelt override would otherwise test the planner's choice again).
 struct Override {
@@ -1430,18 +1439,18 @@ Override read_override() {
 }
 
 // The form `name` for a pass, where it applies, else `form` unchanged.
-Form overridden(Form form, const std::string& name, bool avx2_float, bool is_forward, bool is_weight, bool& windows) {
+Form overridden(Form form, const std::string& name, bool avx2_float, bool is_forward, bool is_weight, bool& padded_copy) {
   if (name.empty()) return form;
   if (name == "direct") return Form::kDirect;
   if (name == "taps") return Form::kTaps;
   if (name == "unrolled") return Form::kUnrolled;
-  const bool known = name == "packed" || (is_forward && (name == "packed_windows" || name == "streamed" ||
+  const bool known = name == "packed" || (is_forward && (name == "packed_copy" || name == "streamed" ||
                                                          name == "scatter")) ||
                      (is_weight && (name == "dot" || name == "positions"));
   TORCH_CHECK(known, "CONVT_CPU_FORMS: no form '", name, "' for this pass");
   if (!avx2_float) return form;
-  if (name == "packed" || name == "packed_windows") {
-    windows = is_forward && name == "packed_windows";
+  if (name == "packed" || name == "packed_copy") {
+    padded_copy = is_forward && name == "packed_copy";
     return Form::kPacked;
   }
   if (name == "streamed") return Form::kStreamed;
@@ -1476,7 +1485,7 @@ Plans plan(const ConvTParams& p, at::ScalarType dtype) {
                                                        : Form::kDot;
   }
   bool unused = false;
-  plans.forward = overridden(plans.forward, override.forward, avx2_float, true, false, plans.windows);
+  plans.forward = overridden(plans.forward, override.forward, avx2_float, true, false, plans.padded_copy);
   plans.grad_input = overridden(plans.grad_input, override.grad_input, avx2_float, false, false, unused);
   plans.grad_weight = overridden(plans.grad_weight, override.grad_weight, avx2_float, false, true, unused);
   return plans;
@@ -1502,7 +1511,7 @@ void forward(const at::Tensor& x, const at::Tensor& w, const std::optional<at::T
     }
     if (form == Form::kPacked) {
       if (forward_avx2(x_c.data_ptr<float>(), w_c.data_ptr<float>(), reinterpret_cast<const float*>(bias_data),
-                       y_c.data_ptr<float>(), p, plans.windows)) {
+                       y_c.data_ptr<float>(), p, plans.padded_copy)) {
         return;
       }
       form = blas_form(p);  // a non-finite output (or windows too large): a form that forms no padding products

@@ -245,6 +245,16 @@ CONVT_TARGET void gemm_blocks(int64_t rows, int64_t cols, int64_t depth, const f
     }
     const float* copied[kDepthBlock];
     for (int64_t j = 0; j < cols; j += step) {
+      // The next column step's block, into L1 while this one's products run: its kc rows are as many
+      // streams (channels' rows), more than the hardware prefetcher follows, and copied in one go they
+      // would come from L2 or L3 one latency at a time.
+      if (copy_b && !whole_rows && j + step < cols) {
+        for (int64_t kk = 0; kk < kc; ++kk) {
+          const float* next = b_steps[kk] + column + j + step;
+          _mm_prefetch(reinterpret_cast<const char*>(next), _MM_HINT_T0);
+          _mm_prefetch(reinterpret_cast<const char*>(next + 15), _MM_HINT_T0);
+        }
+      }
       const float* const* steps = b_steps;
       int64_t b_column = column + j;
       if (copy_b) {
