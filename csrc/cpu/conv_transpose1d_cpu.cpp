@@ -1458,16 +1458,22 @@ Form overridden(Form form, const std::string& name, bool avx2_float, bool is_for
   return name == "dot" ? Form::kDot : Form::kPositions;
 }
 
-// Whether a backward pass runs faster as the BLAS taps form than as the AVX2 forms. Where every
-// per-tap GEMM is large (C_in/g >= 256 and C_out/g >= 128, at most 4 taps a phase), the BLAS GEMM
-// (at::mm, blocked and packed for the CPU) outruns the AVX2 micro-kernel by about a fifth; the taps
-// form wins with it where its GEMMs are also long and its tasks many: grad_weight sums at least 192
-// positions a tap (over the batch), grad_input has at least 4 tasks (batch row, group, block of
-// inputs) a thread (one per batch row on a short input: with one batch row, one thread would work).
-bool backward_by_blas_taps(const ConvTParams& p, bool grad_weight) {
-  if (p.in_channels_per_group < 256 || p.out_channels_per_group < 128 || blas_form(p) != Form::kTaps) return false;
-  if (grad_weight) return p.batch * p.length_in >= 192;
-  return p.batch * p.groups * ceil_div(p.length_in, tile_columns(p)) >= 4 * threads();
+// Whether grad_weight runs faster as the BLAS taps form than as the AVX2 forms: where every per-tap
+// GEMM is large (C_in/g >= 256 and C_out/g >= 128, at most 4 taps a phase) and long (at least 192
+// positions a tap, over the batch), at::mm's packed, blocked GEMM outruns the micro-kernel.
+bool grad_weight_by_blas_taps(const ConvTParams& p) {
+  return p.in_channels_per_group >= 256 && p.out_channels_per_group >= 128 && blas_form(p) == Form::kTaps &&
+         p.batch * p.length_in >= 192;
+}
+
+// grad_input of such wide layers on few positions (N * L_in <= 128): the BLAS unrolled form, one
+// at::mm over every (output channel, tap) step, whose im2col of grad_y is then small; the packed
+// form's tiles are then one narrow block of positions, re-read for every block of input channels.
+// Elsewhere the packed form (it outran the BLAS taps form, its per-tap GEMMs each a pass over the
+// tile, on every such layer of the CPU sweep's seeds 29-36).
+Form grad_input_avx2_form(const ConvTParams& p) {
+  const bool wide = p.in_channels_per_group >= 256 && p.out_channels_per_group >= 128 && blas_form(p) == Form::kTaps;
+  return wide && p.batch * p.length_in <= 128 ? Form::kUnrolled : Form::kPacked;
 }
 
 Plans plan(const ConvTParams& p, at::ScalarType dtype) {
@@ -1479,8 +1485,8 @@ Plans plan(const ConvTParams& p, at::ScalarType dtype) {
     // inputs a group) the micro-kernels' reduction, C_in/g x taps a phase, is too short to pay for
     // their tiles, and the direct loops, vectorized along the row, do less work.
     plans.forward = p.in_channels_per_group * p.out_channels_per_group <= 2 ? Form::kDirect : forward_avx2_form(p);
-    plans.grad_input = backward_by_blas_taps(p, false) ? Form::kTaps : Form::kPacked;
-    plans.grad_weight = backward_by_blas_taps(p, true) ? Form::kTaps
+    plans.grad_input = grad_input_avx2_form(p);
+    plans.grad_weight = grad_weight_by_blas_taps(p) ? Form::kTaps
                         : grad_weight_by_gemm(p)       ? Form::kPositions
                                                        : Form::kDot;
   }
