@@ -457,7 +457,7 @@ int64_t balanced_rows(int64_t rows) {
 
 // Columns (positions) per task of the packed GEMM forms: at most kAvx2Columns rounded to the column
 // step, the blocks of about equal size (334 positions as 256 + 78 gave the tasks of one block a third
-// of the others' work, and at::parallel_for's contiguous split one thread all of the long ones).
+// of the others' work, and a split into contiguous runs one thread all of the long ones).
 int64_t balanced_columns(int64_t total, int64_t step) {
   const int64_t most = round_up(kAvx2Columns, step);
   return total <= most ? most : round_up(ceil_div(total, ceil_div(total, most)), step);
@@ -472,7 +472,7 @@ std::vector<int64_t> block_sizes(int64_t total, int64_t block) {
 
 // The share of the threads' time that tasks keep busy: a task per combination of one block of each
 // dimension (the first dimension's index varying fastest), its work the product of their sizes, the
-// tasks split as parallel() splits them (at::parallel_for: contiguous runs of ceil(tasks / threads)).
+// tasks split as parallel() splits them.
 double busy_share(const std::vector<std::vector<int64_t>>& dimensions, int64_t thread_count) {
   int64_t tasks = 1;
   for (const auto& sizes : dimensions) tasks *= static_cast<int64_t>(sizes.size());
@@ -485,14 +485,18 @@ double busy_share(const std::vector<std::vector<int64_t>>& dimensions, int64_t t
     }
     work = std::move(next);
   }
-  const int64_t run = ceil_div(tasks, thread_count);
-  double total = 0, longest = 0;
-  for (int64_t begin = 0; begin < tasks; begin += run) {
+  // parallel()'s runs, each to the thread that finishes first (one task a thread where there are few)
+  std::vector<double> finish(thread_count, 0.0);
+  double total = 0;
+  for (int64_t begin = 0; begin < tasks;) {
+    const int64_t run = tasks <= thread_count ? 1 : std::max<int64_t>(1, (tasks - begin) / (2 * thread_count));
     double share = 0;
     for (int64_t t = begin; t < std::min(tasks, begin + run); ++t) share += work[t];
+    *std::min_element(finish.begin(), finish.end()) += share;
     total += share;
-    longest = std::max(longest, share);
+    begin += run;
   }
+  const double longest = *std::max_element(finish.begin(), finish.end());
   return longest > 0 ? total / (double(thread_count) * longest) : 1.0;
 }
 
@@ -563,10 +567,31 @@ bool padding_is_small(int64_t padded, int64_t original) { return padded <= 2 * o
 // saves, and on a busy machine one descheduled thread stalls the region.
 constexpr double kSerialWork = double(1 << 20);
 
-// at::parallel_for over [0, tasks), on one thread where `work` (multiply-adds or copies, all tasks) is small.
+// The tasks [0, tasks) on the threads, f(begin, end) per run of them; on one thread where `work`
+// (multiply-adds or copies, all tasks) is small. Guided: each thread takes the next run of
+// (tasks left) / (2 x threads) tasks, at least one, until none are left, so that a thread slowed by
+// longer tasks (windows copied at x's ends, partial blocks) or by another process takes fewer, where
+// a split into fixed contiguous runs left the other waiting; the first runs still long, for the scratch
+// a run allocates and the data consecutive tasks share. Which thread runs a task changes no result:
+// every task writes its own outputs, its sums in an order of its own.
 template <typename F>
 void parallel(int64_t tasks, double work, const F& f) {
-  at::parallel_for(0, tasks, work < kSerialWork ? std::max<int64_t>(tasks, 1) : 1, f);
+  const int64_t thread_count = threads();
+  if (work < kSerialWork || tasks <= thread_count) {
+    at::parallel_for(0, tasks, work < kSerialWork ? std::max<int64_t>(tasks, 1) : 1, f);
+    return;
+  }
+  std::atomic<int64_t> next{0};
+  at::parallel_for(0, thread_count, 1, [&](int64_t, int64_t) {
+    for (;;) {
+      int64_t begin = next.load(), run = 0;
+      do {
+        if (begin >= tasks) return;
+        run = std::max<int64_t>(1, (tasks - begin) / (2 * thread_count));
+      } while (!next.compare_exchange_weak(begin, begin + run));
+      f(begin, std::min(tasks, begin + run));
+    }
+  });
 }
 
 // Independent pieces of preparation (copies, packing), run in one parallel region.
