@@ -1142,37 +1142,101 @@ bool grad_input_avx2(const PaddedPhases& phases, const float* w, float* grad_x, 
   return finite;
 }
 
-// grad_weight: grad_w[ci, co, k] = sum over n and the outputs m that tap k reaches of
-// x[n, ci, m - shift_k] * phase_k of grad_y[n, co] at m. Tasks of (group, block of input channels,
-// block of output channels, tap), each summing over the batch in order (deterministic: the blocks
-// depend on the problem only).
+// grad_weight: grad_w[ci, co, k] = sum over n and the inputs i whose output tap k reaches of
+// x[n, ci, i] * phase_k of grad_y[n, co] at i + shift_k. Tasks of (group, block of input channels, block
+// of output channels, block of taps): every tap where that leaves enough tasks, so that each chunk of
+// x's rows (kPositions) crosses memory once for all of them, not once per tap; the inputs of a chunk
+// that all the task's taps reach run as one dot product of x's rows with every (tap, output channel)
+// column (x loaded once for 4 of them: a narrow output's taps). Each grad_w element sums over the batch,
+// then the chunks, in order, within a chunk its tap's own inputs before those, those, then its own
+// after (deterministic: blocks and chunks depend on the problem only), and only over the inputs its
+// tap reaches (products of real values only).
 void grad_weight_avx2(const PaddedPhases& phases, const float* x, float* grad_w, const ConvTParams& p) {
   const int64_t Cig = p.in_channels_per_group, Cog = p.out_channels_per_group, K = p.kernel_size;
   constexpr int64_t kInBlock = 24, kOutBlock = 32;  // multiples of dot's 3 x 4 blocks
+  constexpr int64_t kPositions = 1024;              // a chunk of x's rows and grad_y's stays in L2
   const int64_t in_blocks = ceil_div(Cig, kInBlock), out_blocks = ceil_div(Cog, kOutBlock);
-  const int64_t tasks = p.groups * in_blocks * out_blocks * K;
-  parallel(tasks, double(p.batch) * p.in_channels * p.out_channels_per_group * p.kernel_size * p.length_in,
+  const int64_t units = p.groups * in_blocks * out_blocks;
+  // taps per task: all of them where there are 32 units or more (blocks of channels), else as many as
+  // make about 32 tasks; a constant, not the thread count: the taps a task holds set the order of its
+  // sums (the inputs every one of them reaches, then each one's own), and results must not depend on it
+  const int64_t taps_per_task = ceil_div(K, std::clamp<int64_t>(ceil_div(32, units), 1, K));
+  const int64_t tap_blocks = ceil_div(K, taps_per_task);
+  // per tap: the inputs [first, last) whose output it reaches (none where its phase has no outputs)
+  std::vector<Tap> taps(K);
+  std::vector<int64_t> first(K, 0), last(K, 0);
+  for (int64_t k = 0; k < K; ++k) {
+    taps[k] = tap_of(k, p.stride, p.padding, p.dilation);
+    if (taps[k].phase >= phases.count) continue;
+    const TapRange range = tap_range(taps[k], phase_length(taps[k].phase, p.length_out, p.stride), p.length_in);
+    if (range.empty()) continue;
+    first[k] = range.begin - taps[k].shift, last[k] = range.end - taps[k].shift;
+  }
+  const int64_t ld = taps_per_task * kOutBlock;  // tiles: row r, column (j, c) for the task's j-th tap reaching inputs
+  parallel(units * tap_blocks, double(p.batch) * p.in_channels * p.out_channels_per_group * p.kernel_size * p.length_in,
            [&](int64_t begin, int64_t end) {
-    std::vector<float> tile(kInBlock * kOutBlock);
+    std::vector<float> tiles(kInBlock * ld);
+    std::vector<int64_t> reaching;  // the task's taps that reach inputs
+    std::vector<const float*> columns(ld);
     for (int64_t task = begin; task < end; ++task) {
-      const int64_t k = task % K, ob = (task / K) % out_blocks, ib = (task / (K * out_blocks)) % in_blocks;
-      const int64_t g = task / (K * out_blocks * in_blocks);
+      const int64_t k0 = (task % tap_blocks) * taps_per_task, k1 = std::min(K, k0 + taps_per_task);
+      const int64_t ob = (task / tap_blocks) % out_blocks, ib = (task / (tap_blocks * out_blocks)) % in_blocks;
+      const int64_t g = task / (tap_blocks * out_blocks * in_blocks);
       const int64_t c0 = ib * kInBlock, rows = std::min(kInBlock, Cig - c0);
       const int64_t o0 = ob * kOutBlock, cols = std::min(kOutBlock, Cog - o0);
-      const Tap tap = tap_of(k, p.stride, p.padding, p.dilation);
-      std::fill(tile.begin(), tile.end(), 0.0f);
-      if (tap.phase < phases.count) {
-        const TapRange range = tap_range(tap, phase_length(tap.phase, p.length_out, p.stride), p.length_in);
-        for (int64_t n = 0; n < p.batch && !range.empty(); ++n) {
-          avx2::dot(rows, cols, range.end - range.begin,
-                    x + (n * p.in_channels + g * Cig + c0) * p.length_in + range.begin - tap.shift, p.length_in,
-                    phases.row(tap.phase, n * p.out_channels + g * Cog + o0) + phases.lead + range.begin, phases.length,
-                    tile.data(), kOutBlock, n > 0);
+      std::fill(tiles.begin(), tiles.end(), 0.0f);
+      reaching.clear();
+      int64_t lo = p.length_in, hi = 0, both_lo = 0, both_hi = p.length_in;  // inputs any tap reaches, every tap
+      for (int64_t k = k0; k < k1; ++k) {
+        if (first[k] >= last[k]) continue;
+        reaching.push_back(k);
+        lo = std::min(lo, first[k]), hi = std::max(hi, last[k]);
+        both_lo = std::max(both_lo, first[k]), both_hi = std::min(both_hi, last[k]);
+      }
+      const int64_t count = static_cast<int64_t>(reaching.size());
+      for (int64_t n = 0; n < p.batch; ++n) {
+        const float* x_rows = x + (n * p.in_channels + g * Cig + c0) * p.length_in;
+        // column (j, c): phase of grad_y[n, o0 + c] for tap reaching[j], at input 0
+        for (int64_t j = 0; j < count; ++j) {
+          const Tap& tap = taps[reaching[j]];
+          const float* phase_rows = phases.row(tap.phase, n * p.out_channels + g * Cog + o0) + phases.lead + tap.shift;
+          for (int64_t c = 0; c < cols; ++c) columns[j * cols + c] = phase_rows + c * phases.length;
+        }
+        auto add = [&](int64_t j0, int64_t taps_count, int64_t a, int64_t b) {  // inputs [a, b) of taps j0..
+          std::vector<const float*>::iterator at = columns.begin() + j0 * cols;
+          const float* shifted[4 * kOutBlock];
+          for (int64_t q = 0; q < taps_count * cols; ++q) shifted[q] = at[q] + a;
+          avx2::dot_columns(rows, taps_count * cols, b - a, x_rows + a, p.length_in, shifted, tiles.data() + j0 * cols,
+                            ld, true);
+        };
+        for (int64_t i0 = lo; i0 < hi; i0 += kPositions) {
+          const int64_t i1 = std::min(i0 + kPositions, hi);
+          // the inputs of the chunk that every tap reaches in one pass (x's rows read once for all of
+          // them), then each tap's own inputs before and after those
+          const int64_t a = std::max(i0, both_lo), b = std::min(i1, both_hi);
+          for (int64_t j = 0; j < count; ++j) {
+            const int64_t k = reaching[j], own_a = std::max(i0, first[k]), own_b = std::min(i1, last[k]);
+            if (a >= b) {
+              if (own_a < own_b) add(j, 1, own_a, own_b);
+              continue;
+            }
+            if (own_a < a) add(j, 1, own_a, a);
+          }
+          if (a < b) {
+            for (int64_t j = 0; j < count; j += 4) add(j, std::min<int64_t>(4, count - j), a, b);
+            for (int64_t j = 0; j < count; ++j) {
+              const int64_t k = reaching[j], own_b = std::min(i1, last[k]);
+              if (b < own_b) add(j, 1, b, own_b);
+            }
+          }
         }
       }
-      for (int64_t r = 0; r < rows; ++r) {
-        for (int64_t c = 0; c < cols; ++c) {
-          grad_w[((g * Cig + c0 + r) * Cog + o0 + c) * K + k] = tile[r * kOutBlock + c];
+      for (int64_t k = k0; k < k1; ++k) {  // (taps that reach no input: zero)
+        const int64_t j = std::find(reaching.begin(), reaching.end(), k) - reaching.begin();
+        for (int64_t r = 0; r < rows; ++r) {
+          for (int64_t c = 0; c < cols; ++c) {
+            grad_w[((g * Cig + c0 + r) * Cog + o0 + c) * K + k] = j < count ? tiles[r * ld + j * cols + c] : 0.0f;
+          }
         }
       }
     }

@@ -100,10 +100,9 @@ CONVT_TARGET inline __m256i tail_mask(int64_t count) {  // lanes [0, count) on, 
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(count)), lanes);
 }
 
-// sums[r][c] = sum_{m < length} x[r*xs + m] * y[c*ys + m]; U independent accumulators per pair.
+// sums[r][c] = sum_{m < length} x[r*xs + m] * y[c][m]; U independent accumulators per pair.
 template <int MR, int NC>
-CONVT_TARGET void dot_kernel(int64_t length, const float* x, int64_t xs, const float* y, int64_t ys,
-                             float sums[MR][NC]) {
+CONVT_TARGET void dot_kernel(int64_t length, const float* x, int64_t xs, const float* const* y, float sums[MR][NC]) {
   constexpr int U = MR * NC >= 6 ? 1 : MR * NC >= 3 ? 2 : 4;
   __m256 acc[U][MR][NC];
   CONVT_UNROLL for (int u = 0; u < U; ++u) {
@@ -117,7 +116,7 @@ CONVT_TARGET void dot_kernel(int64_t length, const float* x, int64_t xs, const f
       __m256 xv[MR];
       CONVT_UNROLL for (int r = 0; r < MR; ++r) xv[r] = _mm256_loadu_ps(x + r * xs + m + 8 * u);
       CONVT_UNROLL for (int c = 0; c < NC; ++c) {
-        const __m256 yv = _mm256_loadu_ps(y + c * ys + m + 8 * u);
+        const __m256 yv = _mm256_loadu_ps(y[c] + m + 8 * u);
         CONVT_UNROLL for (int r = 0; r < MR; ++r) acc[u][r][c] = _mm256_fmadd_ps(xv[r], yv, acc[u][r][c]);
       }
     }
@@ -128,7 +127,7 @@ CONVT_TARGET void dot_kernel(int64_t length, const float* x, int64_t xs, const f
     __m256 xv[MR];
     CONVT_UNROLL for (int r = 0; r < MR; ++r) xv[r] = _mm256_maskload_ps(x + r * xs + m, mask);
     CONVT_UNROLL for (int c = 0; c < NC; ++c) {
-      const __m256 yv = _mm256_maskload_ps(y + c * ys + m, mask);
+      const __m256 yv = _mm256_maskload_ps(y[c] + m, mask);
       CONVT_UNROLL for (int r = 0; r < MR; ++r) acc[0][r][c] = _mm256_fmadd_ps(xv[r], yv, acc[0][r][c]);
     }
   }
@@ -142,16 +141,16 @@ CONVT_TARGET void dot_kernel(int64_t length, const float* x, int64_t xs, const f
 }
 
 template <int MR, int NC>
-CONVT_TARGET void dot_block(int64_t length, const float* x, int64_t xs, const float* y, int64_t ys, float* out,
-                            int64_t ld, bool accumulate) {
+CONVT_TARGET void dot_block(int64_t length, const float* x, int64_t xs, const float* const* y, float* out, int64_t ld,
+                            bool accumulate) {
   float sums[MR][NC];
-  dot_kernel<MR, NC>(length, x, xs, y, ys, sums);
+  dot_kernel<MR, NC>(length, x, xs, y, sums);
   for (int r = 0; r < MR; ++r) {
     for (int c = 0; c < NC; ++c) out[r * ld + c] = accumulate ? out[r * ld + c] + sums[r][c] : sums[r][c];
   }
 }
 
-using DotBlock = void (*)(int64_t, const float*, int64_t, const float*, int64_t, float*, int64_t, bool);
+using DotBlock = void (*)(int64_t, const float*, int64_t, const float* const*, float*, int64_t, bool);
 constexpr DotBlock kDotBlocks[3][4] = {
     {dot_block<1, 1>, dot_block<1, 2>, dot_block<1, 3>, dot_block<1, 4>},
     {dot_block<2, 1>, dot_block<2, 2>, dot_block<2, 3>, dot_block<2, 4>},
@@ -330,8 +329,8 @@ CONVT_TARGET bool write_row(const float* in, int64_t count, float add, float* ou
   return finite;
 }
 
-void dot(int64_t rows, int64_t cols, int64_t length, const float* x, int64_t x_stride, const float* y,
-         int64_t y_stride, float* out, int64_t ld, bool accumulate) {
+void dot_columns(int64_t rows, int64_t cols, int64_t length, const float* x, int64_t x_stride, const float* const* y,
+                 float* out, int64_t ld, bool accumulate) {
   constexpr int64_t kChunk = 1024;  // positions per pass: a block's rows stay in L1 and L2
   if (length <= 0) {
     if (!accumulate) {
@@ -348,8 +347,9 @@ void dot(int64_t rows, int64_t cols, int64_t length, const float* x, int64_t x_s
       const int64_t mr = rows - r0 < 3 ? rows - r0 : 3;
       for (int64_t c0 = 0; c0 < cols; c0 += 4) {
         const int64_t nc = cols - c0 < 4 ? cols - c0 : 4;
-        kDotBlocks[mr - 1][nc - 1](chunk, x + r0 * x_stride + m0, x_stride, y + c0 * y_stride + m0, y_stride,
-                                   out + r0 * ld + c0, ld, add);
+        const float* columns[4];
+        for (int64_t c = 0; c < nc; ++c) columns[c] = y[c0 + c] + m0;
+        kDotBlocks[mr - 1][nc - 1](chunk, x + r0 * x_stride + m0, x_stride, columns, out + r0 * ld + c0, ld, add);
       }
     }
   }
@@ -363,7 +363,7 @@ void gemm(int64_t, int64_t, int64_t, const float*, int64_t, int64_t, const Opera
 void gemm_rows(int64_t, int64_t, int64_t, const float*, int64_t, int64_t, const Operand&, int64_t, float*, int64_t,
                bool) {}
 bool write_row(const float*, int64_t, float, float*, int64_t) { return false; }
-void dot(int64_t, int64_t, int64_t, const float*, int64_t, const float*, int64_t, float*, int64_t, bool) {}
+void dot_columns(int64_t, int64_t, int64_t, const float*, int64_t, const float* const*, float*, int64_t, bool) {}
 
 #endif
 

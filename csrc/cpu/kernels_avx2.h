@@ -57,10 +57,11 @@ void gemm_rows(int64_t rows, int64_t cols, int64_t depth, const float* a, int64_
 // out[j*step] = in[j] + add for j < count; false where a value written is not finite.
 bool write_row(const float* in, int64_t count, float add, float* out, int64_t step);
 
-// out[r*ld + c] (+)= sum_{m < length} x[r*x_stride + m] * y[c*y_stride + m] for r < rows, c < cols: the
-// sum in a fixed order (8 lanes, each in order of m, then the lanes in a fixed tree; chunks of
-// positions in order). Reads no element past `length` in a row. Single-threaded.
-void dot(int64_t rows, int64_t cols, int64_t length, const float* x, int64_t x_stride, const float* y,
-         int64_t y_stride, float* out, int64_t ld, bool accumulate);
+// out[r*ld + c] (+)= sum_{m < length} x[r*x_stride + m] * y[c][m] for r < rows, c < cols (column c's
+// values at y[c]: rows of several phases, at shifts): the sum in a fixed order (8 lanes, each in order
+// of m, then the lanes in a fixed tree; chunks of positions in order). Reads no element past `length`
+// in a row. Single-threaded.
+void dot_columns(int64_t rows, int64_t cols, int64_t length, const float* x, int64_t x_stride, const float* const* y,
+                 float* out, int64_t ld, bool accumulate);
 
 }  // namespace convt::cpu::avx2
