@@ -1203,9 +1203,8 @@ void grad_weight_avx2(const PaddedPhases& phases, const float* x, float* grad_w,
           for (int64_t c = 0; c < cols; ++c) columns[j * cols + c] = phase_rows + c * phases.length;
         }
         auto add = [&](int64_t j0, int64_t taps_count, int64_t a, int64_t b) {  // inputs [a, b) of taps j0..
-          std::vector<const float*>::iterator at = columns.begin() + j0 * cols;
           const float* shifted[4 * kOutBlock];
-          for (int64_t q = 0; q < taps_count * cols; ++q) shifted[q] = at[q] + a;
+          for (int64_t q = 0; q < taps_count * cols; ++q) shifted[q] = columns[j0 * cols + q] + a;
           avx2::dot_columns(rows, taps_count * cols, b - a, x_rows + a, p.length_in, shifted, tiles.data() + j0 * cols,
                             ld, true);
         };
@@ -1547,22 +1546,23 @@ Form overridden(Form form, const std::string& name, bool avx2_float, bool is_for
   return name == "dot" ? Form::kDot : Form::kPositions;
 }
 
-// Whether grad_weight runs faster as the BLAS taps form than as the AVX2 forms: where every per-tap
-// GEMM is large (C_in/g >= 256 and C_out/g >= 128, at most 4 taps a phase) and long (at least 192
-// positions a tap, over the batch), at::mm's packed, blocked GEMM outruns the micro-kernel.
-bool grad_weight_by_blas_taps(const ConvTParams& p) {
-  return p.in_channels_per_group >= 256 && p.out_channels_per_group >= 128 && blas_form(p) == Form::kTaps &&
-         p.batch * p.length_in >= 192;
+// Wide layers: every per-tap GEMM large (C_in/g >= 256 and C_out/g >= 128, at most 4 taps a phase).
+bool wide_layer(const ConvTParams& p) {
+  return p.in_channels_per_group >= 256 && p.out_channels_per_group >= 128 && blas_form(p) == Form::kTaps;
 }
 
-// grad_input of such wide layers on few positions (N * L_in <= 128): the BLAS unrolled form, one
-// at::mm over every (output channel, tap) step, whose im2col of grad_y is then small; the packed
-// form's tiles are then one narrow block of positions, re-read for every block of input channels.
-// Elsewhere the packed form (it outran the BLAS taps form, its per-tap GEMMs each a pass over the
-// tile, on every such layer of the CPU sweep's seeds 29-36).
+// Whether grad_weight runs faster as the BLAS taps form than as the AVX2 forms: on wide layers where the
+// per-tap GEMMs are also long (at least 192 positions a tap, over the batch), at::mm's packed, blocked
+// GEMM outruns the micro-kernel.
+bool grad_weight_by_blas_taps(const ConvTParams& p) { return wide_layer(p) && p.batch * p.length_in >= 192; }
+
+// grad_input of wide layers on few positions (N * L_in <= 128): the BLAS unrolled form, one at::mm over
+// every (output channel, tap) step, whose im2col of grad_y is then small; the packed form's tiles are
+// then one narrow block of positions, re-read for every block of input channels. Elsewhere the packed
+// form (it outran the BLAS taps form, its per-tap GEMMs each a pass over the tile, on every wide layer
+// of the CPU sweep's seeds 29-36).
 Form grad_input_avx2_form(const ConvTParams& p) {
-  const bool wide = p.in_channels_per_group >= 256 && p.out_channels_per_group >= 128 && blas_form(p) == Form::kTaps;
-  return wide && p.batch * p.length_in <= 128 ? Form::kUnrolled : Form::kPacked;
+  return wide_layer(p) && p.batch * p.length_in <= 128 ? Form::kUnrolled : Form::kPacked;
 }
 
 Plans plan(const ConvTParams& p, at::ScalarType dtype) {
