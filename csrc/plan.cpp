@@ -256,8 +256,9 @@ std::optional<GemmPlan> plan_gemm_tiles(GemmPlan g, const TensorFacts& in, int t
 // The pipelined kernel's plan (pipelined_gemm.cuh) for one of its tile shapes and the taps in runs
 // as the problem has them: 32-word chunks where three stages fit in one block's shared memory, else
 // 16-word chunks with as many stages as fit (two at least). 3xTF32 stages A's big and small parts.
-// Float x_s without merged channels comes by TMA where the operand has a tensor map, TF32 rounded by
-// the copy.
+// x_s without merged channels comes by TMA where the operand has a tensor map (TF32 rounded by the
+// copy): one box a consumer warpgroup, where row by row each staged row is a bulk copy of its own,
+// and those copies, not the MMA, set the pace of short steps.
 std::optional<GemmPlan> plan_pipelined_steps(const GemmPlan& problem, const TensorFacts& in, int tile_shape, Math math,
                                              const DeviceLimits& limits, bool allow_tensor_rows = true) {
   auto plan = plan_gemm_tiles(problem, in, tile_shape, limits);
@@ -269,7 +270,7 @@ std::optional<GemmPlan> plan_pipelined_steps(const GemmPlan& problem, const Tens
   // multiples), rows ≡ 8 (mod 32) words (conflict-free fragment loads), at most 256 positions (TMA)
   const int box_lead = int(floor_mod(g.first_offset, g.copy_elements));
   const int box_row_elements = 8 + (g.block_n / kPipelineConsumers + g.last_offset - g.first_offset + box_lead - 8 + 31) / 32 * 32;
-  g.tensor_rows = allow_tensor_rows && limits.tma && element_size == 4 && g.channel_phases == 1 &&
+  g.tensor_rows = allow_tensor_rows && limits.tma && g.channel_phases == 1 &&
                   g.in_length_stride == 1 && box_row_elements <= 256;
   if (g.tensor_rows) g.lead = box_lead, g.row_offsets = false, g.x_row_elements = box_row_elements;
   const int channels_per_word = 4 / element_size;

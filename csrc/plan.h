@@ -206,7 +206,7 @@ struct GemmPlan {
   int64_t parts;
   size_t smem_bytes;
   int stages;  // the pipelined kernel's ring; 0 for implicit_gemm_kernel
-  // The pipelined kernel's float x_s by TMA (without merged channels): each consumer warpgroup's
+  // The pipelined kernel's x_s by TMA (without merged channels): each consumer warpgroup's
   // columns with the halo as one box (position, channel, batch) of staged_rows x x_row_elements;
   // TF32 rounded by the copy. The launcher encodes the map (GemmPlan::in_map_*).
   bool tensor_rows;

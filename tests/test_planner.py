@@ -195,6 +195,19 @@ def test_strided_forwards_run_pipelined_phase_by_phase():
     assert (gaps["row_phases"], gaps["stored_row_phases"]) == (8, 5), gaps  # merged, 3 rows without a tap
 
 
+@pytest.mark.parametrize("dtype,tf32", MATHS)
+def test_pipelined_x_by_tma_boxes_where_rows_allow(dtype, tf32):
+    """The pipelined forward stages x by TMA boxes (tensor_rows: one box a consumer warpgroup) in
+    float and 16-bit alike where x's rows are 16-byte multiples, row by row (a bulk copy a row)
+    otherwise: on short steps the row copies, not the MMA, set the pace."""
+    unit = 16 // dtype.itemsize  # (elements of 16 bytes)
+    for n, c_in, c_out, k, stride in ((10, 1536, 1536, 1, 1), (16, 1536, 512, 4, 2)):
+        for l_in, boxes in ((162 * unit, 1), (162 * unit + 1, 0)):
+            forward = plans((n, c_in, c_out, k, l_in, stride, 0, 0, 1, 1), dtype, tf32, "h100")["forward"]
+            assert forward["family"] == "pipelined" and forward["tensor_rows"] == boxes, (l_in, forward)
+            assert plans((n, c_in, c_out, k, l_in, stride, 0, 0, 1, 1), dtype, tf32, "a100")["forward"]["tensor_rows"] == 0
+
+
 def test_strided_grad_input_reads_grad_y_deinterleaved():
     """A strided grad_input (dilation 1) reads grad_y's phases as channels: in place on sm_90a's
     warpgroup tiles where its phases merge (K a multiple of stride), grad_y's rows go in 16-byte

@@ -41,43 +41,49 @@ namespace convt::cuda {
 //   warpgroup tiles: as B of wgmma (A^T, K-major, swizzled rows of 32 * ksteps bytes; wgmma.cuh)
 // A_t[row, ch] = w[...]: GemmWeight (plan.h).
 
+// Block (x, y, z) packs word y * blockDim.x + threadIdx.x of each slot of unit x, (g, row_tile,
+// chunk) of the launch, at every gridDim.z-th of its part slots from z: the unit's index math once
+// per block, 32-bit (a launch's packed weight is at most kMaxPackedWeightBytes), and a thread's word
+// position once for all of its slots. Enough blocks that a thread loads a few words, not a chain of
+// them: a small weight packs in one load latency. A unit's part slots read W's elements of its rows
+// and channels at every tap, so a 32-byte sector fetched for one slot serves the taps beside it (L1).
 template <typename T, Math kMath>
 __global__ void pack_gemm_weight_kernel(const T* __restrict__ w, uint32_t* __restrict__ packed, GemmProblem p,
-                                        GemmWeight a, int64_t words) {
+                                        GemmWeight a) {
   constexpr int kChannelsPerWord = kMath == Math::k16Bit ? 2 : 1;
-  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < words; e += int64_t(blockDim.x) * gridDim.x) {
-    const int in_slot = int(e % p.slot_words);
-    int tile_row, word;  // of the slot's block_m x (8 * ksteps)-word tile
-    if (p.warpgroups) {
-      const int row_bytes = p.ksteps * 32, byte = in_slot * 4, atom_row = byte / row_bytes % 8;
-      tile_row = byte / row_bytes;
-      word = (((byte % row_bytes / 16) ^ swizzle_of_row(atom_row, row_bytes)) * 16 + byte % 16) / 4;
-    } else {
-      const int part = in_slot % 4, lane = in_slot / 4 % 32, kstep = in_slot / 128 % p.ksteps;
-      tile_row = in_slot / (128 * p.ksteps) * 16 + lane / 4 + (part % 2) * 8;
-      word = kstep * 8 + lane % 4 + (part / 2) * 4;
-    }
-    int64_t rest = e / p.slot_words;
-    const int part_slot = int(rest % (p.weight_parts * p.taps));
+  const int in_slot = int(blockIdx.y * blockDim.x + threadIdx.x);
+  if (in_slot >= p.slot_words) return;
+  const int unit = int(blockIdx.x), part_slots = p.weight_parts * p.taps;
+  const int chunk = unit % p.chunks, row_tile = unit / p.chunks % p.row_tiles, g = unit / p.chunks / p.row_tiles;
+  const T* w_group = w + int64_t(g) * a.group_stride;
+  uint32_t* unit_packed = packed + int64_t(unit) * part_slots * p.slot_words;
+  int tile_row, word;  // of the slot's block_m x (8 * ksteps)-word tile
+  if (p.warpgroups) {
+    const int row_bytes = p.ksteps * 32, byte = in_slot * 4, atom_row = byte / row_bytes % 8;
+    tile_row = byte / row_bytes;
+    word = (((byte % row_bytes / 16) ^ swizzle_of_row(atom_row, row_bytes)) * 16 + byte % 16) / 4;
+  } else {
+    const int part = in_slot % 4, lane = in_slot / 4 % 32, kstep = in_slot / 128 % p.ksteps;
+    tile_row = in_slot / (128 * p.ksteps) * 16 + lane / 4 + (part % 2) * 8;
+    word = kstep * 8 + lane % 4 + (part / 2) * 4;
+  }
+  const int row = (p.first_row_tile + row_tile) * p.block_m + tile_row;  // (a launch packs its row tiles)
+  const int row_phase = row % p.row_phases;  // (merged phases: GemmProblem::row_phases, weight_channel_phases)
+  const bool row_inside = row < p.rows_per_group && row_phase < p.stored_row_phases;
+  const T* w_row = w_group + int64_t(row / p.row_phases) * a.row_stride;
+#pragma unroll 4
+  for (int part_slot = int(blockIdx.z); part_slot < part_slots; part_slot += int(gridDim.z)) {
     const int t = p.step_tap[part_slot % p.taps];  // slot i holds tap step_tap[i]
     const bool small_part = part_slot >= p.taps;
-    rest /= p.weight_parts * p.taps;
-    const int chunk = int(rest % p.chunks);
-    rest /= p.chunks;
-    const int row_tile = int(rest % p.row_tiles);
-    const int64_t g = rest / p.row_tiles;
-    const int64_t row = int64_t(p.first_row_tile + row_tile) * p.block_m + tile_row;  // (a launch packs its row tiles)
-    const int64_t w_row = row / p.row_phases;  // (merged phases: GemmProblem::row_phases, weight_channel_phases)
     uint32_t value = 0;
+#pragma unroll
     for (int half = 0; half < kChannelsPerWord; ++half) {
-      const int64_t ch = int64_t(chunk) * p.chunk_channels + word * kChannelsPerWord + half;
-      const int64_t w_ch = ch / p.weight_channel_phases;
-      const int phase = int(row % p.row_phases + ch % p.weight_channel_phases);  // (one of the two is 0)
+      const int ch = chunk * p.chunk_channels + word * kChannelsPerWord + half;
+      const int phase = row_phase + ch % p.weight_channel_phases;  // (one of the two is 0)
       const int tap = t * p.row_phases * p.weight_channel_phases + phase;
       // (merged rows of phases without a tap: zero, stored_row_phases; zero_taps: taps from K on)
-      const bool inside = row < p.rows_per_group && ch < p.channels_per_group && row % p.row_phases < p.stored_row_phases &&
-                          tap < a.taps;
-      const T element = inside ? w[g * a.group_stride + w_row * a.row_stride + w_ch * a.channel_stride + tap * a.tap_stride]
+      const bool inside = row_inside && ch < p.channels_per_group && tap < a.taps;
+      const T element = inside ? w_row[int64_t(ch / p.weight_channel_phases) * a.channel_stride + tap * a.tap_stride]
                                : from_float<T>(0.0f);
       if constexpr (kMath == Math::kTF32) {
         value = to_tf32(to_float(element));
@@ -90,7 +96,7 @@ __global__ void pack_gemm_weight_kernel(const T* __restrict__ w, uint32_t* __res
         value |= uint32_t(*reinterpret_cast<const unsigned short*>(&element)) << (16 * half);
       }
     }
-    packed[e] = value;
+    unit_packed[part_slot * p.slot_words + in_slot] = value;
   }
 }
 
