@@ -1142,6 +1142,36 @@ bool grad_input_avx2(const PaddedPhases& phases, const float* w, float* grad_x, 
   return finite;
 }
 
+// The dot-product grad_weight's task shape (grad_weight_avx2): blocks of kDotInBlock input and
+// kDotOutBlock output channels (multiples of dot's 3 x 4 blocks) and of dot_taps_per_task taps; a
+// chunk of kDotPositions of x's rows and grad_y's stays in L2.
+constexpr int64_t kDotInBlock = 24, kDotOutBlock = 32, kDotPositions = 1024;
+// taps per task: all of them where there are 32 units or more (blocks of channels), else as many as
+// make about 32 tasks; a constant, not the thread count: the taps a task holds set the order of its
+// sums (the inputs every one of them reaches, then each one's own), and results must not depend on it
+int64_t dot_taps_per_task(const ConvTParams& p) {
+  const int64_t units = p.groups * ceil_div(p.in_channels_per_group, kDotInBlock) * ceil_div(p.out_channels_per_group, kDotOutBlock);
+  return ceil_div(p.kernel_size, std::clamp<int64_t>(ceil_div(32, units), 1, p.kernel_size));
+}
+// Per tap k, the inputs [first[k], last[k]) whose output it reaches (none where its phase, of
+// min(stride, L_out), has no outputs)
+struct TapInputs {
+  std::vector<Tap> taps;
+  std::vector<int64_t> first, last;
+};
+TapInputs tap_inputs(const ConvTParams& p) {
+  const int64_t K = p.kernel_size, phase_count = std::min(p.stride, p.length_out);
+  TapInputs t{std::vector<Tap>(K), std::vector<int64_t>(K, 0), std::vector<int64_t>(K, 0)};
+  for (int64_t k = 0; k < K; ++k) {
+    t.taps[k] = tap_of(k, p.stride, p.padding, p.dilation);
+    if (t.taps[k].phase >= phase_count) continue;
+    const TapRange range = tap_range(t.taps[k], phase_length(t.taps[k].phase, p.length_out, p.stride), p.length_in);
+    if (range.empty()) continue;
+    t.first[k] = range.begin - t.taps[k].shift, t.last[k] = range.end - t.taps[k].shift;
+  }
+  return t;
+}
+
 // grad_weight: grad_w[ci, co, k] = sum over n and the inputs i whose output tap k reaches of
 // x[n, ci, i] * phase_k of grad_y[n, co] at i + shift_k. Tasks of (group, block of input channels, block
 // of output channels, block of taps): every tap where that leaves enough tasks, so that each chunk of
@@ -1153,25 +1183,13 @@ bool grad_input_avx2(const PaddedPhases& phases, const float* w, float* grad_x, 
 // tap reaches (products of real values only).
 void grad_weight_avx2(const PaddedPhases& phases, const float* x, float* grad_w, const ConvTParams& p) {
   const int64_t Cig = p.in_channels_per_group, Cog = p.out_channels_per_group, K = p.kernel_size;
-  constexpr int64_t kInBlock = 24, kOutBlock = 32;  // multiples of dot's 3 x 4 blocks
-  constexpr int64_t kPositions = 1024;              // a chunk of x's rows and grad_y's stays in L2
+  constexpr int64_t kInBlock = kDotInBlock, kOutBlock = kDotOutBlock, kPositions = kDotPositions;
   const int64_t in_blocks = ceil_div(Cig, kInBlock), out_blocks = ceil_div(Cog, kOutBlock);
   const int64_t units = p.groups * in_blocks * out_blocks;
-  // taps per task: all of them where there are 32 units or more (blocks of channels), else as many as
-  // make about 32 tasks; a constant, not the thread count: the taps a task holds set the order of its
-  // sums (the inputs every one of them reaches, then each one's own), and results must not depend on it
-  const int64_t taps_per_task = ceil_div(K, std::clamp<int64_t>(ceil_div(32, units), 1, K));
-  const int64_t tap_blocks = ceil_div(K, taps_per_task);
-  // per tap: the inputs [first, last) whose output it reaches (none where its phase has no outputs)
-  std::vector<Tap> taps(K);
-  std::vector<int64_t> first(K, 0), last(K, 0);
-  for (int64_t k = 0; k < K; ++k) {
-    taps[k] = tap_of(k, p.stride, p.padding, p.dilation);
-    if (taps[k].phase >= phases.count) continue;
-    const TapRange range = tap_range(taps[k], phase_length(taps[k].phase, p.length_out, p.stride), p.length_in);
-    if (range.empty()) continue;
-    first[k] = range.begin - taps[k].shift, last[k] = range.end - taps[k].shift;
-  }
+  const int64_t taps_per_task = dot_taps_per_task(p), tap_blocks = ceil_div(K, taps_per_task);
+  const TapInputs inputs = tap_inputs(p);  // (phases.count: min(stride, L_out) too)
+  const std::vector<Tap>& taps = inputs.taps;
+  const std::vector<int64_t>&first = inputs.first, &last = inputs.last;
   const int64_t ld = taps_per_task * kOutBlock;  // tiles: row r, column (j, c) for the task's j-th tap reaching inputs
   parallel(units * tap_blocks, double(p.batch) * p.in_channels * p.out_channels_per_group * p.kernel_size * p.length_in,
            [&](int64_t begin, int64_t end) {
@@ -1378,16 +1396,65 @@ bool grad_weight_avx2_gemm(const float* grad_y, const float* x, float* grad_w, c
   return finite;
 }
 
+// The 3 x 4 blocks of the dot products form (grad_weight_avx2), each closed by a horizontal sum:
+// per task's taps, batch row and chunk of kDotPositions inputs, one block a 3 x 4 of every
+// dot_columns call: the inputs all the task's taps reach, 4 taps a call, then each tap's own inputs
+// before and after those (a call each); where the taps reach no inputs in common (a long filter on a
+// short input), each tap's own in every chunk it reaches. Counted call by call as the kernel makes
+// them, with the chunks that hold no range end counted together.
+double dot_sum_blocks(const ConvTParams& p) {
+  const int64_t Cig = p.in_channels_per_group, Cog = p.out_channels_per_group, K = p.kernel_size;
+  const TapInputs inputs = tap_inputs(p);
+  const int64_t taps_per_task = dot_taps_per_task(p);
+  // 3-row blocks over a task set's input blocks; 4-column blocks of a call over `taps` taps, over its output blocks
+  const double row_blocks = double(Cig / kDotInBlock) * (kDotInBlock / 3) + ceil_div(Cig % kDotInBlock, 3);
+  auto column_blocks = [&](int64_t taps) {
+    return double(Cog / kDotOutBlock) * ceil_div(kDotOutBlock * taps, 4) + ceil_div((Cog % kDotOutBlock) * taps, 4);
+  };
+  double blocks = 0;
+  for (int64_t k0 = 0; k0 < K; k0 += taps_per_task) {
+    int64_t lo = p.length_in, hi = 0, both_lo = 0, both_hi = p.length_in, count = 0;
+    for (int64_t k = k0; k < std::min(K, k0 + taps_per_task); ++k) {
+      if (inputs.first[k] >= inputs.last[k]) continue;
+      ++count;
+      lo = std::min(lo, inputs.first[k]), hi = std::max(hi, inputs.last[k]);
+      both_lo = std::max(both_lo, inputs.first[k]), both_hi = std::min(both_hi, inputs.last[k]);
+    }
+    if (count == 0) continue;
+    const auto chunk_of = [&](int64_t i) { return (i - lo) / kDotPositions; };
+    const auto chunks_over = [&](int64_t a, int64_t b) { return a < b ? double(chunk_of(b - 1) - chunk_of(a) + 1) : 0.0; };
+    const bool common = both_lo < both_hi;
+    if (common) {
+      double common_calls = 0;
+      for (int64_t j = 0; j < count; j += 4) common_calls += column_blocks(std::min<int64_t>(4, count - j));
+      blocks += chunks_over(both_lo, both_hi) * common_calls;
+    }
+    // the chunks the common inputs span: [c_lo, c_hi] (none: every chunk takes each tap's own call)
+    const int64_t c_lo = common ? chunk_of(both_lo) : hi, c_hi = common ? chunk_of(both_hi - 1) : -1;
+    const int64_t span_lo = lo + c_lo * kDotPositions, span_hi = lo + (c_hi + 1) * kDotPositions;
+    for (int64_t k = k0; k < std::min(K, k0 + taps_per_task); ++k) {
+      const int64_t first = inputs.first[k], last = inputs.last[k];
+      if (first >= last) continue;
+      double calls = common ? chunks_over(first, std::min(last, span_lo)) + chunks_over(std::max(first, span_hi), last)
+                            : chunks_over(first, last);
+      if (common && first < both_lo && span_lo < both_lo) calls += 1;  // own inputs before the common ones
+      if (common && last > both_hi && std::min(span_hi, hi) > both_hi) calls += 1;  // and after them
+      blocks += calls * column_blocks(1);
+    }
+  }
+  return blocks * row_blocks * p.groups * p.batch;
+}
+
 // Which grad_weight form costs less, in cycles beyond the products themselves (Cig*Cog*K*N*L_in
-// multiply-adds, 16 a cycle): the dot products pay a horizontal sum per block of 3 x 4 channel pairs,
-// tap, batch row and chunk of 1024 positions (about 80 cycles); the GEMM pays for building G^T once
-// per block of input channels (about 4 cycles an element) and runs its products about a quarter slower
-// (its tile is read and written per block of positions).
+// multiply-adds, 16 a cycle): the dot products pay a horizontal sum per 3 x 4 block of each call
+// (dot_sum_blocks; about 120 cycles with the call's share of setting up its columns); the GEMM pays for building G^T once per block of input channels
+// (about 4 cycles an element) and runs its products about a quarter slower (its tile is read and
+// written per block of positions).
 bool grad_weight_by_gemm(const ConvTParams& p) {
   const double Cig = p.in_channels_per_group, Cog = p.out_channels_per_group, K = p.kernel_size;
   const double positions = double(p.batch) * p.length_in;
   const double products = Cig * Cog * K * positions / 16;
-  const double sums = std::ceil(Cig / 3) * std::ceil(Cog / 4) * K * p.batch * std::ceil(p.length_in / 1024.0) * 80;
+  const double sums = dot_sum_blocks(p) * 120;
   const double build = Cog * K * positions * std::ceil(Cig / grad_weight_row_block(p)) * 4;
   return build + products / 4 < sums;
 }
