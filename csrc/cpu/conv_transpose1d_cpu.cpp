@@ -1172,10 +1172,28 @@ TapInputs tap_inputs(const ConvTParams& p) {
   return t;
 }
 
+// Taps [k0, k1) of a dot task: `reaching`, those that reach inputs; [lo, hi) the inputs any of them
+// reaches, [both_lo, both_hi) those every one reaches (empty: none in common)
+struct TapBlockInputs {
+  int64_t lo, hi, both_lo, both_hi;
+};
+TapBlockInputs tap_block_inputs(const TapInputs& inputs, int64_t k0, int64_t k1, int64_t length_in,
+                                std::vector<int64_t>& reaching) {
+  TapBlockInputs b{length_in, 0, 0, length_in};
+  reaching.clear();
+  for (int64_t k = k0; k < k1; ++k) {
+    if (inputs.first[k] >= inputs.last[k]) continue;
+    reaching.push_back(k);
+    b.lo = std::min(b.lo, inputs.first[k]), b.hi = std::max(b.hi, inputs.last[k]);
+    b.both_lo = std::max(b.both_lo, inputs.first[k]), b.both_hi = std::min(b.both_hi, inputs.last[k]);
+  }
+  return b;
+}
+
 // grad_weight: grad_w[ci, co, k] = sum over n and the inputs i whose output tap k reaches of
 // x[n, ci, i] * phase_k of grad_y[n, co] at i + shift_k. Tasks of (group, block of input channels, block
 // of output channels, block of taps): every tap where that leaves enough tasks, so that each chunk of
-// x's rows (kPositions) crosses memory once for all of them, not once per tap; the inputs of a chunk
+// x's rows (kDotPositions) crosses memory once for all of them, not once per tap; the inputs of a chunk
 // that all the task's taps reach run as one dot product of x's rows with every (tap, output channel)
 // column (x loaded once for 4 of them: a narrow output's taps). Each grad_w element sums over the batch,
 // then the chunks, in order, within a chunk its tap's own inputs before those, those, then its own
@@ -1183,34 +1201,26 @@ TapInputs tap_inputs(const ConvTParams& p) {
 // tap reaches (products of real values only).
 void grad_weight_avx2(const PaddedPhases& phases, const float* x, float* grad_w, const ConvTParams& p) {
   const int64_t Cig = p.in_channels_per_group, Cog = p.out_channels_per_group, K = p.kernel_size;
-  constexpr int64_t kInBlock = kDotInBlock, kOutBlock = kDotOutBlock, kPositions = kDotPositions;
-  const int64_t in_blocks = ceil_div(Cig, kInBlock), out_blocks = ceil_div(Cog, kOutBlock);
+  const int64_t in_blocks = ceil_div(Cig, kDotInBlock), out_blocks = ceil_div(Cog, kDotOutBlock);
   const int64_t units = p.groups * in_blocks * out_blocks;
   const int64_t taps_per_task = dot_taps_per_task(p), tap_blocks = ceil_div(K, taps_per_task);
   const TapInputs inputs = tap_inputs(p);  // (phases.count: min(stride, L_out) too)
   const std::vector<Tap>& taps = inputs.taps;
   const std::vector<int64_t>&first = inputs.first, &last = inputs.last;
-  const int64_t ld = taps_per_task * kOutBlock;  // tiles: row r, column (j, c) for the task's j-th tap reaching inputs
+  const int64_t ld = taps_per_task * kDotOutBlock;  // tiles: row r, column (j, c) for the task's j-th tap reaching inputs
   parallel(units * tap_blocks, double(p.batch) * p.in_channels * p.out_channels_per_group * p.kernel_size * p.length_in,
            [&](int64_t begin, int64_t end) {
-    std::vector<float> tiles(kInBlock * ld);
+    std::vector<float> tiles(kDotInBlock * ld);
     std::vector<int64_t> reaching;  // the task's taps that reach inputs
     std::vector<const float*> columns(ld);
     for (int64_t task = begin; task < end; ++task) {
       const int64_t k0 = (task % tap_blocks) * taps_per_task, k1 = std::min(K, k0 + taps_per_task);
       const int64_t ob = (task / tap_blocks) % out_blocks, ib = (task / (tap_blocks * out_blocks)) % in_blocks;
       const int64_t g = task / (tap_blocks * out_blocks * in_blocks);
-      const int64_t c0 = ib * kInBlock, rows = std::min(kInBlock, Cig - c0);
-      const int64_t o0 = ob * kOutBlock, cols = std::min(kOutBlock, Cog - o0);
+      const int64_t c0 = ib * kDotInBlock, rows = std::min(kDotInBlock, Cig - c0);
+      const int64_t o0 = ob * kDotOutBlock, cols = std::min(kDotOutBlock, Cog - o0);
       std::fill(tiles.begin(), tiles.end(), 0.0f);
-      reaching.clear();
-      int64_t lo = p.length_in, hi = 0, both_lo = 0, both_hi = p.length_in;  // inputs any tap reaches, every tap
-      for (int64_t k = k0; k < k1; ++k) {
-        if (first[k] >= last[k]) continue;
-        reaching.push_back(k);
-        lo = std::min(lo, first[k]), hi = std::max(hi, last[k]);
-        both_lo = std::max(both_lo, first[k]), both_hi = std::min(both_hi, last[k]);
-      }
+      const auto [lo, hi, both_lo, both_hi] = tap_block_inputs(inputs, k0, k1, p.length_in, reaching);
       const int64_t count = static_cast<int64_t>(reaching.size());
       for (int64_t n = 0; n < p.batch; ++n) {
         const float* x_rows = x + (n * p.in_channels + g * Cig + c0) * p.length_in;
@@ -1221,13 +1231,13 @@ void grad_weight_avx2(const PaddedPhases& phases, const float* x, float* grad_w,
           for (int64_t c = 0; c < cols; ++c) columns[j * cols + c] = phase_rows + c * phases.length;
         }
         auto add = [&](int64_t j0, int64_t taps_count, int64_t a, int64_t b) {  // inputs [a, b) of taps j0..
-          const float* shifted[4 * kOutBlock];
+          const float* shifted[4 * kDotOutBlock];
           for (int64_t q = 0; q < taps_count * cols; ++q) shifted[q] = columns[j0 * cols + q] + a;
           avx2::dot_columns(rows, taps_count * cols, b - a, x_rows + a, p.length_in, shifted, tiles.data() + j0 * cols,
                             ld, true);
         };
-        for (int64_t i0 = lo; i0 < hi; i0 += kPositions) {
-          const int64_t i1 = std::min(i0 + kPositions, hi);
+        for (int64_t i0 = lo; i0 < hi; i0 += kDotPositions) {
+          const int64_t i1 = std::min(i0 + kDotPositions, hi);
           // the inputs of the chunk that every tap reaches in one pass (x's rows read once for all of
           // them), then each tap's own inputs before and after those
           const int64_t a = std::max(i0, both_lo), b = std::min(i1, both_hi);
@@ -1412,14 +1422,11 @@ double dot_sum_blocks(const ConvTParams& p) {
     return double(Cog / kDotOutBlock) * ceil_div(kDotOutBlock * taps, 4) + ceil_div((Cog % kDotOutBlock) * taps, 4);
   };
   double blocks = 0;
+  std::vector<int64_t> reaching;
   for (int64_t k0 = 0; k0 < K; k0 += taps_per_task) {
-    int64_t lo = p.length_in, hi = 0, both_lo = 0, both_hi = p.length_in, count = 0;
-    for (int64_t k = k0; k < std::min(K, k0 + taps_per_task); ++k) {
-      if (inputs.first[k] >= inputs.last[k]) continue;
-      ++count;
-      lo = std::min(lo, inputs.first[k]), hi = std::max(hi, inputs.last[k]);
-      both_lo = std::max(both_lo, inputs.first[k]), both_hi = std::min(both_hi, inputs.last[k]);
-    }
+    const TapBlockInputs block = tap_block_inputs(inputs, k0, std::min(K, k0 + taps_per_task), p.length_in, reaching);
+    const int64_t lo = block.lo, hi = block.hi, both_lo = block.both_lo, both_hi = block.both_hi;  // (lambdas use them)
+    const int64_t count = static_cast<int64_t>(reaching.size());
     if (count == 0) continue;
     const auto chunk_of = [&](int64_t i) { return (i - lo) / kDotPositions; };
     const auto chunks_over = [&](int64_t a, int64_t b) { return a < b ? double(chunk_of(b - 1) - chunk_of(a) + 1) : 0.0; };
@@ -1432,9 +1439,8 @@ double dot_sum_blocks(const ConvTParams& p) {
     // the chunks the common inputs span: [c_lo, c_hi] (none: every chunk takes each tap's own call)
     const int64_t c_lo = common ? chunk_of(both_lo) : hi, c_hi = common ? chunk_of(both_hi - 1) : -1;
     const int64_t span_lo = lo + c_lo * kDotPositions, span_hi = lo + (c_hi + 1) * kDotPositions;
-    for (int64_t k = k0; k < std::min(K, k0 + taps_per_task); ++k) {
+    for (const int64_t k : reaching) {
       const int64_t first = inputs.first[k], last = inputs.last[k];
-      if (first >= last) continue;
       double calls = common ? chunks_over(first, std::min(last, span_lo)) + chunks_over(std::max(first, span_hi), last)
                             : chunks_over(first, last);
       if (common && first < both_lo && span_lo < both_lo) calls += 1;  // own inputs before the common ones
@@ -1447,9 +1453,9 @@ double dot_sum_blocks(const ConvTParams& p) {
 
 // Which grad_weight form costs less, in cycles beyond the products themselves (Cig*Cog*K*N*L_in
 // multiply-adds, 16 a cycle): the dot products pay a horizontal sum per 3 x 4 block of each call
-// (dot_sum_blocks; about 120 cycles with the call's share of setting up its columns); the GEMM pays for building G^T once per block of input channels
-// (about 4 cycles an element) and runs its products about a quarter slower (its tile is read and
-// written per block of positions).
+// (dot_sum_blocks; about 120 cycles with the call's share of setting up its columns); the GEMM pays
+// for building G^T once per block of input channels (about 4 cycles an element) and runs its products
+// about a quarter slower (its tile is read and written per block of positions).
 bool grad_weight_by_gemm(const ConvTParams& p) {
   const double Cig = p.in_channels_per_group, Cog = p.out_channels_per_group, K = p.kernel_size;
   const double positions = double(p.batch) * p.length_in;

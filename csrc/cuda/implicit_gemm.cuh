@@ -43,8 +43,9 @@ namespace convt::cuda {
 
 // Block (x, y, z) packs word y * blockDim.x + threadIdx.x of each slot of unit x, (g, row_tile,
 // chunk) of the launch, at every gridDim.z-th of its part slots from z: the unit's index math once
-// per block, 32-bit (a launch's packed weight is at most kMaxPackedWeightBytes), and a thread's word
-// position once for all of its slots. Enough blocks that a thread loads a few words, not a chain of
+// per block, and a thread's word position once for all of its slots, in 32 bits (rows and channels
+// stay below 2^30, gemm_applies; a unit's slots hold at most 256 x 8,192 words; offsets into w and
+// packed are 64-bit). Enough blocks that a thread loads a few words, not a chain of
 // them: a small weight packs in one load latency. A unit's part slots read W's elements of its rows
 // and channels at every tap, so a 32-byte sector fetched for one slot serves the taps beside it (L1).
 template <typename T, Math kMath>
