@@ -253,6 +253,19 @@ std::optional<GemmPlan> plan_gemm_tiles(GemmPlan g, const TensorFacts& in, int t
   return std::nullopt;
 }
 
+// Row tiles a launch takes: within the workspace bound (kMaxPackedWeightBytes of packed weight), the
+// count whose launches take the fewest waves (launch_waves), the largest of those (each launch packs
+// its weight first and costs a launch's latency).
+int fewest_wave_launch_row_tiles(const GemmPlan& g, const DeviceLimits& limits) {
+  const int64_t row_tile_bytes = 4 * packed_weight_words(g) / g.row_tiles;
+  const int most = int(std::clamp<int64_t>(kMaxPackedWeightBytes / row_tile_bytes, 1, g.row_tiles));
+  int best = most;
+  for (int count = most - 1; count >= 1 && most < g.row_tiles; --count) {
+    if (launch_waves(g, count, limits) < launch_waves(g, best, limits)) best = count;
+  }
+  return best;
+}
+
 // The pipelined kernel's plan (pipelined_gemm.cuh) for one of its tile shapes and the taps in runs
 // as the problem has them: 32-word chunks where three stages fit in one block's shared memory, else
 // 16-word chunks with as many stages as fit (two at least). 3xTF32 stages A's big and small parts.
@@ -338,10 +351,13 @@ std::optional<GemmPlan> plan_pipelined_tiles(const GemmPlan& problem, const Tens
   return std::nullopt;
 }
 
-// The pipelined plan of a problem that has one and fills the SMs: tiles of 256 columns (the weight,
-// streamed from L2 for every tile, serves twice the columns) unless they pad the columns by more
-// than a sixteenth over 128-column tiles; groups of at most 64 rows take 64 x 256 tiles; 3xTF32 and
-// phase pairs (two accumulators a subtile) take 128 columns.
+// The pipelined plan of a problem that has one and fills the SMs: groups of at most 64 rows take 64 x
+// 256 tiles; others 128 x 128 or 128 x 256 tiles. The waves of their launches (launch_waves) decide
+// where their ratio is beyond what the wide tile's time can make up: at most kWideTileTimeLeast times
+// the wide tile's waves, 128 columns; more than kWideTileTime times (kWideTileTimeOneTap at one tap a
+// step), 256. In between, the columns they pad: 256 unless they pad more than a sixteenth over 128
+// (a quarter where steps of 3 or more taps stream that many weight slots a chunk, which the wide
+// tile halves a MAC). 3xTF32 and phase pairs (two accumulators a subtile) take 128 columns.
 std::optional<GemmPlan> plan_pipelined(const GemmPlan& problem, const TensorFacts& in, Math math, const DeviceLimits& limits) {
   auto fills = [&](const std::optional<GemmPlan>& plan) { return plan && plan->parts >= limits.sm_count; };
   if (problem.rows_per_group <= 64) {
@@ -353,13 +369,16 @@ std::optional<GemmPlan> plan_pipelined(const GemmPlan& problem, const TensorFact
   const bool two_sets = math == Math::k3xTF32 || (problem.out_step == 2 && problem.out_phases == 2);
   const auto wide = two_sets ? std::nullopt
                              : plan_pipelined_tiles(problem, in, gemm_tile_index(GemmFamily::kPipelined, 128, 256), math, limits);
-  // Steps of 3 or more taps stream that many weight slots a chunk for 128 columns: 256-column
-  // tiles halve those bytes a MAC, worth up to a quarter more padded columns.
-  const int64_t wide_columns = 256 * int64_t(wide ? wide->col_tiles : 0), narrow_columns = 128 * int64_t(narrow ? narrow->col_tiles : 0);
-  const bool weight_bound = wide && most_taps_per_step(*wide) >= 3;
-  if (fills(wide) && (!narrow || 16 * wide_columns <= 17 * narrow_columns || (weight_bound && 4 * wide_columns <= 5 * narrow_columns))) return wide;
-  if (fills(narrow)) return narrow;
-  return std::nullopt;
+  if (!fills(wide)) return fills(narrow) ? narrow : std::nullopt;
+  if (!fills(narrow)) return wide;
+  auto waves = [&](const GemmPlan& g) { return double(launch_waves(g, fewest_wave_launch_row_tiles(g, limits), limits)); };
+  const int taps = most_taps_per_step(*wide);
+  const double wave_ratio = waves(*narrow) / waves(*wide);
+  if (wave_ratio <= kWideTileTimeLeast) return narrow;
+  if (wave_ratio > (taps <= 1 ? kWideTileTimeOneTap : kWideTileTime)) return wide;
+  const int64_t wide_columns = 256 * int64_t(wide->col_tiles), narrow_columns = 128 * int64_t(narrow->col_tiles);
+  const bool pads_little = 16 * wide_columns <= 17 * narrow_columns || (taps >= 3 && 4 * wide_columns <= 5 * narrow_columns);
+  return pads_little ? wide : narrow;
 }
 
 }  // namespace
@@ -507,13 +526,15 @@ GemmWeight gemm_weight(const ConvTParams& p, bool forward) {  // A_t[row, ch] = 
   return {p.in_channels_per_group * p.w_in_stride, row_stride, channel_stride, p.w_tap_stride, p.kernel_size};
 }
 
+namespace {
+
 // A problem whose phases merge runs merged on warpgroup tiles where those fill the SMs (more than 32
 // merged rows, or a narrow output); warpgroup
 // problems run pipelined where that plans; then the warp tiles by the rows of a group and the taps
 // of a step, the first that fills the SMs (else the last that plans). 3xTF32 takes warpgroup tiles
 // only pipelined, and no 64-row warp tiles (two accumulators would spill).
-std::optional<GemmPlan> plan_gemm(const GemmPlan& g, const std::optional<GemmPlan>& merged, const TensorFacts& in, Math math,
-                                  const DeviceLimits& limits) {
+std::optional<GemmPlan> choose_gemm_plan(const GemmPlan& g, const std::optional<GemmPlan>& merged, const TensorFacts& in,
+                                         Math math, const DeviceLimits& limits) {
   const bool one_accumulator = math != Math::k3xTF32;
   const bool pipelined = limits.wgmma;
   const bool warpgroups = one_accumulator && pipelined;  // implicit_gemm_kernel's warpgroup tiles
@@ -569,6 +590,15 @@ std::optional<GemmPlan> plan_gemm(const GemmPlan& g, const std::optional<GemmPla
   return plan;
 }
 
+}  // namespace
+
+std::optional<GemmPlan> plan_gemm(const GemmPlan& g, const std::optional<GemmPlan>& merged, const TensorFacts& in, Math math,
+                                  const DeviceLimits& limits) {
+  auto plan = choose_gemm_plan(g, merged, in, math, limits);
+  if (plan) plan->launch_row_tiles = fewest_wave_launch_row_tiles(*plan, limits);
+  return plan;
+}
+
 PipelineForm pipeline_form(const GemmPlan& g) {
   if (g.out_step == 2 && g.out_phases == 2 && g.weight_parts == 1) return PipelineForm::kPhasePair;
   return g.out_phases * g.in_phases > 1 ? PipelineForm::kPairs : PipelineForm::kOnePair;
@@ -578,9 +608,13 @@ int64_t packed_weight_words(const GemmPlan& g) {
   return g.groups * g.row_tiles * g.chunks * int64_t(g.weight_parts) * g.taps * g.slot_words;
 }
 
-int row_tiles_per_launch(const GemmPlan& g) {
-  const int64_t row_tile_bytes = 4 * packed_weight_words(g) / g.row_tiles;
-  return int(std::clamp<int64_t>(kMaxPackedWeightBytes / row_tile_bytes, 1, g.row_tiles));
+int64_t launch_waves(const GemmPlan& g, int launch_row_tiles, const DeviceLimits& limits) {
+  // (the pipelined kernel's 384 threads take an SM's registers: one block an SM)
+  const int64_t blocks_per_sm = g.stages > 0 ? 1 : std::max<int64_t>(1, limits.blocks_per_sm(int64_t(g.smem_bytes)));
+  const int64_t blocks = limits.sm_count * blocks_per_sm;
+  const int64_t row_tile_parts = g.parts / g.row_tiles;
+  auto waves = [&](int64_t row_tiles) { return (row_tiles * row_tile_parts + blocks - 1) / blocks; };
+  return g.row_tiles / launch_row_tiles * waves(launch_row_tiles) + waves(g.row_tiles % launch_row_tiles);
 }
 
 GemmPlan row_tile_range(const GemmPlan& g, int first, int count) {
@@ -1038,8 +1072,8 @@ std::string describe(const DataPlan& plan) {
                         {"channel_phases", g.channel_phases}, {"deinterleaved", g.deinterleaved}, {"zero_taps", g.zero_taps},
                         {"stage_output", g.stage_output}, {"resident", g.resident},
                         {"tensor_rows", g.tensor_rows}, {"tiles", g.tiles}, {"parts", g.parts},
-                        {"row_tiles", g.row_tiles}, {"launch_row_tiles", row_tiles_per_launch(g)},
-                        {"workspace_bytes", 4 * packed_weight_words(row_tile_range(g, 0, row_tiles_per_launch(g)))},
+                        {"row_tiles", g.row_tiles}, {"launch_row_tiles", g.launch_row_tiles},
+                        {"workspace_bytes", 4 * packed_weight_words(row_tile_range(g, 0, g.launch_row_tiles))},
                         {"smem_bytes", int64_t(g.smem_bytes)}});
     if (g.zero_taps) text += std::string(" exact_family=") + gemm_family_name(plan.exact.tile_shape);
   } else if (plan.kernel == Kernel::kDepthwise) {

@@ -51,6 +51,11 @@ struct TensorFacts {
 constexpr int64_t kGemmIndexLimit = int64_t(1) << 30;  // positions, offsets and strides in 32-bit ints
 constexpr int64_t kMaxDeinterleavedPhases = 1024;  // the copy stages a position's phases in shared memory
 constexpr int kNarrowPipelinedMacs = 192;         // MACs an element of `in` up to which narrow problems pipeline
+// The time of a pipelined 128 x 256 tile over a 128 x 128 one (plan_pipelined): at least
+// kWideTileTimeLeast, at most kWideTileTime, or kWideTileTimeOneTap at one tap a step, whose short
+// steps' fixed costs the wide tile spreads over twice the MACs (docs/design.md §4.5: measured 0.8-2.7x
+// a wave, median 1.75, over 108 layers and dtypes on an H200)
+constexpr double kWideTileTimeLeast = 1.5, kWideTileTimeOneTap = 1.6, kWideTileTime = 1.8;
 // MACs a grad_y element feeds, from which grad_input copies it: 4-byte elements, 16-bit ones (whose
 // in-place fragment loads move half the words, so their bank conflicts cost less)
 constexpr int64_t kDeinterleaveReuse = 1024, kDeinterleaveReuse16 = 1536;
@@ -197,8 +202,9 @@ struct GemmPlan {
   int y_row_elements;        // floats per row of y_s: block_n * out_step + one vector of slack
   int row_tiles, col_tiles;  // col_tiles covers the longest out_phase
   // A launch takes row tiles [first_row_tile, first_row_tile + row_tiles) of the problem's (0 and all
-  // of them unless the packed weight is split over launches: row_tile_range)
-  int first_row_tile;
+  // of them unless the packed weight is split over launches: row_tile_range, launch_row_tiles at a
+  // time, set by plan_gemm)
+  int first_row_tile, launch_row_tiles;
   int64_t tiles;
   // Blocks walk parts of tiles: with direct stores each out_phase is a part of its own
   // (tile_parts = out_phases); staged output keeps a tile whole. part = tile * tile_parts + out_phase.
@@ -237,7 +243,7 @@ int64_t aligned_row_length(int64_t length, int element_size);
 // + r at channel co*P + r, tap t (docs/design.md §5.5).
 ConvTParams grad_weight_over_copies(const ConvTParams& p, int element_size, bool aligned_x, bool deinterleaved);
 GemmWeight gemm_weight(const ConvTParams& p, bool forward);
-// The tiling of a problem; nullopt: no tensor-core plan fits
+// The tiling of a problem and its launches (launch_row_tiles); nullopt: no tensor-core plan fits
 std::optional<GemmPlan> plan_gemm(const GemmPlan& problem, const std::optional<GemmPlan>& merged, const TensorFacts& in,
                                   Math math, const DeviceLimits& limits);
 int64_t packed_weight_words(const GemmPlan& g);
@@ -249,11 +255,13 @@ enum class PipelineForm { kOnePair, kPairs, kPhasePair };
 PipelineForm pipeline_form(const GemmPlan& g);
 // The workspace of the forward and of grad_input, the packed weight of one launch, is bounded: where
 // the whole weight packs to more than kMaxPackedWeightBytes, launches take ranges of row tiles (each
-// packing its own rows into the same buffer, in stream order), row_tiles_per_launch of them (at
-// least one). row_tile_range: the plan of the launch of row tiles [first, first + count).
+// packing its own rows into the same buffer, in stream order), GemmPlan::launch_row_tiles of them
+// (at least one). row_tile_range: the plan of the launch of row tiles [first, first + count).
 constexpr int64_t kMaxPackedWeightBytes = int64_t(16) << 20;
-int row_tiles_per_launch(const GemmPlan& g);
 GemmPlan row_tile_range(const GemmPlan& g, int first, int count);
+// Waves of the persistent blocks over a plan's launches of launch_row_tiles row tiles each: a launch
+// lasts as long as its busiest block, ceil(parts / blocks) parts (docs/design.md §4.5).
+int64_t launch_waves(const GemmPlan& g, int launch_row_tiles, const DeviceLimits& limits);
 
 // ---- grad_weight (docs/design.md §5) ------------------------------------------------------------------
 

@@ -208,6 +208,33 @@ def test_pipelined_x_by_tma_boxes_where_rows_allow(dtype, tf32):
             assert plans((n, c_in, c_out, k, l_in, stride, 0, 0, 1, 1), dtype, tf32, "a100")["forward"]["tensor_rows"] == 0
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_pipelined_width_by_waves(dtype):
+    """Of 128 x 128 and 128 x 256 pipelined tiles the waves of their launches decide where their ratio
+    is beyond what the wider tile's time (1.5-1.8 times the narrower one's, 1.6 at one tap a step)
+    can make up, the columns they pad in between. 5 x 1536 -> 1536, K = 3 on 563 positions: 300 tiles
+    of 128 columns are 3 waves on 132 SMs, 180 of 256 columns 2 (3 / 2 <= 1.5): 128 columns.
+    10 x 1536 -> 1536, K = 1 on 1300 positions: 10 waves against 6 (above 1.6 at one tap a step):
+    256, though they pad 9 % more columns. HiFi-GAN's first upsampler: 7 waves against 4, in
+    between; 256 columns would pad 14 % more: 128."""
+    few_tiles = plans((5, 1536, 1536, 3, 563, 1, 1, 0, 1, 1), dtype, True, "h100")["forward"]
+    assert tile(few_tiles) == ("pipelined", 128, 128) and few_tiles["tiles"] == 300, few_tiles
+    many_tiles = plans((10, 1536, 1536, 1, 1300, 1, 0, 0, 1, 1), dtype, True, "h100")["forward"]
+    assert tile(many_tiles) == ("pipelined", 128, 256) and many_tiles["tiles"] == 720, many_tiles
+    in_between = plans(NAMED["hifigan_up0"], dtype, True, "h100")["forward"]
+    assert tile(in_between) == ("pipelined", 128, 128) and in_between["tiles"] == 896, in_between
+
+
+def test_launches_of_a_split_weight_take_the_fewest_waves():
+    """Where the packed weight is split over launches (over 16 MB), the planner takes the launch
+    size with the fewest waves in all, not the largest that fits: 16 x 1536 -> 1536, K = 1, strict
+    fp32 (3xTF32, two weight parts): 12 row tiles of 176 tiles each, at most 10 a launch; 10 + 2 row
+    tiles take 14 + 3 waves, 9 + 3 take 12 + 4."""
+    plan = plans((16, 1536, 1536, 1, 1300, 1, 0, 0, 1, 1), torch.float32, False, "h100")["forward"]
+    assert plan["row_tiles"] == 12 and plan["tiles"] == 12 * 176 and plan["launch_row_tiles"] == 9, plan
+    assert plan["workspace_bytes"] <= 16 << 20
+
+
 def test_strided_grad_input_reads_grad_y_deinterleaved():
     """A strided grad_input (dilation 1) reads grad_y's phases as channels: in place on sm_90a's
     warpgroup tiles where its phases merge (K a multiple of stride), grad_y's rows go in 16-byte

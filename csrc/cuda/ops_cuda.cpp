@@ -192,7 +192,8 @@ at::Tensor gemm_input(const DataPlan& plan, const ConvTParams& p, const at::Tens
 void run_gemm(const GemmPlan& gemm, const GemmWeight& weight, const at::Tensor& in, const CUtensorMap* in_map,
               const at::Tensor& w, const at::Tensor& bias, const at::Tensor& out, Math math, Launch launch) {
   // the packed weight of one launch at a time (row_tile_range), within kMaxPackedWeightBytes
-  const int launch_row_tiles = row_tiles_per_launch(gemm);
+  const int launch_row_tiles = gemm.launch_row_tiles;
+  TORCH_INTERNAL_ASSERT(launch_row_tiles >= 1, "convt: a GEMM plan without its launches (plan_gemm sets them)");
   const at::Tensor packed =
       at::empty({packed_weight_words(row_tile_range(gemm, 0, launch_row_tiles))}, w.options().dtype(at::kInt));
   auto* packed_w = reinterpret_cast<uint32_t*>(packed.data_ptr());
