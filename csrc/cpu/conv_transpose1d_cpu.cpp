@@ -611,6 +611,17 @@ struct Jobs {
   }
 };
 
+// dst (length elements) := zeros, its elements [lead, lead + count) being in[m*step]
+void pad_row(const float* in, int64_t step, int64_t count, float* dst, int64_t length, int64_t lead) {
+  std::fill(dst, dst + lead, 0.0f);
+  if (step == 1) {
+    std::memcpy(dst + lead, in, count * sizeof(float));
+  } else {
+    for (int64_t m = 0; m < count; ++m) dst[lead + m] = in[m * step];
+  }
+  std::fill(dst + lead + count, dst + length, 0.0f);
+}
+
 // Jobs that fill out (rows x length) with zeros, row r's elements [lead, lead + count) being
 // src[r*src_stride + m*step].
 void pad_rows(Jobs& jobs, const float* src, int64_t src_stride, int64_t step, int64_t count, int64_t rows, float* out,
@@ -619,17 +630,7 @@ void pad_rows(Jobs& jobs, const float* src, int64_t src_stride, int64_t step, in
   for (int64_t r0 = 0; r0 < rows; r0 += per_job) {
     const int64_t r1 = std::min(rows, r0 + per_job);
     jobs.add(double(r1 - r0) * length, [=] {
-      for (int64_t r = r0; r < r1; ++r) {
-        float* dst = out + r * length;
-        const float* in = src + r * src_stride;
-        std::fill(dst, dst + lead, 0.0f);
-        if (step == 1) {
-          std::memcpy(dst + lead, in, count * sizeof(float));
-        } else {
-          for (int64_t m = 0; m < count; ++m) dst[lead + m] = in[m * step];
-        }
-        std::fill(dst + lead + count, dst + length, 0.0f);
-      }
+      for (int64_t r = r0; r < r1; ++r) pad_row(src + r * src_stride, step, count, out + r * length, length, lead);
     });
   }
 }
@@ -1063,10 +1064,22 @@ bool pad_phases(const float* grad_y, const ConvTParams& p, int64_t step, PaddedP
   const int64_t rows = p.batch * p.out_channels;
   if (!padding_is_small(out.count * rows * out.length, rows * p.length_out)) return false;
   out.data = at::empty({out.count * rows, out.length}, at::TensorOptions().dtype(at::kFloat));
+  // Each grad_y row's phases one after the other, while the row is in L1: the row crosses memory once
+  // (a pass over all of grad_y per phase had read it `stride` times)
+  float* const data = out.data.data_ptr<float>();
+  const int64_t count = out.count, length = out.length, lead = out.lead, length_out = p.length_out, stride = p.stride;
+  const int64_t per_job = std::max<int64_t>(1, (int64_t(1) << 15) / std::max<int64_t>(length_out, 1));
   Jobs jobs;
-  for (int64_t r = 0; r < out.count; ++r) {
-    pad_rows(jobs, grad_y + r, p.length_out, p.stride, phase_length(r, p.length_out, p.stride), rows,
-             out.data.data_ptr<float>() + r * rows * out.length, out.length, out.lead);
+  for (int64_t r0 = 0; r0 < rows; r0 += per_job) {
+    const int64_t r1 = std::min(rows, r0 + per_job);
+    jobs.add(double(r1 - r0) * length_out, [=] {
+      for (int64_t r = r0; r < r1; ++r) {
+        for (int64_t phase = 0; phase < count; ++phase) {
+          pad_row(grad_y + r * length_out + phase, stride, phase_length(phase, length_out, stride),
+                  data + (phase * rows + r) * length, length, lead);
+        }
+      }
+    });
   }
   jobs.run();
   return true;
