@@ -259,9 +259,12 @@ std::optional<GemmPlan> plan_gemm_tiles(GemmPlan g, const TensorFacts& in, int t
 int fewest_wave_launch_row_tiles(const GemmPlan& g, const DeviceLimits& limits) {
   const int64_t row_tile_bytes = 4 * packed_weight_words(g) / g.row_tiles;
   const int most = int(std::clamp<int64_t>(kMaxPackedWeightBytes / row_tile_bytes, 1, g.row_tiles));
+  if (most == g.row_tiles) return most;  // one launch
   int best = most;
-  for (int count = most - 1; count >= 1 && most < g.row_tiles; --count) {
-    if (launch_waves(g, count, limits) < launch_waves(g, best, limits)) best = count;
+  int64_t best_waves = launch_waves(g, most, limits);
+  for (int count = most - 1; count >= 1; --count) {
+    const int64_t waves = launch_waves(g, count, limits);
+    if (waves < best_waves) best = count, best_waves = waves;
   }
   return best;
 }
