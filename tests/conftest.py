@@ -170,6 +170,11 @@ WIDE_TILE_CASES = [
     Case(4, 32, 64, 3, 9000, stride=2, padding=1, dilation=2),
     Case(4, 48, 96, 3, 6000, stride=2, padding=2, output_padding=1, dilation=2),
     Case(4, 40, 48, 3, 9000, stride=3, padding=1, dilation=3),
+    # staged output with phases no tap reaches (a block's y_s cleared between its tiles): 2 of 4
+    # phases, a row's last column tile part-empty, 188 tiles on 16 x 256; 1 of 2 phases, 72 rows on
+    # 64-row tiles (the second part-empty), 576 tiles
+    Case(4, 48, 3, 5, 12001, stride=4, padding=4, dilation=2),
+    Case(12, 48, 72, 3, 3001, stride=2, padding=2, dilation=2),
     # narrow outputs whose phases merge, on the 64 x 256 pipelined tiles: 16 merged rows (2 x 8) and
     # 15 (3 x 5, an odd stride); a phase's taps, 2 and 2, in one step
     Case(4, 64, 2, 16, 9000, stride=8, padding=4),

@@ -129,15 +129,29 @@ struct ImplicitGemmOutput {
     }
   }
 
+  // y_s elements [from, y_row_elements) of a tile row to zero (from: a multiple of 4), by one warp
+  __device__ __forceinline__ void clear_y_row(float* y, int from) const {
+    for (int v = from + lane * 4; v < p.y_row_elements; v += 32 * 4)
+      *reinterpret_cast<float4*>(y + v) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  }
+
   // The tile's kBlockN * out_step out positions, a warp per row. Staged: from y_s plus bias, in
   // 16-byte vectors (elements at the ends of the row segment one by one). Not staged: the positions
   // of phases no tap reaches get the bias.
+  // A cleared y_s (clear_y_s) must be all zeros again when the tile ends: store_phase stages every
+  // row and column of the tile, also rows past the group's and columns past the row's end, and the
+  // next tile of this block reads its unreached phases' positions from it. So rows past the group's
+  // are cleared whole and every row's elements past those read.
   __device__ __forceinline__ void finish_tile(const GemmTile& tile) const {
     if (!p.stage_output && p.out_phases == p.out_step) return;
     const int positions = int(min(int64_t(kBlockN) * p.out_step, p.out_length - first_position(tile)));
     for (int tile_row = warp; tile_row < kBlockM; tile_row += kGemmThreads / 32) {
       const int row = tile.row_tile * kBlockM + tile_row;
-      if (row >= p.rows_per_group) break;
+      float* y = y_s + tile_row * p.y_row_elements;
+      if (row >= p.rows_per_group) {
+        if (clear_y_s) clear_y_row(y, 0);
+        continue;
+      }
       const float bias_value = bias_of(tile, row);
       T* out_positions = out_row(tile, row) + first_position(tile);
       if (!p.stage_output) {
@@ -150,7 +164,6 @@ struct ImplicitGemmOutput {
       }
       const int shift = shift_of(out_positions);
       T* out_vectors = out_positions - shift;  // 16-byte aligned
-      float* y = y_s + tile_row * p.y_row_elements;
       for (int begin = lane * kVector; begin < shift + positions; begin += 32 * kVector) {
         float values[kVector];
 #pragma unroll
@@ -169,6 +182,7 @@ struct ImplicitGemmOutput {
             if (begin + e >= shift && begin + e < shift + positions) out_vectors[begin + e] = from_float<T>(values[e]);
         }
       }
+      if (clear_y_s) clear_y_row(y, (shift + positions + kVector - 1) / kVector * kVector);  // (past the vectors read)
     }
   }
 };
