@@ -2,6 +2,7 @@
 #include "plan.h"
 
 #include <algorithm>
+#include <numeric>
 #include <cstdio>
 #include <initializer_list>
 #include <vector>
@@ -431,13 +432,25 @@ bool merges_short_filter(const ConvTParams& p) {
          (p.out_channels_per_group * p.stride <= 64 || p.stride <= 2 * p.kernel_size) &&
          p.out_channels_per_group * p.stride < kGemmIndexLimit;
 }
-// K above stride and not a multiple of it (dilation 1) merges for a narrow output (its merged rows
-// in one 64-row tile) with zero taps: ceil(K / stride) taps, zero where t*stride + r >= K. 0 x Inf
-// of x would put NaN where torch has none, so the per-phase plan stays as the exact one, run where a
-// pass over x finds Inf or NaN (DataPlan::exact). Per phase, a narrow output reads x once a phase.
+// K above stride and not a multiple of it (dilation 1) merges with zero taps: ceil(K / stride) taps,
+// zero where t*stride + r >= K. 0 x Inf of x would put NaN where torch has none, so the per-phase
+// plan stays as the exact one, run where a pass over x finds Inf or NaN (DataPlan::exact). A narrow
+// output (its merged rows in one 64-row tile) reads x once a phase per phase; a wide one merges where
+// the zero taps add at most half the MACs (plan_data takes it only where the per-phase plan does not
+// run pipelined: its strided outputs go to the two-buffer kernels, whose staging and block barriers
+// run it at a fraction of the pipelined kernel's rate).
+// A dilated filter merges the same way for a narrow output where its taps reach two or more phases:
+// merged tap t, row (co, r) holds tap (t*stride + r) / dilation where dilation divides it, else zero,
+// ceil(((K - 1) * dilation + 1) / stride) taps (x read once rather than once a phase reached).
+bool narrow_merged_rows(const ConvTParams& p) { return p.out_channels_per_group * p.stride <= 64; }
+int64_t phases_reached(const ConvTParams& p) { return std::min(p.kernel_size, p.stride / std::gcd(p.dilation, p.stride)); }
+int64_t zero_tap_merged_taps(const ConvTParams& p) { return ((p.kernel_size - 1) * p.dilation + p.stride) / p.stride; }
 bool merges_with_zero_taps(const ConvTParams& p) {
-  return p.dilation == 1 && p.stride > 1 && p.kernel_size > p.stride && p.kernel_size % p.stride != 0 &&
-         p.out_channels_per_group * p.stride <= 64;
+  if (p.stride == 1 || p.out_channels_per_group * p.stride >= kGemmIndexLimit) return false;
+  if (p.dilation > 1) return narrow_merged_rows(p) && phases_reached(p) > 1;
+  const int64_t padded_taps = zero_tap_merged_taps(p) * p.stride;
+  return p.kernel_size > p.stride && p.kernel_size % p.stride != 0 &&
+         (narrow_merged_rows(p) || 2 * padded_taps <= 3 * p.kernel_size);
 }
 std::optional<GemmPlan> merged_forward_problem(const ConvTParams& p, int step_taps) {
   const bool short_filter = merges_short_filter(p), zero_taps = merges_with_zero_taps(p);
@@ -449,7 +462,7 @@ std::optional<GemmPlan> merged_forward_problem(const ConvTParams& p, int step_ta
   g.rows_per_group *= p.stride;
   g.out_step = 1;
   g.zero_taps = zero_taps;
-  const int64_t taps = short_filter ? 1 : (p.kernel_size + p.stride - 1) / p.stride;  // (K / stride where phases merge)
+  const int64_t taps = short_filter ? 1 : zero_tap_merged_taps(p);  // (K / stride where phases merge)
   set_merged_taps(g, int(taps), int(p.padding / p.stride), -1, step_taps);
   return g;
 }
@@ -526,7 +539,7 @@ ConvTParams grad_weight_over_copies(const ConvTParams& p, int element_size, bool
 GemmWeight gemm_weight(const ConvTParams& p, bool forward) {  // A_t[row, ch] = w[ci, co, t]
   const int64_t row_stride = forward ? p.w_out_stride : p.w_in_stride;
   const int64_t channel_stride = forward ? p.w_in_stride : p.w_out_stride;
-  return {p.in_channels_per_group * p.w_in_stride, row_stride, channel_stride, p.w_tap_stride, p.kernel_size};
+  return {p.in_channels_per_group * p.w_in_stride, row_stride, channel_stride, p.w_tap_stride, p.kernel_size, p.dilation};
 }
 
 namespace {
@@ -890,11 +903,17 @@ DataPlan plan_data(const ConvTParams& p, const TensorFacts& in, Math math, bool 
       // tiles are bound by their MMA work (three products a MAC, 64 padded rows): it merges only
       // where that work, 64 x ceil(K / stride) a column, is at most the per-phase 16-row tiles' 16 x K.
       // 16-bit tiles merge only where the per-phase ones would pad C_out/groups (below 16 rows): with
-      // full rows those are as fast, and the merged plan pays its pass over x besides.
+      // full rows those are as fast, and the merged plan pays its pass over x besides. A wide output
+      // merges, pipelined, only where its per-phase plan would not run pipelined (not in 3xTF32,
+      // whose strided forwards do).
       if (gemm && gemm->zero_taps) {
         auto exact = plan_gemm(gemm_problem(p, forward, step_taps), std::nullopt, in, math, limits);
-        const bool merges = math == Math::k3xTF32 ? 4 * int64_t(gemm->taps) <= p.kernel_size
-                                                  : math != Math::k16Bit || p.out_channels_per_group < 16;
+        auto pipelined = [](const std::optional<GemmPlan>& plan) {
+          return plan && kGemmTileShapes[plan->tile_shape].family == GemmFamily::kPipelined;
+        };
+        const bool merges = !narrow_merged_rows(p) ? math != Math::k3xTF32 && pipelined(gemm) && !pipelined(exact)
+                            : math == Math::k3xTF32 ? 4 * int64_t(gemm->taps) <= p.kernel_size
+                                                    : math != Math::k16Bit || p.out_channels_per_group < 16;
         if (exact && merges) {
           plan_exact = *exact;
         } else {

@@ -104,7 +104,8 @@ CONVT_HOST_DEVICE constexpr bool depthwise_channels(int64_t in_per_group, int64_
 // A_t[row, ch] = w[group_stride*g + row_stride*row + channel_stride*ch + tap_stride*t].
 struct GemmWeight {
   int64_t group_stride, row_stride, channel_stride, tap_stride;
-  int64_t taps;  // K: packed taps from K on are zero
+  int64_t taps;      // K: packed taps from K on are zero
+  int64_t dilation;  // merged rows (row_phases > 1): position t*stride + r is tap (t*stride + r) / dilation where it divides, else zero
 };
 
 // The tile shapes, in one table that the planner walks and the launcher maps to instantiations.

@@ -148,7 +148,8 @@ def test_long_filters_run_in_steps_of_few_taps(card):
 def test_narrow_outputs():
     """A waveform decoder (C_out 1-4): on sm_90a merged into rows on pipelined tiles (x, the large
     operand, read once rather than once a phase; K not a multiple of stride with zero taps), else
-    16-row warp tiles (rows padded to 16, not 32 or 64); dilated, per phase on warp tiles."""
+    16-row warp tiles (rows padded to 16, not 32 or 64); dilated filters too, with zero where the
+    dilation does not divide a merged position."""
     mergeable = (16, 512, 1, 16, 8000, 8, 4, 0, 1, 1)
     zero_taps = (3, 96, 1, 16, 100000, 10, 3, 0, 1, 1)  # (K not a multiple of stride)
     dilated = (3, 96, 1, 16, 100000, 10, 3, 0, 2, 1)
@@ -159,7 +160,9 @@ def test_narrow_outputs():
         padded = plans(zero_taps, dtype, tf32, "h100")["forward"]
         assert tile(padded) == ("pipelined", 64, 256) and (padded["row_phases"], padded["zero_taps"]) == (10, 1), padded
         assert tile(plans(zero_taps, dtype, tf32, "a100")["forward"]) == ("warp", 16, 256)
-        assert tile(plans(dilated, dtype, tf32, "h100")["forward"]) == ("warp", 16, 256)
+        spaced = plans(dilated, dtype, tf32, "h100")["forward"]  # (5 phases reached, ceil(31 / 10) taps)
+        assert tile(spaced) == ("pipelined", 64, 256) and (spaced["row_phases"], spaced["zero_taps"], spaced["taps"]) == (10, 1, 4), spaced
+        assert tile(plans(dilated, dtype, tf32, "a100")["forward"]) == ("warp", 16, 256)
 
 
 def test_long_filters_run_pipelined_in_runs_of_taps():
@@ -179,8 +182,9 @@ def test_strided_forwards_run_pipelined_phase_by_phase():
     taps in runs where they are many: in strict float32 (3xTF32) each out phase of a tile in turn,
     where every phase is reached; in TF32 and 16-bit at stride 2 only, its two phases held together
     and stored as adjacent pairs (phase pair: 128-column tiles, two accumulator sets), at larger
-    strides on the two-buffer kernels (their staged output writes whole sectors). Phases no tap
-    reaches keep the two-buffer kernels."""
+    strides merged into rows with zero taps where those add at most half the MACs (else on the
+    two-buffer kernels, whose staged output writes whole sectors, kept as the exact plan). Phases no
+    tap reaches keep the two-buffer kernels."""
     for shape, runs in (((16, 1536, 512, 7, 1300, 2, 3, 1, 1, 1), False), ((8, 256, 256, 41, 4000, 4, 20, 0, 1, 1), True),
                         ((8, 128, 256, 103, 3000, 2, 51, 0, 1, 1), True)):
         forward = plans(shape, torch.float32, False, "h100")["forward"]
@@ -189,8 +193,11 @@ def test_strided_forwards_run_pipelined_phase_by_phase():
         assert forward["workspace_bytes"] <= 16 << 20, (shape, forward)
         for dtype in (torch.float32, torch.bfloat16):
             forward = plans(shape, dtype, True, "h100")["forward"]
-            assert (forward["family"] == "pipelined") == (shape[5] == 2), (shape, forward)
-            assert forward["family"] != "pipelined" or forward["block_n"] == 128 or forward["block_m"] == 64, forward
+            if shape[5] == 2:  # a phase pair
+                assert forward["family"] == "pipelined" and forward["row_phases"] == 1, (shape, forward)
+                assert forward["block_n"] == 128 or forward["block_m"] == 64, forward
+            else:  # merged with zero taps, the two-buffer kernels' per-phase plan as the exact one
+                assert forward["zero_taps"] == 1 and forward["exact_family"] != "pipelined", (shape, forward)
     gaps = plans((8, 256, 256, 5, 8000, 8, 2, 0, 1, 1), torch.float32, False, "h100")["forward"]  # 5 of 8 phases
     assert (gaps["row_phases"], gaps["stored_row_phases"]) == (8, 5), gaps  # merged, 3 rows without a tap
 
@@ -341,9 +348,13 @@ def test_merged_phases_only_where_they_merge():
         n, c_in, c_out, k, l_in, stride, padding, output_padding, dilation, groups = shape
         plan = plans(shape, torch.bfloat16, True, "h100")["forward"]
         if plan["kernel"] == "gemm" and plan["row_phases"] > 1:
-            assert dilation == 1 and stride > 1 and plan["row_phases"] == stride, (shape, plan)
+            assert stride > 1 and plan["row_phases"] == stride, (shape, plan)
+            if dilation > 1:  # a narrow output's dilated filter, zero taps
+                assert (c_out // groups) * stride <= 64 and plan["zero_taps"] and "exact_family" in plan, (shape, plan)
+                continue
             short = k < stride and ((c_out // groups) * stride <= 64 or stride <= 2 * k)
-            padded = k > stride and (c_out // groups) * stride <= 64  # zero taps, an exact plan beside
+            # zero taps, an exact plan beside: narrow outputs; wide ones where they add at most half the MACs
+            padded = k > stride and ((c_out // groups) * stride <= 64 or 2 * -(-k // stride) * stride <= 3 * k)
             assert k % stride == 0 or short or padded, (shape, plan)
             assert plan["stored_row_phases"] == (k if k < stride else stride), (shape, plan)
             assert plan["zero_taps"] == (k > stride and k % stride != 0) == ("exact_family" in plan), (shape, plan)
@@ -469,8 +480,16 @@ def test_narrow_forwards_merge_with_zero_taps():
     dilation 1): merged into rows with ceil(K / stride) taps, zero where t*stride + r >= K, the
     per-phase plan kept as the exact one (run where x is not finite; 3xTF32 only where 64 x
     ceil(K / stride) padded MACs a column are at most its per-phase tiles' 16 x K; 16-bit only where
-    the per-phase tiles would pad C_out/groups, below 16 rows); wider outputs and dilated filters
-    stay per phase."""
+    the per-phase tiles would pad C_out/groups, below 16 rows); dilated filters too where they reach
+    two phases or more (ceil(((K - 1) * dilation + 1) / stride) taps); wider outputs stay per phase
+    (unless test_wide_strided_forwards_merge... applies)."""
+    dilated = (4, 48, 3, 5, 12001, 4, 4, 0, 2, 1)  # taps at positions 0, 2, ..., 8: phases 0 and 2, 3 merged taps
+    for dtype, tf32 in MATHS:
+        f = plans(dilated, dtype, tf32, "h100")["forward"]
+        if dtype == torch.float32 and not tf32:  # 3xTF32: 64 x 3 padded MACs a column above 16 x 5
+            assert f["row_phases"] == 1 and f["zero_taps"] == 0, f
+            continue
+        assert (f["family"], f["row_phases"], f["zero_taps"], f["taps"]) == ("pipelined", 4, 1, 3), (dtype, f)
     for shape in ((1, 768, 1, 16, 860816, 10, 6, 1, 1, 1), (4, 48, 3, 5, 12001, 4, 2, 0, 1, 1)):
         for dtype, tf32 in MATHS:
             f = plans(shape, dtype, tf32, "h100")["forward"]
@@ -480,12 +499,31 @@ def test_narrow_forwards_merge_with_zero_taps():
                 continue
             assert (f["family"], f["row_phases"], f["zero_taps"]) == ("pipelined", shape[5], 1), (shape, f)
             assert f["taps"] == -(-shape[3] // shape[5]) and "exact_family" in f, (shape, f)
-    for shape in ((4, 48, 32, 5, 12001, 4, 2, 0, 1, 1), (4, 48, 3, 5, 12001, 4, 4, 0, 2, 1)):  # 128 rows; dilated
+    for shape in ((4, 48, 32, 5, 12001, 4, 2, 0, 1, 1), (4, 48, 32, 5, 12001, 4, 4, 0, 2, 1)):  # 128 rows
         f = plans(shape, torch.float32, True, "h100")["forward"]
         assert f["row_phases"] == 1 and f["zero_taps"] == 0 and "exact_family" not in f, (shape, f)
     for dtype, merged in ((torch.float32, 1), (torch.bfloat16, 0), (torch.float16, 0)):  # 32 rows a phase
         f = plans(NAMED["grouped"], dtype, True, "h100")["forward"]
         assert (f["row_phases"], f["zero_taps"]) == ((2, 1) if merged else (1, 0)), (dtype, f)
+
+
+def test_wide_strided_forwards_merge_with_zero_taps_where_per_phase_is_not_pipelined():
+    """A wide output (C_out/groups * stride > 64) with K above stride and not a multiple of it merges
+    into rows with zero taps where those add at most half the MACs (ceil(K / stride) * stride <= 1.5
+    K) and its per-phase plan would not run pipelined (TF32 and 16-bit strided outputs: the
+    two-buffer kernels), the per-phase plan kept as the exact one; 3xTF32, whose strided forwards
+    run pipelined per phase, and filters the zero taps would pad more stay per phase."""
+    merges = (12, 1280, 640, 7, 334, 5, 3, 0, 1, 1)  # 10 taps' MACs for 7
+    for dtype, tf32 in MATHS:
+        f = plans(merges, dtype, tf32, "h100")["forward"]
+        if dtype == torch.float32 and not tf32:
+            assert f["family"] == "pipelined" and (f["row_phases"], f["zero_taps"]) == (1, 0), f
+            continue
+        assert (f["family"], f["row_phases"], f["zero_taps"], f["taps"]) == ("pipelined", 5, 1, 2), (dtype, f)
+        assert f["exact_family"] != "pipelined", f
+    padded_more = (12, 1280, 640, 5, 334, 4, 1, 0, 1, 1)  # 8 taps' MACs for 5
+    f = plans(padded_more, torch.float32, True, "h100")["forward"]
+    assert (f["row_phases"], f["zero_taps"]) == (1, 0), f
 
 
 def test_narrow_outputs_with_short_filters_merge_into_rows():

@@ -81,9 +81,11 @@ __global__ void pack_gemm_weight_kernel(const T* __restrict__ w, uint32_t* __res
     for (int half = 0; half < kChannelsPerWord; ++half) {
       const int ch = chunk * p.chunk_channels + word * kChannelsPerWord + half;
       const int phase = row_phase + ch % p.weight_channel_phases;  // (one of the two is 0)
-      const int tap = t * p.row_phases * p.weight_channel_phases + phase;
+      const int position = t * p.row_phases * p.weight_channel_phases + phase;
+      // (merged rows of a dilated filter: the tap at that position, where there is one)
+      const int dilation = p.row_phases > 1 ? int(a.dilation) : 1, tap = position / dilation;
       // (merged rows of phases without a tap: zero, stored_row_phases; zero_taps: taps from K on)
-      const bool inside = row_inside && ch < p.channels_per_group && tap < a.taps;
+      const bool inside = row_inside && ch < p.channels_per_group && position % dilation == 0 && tap < a.taps;
       const T element = inside ? w_row[int64_t(ch / p.weight_channel_phases) * a.channel_stride + tap * a.tap_stride]
                                : from_float<T>(0.0f);
       if constexpr (kMath == Math::kTF32) {
