@@ -355,8 +355,8 @@ std::optional<GemmPlan> plan_pipelined_tiles(const GemmPlan& problem, const Tens
   return std::nullopt;
 }
 
-// The pipelined plan of a problem that has one and fills the SMs: groups of at most 64 rows take 64 x
-// 256 tiles; others 128 x 128 or 128 x 256 tiles. The waves of their launches (launch_waves) decide
+// The pipelined plan of a problem that has one and fills the SMs: groups of at most 64 rows take 16,
+// 32 or 64 x 256 tiles (pipelined_narrow_rows); others 128 x 128 or 128 x 256 tiles. The waves of their launches (launch_waves) decide
 // where their ratio is beyond what the wide tile's time can make up: at most kWideTileTimeLeast times
 // the wide tile's waves, 128 columns; more than kWideTileTime times (kWideTileTimeOneTap at one tap a
 // step), 256. In between, the columns they pad: 256 unless they pad more than a sixteenth over 128
@@ -365,7 +365,8 @@ std::optional<GemmPlan> plan_pipelined_tiles(const GemmPlan& problem, const Tens
 std::optional<GemmPlan> plan_pipelined(const GemmPlan& problem, const TensorFacts& in, Math math, const DeviceLimits& limits) {
   auto fills = [&](const std::optional<GemmPlan>& plan) { return plan && plan->parts >= limits.sm_count; };
   if (problem.rows_per_group <= 64) {
-    const auto plan = plan_pipelined_tiles(problem, in, gemm_tile_index(GemmFamily::kPipelined, 64, 256), math, limits);
+    const int rows = pipelined_narrow_rows(problem.rows_per_group);
+    const auto plan = plan_pipelined_tiles(problem, in, gemm_tile_index(GemmFamily::kPipelined, rows, 256), math, limits);
     return fills(plan) ? plan : std::nullopt;
   }
   const auto narrow = plan_pipelined_tiles(problem, in, gemm_tile_index(GemmFamily::kPipelined, 128, 128), math, limits);
@@ -568,11 +569,11 @@ std::optional<GemmPlan> choose_gemm_plan(const GemmPlan& g, const std::optional<
     if (auto plan = plan_pipelined(g, in, math, limits)) return plan;
   }
   // A narrow problem (fewer than 8 rows) is bound by streaming `in`, which the pipelined kernel does at
-  // full rate and the warp tiles do not, as long as its 64-row tiles' padded MMA work stays below
-  // that: kNarrowPipelinedMacs MACs an element of `in` (64 rows x the taps of a step; 3xTF32 three
+  // full rate and the warp tiles do not, as long as its 16-row tiles' padded MMA work stays below
+  // that: kNarrowPipelinedMacs MACs an element of `in` (16 rows x the taps of a step; 3xTF32 three
   // products a MAC).
   if (pipelined && g.rows_per_group < 8 &&
-      64 * most_taps_per_step(g) * (one_accumulator ? 1 : 3) <= kNarrowPipelinedMacs) {
+      pipelined_narrow_rows(g.rows_per_group) * most_taps_per_step(g) * (one_accumulator ? 1 : 3) <= kNarrowPipelinedMacs) {
     if (auto plan = plan_pipelined(g, in, math, limits)) return plan;
   }
   auto warp_tiles = [](int block_m, int block_n) { return gemm_tile_index(GemmFamily::kWarpTiles, block_m, block_n); };

@@ -51,6 +51,9 @@ struct TensorFacts {
 constexpr int64_t kGemmIndexLimit = int64_t(1) << 30;  // positions, offsets and strides in 32-bit ints
 constexpr int64_t kMaxDeinterleavedPhases = 1024;  // the copy stages a position's phases in shared memory
 constexpr int kNarrowPipelinedMacs = 192;         // MACs an element of `in` up to which narrow problems pipeline
+// The rows of a pipelined tile for a group of at most 64 rows: the fewest of 16, 32 and 64 that hold
+// them (wgmma's N: a narrow output pads to 16 rows, not 64)
+constexpr int pipelined_narrow_rows(int64_t rows_per_group) { return rows_per_group <= 16 ? 16 : rows_per_group <= 32 ? 32 : 64; }
 // The time of a pipelined 128 x 256 tile over a 128 x 128 one (plan_pipelined): at least
 // kWideTileTimeLeast, at most kWideTileTime, or kWideTileTimeOneTap at one tap a step, whose short
 // steps' fixed costs the wide tile spreads over twice the MACs (docs/design.md §4.5: measured 0.8-2.7x
@@ -123,7 +126,8 @@ inline constexpr GemmTileShape kGemmTileShapes[] = {
     {GemmFamily::kWarpTiles, 16, 256, false},       {GemmFamily::kWarpTiles, 32, 128, false},
     {GemmFamily::kWarpTiles, 64, 128, false},       {GemmFamily::kWarpTiles, 128, 64, false},
     {GemmFamily::kWarpTiles, 64, 256, true},        {GemmFamily::kWarpTiles, 128, 128, true},
-    {GemmFamily::kWarpgroupTiles, 128, 128, true},  {GemmFamily::kPipelined, 64, 256, false},
+    {GemmFamily::kWarpgroupTiles, 128, 128, true},  {GemmFamily::kPipelined, 16, 256, false},
+    {GemmFamily::kPipelined, 32, 256, false},       {GemmFamily::kPipelined, 64, 256, false},
     {GemmFamily::kPipelined, 128, 128, false},      {GemmFamily::kPipelined, 128, 256, true},
 };
 constexpr int kGemmTileShapeCount = int(sizeof(kGemmTileShapes) / sizeof(kGemmTileShapes[0]));

@@ -170,15 +170,19 @@ WIDE_TILE_CASES = [
     Case(4, 32, 64, 3, 9000, stride=2, padding=1, dilation=2),
     Case(4, 48, 96, 3, 6000, stride=2, padding=2, output_padding=1, dilation=2),
     Case(4, 40, 48, 3, 9000, stride=3, padding=1, dilation=3),
-    # staged output with phases no tap reaches (a block's y_s cleared between its tiles): 2 of 4
-    # phases, a row's last column tile part-empty, 188 tiles on 16 x 256; 1 of 2 phases, 72 rows on
-    # 64-row tiles (the second part-empty), 576 tiles
+    # staged output with phases no tap reaches (a block's y_s all zeros again after each tile): 2 of
+    # 4 phases, a row's last column tile part-empty, 188 tiles on 16 x 256 (strict float32; TF32
+    # and 16-bit merge with zero taps, this the exact plan); 1 of 2 phases, 136 rows on 128-row
+    # warpgroup tiles (the second 8 rows), 576 tiles
     Case(4, 48, 3, 5, 12001, stride=4, padding=4, dilation=2),
-    Case(12, 48, 72, 3, 3001, stride=2, padding=2, dilation=2),
-    # narrow outputs whose phases merge, on the 64 x 256 pipelined tiles: 16 merged rows (2 x 8) and
-    # 15 (3 x 5, an odd stride); a phase's taps, 2 and 2, in one step
+    Case(12, 48, 136, 3, 3001, stride=2, padding=2, dilation=2),
+    # narrow outputs whose phases merge, on the 16 x 256 pipelined tiles: 16 merged rows (2 x 8) and
+    # 15 (3 x 5, an odd stride); a phase's taps, 2 and 2, in one step; 20 merged rows (4 x 5) on the
+    # 32 x 256 tiles; a narrow output of stride 1 (not merged), 5 taps a step on 16 x 256
     Case(4, 64, 2, 16, 9000, stride=8, padding=4),
     Case(4, 48, 3, 10, 9001, stride=5, padding=2, output_padding=1),
+    Case(2, 64, 4, 10, 60000, stride=5, padding=3),
+    Case(1, 64, 2, 5, 300000, padding=2),
     # long filters: runs of a phase pair's taps, one step each (64 taps of one phase; 100 taps at
     # stride 3, dilated; 40 taps at stride 10 merged into 4 merged taps) and channels 1-7
     Case(2, 96, 80, 64, 1500, padding=20),

@@ -155,13 +155,13 @@ def test_narrow_outputs():
     dilated = (3, 96, 1, 16, 100000, 10, 3, 0, 2, 1)
     for dtype, tf32 in MATHS:
         merged = plans(mergeable, dtype, tf32, "h100")["forward"]
-        assert tile(merged) == ("pipelined", 64, 256) and merged["row_phases"] == 8, merged
+        assert tile(merged) == ("pipelined", 16, 256) and merged["row_phases"] == 8, merged  # (8 merged rows)
         assert tile(plans(mergeable, dtype, tf32, "a100")["forward"]) == ("warp", 16, 256)
         padded = plans(zero_taps, dtype, tf32, "h100")["forward"]
-        assert tile(padded) == ("pipelined", 64, 256) and (padded["row_phases"], padded["zero_taps"]) == (10, 1), padded
+        assert tile(padded) == ("pipelined", 16, 256) and (padded["row_phases"], padded["zero_taps"]) == (10, 1), padded
         assert tile(plans(zero_taps, dtype, tf32, "a100")["forward"]) == ("warp", 16, 256)
         spaced = plans(dilated, dtype, tf32, "h100")["forward"]  # (5 phases reached, ceil(31 / 10) taps)
-        assert tile(spaced) == ("pipelined", 64, 256) and (spaced["row_phases"], spaced["zero_taps"], spaced["taps"]) == (10, 1, 4), spaced
+        assert tile(spaced) == ("pipelined", 16, 256) and (spaced["row_phases"], spaced["zero_taps"], spaced["taps"]) == (10, 1, 4), spaced
         assert tile(plans(dilated, dtype, tf32, "a100")["forward"]) == ("warp", 16, 256)
 
 
@@ -429,15 +429,16 @@ def test_busy_grad_input_reads_grad_y_deinterleaved_rather_than_in_place():
 
 
 def test_narrow_problems_with_few_taps_a_step_run_pipelined():
-    """Fewer than 8 rows and at most 192 MACs an element of `in` in 64-row tiles (3 taps a step; one in
-    3xTF32, three products a MAC): the pipelined kernel streams `in` where warp tiles would not."""
+    """Fewer than 8 rows and at most 192 MACs an element of `in` in 16-row tiles (12 taps a step; four
+    in 3xTF32, three products a MAC): the pipelined kernel streams `in` where warp tiles would not."""
     for shape, pass_ in (((1, 512, 1, 1, 1953125, 1, 0, 0, 1, 1), "forward"), ((1, 512, 2, 3, 1953125, 1, 2, 0, 2, 1), "forward"),
+                         ((1, 512, 2, 5, 1953125, 1, 4, 0, 2, 1), "forward"), ((1, 512, 2, 13, 1953125, 1, 6, 0, 1, 1), "forward"),
                          ((2, 3, 96, 3, 30001, 1, 1, 0, 1, 1), "grad_input")):
         for dtype, tf32 in MATHS:
             g = plans(shape, dtype, tf32, "h100")[pass_]
             taps = shape[3]
-            pipelined = taps * (1 if tf32 or dtype != torch.float32 else 3) <= 3
-            assert (g["family"] == "pipelined" and g["block_m"] == 64) == pipelined, (shape, dtype, tf32, g)
+            pipelined = 16 * taps * (1 if tf32 or dtype != torch.float32 else 3) <= 192
+            assert (g["family"] == "pipelined" and g["block_m"] == 16) == pipelined, (shape, dtype, tf32, g)
     wider = plans((2, 200, 12, 1, 20001, 1, 0, 0, 1, 1), torch.float32, True, "h100")["forward"]  # 12 rows: warp tiles
     assert wider["family"] == "warp" and wider["block_m"] == 16, wider
 

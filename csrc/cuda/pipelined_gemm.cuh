@@ -27,7 +27,7 @@
 
 namespace convt::cuda {
 
-// kBlockM rows (64 or 128) x kSubtiles 64-column subtiles per consumer warpgroup (1 or 2); kForm
+// kBlockM rows (16, 32, 64 or 128) x kSubtiles 64-column subtiles per consumer warpgroup (1 or 2); kForm
 // (plan.h's pipeline_form): kPairs, the problem's taps in several pairs (out phases, runs of taps), a
 // tile out phase by out phase; kPhasePair, the two out phases of out_step 2 into two accumulator sets,
 // stored together (each form its own instantiations, so that the one-pair kernels keep their code)
@@ -36,7 +36,7 @@ __global__ void __launch_bounds__(kPipelineThreads, 1)
     pipelined_gemm_kernel(const T* __restrict__ in, const uint32_t* __restrict__ packed_w, const T* __restrict__ bias,
                           T* __restrict__ out, const __grid_constant__ GemmProblem p) {
 #if CONVT_WGMMA_AVAILABLE  // (sm_90a only: other archs get an empty kernel)
-  static_assert(kBlockM == 64 || kBlockM == 128);
+  static_assert(kBlockM == 16 || kBlockM == 32 || kBlockM == 64 || kBlockM == 128);
   static_assert(kMath != Math::k3xTF32 || kSubtiles * kBlockM <= 128);  // two accumulators a subtile
   static_assert(kForm != PipelineForm::kPhasePair || (kSubtiles * kBlockM <= 128 && kMath != Math::k3xTF32));
   constexpr bool kPairs = kForm != PipelineForm::kOnePair;

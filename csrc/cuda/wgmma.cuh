@@ -174,7 +174,7 @@ __device__ __forceinline__ void tensor_copy_to_shared(void* shared, const void* 
 #endif
 }
 
-// One k-step, d (64 x kN, f32) += a (64 x K) * b (K x kN), kN = 64 or 128, K = 8 (TF32) or 16
+// One k-step, d (64 x kN, f32) += a (64 x K) * b (K x kN), kN = 16, 32, 64 or 128, K = 8 (TF32) or 16
 // (16-bit), for the element type Kind (Tf32 tags float data in TF32 mode). Fragments per warp w of
 // the warpgroup, g = lane / 4, c = lane % 4:
 //   A: rows 16w + (g, g + 8), the same registers as mma.sync's m16n8k8 (TF32) / m16n8k16 (16-bit) A
@@ -200,6 +200,24 @@ struct Tf32 {};
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]) \
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1))
 
+#define CONVT_WGMMA_M64N32(SHAPE_AND_TYPES, TRANSPOSE_B)                                              \
+  asm volatile(                                                                                       \
+      "{\n.reg .pred accumulate;\nsetp.ne.b32 accumulate, %21, 0;\n"                                 \
+      "wgmma.mma_async.sync.aligned." SHAPE_AND_TYPES " "                                             \
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "                       \
+      "{%16, %17, %18, %19}, %20, accumulate, 1, 1" TRANSPOSE_B ";\n}\n"                             \
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]) \
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1))
+
+#define CONVT_WGMMA_M64N16(SHAPE_AND_TYPES, TRANSPOSE_B)                                              \
+  asm volatile(                                                                                       \
+      "{\n.reg .pred accumulate;\nsetp.ne.b32 accumulate, %13, 0;\n"                                 \
+      "wgmma.mma_async.sync.aligned." SHAPE_AND_TYPES " "                                             \
+      "{%0, %1, %2, %3, %4, %5, %6, %7}, "                                                           \
+      "{%8, %9, %10, %11}, %12, accumulate, 1, 1" TRANSPOSE_B ";\n}\n"                               \
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]) \
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1))
+
 // m64n72: the first 64 columns' accumulators in d, the last 8 columns' in `extra`
 #define CONVT_WGMMA_M64N72(SHAPE_AND_TYPES, TRANSPOSE_B)                                              \
   asm volatile(                                                                                       \
@@ -222,12 +240,16 @@ struct Tf32 {};
 
 template <typename Kind, int kN>
 __device__ __forceinline__ void wgmma_kstep(float (&d)[kN / 2], const uint32_t (&a)[4], uint64_t b) {
-  static_assert(kN == 64 || kN == 128);
+  static_assert(kN == 16 || kN == 32 || kN == 64 || kN == 128);
 #if CONVT_WGMMA_AVAILABLE
   if constexpr (kN == 128) {
     CONVT_WGMMA_KSTEP(128)
-  } else {
+  } else if constexpr (kN == 64) {
     CONVT_WGMMA_KSTEP(64)
+  } else if constexpr (kN == 32) {
+    CONVT_WGMMA_KSTEP(32)
+  } else {
+    CONVT_WGMMA_KSTEP(16)
   }
 #else
   __trap();
@@ -251,6 +273,8 @@ __device__ __forceinline__ void wgmma_kstep_n72(float (&d)[32], float (&extra)[4
 #undef CONVT_WGMMA_KSTEP
 #undef CONVT_WGMMA_M64N72
 #undef CONVT_WGMMA_M64N64
+#undef CONVT_WGMMA_M64N32
+#undef CONVT_WGMMA_M64N16
 #undef CONVT_WGMMA_M64N128
 
 }  // namespace convt::cuda
