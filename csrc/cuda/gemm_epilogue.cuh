@@ -141,7 +141,8 @@ struct ImplicitGemmOutput {
   // A cleared y_s (clear_y_s) must be all zeros again when the tile ends: store_phase stages every
   // row and column of the tile, also rows past the group's and columns past the row's end, and the
   // next tile of this block reads its unreached phases' positions from it. So rows past the group's
-  // are cleared whole and every row's elements past those read.
+  // are cleared whole, and where the row ends in the tile, the elements past those read (a whole
+  // tile reads every element store_phase writes).
   __device__ __forceinline__ void finish_tile(const GemmTile& tile) const {
     if (!p.stage_output && p.out_phases == p.out_step) return;
     const int positions = int(min(int64_t(kBlockN) * p.out_step, p.out_length - first_position(tile)));
@@ -182,7 +183,7 @@ struct ImplicitGemmOutput {
             if (begin + e >= shift && begin + e < shift + positions) out_vectors[begin + e] = from_float<T>(values[e]);
         }
       }
-      if (clear_y_s) clear_y_row(y, (shift + positions + kVector - 1) / kVector * kVector);  // (past the vectors read)
+      if (clear_y_s && positions < kBlockN * p.out_step) clear_y_row(y, (shift + positions + kVector - 1) / kVector * kVector);
     }
   }
 };
