@@ -129,30 +129,15 @@ struct ImplicitGemmOutput {
     }
   }
 
-  // y_s elements [from, y_row_elements) of a tile row to zero (from: a multiple of 4), by one warp
-  __device__ __forceinline__ void clear_y_row(float* y, int from) const {
-    for (int v = from + lane * 4; v < p.y_row_elements; v += 32 * 4)
-      *reinterpret_cast<float4*>(y + v) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  }
-
   // The tile's kBlockN * out_step out positions, a warp per row. Staged: from y_s plus bias, in
   // 16-byte vectors (elements at the ends of the row segment one by one). Not staged: the positions
   // of phases no tap reaches get the bias.
-  // A cleared y_s (clear_y_s) must be all zeros again when the tile ends: store_phase stages every
-  // row and column of the tile, also rows past the group's and columns past the row's end, and the
-  // next tile of this block reads its unreached phases' positions from it. So rows past the group's
-  // are cleared whole, and where the row ends in the tile, the elements past those read (a whole
-  // tile reads every element store_phase writes).
   __device__ __forceinline__ void finish_tile(const GemmTile& tile) const {
     if (!p.stage_output && p.out_phases == p.out_step) return;
     const int positions = int(min(int64_t(kBlockN) * p.out_step, p.out_length - first_position(tile)));
     for (int tile_row = warp; tile_row < kBlockM; tile_row += kGemmThreads / 32) {
       const int row = tile.row_tile * kBlockM + tile_row;
-      float* y = y_s + tile_row * p.y_row_elements;
-      if (row >= p.rows_per_group) {
-        if (clear_y_s) clear_y_row(y, 0);
-        continue;
-      }
+      if (row >= p.rows_per_group) break;
       const float bias_value = bias_of(tile, row);
       T* out_positions = out_row(tile, row) + first_position(tile);
       if (!p.stage_output) {
@@ -165,6 +150,7 @@ struct ImplicitGemmOutput {
       }
       const int shift = shift_of(out_positions);
       T* out_vectors = out_positions - shift;  // 16-byte aligned
+      float* y = y_s + tile_row * p.y_row_elements;
       for (int begin = lane * kVector; begin < shift + positions; begin += 32 * kVector) {
         float values[kVector];
 #pragma unroll
@@ -183,7 +169,27 @@ struct ImplicitGemmOutput {
             if (begin + e >= shift && begin + e < shift + positions) out_vectors[begin + e] = from_float<T>(values[e]);
         }
       }
-      if (clear_y_s && positions < kBlockN * p.out_step) clear_y_row(y, (shift + positions + kVector - 1) / kVector * kVector);
+    }
+    if (clear_y_s) clear_unread(tile, positions);
+  }
+
+  // A cleared y_s must be all zeros again when a tile ends: the next tile of this block reads its
+  // unreached phases' positions from it. finish_tile clears what it reads, which is every element
+  // store_phase staged except, in a part-empty tile, those of rows past the group's (cleared here
+  // whole) and, where the row ends in the tile, those past the row's end (cleared here from the
+  // first vector finish_tile did not read). Same warp per row as finish_tile.
+  __device__ __forceinline__ void clear_unread(const GemmTile& tile, int positions) const {
+    const int64_t rows = p.rows_per_group - int64_t(tile.row_tile) * kBlockM;
+    if (rows >= kBlockM && positions == kBlockN * p.out_step) return;
+    for (int tile_row = warp; tile_row < kBlockM; tile_row += kGemmThreads / 32) {
+      float* y = y_s + tile_row * p.y_row_elements;
+      int first = 0;
+      if (tile_row < rows) {
+        const int shift = shift_of(out_row(tile, tile.row_tile * kBlockM + tile_row) + first_position(tile));
+        first = (shift + positions + kVector - 1) / kVector * kVector;
+      }
+      for (int v = first + lane * 4; v < p.y_row_elements; v += 32 * 4)
+        *reinterpret_cast<float4*>(y + v) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
   }
 };
