@@ -2,9 +2,9 @@
 #include "plan.h"
 
 #include <algorithm>
-#include <numeric>
 #include <cstdio>
 #include <initializer_list>
+#include <numeric>
 #include <vector>
 
 namespace convt {

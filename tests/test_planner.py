@@ -483,7 +483,7 @@ def test_narrow_forwards_merge_with_zero_taps():
     ceil(K / stride) padded MACs a column are at most its per-phase tiles' 16 x K; 16-bit only where
     the per-phase tiles would pad C_out/groups, below 16 rows); dilated filters too where they reach
     two phases or more (ceil(((K - 1) * dilation + 1) / stride) taps); wider outputs stay per phase
-    (unless test_wide_strided_forwards_merge... applies)."""
+    (but see test_wide_strided_forwards_merge_with_zero_taps_where_per_phase_is_not_pipelined)."""
     dilated = (4, 48, 3, 5, 12001, 4, 4, 0, 2, 1)  # taps at positions 0, 2, ..., 8: phases 0 and 2, 3 merged taps
     for dtype, tf32 in MATHS:
         f = plans(dilated, dtype, tf32, "h100")["forward"]

@@ -602,6 +602,17 @@ struct Jobs {
     work += elements;
     jobs.push_back(std::move(job));
   }
+  // row(r) for rows [0, rows) in order, in jobs of about 32k elements (row_elements a row)
+  template <typename Row>
+  void add_rows(int64_t rows, int64_t row_elements, Row row) {
+    const int64_t per_job = std::max<int64_t>(1, (int64_t(1) << 15) / std::max<int64_t>(row_elements, 1));
+    for (int64_t r0 = 0; r0 < rows; r0 += per_job) {
+      const int64_t r1 = std::min(rows, r0 + per_job);
+      add(double(r1 - r0) * row_elements, [=] {
+        for (int64_t r = r0; r < r1; ++r) row(r);
+      });
+    }
+  }
   void run() {
     parallel(static_cast<int64_t>(jobs.size()), work, [&](int64_t begin, int64_t end) {
       for (int64_t j = begin; j < end; ++j) jobs[j]();
@@ -626,13 +637,7 @@ void pad_row(const float* in, int64_t step, int64_t count, float* dst, int64_t l
 // src[r*src_stride + m*step].
 void pad_rows(Jobs& jobs, const float* src, int64_t src_stride, int64_t step, int64_t count, int64_t rows, float* out,
               int64_t length, int64_t lead) {
-  const int64_t per_job = std::max<int64_t>(1, (int64_t(1) << 15) / std::max<int64_t>(length, 1));
-  for (int64_t r0 = 0; r0 < rows; r0 += per_job) {
-    const int64_t r1 = std::min(rows, r0 + per_job);
-    jobs.add(double(r1 - r0) * length, [=] {
-      for (int64_t r = r0; r < r1; ++r) pad_row(src + r * src_stride, step, count, out + r * length, length, lead);
-    });
-  }
+  jobs.add_rows(rows, length, [=](int64_t r) { pad_row(src + r * src_stride, step, count, out + r * length, length, lead); });
 }
 
 // Jobs that pack A of each unit u < units (avx2::pack_a with base(u), the same sizes and strides for
@@ -1068,19 +1073,13 @@ bool pad_phases(const float* grad_y, const ConvTParams& p, int64_t step, PaddedP
   // (a pass over all of grad_y per phase had read it `stride` times)
   float* const data = out.data.data_ptr<float>();
   const int64_t count = out.count, length = out.length, lead = out.lead, length_out = p.length_out, stride = p.stride;
-  const int64_t per_job = std::max<int64_t>(1, (int64_t(1) << 15) / std::max<int64_t>(length_out, 1));
   Jobs jobs;
-  for (int64_t r0 = 0; r0 < rows; r0 += per_job) {
-    const int64_t r1 = std::min(rows, r0 + per_job);
-    jobs.add(double(r1 - r0) * length_out, [=] {
-      for (int64_t r = r0; r < r1; ++r) {
-        for (int64_t phase = 0; phase < count; ++phase) {
-          pad_row(grad_y + r * length_out + phase, stride, phase_length(phase, length_out, stride),
-                  data + (phase * rows + r) * length, length, lead);
-        }
-      }
-    });
-  }
+  jobs.add_rows(rows, length_out, [=](int64_t r) {
+    for (int64_t phase = 0; phase < count; ++phase) {
+      pad_row(grad_y + r * length_out + phase, stride, phase_length(phase, length_out, stride),
+              data + (phase * rows + r) * length, length, lead);
+    }
+  });
   jobs.run();
   return true;
 }
