@@ -162,8 +162,7 @@ std::optional<GemmPlan> plan_gemm_tiles(GemmPlan g, const TensorFacts& in, int t
   const int element_size = in.element_size;
   const int channels_per_word = 4 / element_size;
   const int64_t channel_words = (g.channels_per_group + channels_per_word - 1) / channels_per_word;
-  const int64_t column_positions = int64_t(g.row_phases) * g.out_step;  // out positions a column holds
-  const int64_t max_columns = (int64_t(g.out_length) + g.phase_origin + column_positions - 1) / column_positions;
+  const int64_t max_columns = (int64_t(g.out_length) + g.phase_origin + g.column_positions - 1) / g.column_positions;
   const int taps_per_step = most_taps_per_step(g);
   g.copy_elements =
       g.in_step == 1 ? widest_copy(in, g.in_batch_stride, g.in_channel_stride, g.in_length_stride, {16, 8, 4}) : 1;
@@ -413,6 +412,7 @@ GemmPlan gemm_problem(const ConvTParams& p, bool forward, int step_taps) {
   g.in_length = int(forward ? p.length_in : p.length_out);
   g.out_length = int(forward ? p.length_out : p.length_in);
   g.out_step = forward ? int(p.stride) : 1;
+  g.column_positions = g.out_step;
   g.in_step = forward ? 1 : int(p.stride);
   g.row_phases = g.stored_row_phases = g.channel_phases = g.weight_channel_phases = 1;
   g.weight_parts = 1;
@@ -424,14 +424,15 @@ GemmPlan gemm_problem(const ConvTParams& p, bool forward, int step_taps) {
 // The forward with its phases merged into rows, and grad_input with them merged into channels where
 // stride divides 8 (docs/design.md §3.2). Merged tap t reads x[col - t + padding div stride] in the
 // forward, channel (co, r) at column i + t in grad_input.
-// K < stride (dilation 1) merges too: rows (co, r), r < K, hold tap r, rows r >= K
-// none (not stored: stored_row_phases), so x is read once rather than once a phase, on the pipelined
-// kernel. A narrow output's merged rows fit one 64-row tile, which its per-phase tiles would pad as
-// much; a wide one's MMA work grows by stride / K, taken up to twice.
+// K < stride (dilation 1) merges too: rows (co, r), r < K, hold tap r, out positions stride apart a
+// column (GemmPlan::column_positions), the phases without a tap holding the bias alone (the launcher
+// fills out with it first). x is read once rather than once a phase, on the pipelined kernel, with
+// no MMA work added (the rows are the phases with a tap). K = 1 (one row a channel: no merged rows)
+// keeps a row per phase, those without the tap not stored, where that pads little: a narrow output
+// (its rows in one tile) or stride 2.
 bool merges_short_filter(const ConvTParams& p) {
-  return p.dilation == 1 && p.stride > 1 && p.kernel_size < p.stride &&
-         (p.out_channels_per_group * p.stride <= 64 || p.stride <= 2 * p.kernel_size) &&
-         p.out_channels_per_group * p.stride < kGemmIndexLimit;
+  return p.dilation == 1 && p.stride > 1 && p.kernel_size < p.stride && p.out_channels_per_group * p.stride < kGemmIndexLimit &&
+         (p.kernel_size > 1 || p.out_channels_per_group * p.stride <= 64 || p.stride <= 2);
 }
 // K above stride and not a multiple of it (dilation 1) merges with zero taps: ceil(K / stride) taps,
 // zero where t*stride + r >= K. 0 x Inf of x would put NaN where torch has none, so the per-phase
@@ -457,10 +458,11 @@ std::optional<GemmPlan> merged_forward_problem(const ConvTParams& p, int step_ta
   const bool short_filter = merges_short_filter(p), zero_taps = merges_with_zero_taps(p);
   if (!phases_merge(p) && !short_filter && !zero_taps) return std::nullopt;
   GemmPlan g = gemm_problem(p, /*forward=*/true, step_taps);
-  g.row_phases = int(p.stride);
-  g.stored_row_phases = short_filter ? int(p.kernel_size) : g.row_phases;
+  g.row_phases = int(short_filter && p.kernel_size > 1 ? p.kernel_size : p.stride);
+  g.stored_row_phases = int(short_filter ? p.kernel_size : p.stride);
+  g.column_positions = int(p.stride);
   g.phase_origin = int(p.padding % p.stride);
-  g.rows_per_group *= p.stride;
+  g.rows_per_group *= g.row_phases;
   g.out_step = 1;
   g.zero_taps = zero_taps;
   const int64_t taps = short_filter ? 1 : zero_tap_merged_taps(p);  // (K / stride where phases merge)
@@ -558,7 +560,9 @@ std::optional<GemmPlan> choose_gemm_plan(const GemmPlan& g, const std::optional<
   const int warpgroup_tiles = gemm_tile_index(GemmFamily::kWarpgroupTiles, 128, 128);
   // (a narrow output, fewer than 8 rows a phase, reads x once merged instead of once a phase, which
   // outweighs the rows its 64-row tiles pad: x is the problem's large operand)
-  if (merged && pipelined && (merged->rows_per_group > 32 || g.rows_per_group < 8)) {
+  // (rows counted a row per phase of a column: a short filter's compact rows as the stride's)
+  const int64_t merged_rows = merged ? merged->rows_per_group / merged->row_phases * merged->column_positions : 0;
+  if (merged && pipelined && (merged_rows > 32 || g.rows_per_group < 8)) {
     if (auto plan = plan_pipelined(*merged, in, math, limits)) return plan;
     if (warpgroups && merged->rows_per_group > 64) {
       const auto plan = plan_gemm_tiles(*merged, in, warpgroup_tiles, limits);
@@ -1091,7 +1095,7 @@ std::string describe(const DataPlan& plan) {
     text += key_values({{"block_m", g.block_m}, {"block_n", g.block_n}, {"chunk_channels", g.chunk_channels},
                         {"chunks", g.chunks}, {"stages", g.stages}, {"taps", g.taps}, {"out_phases", g.out_phases},
                         {"in_phases", g.in_phases}, {"step_taps", most_taps_per_step(g)}, {"row_phases", g.row_phases},
-                        {"stored_row_phases", g.stored_row_phases},
+                        {"stored_row_phases", g.stored_row_phases}, {"column_positions", g.column_positions},
                         {"channel_phases", g.channel_phases}, {"deinterleaved", g.deinterleaved}, {"zero_taps", g.zero_taps},
                         {"stage_output", g.stage_output}, {"resident", g.resident},
                         {"tensor_rows", g.tensor_rows}, {"tiles", g.tiles}, {"parts", g.parts},

@@ -164,14 +164,18 @@ struct GemmPlan {
   int slot_offset[kMaxGemmTaps];
   int first_offset, last_offset;  // min and max of slot_offset
   // Merged phases (docs/design.md §3.2): row R of A_t is W's row R / row_phases at tap
-  // t*row_phases + R % row_phases, out row R / row_phases at out position col*row_phases + R %
+  // t*row_phases + R % row_phases, out row R / row_phases at out position col*column_positions + R %
   // row_phases - phase_origin. Merged channels: channel c is in's row c / channel_phases at phase
   // c % channel_phases; x_s holds staged_rows = chunk_channels / channel_phases rows of `in` as they
   // are, from position (first column + first_offset)*channel_phases - channel_origin - lead.
   int row_phases, phase_origin;
-  // Merged rows whose phase is at least stored_row_phases have no tap (K < stride, docs/design.md
-  // §3.2): their accumulators hold only zero weights' products and are not stored; the launcher
-  // fills out with the bias first. row_phases everywhere else.
+  // Out positions a column spans: out_step, or with merged rows the stride: row_phases, except a
+  // short filter's (K < stride), whose rows are the K phases with a tap, the launcher filling out
+  // with the bias first (the other phases' positions hold it alone).
+  int column_positions;
+  // Merged rows whose phase is at least stored_row_phases have no tap and are not stored (zero
+  // weights' products: a filter of one tap below stride, merged a row per phase); row_phases
+  // everywhere else.
   int stored_row_phases;
   int channel_phases, channel_origin, staged_rows;
   // grad_input over grad_y deinterleaved (docs/design.md §3.2): `in` is a copy whose channel

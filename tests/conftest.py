@@ -207,6 +207,10 @@ WIDE_TILE_CASES = [
     # origin 3, without bias
     Case(4, 72, 3, 3, 9001, stride=4, padding=1, output_padding=2),
     Case(3, 40, 1, 2, 16001, stride=5, padding=3, bias=False),
+    # and wide outputs with K < stride, their rows the K phases with a tap (a column's positions
+    # stride apart): 136 x 3 rows at stride 8 (two row tiles: 408 rows), 80 x 2 at stride 5
+    Case(4, 160, 136, 3, 3001, stride=8, padding=1, output_padding=5),
+    Case(8, 96, 80, 2, 3001, stride=5, output_padding=3),
     Case(4, 96, 72, 3, 3001, stride=4, padding=1, output_padding=1),  # wide: 288 rows, 72 without a tap
     # a phase pair over 3 chunks of 64 channels (16-bit; the last part-empty) at K = 7
     Case(8, 160, 72, 7, 3001, stride=2, padding=3, output_padding=1),

@@ -199,7 +199,7 @@ def test_strided_forwards_run_pipelined_phase_by_phase():
             else:  # merged with zero taps, the two-buffer kernels' per-phase plan as the exact one
                 assert forward["zero_taps"] == 1 and forward["exact_family"] != "pipelined", (shape, forward)
     gaps = plans((8, 256, 256, 5, 8000, 8, 2, 0, 1, 1), torch.float32, False, "h100")["forward"]  # 5 of 8 phases
-    assert (gaps["row_phases"], gaps["stored_row_phases"]) == (8, 5), gaps  # merged, 3 rows without a tap
+    assert (gaps["row_phases"], gaps["column_positions"]) == (5, 8), gaps  # merged: the 5 phases with a tap
 
 
 @pytest.mark.parametrize("dtype,tf32", MATHS)
@@ -348,15 +348,17 @@ def test_merged_phases_only_where_they_merge():
         n, c_in, c_out, k, l_in, stride, padding, output_padding, dilation, groups = shape
         plan = plans(shape, torch.bfloat16, True, "h100")["forward"]
         if plan["kernel"] == "gemm" and plan["row_phases"] > 1:
-            assert stride > 1 and plan["row_phases"] == stride, (shape, plan)
+            # rows a phase with a tap: every phase, or a short filter's K (its column's positions the stride's)
+            assert stride > 1 and plan["column_positions"] == stride, (shape, plan)
+            short = k < stride and dilation == 1
+            assert plan["row_phases"] == (k if short and k > 1 else stride), (shape, plan)
+            assert plan["stored_row_phases"] == (k if short else stride), (shape, plan)
             if dilation > 1:  # a narrow output's dilated filter, zero taps
                 assert (c_out // groups) * stride <= 64 and plan["zero_taps"] and "exact_family" in plan, (shape, plan)
                 continue
-            short = k < stride and ((c_out // groups) * stride <= 64 or stride <= 2 * k)
             # zero taps, an exact plan beside: narrow outputs; wide ones where they add at most half the MACs
             padded = k > stride and ((c_out // groups) * stride <= 64 or 2 * -(-k // stride) * stride <= 3 * k)
-            assert k % stride == 0 or short or padded, (shape, plan)
-            assert plan["stored_row_phases"] == (k if k < stride else stride), (shape, plan)
+            assert k % stride == 0 or k < stride or padded, (shape, plan)
             assert plan["zero_taps"] == (k > stride and k % stride != 0) == ("exact_family" in plan), (shape, plan)
 
 
@@ -528,14 +530,14 @@ def test_wide_strided_forwards_merge_with_zero_taps_where_per_phase_is_not_pipel
 
 
 def test_narrow_outputs_with_short_filters_merge_into_rows():
-    """K < stride with a narrow output: one tile of rows (co, r), the rows of phases
-    without a tap not stored, so x is read once rather than once a phase."""
+    """K < stride: rows (co, r) for the K phases with a tap, a column's out positions stride apart
+    (the other phases hold the bias, filled first), so x is read once rather than once a phase and
+    the MMA work is the per-phase plans'; narrow outputs in one tile, wide ones at any stride."""
     for shape in ((1, 1024, 3, 3, 976562, 4, 0, 1, 1, 1), (1, 768, 1, 3, 1302083, 5, 0, 2, 1, 1), (4, 72, 3, 3, 9001, 4, 1, 2, 1, 1)):
         for dtype in (torch.float32, torch.bfloat16):
             f = plans(shape, dtype, True, "h100")["forward"]
-            assert f["family"] == "pipelined" and f["row_phases"] == shape[5] and f["stored_row_phases"] == shape[3], f
+            assert f["family"] == "pipelined" and (f["row_phases"], f["column_positions"]) == (shape[3], shape[5]), f
             assert f["taps"] == 1 and f["out_phases"] == 1, f
-    wide = plans((4, 1024, 1024, 3, 489, 4, 0, 1, 1, 1), torch.float32, True, "h100")["forward"]  # 4 / 3 the MMA work
-    assert wide["family"] == "pipelined" and (wide["row_phases"], wide["stored_row_phases"]) == (4, 3), wide
-    sparse = plans((4, 1024, 1024, 3, 489, 8, 0, 1, 1, 1), torch.float32, True, "h100")["forward"]  # 8 / 3
-    assert sparse["row_phases"] == 1, sparse
+    for stride in (4, 8):
+        wide = plans((4, 1024, 1024, 3, 489, stride, 0, 1, 1, 1), torch.float32, True, "h100")["forward"]
+        assert wide["family"] == "pipelined" and (wide["row_phases"], wide["column_positions"]) == (3, stride), wide

@@ -29,7 +29,7 @@ __device__ __forceinline__ float select_register(bool condition, float a, float 
 // Merged rows (docs/design.md §3.2): each thread stores rows first_row + 8j and the next (first_row
 // even) at kSides columns column(side), their accumulators value(j, side, 0) and value(j, side, 1)
 // (the two kernels index their accumulators in their own way: WarpgroupMma's layout, one or two
-// subtiles). Row R is out row R / row_phases at position column*row_phases + R % row_phases -
+// subtiles). Row R is out row R / row_phases at position column*column_positions + R % row_phases -
 // phase_origin, so each even row and the next are adjacent positions of one out row (a pair store
 // where aligned) unless the even row is a last phase. kBiasFirst: the bias of all of this thread's
 // rows is loaded before its first store (one load latency, not one a row); otherwise each row's
@@ -73,11 +73,11 @@ __device__ __forceinline__ void store_merged_rows(const GemmProblem& p, const T*
 #pragma unroll
     for (int side = 0; side < kSides; ++side) {
       const int column = column_of(side);
-      const int position = column * p.row_phases + phase - p.phase_origin;
+      const int position = column * p.column_positions + phase - p.phase_origin;
       const float first = value(j, side, 0) + bias_value, second = value(j, side, 1) + next_bias;
       if (!adjacent) {
         if (first_stored) store(row_out, position, first);
-        if (next_inside) store(row_out + p.out_length, column * p.row_phases - p.phase_origin, second);
+        if (next_inside) store(row_out + p.out_length, column * p.column_positions - p.phase_origin, second);
       } else if (second_stored && p.out_length % 2 == 0 && position % 2 == 0 && position >= 0 && position + 1 < p.out_length) {
         store_pair(row_out + position, first, second);  // (second_stored: first too)
       } else {

@@ -262,9 +262,9 @@ void run_data(DataPlan plan, const ConvTParams& p, const at::Tensor& in_tensor, 
     in = gemm_input(plan, p, in_tensor, launch, grad_y_copy);
   }
   if (plan.kernel == Kernel::kGemm) {
-    // merged rows of phases without a tap are not stored (GemmPlan::stored_row_phases): their
-    // positions hold the bias alone
-    if (plan.gemm.stored_row_phases < plan.gemm.row_phases) {
+    // merged rows that store fewer phases than a column spans (GemmPlan::column_positions,
+    // stored_row_phases): the other phases' positions hold the bias alone
+    if (plan.gemm.row_phases > 1 && plan.gemm.stored_row_phases < plan.gemm.column_positions) {
       if (bias.defined()) {
         out.copy_(bias.view({1, -1, 1}).expand_as(out));
       } else {
