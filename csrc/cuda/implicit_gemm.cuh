@@ -72,9 +72,10 @@ __global__ void pack_gemm_weight_kernel(const T* __restrict__ w, uint32_t* __res
   const int row_phase = row % p.row_phases;  // (merged phases: GemmProblem::row_phases, weight_channel_phases)
   const bool row_inside = row < p.rows_per_group && row_phase < p.stored_row_phases;
   const T* w_row = w_group + int64_t(row / p.row_phases) * a.row_stride;
-  // (merged rows of a dilated filter: position t * row_phases + phase holds the tap at position /
-  // dilation where dilation divides it; the division only there)
-  const int dilation = p.row_phases > 1 ? int(a.dilation) : 1;
+  // (merged rows or grad_y's phases as channels of a dilated filter: position t * row_phases *
+  // weight_channel_phases + phase holds the tap at position / dilation where dilation divides it;
+  // the division only there)
+  const int dilation = p.row_phases > 1 || p.weight_channel_phases > 1 ? int(a.dilation) : 1;
 #pragma unroll 4
   for (int part_slot = int(blockIdx.z); part_slot < part_slots; part_slot += int(gridDim.z)) {
     const int t = p.step_tap[part_slot % p.taps];  // slot i holds tap step_tap[i]
