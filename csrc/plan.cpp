@@ -484,20 +484,33 @@ std::optional<GemmPlan> merged_grad_input_problem(const ConvTParams& p, int step
 // and grad_y layout (dilation 1). r < min(K, stride); t < ceil(K / stride). grad_input only where
 // every (t, r) is a tap (K a multiple of stride, or K < stride): a zero weight would turn an Inf of
 // grad_y into NaN at positions it does not reach.
-int64_t deinterleaved_phases(const ConvTParams& p) { return std::min(p.kernel_size, p.stride); }
-int64_t deinterleaved_taps(const ConvTParams& p) { return (p.kernel_size + p.stride - 1) / p.stride; }
+int64_t deinterleaved_phases(const ConvTParams& p) { return std::min((p.kernel_size - 1) * p.dilation + 1, p.stride); }
+int64_t deinterleaved_taps(const ConvTParams& p) { return ((p.kernel_size - 1) * p.dilation + p.stride) / p.stride; }
 int64_t deinterleaved_length(const ConvTParams& p) { return p.length_in + deinterleaved_taps(p) - 1; }
 int64_t deinterleaved_row_length(const ConvTParams& p) { return (deinterleaved_length(p) + 7) / 8 * 8; }
 TensorFacts copy_facts(int element_size) { return {element_size, 256}; }
 bool deinterleaves(const ConvTParams& p) {
-  return p.dilation == 1 && p.stride > 1 && deinterleaved_phases(p) <= kMaxDeinterleavedPhases &&
+  return p.stride > 1 && deinterleaved_phases(p) <= kMaxDeinterleavedPhases && deinterleaved_taps(p) <= kMaxGemmTaps &&
          deinterleaved_length(p) < kGemmIndexLimit && p.out_channels_per_group * deinterleaved_phases(p) < kGemmIndexLimit;
 }
 std::optional<GemmPlan> deinterleaved_grad_input_problem(const ConvTParams& p, int step_taps) {
   if (!deinterleaves(p)) return std::nullopt;
+  // A dilated filter's taps reach the phases k*dilation % stride: every phase where dilation and
+  // stride are coprime (else the copy would hold phases no tap reads); its (shift, phase) grid holds
+  // taps * phases weights for K taps, taken up to twice K (as K above stride does undilated) or where
+  // the copy's channels fit one 64-channel chunk (a narrow output, whose MMA work is small beside
+  // its reads of grad_y)
+  if (p.dilation > 1) {
+    const int64_t grid = deinterleaved_taps(p) * deinterleaved_phases(p);
+    if (std::gcd(p.dilation, p.stride) != 1 ||
+        (grid > 2 * p.kernel_size && p.out_channels_per_group * deinterleaved_phases(p) > 64)) {
+      return std::nullopt;
+    }
+  }
   GemmPlan g = gemm_problem(p, /*forward=*/false, step_taps);
   g.deinterleaved = true;
-  g.zero_taps = p.kernel_size % p.stride != 0 && p.kernel_size > p.stride;
+  // (t, r) pairs that are no tap: K not a multiple of stride above it, or dilated positions between taps
+  g.zero_taps = deinterleaved_taps(p) * deinterleaved_phases(p) > p.kernel_size;
   g.weight_channel_phases = int(deinterleaved_phases(p));
   g.channels_per_group *= g.weight_channel_phases;
   g.in_step = 1;
@@ -1012,7 +1025,7 @@ BackwardPlan plan_backward(const ConvTParams& p, const TensorFacts& x, const Ten
       const bool align = p.x_length_stride != 1 || !tensor_map_fits(x, p.length_in, p.in_channels, p.batch,
                                                                     p.x_channel_stride, p.x_batch_stride);
       for (const bool deinterleave : {false, true}) {
-        if (deinterleave ? !deinterleaves(p) : !align) continue;
+        if (deinterleave ? !(deinterleaves(p) && p.dilation == 1) : !align) continue;
         const ConvTParams q = grad_weight_over_copies(p, x.element_size, align, deinterleave);
         // (grad_y deinterleaved need not hold every position of grad_y: grad_bias from its row sums)
         auto over = plan_on(q, align ? copy_facts(x.element_size) : x, deinterleave ? copy_facts(grad_y.element_size) : grad_y,
@@ -1027,7 +1040,8 @@ BackwardPlan plan_backward(const ConvTParams& p, const TensorFacts& x, const Ten
     }
     // Else over grad_y deinterleaved where that takes less MMA work, padding included: narrow
     // outputs, whose tiles' padded channels take the phases (and the copy's rows go in vector copies)
-    if (gemm && gemm->stages == 0 && !gemm->merged && !plan.grad_weight.deinterleaved_grad_y && deinterleaves(p)) {
+    if (gemm && gemm->stages == 0 && !gemm->merged && !plan.grad_weight.deinterleaved_grad_y && deinterleaves(p) &&
+        p.dilation == 1) {
       const ConvTParams q = grad_weight_over_copies(p, x.element_size, /*aligned_x=*/false, /*deinterleaved=*/true);
       const auto over = plan_on(q, x, copy_facts(grad_y.element_size), /*q_bias=*/false);
       if (over && padded_mma_work(*over) < padded_mma_work(*gemm)) {

@@ -234,13 +234,14 @@ GemmPlan gemm_problem(const ConvTParams& p, bool forward, int step_taps);
 // The same with the phases merged into rows (forward) or channels (grad_input), where they merge.
 std::optional<GemmPlan> merged_forward_problem(const ConvTParams& p, int step_taps);
 std::optional<GemmPlan> merged_grad_input_problem(const ConvTParams& p, int step_taps);
-// grad_y deinterleaved (GemmPlan::deinterleaved, WeightPlan::deinterleaved_grad_y), for dilation 1:
+// grad_y deinterleaved (GemmPlan::deinterleaved; WeightPlan::deinterleaved_grad_y for dilation 1):
 // the copy is (N, C_out * deinterleaved_phases(p), deinterleaved_row_length(p)), contiguous, and
-// tap k of W is the copy's phase k % stride at shift k / stride (deinterleaved_taps(p) shifts).
+// tap k of W is the copy's phase k*dilation % stride at shift k*dilation / stride
+// (deinterleaved_taps(p) shifts; (shift, phase) pairs of no tap hold zero weights).
 bool deinterleaves(const ConvTParams& p);
 std::optional<GemmPlan> deinterleaved_grad_input_problem(const ConvTParams& p, int step_taps);
-int64_t deinterleaved_phases(const ConvTParams& p);      // min(K, stride)
-int64_t deinterleaved_taps(const ConvTParams& p);        // ceil(K / stride)
+int64_t deinterleaved_phases(const ConvTParams& p);      // min((K - 1) * dilation + 1, stride)
+int64_t deinterleaved_taps(const ConvTParams& p);        // ceil(((K - 1) * dilation + 1) / stride)
 int64_t deinterleaved_length(const ConvTParams& p);      // positions a copy's row holds: L_in + taps - 1
 int64_t deinterleaved_row_length(const ConvTParams& p);  // elements a row takes: 16-byte rows in every dtype
 TensorFacts copy_facts(int element_size);                // a copy the op allocates: 256-byte aligned

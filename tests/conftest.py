@@ -183,6 +183,9 @@ WIDE_TILE_CASES = [
     Case(4, 48, 3, 10, 9001, stride=5, padding=2, output_padding=1),
     Case(2, 64, 4, 10, 60000, stride=5, padding=3),
     Case(1, 64, 2, 5, 300000, padding=2),
+    # grad_input of a dilated filter over grad_y deinterleaved (dilation 3, stride 5: every phase),
+    # 2 shifts x 5 phases holding 3 taps, the rest zero: a narrow output
+    Case(4, 96, 2, 3, 20001, stride=5, padding=2, dilation=3),
     # long filters: runs of a phase pair's taps, one step each (64 taps of one phase; 100 taps at
     # stride 3, dilated; 40 taps at stride 10 merged into 4 merged taps) and channels 1-7
     Case(2, 96, 80, 64, 1500, padding=20),

@@ -289,6 +289,25 @@ def test_strided_grad_input_reads_grad_y_deinterleaved():
             assert g["deinterleaved"] == 0 and g["in_phases"] == 2, (card, g)
 
 
+def test_dilated_grad_input_reads_grad_y_deinterleaved():
+    """A dilated filter whose dilation and stride are coprime reaches every phase: grad_input reads
+    grad_y deinterleaved too, tap k at phase k*dilation % stride and shift k*dilation // stride, the
+    (shift, phase) pairs of no tap zero (the per-phase plan the exact one), where that grid holds at
+    most twice K weights or the copy's channels fit one 64-channel chunk (a narrow output); dilation
+    and stride with a common factor, and wide outputs with a sparse grid, stay per phase."""
+    narrow = (4, 96, 2, 3, 20001, 5, 2, 0, 3, 1)  # 2 shifts x 5 phases for 3 taps; 10 channels
+    long_narrow = (3, 96, 3, 8, 20001, 4, 3, 0, 3, 1)  # 6 x 4 for 8 taps
+    wide_sparse = (4, 512, 256, 3, 3000, 5, 2, 0, 3, 1)  # 2 x 5 for 3 taps, 1280 channels
+    common_factor = (4, 96, 2, 3, 20001, 6, 2, 0, 3, 1)
+    for dtype, tf32 in MATHS:
+        for shape, taps in ((narrow, 2), (long_narrow, 6)):
+            g = plans(shape, dtype, tf32, "h100")["grad_input"]
+            assert (g["deinterleaved"], g["zero_taps"], g["taps"]) == (1, 1, taps) and "exact_family" in g, (shape, g)
+        for shape in (wide_sparse, common_factor):
+            g = plans(shape, dtype, tf32, "h100")["grad_input"]
+            assert g["deinterleaved"] == 0 and g["zero_taps"] == 0, (shape, g)
+
+
 def test_grad_weight_runs_pipelined_over_copies():
     """On sm_90a in TF32 and 16-bit, grad_weight runs on the pipelined warpgroup kernel over copies
     where it does not plan on the tensors as they are: x in aligned rows where its rows are not

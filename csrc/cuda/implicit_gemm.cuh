@@ -72,6 +72,10 @@ __global__ void pack_gemm_weight_kernel(const T* __restrict__ w, uint32_t* __res
   const int row_phase = row % p.row_phases;  // (merged phases: GemmProblem::row_phases, weight_channel_phases)
   const bool row_inside = row < p.rows_per_group && row_phase < p.stored_row_phases;
   const T* w_row = w_group + int64_t(row / p.row_phases) * a.row_stride;
+  // (merged rows or grad_y's phases as channels of a dilated filter: position t * row_phases *
+  // weight_channel_phases + phase holds the tap at position / dilation where dilation divides it;
+  // the division only there)
+  const int dilation = p.row_phases > 1 || p.weight_channel_phases > 1 ? int(a.dilation) : 1;
 #pragma unroll 4
   for (int part_slot = int(blockIdx.z); part_slot < part_slots; part_slot += int(gridDim.z)) {
     const int t = p.step_tap[part_slot % p.taps];  // slot i holds tap step_tap[i]
@@ -82,10 +86,9 @@ __global__ void pack_gemm_weight_kernel(const T* __restrict__ w, uint32_t* __res
       const int ch = chunk * p.chunk_channels + word * kChannelsPerWord + half;
       const int phase = row_phase + ch % p.weight_channel_phases;  // (one of the two is 0)
       const int position = t * p.row_phases * p.weight_channel_phases + phase;
-      // (merged rows of a dilated filter: the tap at that position, where there is one)
-      const int dilation = p.row_phases > 1 ? int(a.dilation) : 1, tap = position / dilation;
+      const int tap = dilation == 1 ? position : position / dilation;
       // (merged rows of phases without a tap: zero, stored_row_phases; zero_taps: taps from K on)
-      const bool inside = row_inside && ch < p.channels_per_group && position % dilation == 0 && tap < a.taps;
+      const bool inside = row_inside && ch < p.channels_per_group && tap < a.taps && (dilation == 1 || position % dilation == 0);
       const T element = inside ? w_row[int64_t(ch / p.weight_channel_phases) * a.channel_stride + tap * a.tap_stride]
                                : from_float<T>(0.0f);
       if constexpr (kMath == Math::kTF32) {
