@@ -609,10 +609,38 @@ std::optional<GemmPlan> choose_gemm_plan(const GemmPlan& g, const std::optional<
 
 }  // namespace
 
+namespace {
+
+// The epilogue's share of a whole tile's time (its stores; an accumulating launch reads out too,
+// twice that): an estimate, not yet measured
+constexpr double kEpilogueTileShare = 0.05;
+
+// The launches of a plan whose packed weight exceeds kMaxPackedWeightBytes (docs/design.md §4.5):
+// ranges of row tiles (fewest_wave_launch_row_tiles), or ranges of chunks over every row tile where
+// that costs less. In waves of whole tiles: ranges of row tiles launch_waves(g, launch_row_tiles);
+// ranges of chunks the waves of all row tiles, each launch a share of the reduction plus its
+// epilogue (after the first, reading out too). Chunk ranges only where out is float and the plan has
+// no zero taps (GemmPlan::launch_chunks).
+void set_launches(GemmPlan& g, const TensorFacts& in, const DeviceLimits& limits) {
+  g.launch_row_tiles = fewest_wave_launch_row_tiles(g, limits);
+  g.first_chunk = 0, g.launch_chunks = g.chunks, g.accumulate = false;
+  if (g.launch_row_tiles == g.row_tiles || in.element_size != 4 || g.zero_taps || g.chunks == 1) return;
+  const int64_t chunk_bytes = 4 * packed_weight_words(g) / g.chunks;  // a chunk of every row tile
+  const int launch_chunks = int(std::min<int64_t>(kMaxPackedWeightBytes / chunk_bytes, g.chunks));
+  if (launch_chunks < 1) return;
+  const int launches = (g.chunks + launch_chunks - 1) / launch_chunks;
+  const double by_chunks = double(launch_waves(g, g.row_tiles, limits)) *
+                           ((1 - kEpilogueTileShare) + kEpilogueTileShare * (2 * launches - 1));
+  const double by_rows = double(launch_waves(g, g.launch_row_tiles, limits));
+  if (by_chunks < by_rows) g.launch_row_tiles = g.row_tiles, g.launch_chunks = launch_chunks;
+}
+
+}  // namespace
+
 std::optional<GemmPlan> plan_gemm(const GemmPlan& g, const std::optional<GemmPlan>& merged, const TensorFacts& in, Math math,
                                   const DeviceLimits& limits) {
   auto plan = choose_gemm_plan(g, merged, in, math, limits);
-  if (plan) plan->launch_row_tiles = fewest_wave_launch_row_tiles(*plan, limits);
+  if (plan) set_launches(*plan, in, limits);
   return plan;
 }
 
@@ -641,6 +669,18 @@ GemmPlan row_tile_range(const GemmPlan& g, int first, int count) {
   launch.tiles = g.batch * g.groups * count * g.col_tiles;
   launch.parts = launch.tiles * g.tile_parts;
   return launch;
+}
+
+GemmPlan chunk_range(const GemmPlan& g, int first, int count) {
+  GemmPlan launch = g;
+  launch.first_chunk = first;
+  launch.chunks = count;
+  launch.accumulate = first > 0;
+  return launch;
+}
+
+GemmPlan first_launch(const GemmPlan& g) {
+  return g.launch_chunks < g.chunks ? chunk_range(g, 0, g.launch_chunks) : row_tile_range(g, 0, g.launch_row_tiles);
 }
 
 // ---- grad_weight -------------------------------------------------------------------------------------
@@ -1095,8 +1135,8 @@ std::string describe(const DataPlan& plan) {
                         {"channel_phases", g.channel_phases}, {"deinterleaved", g.deinterleaved}, {"zero_taps", g.zero_taps},
                         {"stage_output", g.stage_output}, {"resident", g.resident},
                         {"tensor_rows", g.tensor_rows}, {"tiles", g.tiles}, {"parts", g.parts},
-                        {"row_tiles", g.row_tiles}, {"launch_row_tiles", g.launch_row_tiles},
-                        {"workspace_bytes", 4 * packed_weight_words(row_tile_range(g, 0, g.launch_row_tiles))},
+                        {"row_tiles", g.row_tiles}, {"launch_row_tiles", g.launch_row_tiles}, {"launch_chunks", g.launch_chunks},
+                        {"workspace_bytes", 4 * packed_weight_words(first_launch(g))},
                         {"smem_bytes", int64_t(g.smem_bytes)}});
     if (g.zero_taps) text += std::string(" exact_family=") + gemm_family_name(plan.exact.tile_shape);
   } else if (plan.kernel == Kernel::kDepthwise) {

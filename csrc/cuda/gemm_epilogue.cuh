@@ -18,6 +18,33 @@
 
 namespace convt::cuda {
 
+// Every store of the epilogues: out = value, or in a launch that accumulates (GemmPlan::accumulate:
+// a chunk range after the first, launched without bias; float outputs only) out += value
+template <typename T>
+__device__ __forceinline__ void put(const GemmProblem& p, T* where, float value) {
+  if constexpr (sizeof(T) == 4) {
+    if (p.accumulate) value += to_float(*where);
+  }
+  *where = from_float<T>(value);
+}
+template <typename T>
+__device__ __forceinline__ void put_pair(const GemmProblem& p, T* where, float first, float second) {
+  if constexpr (sizeof(T) == 4) {
+    if (p.accumulate) first += to_float(where[0]), second += to_float(where[1]);
+  }
+  store_pair(where, first, second);
+}
+template <typename T>
+__device__ __forceinline__ void put_vector(const GemmProblem& p, T* where, float (&values)[16 / sizeof(T)]) {
+  if constexpr (sizeof(T) == 4) {
+    if (p.accumulate) {
+      const float4 old = *reinterpret_cast<const float4*>(where);
+      values[0] += old.x, values[1] += old.y, values[2] += old.z, values[3] += old.w;
+    }
+  }
+  store_vector(where, values);
+}
+
 // condition ? a : b as a register select (a select of two elements of a register array may compile to
 // a load from a selected address, which moves the whole array to local memory)
 __device__ __forceinline__ float select_register(bool condition, float a, float b) {
@@ -41,7 +68,7 @@ __device__ __forceinline__ void store_merged_rows(const GemmProblem& p, const T*
   T* const group_out = out + (tile.n * p.groups + tile.g) * group_rows * p.out_length;
   auto bias_at = [&](int out_row) { return bias ? to_float(bias[int64_t(tile.g) * group_rows + out_row]) : 0.0f; };
   auto store = [&](T* row_out, int position, float value) {
-    if (position >= 0 && position < p.out_length) row_out[position] = from_float<T>(value);
+    if (position >= 0 && position < p.out_length) put(p, row_out + position, value);
   };
   float row_bias[kBlockM / 8], next_row_bias[kBlockM / 8];  // kBiasFirst: of rows first_row + 8j and the next
   if constexpr (kBiasFirst) {
@@ -79,7 +106,7 @@ __device__ __forceinline__ void store_merged_rows(const GemmProblem& p, const T*
         if (first_stored) store(row_out, position, first);
         if (next_inside) store(row_out + p.out_length, column * p.row_phases - p.phase_origin, second);
       } else if (second_stored && p.out_length % 2 == 0 && position % 2 == 0 && position >= 0 && position + 1 < p.out_length) {
-        store_pair(row_out + position, first, second);  // (second_stored: first too)
+        put_pair(p, row_out + position, first, second);  // (second_stored: first too)
       } else {
         if (first_stored) store(row_out, position, first);
         if (second_stored) store(row_out, position + 1, second);
@@ -144,7 +171,7 @@ struct ImplicitGemmOutput {
         for (int pos = lane; pos < positions; pos += 32) {
           bool reached = false;
           for (int r = 0; r < p.out_phases; ++r) reached |= p.out_phase_value[r] == pos % p.out_step;
-          if (!reached) out_positions[pos] = from_float<T>(bias_value);
+          if (!reached) put(p, out_positions + pos, bias_value);
         }
         continue;
       }
@@ -162,11 +189,11 @@ struct ImplicitGemmOutput {
           values[e + 2] = v.z + bias_value, values[e + 3] = v.w + bias_value;
         }
         if (begin >= shift && begin + kVector <= shift + positions) {
-          store_vector(out_vectors + begin, values);
+          put_vector(p, out_vectors + begin, values);
         } else {
 #pragma unroll
           for (int e = 0; e < kVector; ++e)
-            if (begin + e >= shift && begin + e < shift + positions) out_vectors[begin + e] = from_float<T>(values[e]);
+            if (begin + e >= shift && begin + e < shift + positions) put(p, out_vectors + (begin + e), values[e]);
         }
       }
     }
@@ -258,8 +285,8 @@ struct ImplicitGemmEpilogue : ImplicitGemmOutput<T, kBlockMOf<kWarpTilesM, kWarp
         if (row >= rows_left) continue;
         const float bias_value = first_row_bias ? to_float(first_row_bias[row]) : 0.0f;
         T* out_first = out_positions + int64_t(col) * p.out_step + phase;
-        if (col < columns) out_first[0] = from_float<T>(first + bias_value);
-        if (col + 8 < columns) out_first[8 * p.out_step] = from_float<T>(second + bias_value);
+        if (col < columns) put(p, out_first, first + bias_value);
+        if (col + 8 < columns) put(p, out_first + (8 * p.out_step), second + bias_value);
       }
   }
 
@@ -291,11 +318,11 @@ struct ImplicitGemmEpilogue : ImplicitGemmOutput<T, kBlockMOf<kWarpTilesM, kWarp
           const int col = tile.col_tile * kBlockN + warp_col + nt * 8 + 2 * (lane % 4);
           const float v0 = acc[mt][nt].value(half * 2) + bias_value, v1 = acc[mt][nt].value(half * 2 + 1) + bias_value;
           if (paired && col + 1 < columns) {
-            store_pair(out_positions + col, v0, v1);
+            put_pair(p, out_positions + col, v0, v1);
           } else {
             const int64_t position = int64_t(col) * p.out_step + phase;
-            if (col < columns) out_positions[position] = from_float<T>(v0);
-            if (col + 1 < columns) out_positions[position + p.out_step] = from_float<T>(v1);
+            if (col < columns) put(p, out_positions + position, v0);
+            if (col + 1 < columns) put(p, out_positions + (position + p.out_step), v1);
           }
         }
       }
@@ -393,10 +420,10 @@ struct PipelinedEpilogue {
             const float low = select_register(swapped, second.value(s, e), first.value(s, e)) + row_bias[j][half];
             const float high = select_register(swapped, first.value(s, e), second.value(s, e)) + row_bias[j][half];
             if (aligned && position + 1 < p.out_length) {
-              store_pair(row_out + position, low, high);
+              put_pair(p, row_out + position, low, high);
             } else {
-              if (position < p.out_length) row_out[position] = from_float<T>(low);
-              if (position + 1 < p.out_length) row_out[position + 1] = from_float<T>(high);
+              if (position < p.out_length) put(p, row_out + position, low);
+              if (position + 1 < p.out_length) put(p, row_out + (position + 1), high);
             }
           }
       }
@@ -431,13 +458,13 @@ struct PipelinedEpilogue {
           if (row >= rows_left) continue;
           if constexpr (decltype(even_length)::value) {
             if (col + 1 < p.out_length) {
-              store_pair(row_out + col, first, second);
+              put_pair(p, row_out + col, first, second);
             } else if (col < p.out_length) {
-              row_out[col] = from_float<T>(first);
+              put(p, row_out + col, first);
             }
           } else {
-            if (col < p.out_length) row_out[col] = from_float<T>(first);
-            if (col + 1 < p.out_length) row_out[col + 1] = from_float<T>(second);
+            if (col < p.out_length) put(p, row_out + col, first);
+            if (col + 1 < p.out_length) put(p, row_out + (col + 1), second);
           }
         }
       }
@@ -459,17 +486,17 @@ struct PipelinedEpilogue {
       // column col's positions of one out row: out_step 1 a store; 2 a pair store where aligned
       auto store_column = [&](T* row_out, int col, float value, float bias_value) {
         if constexpr (decltype(one_step)::value) {
-          if (col < p.out_length) row_out[col] = from_float<T>(value);
+          if (col < p.out_length) put(p, row_out + col, value);
         } else if (kForm == PipelineForm::kPairs && p.out_phases > 1) {  // (every phase reached: each by its own out phase)
           const int64_t position = int64_t(col) * p.out_step + phase;
-          if (position < p.out_length) row_out[position] = from_float<T>(value);
+          if (position < p.out_length) put(p, row_out + position, value);
         } else {
           const int64_t first = int64_t(col) * p.out_step;
           if (p.out_step == 2 && first + 1 < p.out_length && reinterpret_cast<uintptr_t>(row_out + first) % (2 * sizeof(T)) == 0) {
-            store_pair(row_out + first, phase == 0 ? value : bias_value, phase == 0 ? bias_value : value);
+            put_pair(p, row_out + first, phase == 0 ? value : bias_value, phase == 0 ? bias_value : value);
           } else {
             for (int k = 0; k < p.out_step && first + k < p.out_length; ++k)
-              row_out[first + k] = from_float<T>(k == phase ? value : bias_value);
+              put(p, row_out + (first + k), k == phase ? value : bias_value);
           }
         }
       };
