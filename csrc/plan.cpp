@@ -270,6 +270,47 @@ int fewest_wave_launch_row_tiles(const GemmPlan& g, const DeviceLimits& limits) 
   return best;
 }
 
+// The epilogue's share of a whole tile's time (its stores; an accumulating launch reads out too,
+// twice that): an estimate, not yet measured
+constexpr double kEpilogueTileShare = 0.05;
+
+// Chunks a launch of chunk ranges takes (GemmPlan::launch_chunks): the most within the workspace
+// bound, each over every row tile; 0 where ranges of chunks do not apply: a 16-bit out (a rounding a
+// launch), zero taps (the gate's exact plan), one chunk, or one chunk over every row tile above the bound.
+int chunk_range_size(const GemmPlan& g, const TensorFacts& in) {
+  if (in.element_size != 4 || g.zero_taps || g.chunks == 1) return 0;
+  const int64_t chunk_bytes = 4 * packed_weight_words(g) / g.chunks;
+  return int(std::min<int64_t>(kMaxPackedWeightBytes / chunk_bytes, g.chunks));
+}
+
+// Waves of whole tiles over launches of chunk ranges: every row tile each launch, a share of the
+// reduction plus its epilogue (after the first, reading out too)
+double chunk_range_waves(const GemmPlan& g, int launch_chunks, const DeviceLimits& limits) {
+  const int launches = (g.chunks + launch_chunks - 1) / launch_chunks;
+  return double(launch_waves(g, g.row_tiles, limits)) * ((1 - kEpilogueTileShare) + kEpilogueTileShare * (2 * launches - 1));
+}
+
+// The launches of a plan whose packed weight exceeds kMaxPackedWeightBytes (docs/design.md §4.5):
+// ranges of row tiles (fewest_wave_launch_row_tiles), or ranges of chunks over every row tile
+// (chunk_range_size) where those take fewer waves or a single row tile packs more than the bound.
+void set_launches(GemmPlan& g, const TensorFacts& in, const DeviceLimits& limits) {
+  g.launch_row_tiles = fewest_wave_launch_row_tiles(g, limits);
+  g.first_chunk = 0, g.launch_chunks = g.chunks, g.accumulate = false;
+  const int launch_chunks = chunk_range_size(g, in);
+  if (4 * packed_weight_words(g) <= kMaxPackedWeightBytes || launch_chunks == 0) return;  // (one launch, or row ranges only)
+  const bool row_tile_fits = 4 * packed_weight_words(g) / g.row_tiles <= kMaxPackedWeightBytes;
+  if (!row_tile_fits || chunk_range_waves(g, launch_chunks, limits) < double(launch_waves(g, g.launch_row_tiles, limits))) {
+    g.launch_row_tiles = g.row_tiles, g.launch_chunks = launch_chunks;
+  }
+}
+
+// The waves of a plan's launches as set_launches makes them
+double planned_launch_waves(GemmPlan g, const TensorFacts& in, const DeviceLimits& limits) {
+  set_launches(g, in, limits);
+  return g.launch_chunks < g.chunks ? chunk_range_waves(g, g.launch_chunks, limits)
+                                    : double(launch_waves(g, g.launch_row_tiles, limits));
+}
+
 // The pipelined kernel's plan (pipelined_gemm.cuh) for one of its tile shapes and the taps in runs
 // as the problem has them: 32-word chunks where three stages fit in one block's shared memory, else
 // 16-word chunks with as many stages as fit (two at least). 3xTF32 stages A's big and small parts.
@@ -349,7 +390,10 @@ std::optional<GemmPlan> plan_pipelined_tiles(const GemmPlan& problem, const Tens
     GemmPlan runs = whole;  // (split at kMaxGemmTaps already)
     if (run_taps < kMaxGemmTaps) split_steps(runs, run_taps);
     auto plan = plan_pipelined_steps(runs, in, tile_shape, math, limits);
-    if (plan && 4 * packed_weight_words(*plan) / plan->row_tiles > kMaxPackedWeightBytes) return std::nullopt;
+    // (a row tile's weight above the workspace bound: only where launches take ranges of chunks)
+    if (plan && 4 * packed_weight_words(*plan) / plan->row_tiles > kMaxPackedWeightBytes && chunk_range_size(*plan, in) == 0) {
+      return std::nullopt;
+    }
     if (plan) return plan;
   }
   return std::nullopt;
@@ -376,7 +420,7 @@ std::optional<GemmPlan> plan_pipelined(const GemmPlan& problem, const TensorFact
                              : plan_pipelined_tiles(problem, in, gemm_tile_index(GemmFamily::kPipelined, 128, 256), math, limits);
   if (!fills(wide)) return fills(narrow) ? narrow : std::nullopt;
   if (!fills(narrow)) return wide;
-  auto waves = [&](const GemmPlan& g) { return double(launch_waves(g, fewest_wave_launch_row_tiles(g, limits), limits)); };
+  auto waves = [&](const GemmPlan& g) { return planned_launch_waves(g, in, limits); };
   const int taps = most_taps_per_step(*wide);
   const double wave_ratio = waves(*narrow) / waves(*wide);
   if (wave_ratio <= kWideTileTimeLeast) return narrow;
@@ -605,34 +649,6 @@ std::optional<GemmPlan> choose_gemm_plan(const GemmPlan& g, const std::optional<
     }
   }
   return plan;
-}
-
-}  // namespace
-
-namespace {
-
-// The epilogue's share of a whole tile's time (its stores; an accumulating launch reads out too,
-// twice that): an estimate, not yet measured
-constexpr double kEpilogueTileShare = 0.05;
-
-// The launches of a plan whose packed weight exceeds kMaxPackedWeightBytes (docs/design.md §4.5):
-// ranges of row tiles (fewest_wave_launch_row_tiles), or ranges of chunks over every row tile where
-// that costs less. In waves of whole tiles: ranges of row tiles launch_waves(g, launch_row_tiles);
-// ranges of chunks the waves of all row tiles, each launch a share of the reduction plus its
-// epilogue (after the first, reading out too). Chunk ranges only where out is float and the plan has
-// no zero taps (GemmPlan::launch_chunks).
-void set_launches(GemmPlan& g, const TensorFacts& in, const DeviceLimits& limits) {
-  g.launch_row_tiles = fewest_wave_launch_row_tiles(g, limits);
-  g.first_chunk = 0, g.launch_chunks = g.chunks, g.accumulate = false;
-  if (g.launch_row_tiles == g.row_tiles || in.element_size != 4 || g.zero_taps || g.chunks == 1) return;
-  const int64_t chunk_bytes = 4 * packed_weight_words(g) / g.chunks;  // a chunk of every row tile
-  const int launch_chunks = int(std::min<int64_t>(kMaxPackedWeightBytes / chunk_bytes, g.chunks));
-  if (launch_chunks < 1) return;
-  const int launches = (g.chunks + launch_chunks - 1) / launch_chunks;
-  const double by_chunks = double(launch_waves(g, g.row_tiles, limits)) *
-                           ((1 - kEpilogueTileShare) + kEpilogueTileShare * (2 * launches - 1));
-  const double by_rows = double(launch_waves(g, g.launch_row_tiles, limits));
-  if (by_chunks < by_rows) g.launch_row_tiles = g.row_tiles, g.launch_chunks = launch_chunks;
 }
 
 }  // namespace

@@ -243,14 +243,16 @@ def test_launches_of_a_split_weight_take_the_fewest_waves():
 
 
 def test_split_weights_over_few_tiles_launch_ranges_of_chunks():
-    """Where launches of row tiles would hold few tiles each (1 x 768 -> 768, K = 64: 12 row tiles of
-    37 tiles, one a launch within 16 MB), a float output's launches take ranges of chunks over every
-    row tile instead, each after the first adding to out; 16-bit outputs (a rounding a launch) and
-    plans whose waves the row ranges already fill keep ranges of row tiles."""
+    """Where launches of row tiles would hold few tiles each (1 x 768 -> 768, K = 64 at 4,731
+    positions: 37 tiles a row tile), or a single row tile packs more than 16 MB (a pipelined 128-row
+    tile of it: 25 MB in TF32), a float output's launches take ranges of chunks over every row tile,
+    each after the first adding to out; 16-bit outputs (a rounding a launch) and plans whose waves
+    the row ranges already fill keep ranges of row tiles."""
     few_tiles = (1, 768, 768, 64, 4731, 1, 31, 0, 1, 1)
     for tf32 in (True, False):
         for name in ("forward", "grad_input"):
             g = plans(few_tiles, torch.float32, tf32, "h100")[name]
+            assert g["family"] == "pipelined" and g["block_m"] == 128, (name, g)  # (one row tile: 25 MB, 50 MB in 3xTF32)
             assert g["launch_row_tiles"] == g["row_tiles"] and 1 <= g["launch_chunks"] < g["chunks"], (name, g)
             assert g["workspace_bytes"] <= 16 << 20, g
     g = plans(few_tiles, torch.bfloat16, True, "h100")["forward"]
