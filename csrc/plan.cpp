@@ -269,6 +269,67 @@ int fewest_wave_launch_row_tiles(const GemmPlan& g, const DeviceLimits& limits) 
   return best;
 }
 
+// A tile's fixed time (prologue and epilogue; in a launch that accumulates, the epilogue's read of out
+// as long again) in units of its mainloop's work for one tap and channel of a chunk (3xTF32: three
+// MMAs a product). Fitted to H200 timings of both launch forms on 33 layers (docs/perf/
+// 2026-11-30-chunk-ranges.md); the fit's error reaches 1.3x, so chunk ranges take the place of row
+// ranges only where the model gives them at most kChunkRangeMargin of the time.
+constexpr double kTileFixedWork = 400;
+constexpr double kChunkRangeMargin = 0.75;
+
+// A tile's time over `chunks` of the reduction (units of kTileFixedWork)
+double tile_time(const GemmPlan& g, int chunks, bool accumulate, Math math) {
+  const double math_cost = math == Math::k3xTF32 ? 3 : 1;
+  return double(chunks) * g.taps * g.chunk_channels * math_cost + kTileFixedWork * (accumulate ? 2 : 1);
+}
+
+// Chunks a launch of chunk ranges takes (GemmPlan::launch_chunks): the most within the workspace
+// bound, each over every row tile; 0 where ranges of chunks do not apply: a 16-bit out (a rounding a
+// launch), zero taps (the gate's exact plan), one chunk, or one chunk over every row tile above the bound.
+int chunk_range_size(const GemmPlan& g, const TensorFacts& in) {
+  if (in.element_size != 4 || g.zero_taps || g.chunks == 1) return 0;
+  const int64_t chunk_bytes = 4 * packed_weight_words(g) / g.chunks;
+  return int(std::min<int64_t>(kMaxPackedWeightBytes / chunk_bytes, g.chunks));
+}
+
+// The time of launches of row-tile ranges: waves of whole tiles
+double row_range_time(const GemmPlan& g, int launch_row_tiles, Math math, const DeviceLimits& limits) {
+  return double(launch_waves(g, launch_row_tiles, limits)) * tile_time(g, g.chunks, false, math);
+}
+
+// The time of launches of chunk ranges: each launch every row tile over its chunks, after the first
+// reading out too
+double chunk_range_time(const GemmPlan& g, int launch_chunks, Math math, const DeviceLimits& limits) {
+  double tile_times = 0;
+  for (int first = 0; first < g.chunks; first += launch_chunks)
+    tile_times += tile_time(g, std::min(launch_chunks, g.chunks - first), first > 0, math);
+  return double(launch_waves(g, g.row_tiles, limits)) * tile_times;
+}
+
+// The launches of a plan whose packed weight exceeds kMaxPackedWeightBytes (docs/design.md §4.5):
+// ranges of row tiles (fewest_wave_launch_row_tiles), or ranges of chunks over every row tile
+// (chunk_range_size) where a single row tile packs more than the bound or those take at most
+// kChunkRangeMargin of the time.
+void set_launches(GemmPlan& g, const TensorFacts& in, Math math, const DeviceLimits& limits) {
+  g.launch_row_tiles = fewest_wave_launch_row_tiles(g, limits);
+  g.first_chunk = 0, g.launch_chunks = g.chunks, g.accumulate = false;
+  const int launch_chunks = chunk_range_size(g, in);
+  if (4 * packed_weight_words(g) <= kMaxPackedWeightBytes || launch_chunks == 0) return;  // (one launch, or row ranges only)
+  const bool row_tile_fits = 4 * packed_weight_words(g) / g.row_tiles <= kMaxPackedWeightBytes;
+  if (!row_tile_fits ||
+      chunk_range_time(g, launch_chunks, math, limits) <= kChunkRangeMargin * row_range_time(g, g.launch_row_tiles, math, limits)) {
+    g.launch_row_tiles = g.row_tiles, g.launch_chunks = launch_chunks;
+  }
+}
+
+// The waves of whole tiles that a plan's launches as set_launches makes them take as long as
+double planned_launch_waves(GemmPlan g, const TensorFacts& in, Math math, const DeviceLimits& limits) {
+  set_launches(g, in, math, limits);
+  const double time = g.launch_chunks < g.chunks ? chunk_range_time(g, g.launch_chunks, math, limits)
+                                                 : row_range_time(g, g.launch_row_tiles, math, limits);
+  return time / tile_time(g, g.chunks, false, math);
+}
+
 // The pipelined kernel's plan (pipelined_gemm.cuh) for one of its tile shapes and the taps in runs
 // as the problem has them: 32-word chunks where three stages fit in one block's shared memory, else
 // 16-word chunks with as many stages as fit (two at least). 3xTF32 stages A's big and small parts.
@@ -348,7 +409,10 @@ std::optional<GemmPlan> plan_pipelined_tiles(const GemmPlan& problem, const Tens
     GemmPlan runs = whole;  // (split at kMaxGemmTaps already)
     if (run_taps < kMaxGemmTaps) split_steps(runs, run_taps);
     auto plan = plan_pipelined_steps(runs, in, tile_shape, math, limits);
-    if (plan && 4 * packed_weight_words(*plan) / plan->row_tiles > kMaxPackedWeightBytes) return std::nullopt;
+    // (a row tile's weight above the workspace bound: only where launches take ranges of chunks)
+    if (plan && 4 * packed_weight_words(*plan) / plan->row_tiles > kMaxPackedWeightBytes && chunk_range_size(*plan, in) == 0) {
+      return std::nullopt;
+    }
     if (plan) return plan;
   }
   return std::nullopt;
@@ -375,7 +439,7 @@ std::optional<GemmPlan> plan_pipelined(const GemmPlan& problem, const TensorFact
                              : plan_pipelined_tiles(problem, in, gemm_tile_index(GemmFamily::kPipelined, 128, 256), math, limits);
   if (!fills(wide)) return fills(narrow) ? narrow : std::nullopt;
   if (!fills(narrow)) return wide;
-  auto waves = [&](const GemmPlan& g) { return double(launch_waves(g, fewest_wave_launch_row_tiles(g, limits), limits)); };
+  auto waves = [&](const GemmPlan& g) { return planned_launch_waves(g, in, math, limits); };
   const int taps = most_taps_per_step(*wide);
   const double wave_ratio = waves(*narrow) / waves(*wide);
   if (wave_ratio <= kWideTileTimeLeast) return narrow;
@@ -629,7 +693,7 @@ std::optional<GemmPlan> choose_gemm_plan(const GemmPlan& g, const std::optional<
 std::optional<GemmPlan> plan_gemm(const GemmPlan& g, const std::optional<GemmPlan>& merged, const TensorFacts& in, Math math,
                                   const DeviceLimits& limits) {
   auto plan = choose_gemm_plan(g, merged, in, math, limits);
-  if (plan) plan->launch_row_tiles = fewest_wave_launch_row_tiles(*plan, limits);
+  if (plan) set_launches(*plan, in, math, limits);
   return plan;
 }
 
@@ -658,6 +722,18 @@ GemmPlan row_tile_range(const GemmPlan& g, int first, int count) {
   launch.tiles = g.batch * g.groups * count * g.col_tiles;
   launch.parts = launch.tiles * g.tile_parts;
   return launch;
+}
+
+GemmPlan chunk_range(const GemmPlan& g, int first, int count) {
+  GemmPlan launch = g;
+  launch.first_chunk = first;
+  launch.chunks = count;
+  launch.accumulate = first > 0;
+  return launch;
+}
+
+GemmPlan first_launch(const GemmPlan& g) {
+  return g.launch_chunks < g.chunks ? chunk_range(g, 0, g.launch_chunks) : row_tile_range(g, 0, g.launch_row_tiles);
 }
 
 // ---- grad_weight -------------------------------------------------------------------------------------
@@ -1113,8 +1189,8 @@ std::string describe(const DataPlan& plan) {
                         {"channel_phases", g.channel_phases}, {"deinterleaved", g.deinterleaved}, {"zero_taps", g.zero_taps},
                         {"stage_output", g.stage_output}, {"resident", g.resident},
                         {"tensor_rows", g.tensor_rows}, {"tiles", g.tiles}, {"parts", g.parts},
-                        {"row_tiles", g.row_tiles}, {"launch_row_tiles", g.launch_row_tiles},
-                        {"workspace_bytes", 4 * packed_weight_words(row_tile_range(g, 0, g.launch_row_tiles))},
+                        {"row_tiles", g.row_tiles}, {"launch_row_tiles", g.launch_row_tiles}, {"launch_chunks", g.launch_chunks},
+                        {"workspace_bytes", 4 * packed_weight_words(first_launch(g))},
                         {"smem_bytes", int64_t(g.smem_bytes)}});
     if (g.zero_taps) text += std::string(" exact_family=") + gemm_family_name(plan.exact.tile_shape);
   } else if (plan.kernel == Kernel::kDepthwise) {

@@ -186,6 +186,10 @@ WIDE_TILE_CASES = [
     # grad_input of a dilated filter over grad_y deinterleaved (dilation 3, stride 5: every phase),
     # 2 shifts x 5 phases holding 3 taps, the rest zero: a narrow output
     Case(4, 96, 2, 3, 20001, stride=5, padding=2, dilation=3),
+    # weights packing to more than 16 MB over few tiles: launches of chunk ranges over every row tile,
+    # the second adding to out (float; 16-bit in ranges of row tiles), stride 1 and 2
+    Case(1, 512, 512, 17, 300, padding=8),
+    Case(1, 512, 512, 17, 300, stride=2, padding=8),
     # long filters: runs of a phase pair's taps, one step each (64 taps of one phase; 100 taps at
     # stride 3, dilated; 40 taps at stride 10 merged into 4 merged taps) and channels 1-7
     Case(2, 96, 80, 64, 1500, padding=20),

@@ -242,6 +242,25 @@ def test_launches_of_a_split_weight_take_the_fewest_waves():
     assert plan["workspace_bytes"] <= 16 << 20
 
 
+def test_split_weights_over_few_tiles_launch_ranges_of_chunks():
+    """Where launches of row tiles would hold few tiles each (1 x 768 -> 768, K = 64 at 4,731
+    positions: 37 tiles a row tile), or a single row tile packs more than 16 MB (a pipelined 128-row
+    tile of it: 25 MB in TF32), a float output's launches take ranges of chunks over every row tile,
+    each after the first adding to out; 16-bit outputs (a rounding a launch) and plans whose waves
+    the row ranges already fill keep ranges of row tiles."""
+    few_tiles = (1, 768, 768, 64, 4731, 1, 31, 0, 1, 1)
+    for tf32 in (True, False):
+        for name in ("forward", "grad_input"):
+            g = plans(few_tiles, torch.float32, tf32, "h100")[name]
+            assert g["family"] == "pipelined" and g["block_m"] == 128, (name, g)  # (one row tile: 25 MB, 50 MB in 3xTF32)
+            assert g["launch_row_tiles"] == g["row_tiles"] and 1 <= g["launch_chunks"] < g["chunks"], (name, g)
+            assert g["workspace_bytes"] <= 16 << 20, g
+    g = plans(few_tiles, torch.bfloat16, True, "h100")["forward"]
+    assert g["launch_chunks"] == g["chunks"] and g["launch_row_tiles"] < g["row_tiles"], g
+    filled = plans((16, 1536, 1536, 1, 1300, 1, 0, 0, 1, 1), torch.float32, False, "h100")["forward"]
+    assert filled["launch_chunks"] == filled["chunks"] and filled["launch_row_tiles"] == 9, filled
+
+
 def test_strided_grad_input_reads_grad_y_deinterleaved():
     """A strided grad_input (dilation 1) reads grad_y's phases as channels: in place on sm_90a's
     warpgroup tiles where its phases merge (K a multiple of stride), grad_y's rows go in 16-byte
@@ -406,13 +425,13 @@ def test_h100_named_shapes(dtype):
 @pytest.mark.parametrize("dtype,tf32", MATHS)
 def test_forward_workspace_is_at_most_16_mb(card, dtype, tf32):
     """A 1536 -> 768, K 16, stride 8 upsampler's weight packs to 72 MB (TF32), 144 MB (3xTF32): its
-    launches take ranges of row tiles, each packing at most 16 MB."""
+    launches take ranges of row tiles or of chunks, each packing at most 16 MB."""
     for shape in [(4, 1536, 768, 16, 200, 8, 4, 0, 1, 1), (1, 1024, 1024, 64, 100, 1, 0, 0, 1, 1)]:
         plan = plans(shape, dtype, tf32, card)
         for name in ("forward", "grad_input"):
             g = plan[name]
             assert g["kernel"] == "gemm" and g["workspace_bytes"] <= 16 << 20, (shape, name, g)
-            assert 1 <= g["launch_row_tiles"] < g["row_tiles"], (shape, name, g)
+            assert 1 <= g["launch_row_tiles"] < g["row_tiles"] or 1 <= g["launch_chunks"] < g["chunks"], (shape, name, g)
 
 
 def test_h200_plans_as_h100():

@@ -116,11 +116,11 @@ struct XWindowStager {
   // the column of x_s position 0, and the step's first channel row of `in`
   __device__ __forceinline__ int window_start(const GemmTile& tile) const { return tile.col_tile * kBlockN + p.first_offset - p.lead; }
   __device__ __forceinline__ const T* in_chunk(const GemmTile& tile, const GemmStep& step) const {
-    const int64_t first_channel = int64_t(tile.g) * p.channels_per_group + int64_t(step.chunk) * p.chunk_channels;
+    const int64_t first_channel = int64_t(tile.g) * p.channels_per_group + problem_chunk(p, step.chunk) * p.chunk_channels;
     return in + tile.n * p.in_batch_stride + first_channel * p.in_channel_stride;
   }
   __device__ __forceinline__ bool channel_inside(const GemmStep& step, int ch) const {
-    return int64_t(step.chunk) * p.chunk_channels + ch < p.channels_per_group;
+    return problem_chunk(p, step.chunk) * p.chunk_channels + ch < p.channels_per_group;
   }
   __device__ __forceinline__ bool element_inside(const GemmStep& step, int ch, int position) const {
     return channel_inside(step, ch) && position >= 0 && position < p.in_length;
@@ -130,7 +130,7 @@ struct XWindowStager {
   __device__ __forceinline__ void stage_merged_channels(const GemmTile& tile, const GemmStep& step, T* x_s) const {
     constexpr int kChunk = 16 / int(sizeof(T));
     const int64_t group_rows = p.channels_per_group / p.channel_phases;  // rows of `in` a group has
-    const int64_t first_row = int64_t(step.chunk) * p.staged_rows;      // of the group
+    const int64_t first_row = problem_chunk(p, step.chunk) * p.staged_rows;  // of the group
     const T* in_rows = in + tile.n * p.in_batch_stride + (tile.g * group_rows + first_row) * p.in_channel_stride;
     const int first_position = (tile.col_tile * kBlockN + p.first_offset) * p.channel_phases - p.channel_origin - p.lead;
     for_each_x_copy<kMerge>(p, [&](int row, int copy) {
@@ -399,13 +399,13 @@ struct StagedRow {
 
   static __device__ __forceinline__ StagedRow of(const GemmProblem& p, const T* in, const GemmTile& tile, int chunk, int r) {
     if constexpr (kMerge == Merge::kChannels) {  // rows of `in` as they are (docs/design.md §3.2)
-      const int64_t group_rows = p.channels_per_group / p.channel_phases, row = int64_t(chunk) * p.staged_rows + r;
+      const int64_t group_rows = p.channels_per_group / p.channel_phases, row = problem_chunk(p, chunk) * p.staged_rows + r;
       const int window = (tile.col_tile * kBlockN + p.first_offset) * p.channel_phases - p.channel_origin - p.lead;
       return StagedRow{row < group_rows ? in + tile.n * p.in_batch_stride + (tile.g * group_rows + row) * p.in_channel_stride
                                         : nullptr,
                        window};
     } else {
-      const int64_t channel = int64_t(chunk) * p.chunk_channels + r;
+      const int64_t channel = problem_chunk(p, chunk) * p.chunk_channels + r;
       const int window = tile.col_tile * kBlockN + p.first_offset - p.lead;
       return StagedRow{channel < p.channels_per_group
                            ? in + tile.n * p.in_batch_stride + (tile.g * p.channels_per_group + channel) * p.in_channel_stride
@@ -479,7 +479,7 @@ struct PipelinedProducer {
         mbarrier_expect_bytes(landed, uint32_t(p.x_words) * 4);
         for (int box = 0; box < kPipelineConsumers; ++box)
           tensor_copy_to_shared(x_s + box * stages.box_elements, &p.in_map, tile.col_tile * kBlockN + box * (kBlockN / 2) + p.first_offset - p.lead,
-                                int(tile.g * p.channels_per_group) + chunk * p.chunk_channels, int(tile.n), landed);
+                                int(tile.g * p.channels_per_group + problem_chunk(p, chunk) * p.chunk_channels), int(tile.n), landed);
       }
     } else {
       // row r by lane r / 4 of warp r % 4

@@ -298,7 +298,7 @@ struct ImplicitGemmMainloop {
     if constexpr (kShiftedRows) {
       const int first = tile.col_tile * kBlockN + p.first_offset - p.lead;
       if (chunked_rows<T>(first)) {
-        const int64_t first_channel = int64_t(tile.g) * p.channels_per_group + int64_t(step.chunk) * p.chunk_channels;
+        const int64_t first_channel = int64_t(tile.g) * p.channels_per_group + problem_chunk(p, step.chunk) * p.chunk_channels;
         const int low = kMath == Math::k16Bit ? 2 * (lane % 4) : lane % 4;
         const T* window = in + tile.n * p.in_batch_stride + (first_channel + low) * p.in_channel_stride + first;
         rows.shift_low = elements_past_16_bytes(window), rows.shift_high = elements_past_16_bytes(window + p.in_channel_stride);

@@ -38,6 +38,10 @@ struct GemmTile {
 
 // A reduction step of a tile: step = (out_phase * in_phases + in_phase) * chunks + chunk (list
 // indices); its taps are step_tap[first_tap, end_tap).
+// A launch's chunk `chunk` is the problem's chunk first_chunk + chunk (GemmPlan::first_chunk: the
+// channels it reads; the packed weight holds the launch's own chunks from 0)
+__device__ __forceinline__ int64_t problem_chunk(const GemmProblem& p, int chunk) { return int64_t(p.first_chunk) + chunk; }
+
 struct GemmStep {
   int out_phase, in_phase, chunk, first_tap, end_tap;
   __device__ GemmStep(int step, const GemmProblem& p) {

@@ -83,7 +83,7 @@ __global__ void pack_gemm_weight_kernel(const T* __restrict__ w, uint32_t* __res
     uint32_t value = 0;
 #pragma unroll
     for (int half = 0; half < kChannelsPerWord; ++half) {
-      const int ch = chunk * p.chunk_channels + word * kChannelsPerWord + half;
+      const int ch = int(problem_chunk(p, chunk)) * p.chunk_channels + word * kChannelsPerWord + half;
       const int phase = row_phase + ch % p.weight_channel_phases;  // (one of the two is 0)
       const int position = t * p.row_phases * p.weight_channel_phases + phase;
       const int tap = dilation == 1 ? position : position / dilation;

@@ -8,6 +8,7 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <vector>
 
 #include "convt.h"
 #include "cuda/launch.h"
@@ -191,19 +192,26 @@ at::Tensor gemm_input(const DataPlan& plan, const ConvTParams& p, const at::Tens
 // The launches of one GEMM plan over `in` (in_map: its tensor map where the plan has tensor_rows)
 void run_gemm(const GemmPlan& gemm, const GemmWeight& weight, const at::Tensor& in, const CUtensorMap* in_map,
               const at::Tensor& w, const at::Tensor& bias, const at::Tensor& out, Math math, Launch launch) {
-  // the packed weight of one launch at a time (row_tile_range), within kMaxPackedWeightBytes
-  const int launch_row_tiles = gemm.launch_row_tiles;
-  TORCH_INTERNAL_ASSERT(launch_row_tiles >= 1, "convt: a GEMM plan without its launches (plan_gemm sets them)");
-  const at::Tensor packed =
-      at::empty({packed_weight_words(row_tile_range(gemm, 0, launch_row_tiles))}, w.options().dtype(at::kInt));
+  // the packed weight of one launch at a time (row_tile_range or chunk_range), within
+  // kMaxPackedWeightBytes; launches after the first of a chunk split add to out and take no bias
+  const int launch_row_tiles = gemm.launch_row_tiles, launch_chunks = gemm.launch_chunks;
+  TORCH_INTERNAL_ASSERT(launch_row_tiles >= 1 && launch_chunks >= 1, "convt: a GEMM plan without its launches (plan_gemm sets them)");
+  TORCH_INTERNAL_ASSERT(launch_chunks == gemm.chunks || (launch_row_tiles == gemm.row_tiles && out.element_size() == 4),
+                        "convt: a chunk split of a float output over every row tile");
+  const at::Tensor packed = at::empty({packed_weight_words(first_launch(gemm))}, w.options().dtype(at::kInt));
   auto* packed_w = reinterpret_cast<uint32_t*>(packed.data_ptr());
+  std::vector<GemmPlan> launches;
+  for (int first = 0; first < gemm.row_tiles; first += launch_row_tiles)
+    for (int chunk = 0; chunk < gemm.chunks; chunk += launch_chunks)
+      launches.push_back(chunk_range(row_tile_range(gemm, first, std::min(launch_row_tiles, gemm.row_tiles - first)), chunk,
+                                     std::min(launch_chunks, gemm.chunks - chunk)));
   dispatch_math(in.scalar_type(), math, [&](auto element, auto math_mode) {
     using scalar_t = decltype(element);
     constexpr Math kMath = decltype(math_mode)::value;
-    const scalar_t *in_data = data_of<scalar_t>(in), *bias_data = data_of<scalar_t>(bias);
+    const scalar_t* in_data = data_of<scalar_t>(in);
     scalar_t* out_data = data_of<scalar_t>(out);
-    for (int first = 0; first < gemm.row_tiles; first += launch_row_tiles) {
-      const GemmPlan part = row_tile_range(gemm, first, std::min(launch_row_tiles, gemm.row_tiles - first));
+    for (const GemmPlan& part : launches) {
+      const scalar_t* bias_data = part.accumulate ? nullptr : data_of<scalar_t>(bias);
       pack_gemm_weight<scalar_t, kMath>(part, weight, data_of<scalar_t>(w), packed_w, launch);
       switch (kGemmTileShapes[part.tile_shape].family) {
         case GemmFamily::kPipelined: {
