@@ -269,8 +269,8 @@ int fewest_wave_launch_row_tiles(const GemmPlan& g, const DeviceLimits& limits) 
   return best;
 }
 
-// A tile's fixed time (prologue and epilogue; in a launch that accumulates, the epilogue's read of out
-// as long again) in units of its mainloop's work for one tap and channel of a chunk (3xTF32: three
+// A tile's fixed time (prologue and epilogue; in a launch after the first of a chunk split, its sums'
+// addition to out as long again) in units of its mainloop's work for one tap and channel of a chunk (3xTF32: three
 // MMAs a product). Fitted to H200 timings of both launch forms on 33 layers (docs/perf/
 // 2026-11-30-chunk-ranges.md); the fit's error reaches 1.3x, so chunk ranges take the place of row
 // ranges only where the model gives them at most kChunkRangeMargin of the time.
@@ -278,9 +278,9 @@ constexpr double kTileFixedWork = 400;
 constexpr double kChunkRangeMargin = 0.75;
 
 // A tile's time over `chunks` of the reduction (units of kTileFixedWork)
-double tile_time(const GemmPlan& g, int chunks, bool accumulate, Math math) {
+double tile_time(const GemmPlan& g, int chunks, bool later_chunks, Math math) {
   const double math_cost = math == Math::k3xTF32 ? 3 : 1;
-  return double(chunks) * g.taps * g.chunk_channels * math_cost + kTileFixedWork * (accumulate ? 2 : 1);
+  return double(chunks) * g.taps * g.chunk_channels * math_cost + kTileFixedWork * (later_chunks ? 2 : 1);
 }
 
 // Chunks a launch of chunk ranges takes (GemmPlan::launch_chunks): the most within the workspace
@@ -312,7 +312,7 @@ double chunk_range_time(const GemmPlan& g, int launch_chunks, Math math, const D
 // kChunkRangeMargin of the time.
 void set_launches(GemmPlan& g, const TensorFacts& in, Math math, const DeviceLimits& limits) {
   g.launch_row_tiles = fewest_wave_launch_row_tiles(g, limits);
-  g.first_chunk = 0, g.launch_chunks = g.chunks, g.accumulate = false;
+  g.first_chunk = 0, g.launch_chunks = g.chunks;
   const int launch_chunks = chunk_range_size(g, in);
   if (4 * packed_weight_words(g) <= kMaxPackedWeightBytes || launch_chunks == 0) return;  // (one launch, or row ranges only)
   const bool row_tile_fits = 4 * packed_weight_words(g) / g.row_tiles <= kMaxPackedWeightBytes;
@@ -557,19 +557,19 @@ bool deinterleaves(const ConvTParams& p) {
   return p.stride > 1 && deinterleaved_phases(p) <= kMaxDeinterleavedPhases && deinterleaved_taps(p) <= kMaxGemmTaps &&
          deinterleaved_length(p) < kGemmIndexLimit && p.out_channels_per_group * deinterleaved_phases(p) < kGemmIndexLimit;
 }
+constexpr int64_t kDeinterleavedDilatedTaps = 16;  // (H200: K 16-32 2-4x faster, K 3-8 up to 1.9x slower in bf16)
 std::optional<GemmPlan> deinterleaved_grad_input_problem(const ConvTParams& p, int step_taps) {
   if (!deinterleaves(p)) return std::nullopt;
   // A dilated filter's taps reach the phases k*dilation % stride: every phase where dilation and
   // stride are coprime (else the copy would hold phases no tap reads); its (shift, phase) grid holds
-  // taps * phases weights for K taps, taken up to twice K (as K above stride does undilated) or where
-  // the copy's channels fit one 64-channel chunk (a narrow output, whose MMA work is small beside
-  // its reads of grad_y)
+  // taps * phases weights for K taps, taken up to twice K (as K above stride does undilated) or, for
+  // a filter of kDeinterleavedDilatedTaps taps or more, where the copy's channels fit one 64-channel
+  // chunk (a narrow output, whose MMA work is small beside its reads of grad_y: the reads the copy
+  // saves grow with K; below it the copy and the zero taps cost more than they save)
   if (p.dilation > 1) {
     const int64_t grid = deinterleaved_taps(p) * deinterleaved_phases(p);
-    if (std::gcd(p.dilation, p.stride) != 1 ||
-        (grid > 2 * p.kernel_size && p.out_channels_per_group * deinterleaved_phases(p) > 64)) {
-      return std::nullopt;
-    }
+    const bool narrow = p.kernel_size >= kDeinterleavedDilatedTaps && p.out_channels_per_group * deinterleaved_phases(p) <= 64;
+    if (std::gcd(p.dilation, p.stride) != 1 || (grid > 2 * p.kernel_size && !narrow)) return std::nullopt;
   }
   GemmPlan g = gemm_problem(p, /*forward=*/false, step_taps);
   g.deinterleaved = true;
@@ -728,7 +728,6 @@ GemmPlan chunk_range(const GemmPlan& g, int first, int count) {
   GemmPlan launch = g;
   launch.first_chunk = first;
   launch.chunks = count;
-  launch.accumulate = first > 0;
   return launch;
 }
 

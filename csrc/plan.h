@@ -216,10 +216,9 @@ struct GemmPlan {
   int first_row_tile, launch_row_tiles;
   // Or, where that leaves launches of too few tiles, launches take ranges of chunks (the reduction
   // split): chunks [first_chunk, first_chunk + chunks) of the problem's, launch_chunks at a time, every
-  // row tile; a launch after the first adds its products to `out` (accumulate) and takes no bias.
+  // row tile; a launch after the first takes no bias and its sums are added to out (run_gemm).
   // Only where out is float (4-byte sums: one rounding a launch) and the plan has no zero taps.
   int first_chunk, launch_chunks;
-  bool accumulate;
   int64_t tiles;
   // Blocks walk parts of tiles: with direct stores each out_phase is a part of its own
   // (tile_parts = out_phases); staged output keeps a tile whole. part = tile * tile_parts + out_phase.
@@ -275,8 +274,7 @@ PipelineForm pipeline_form(const GemmPlan& g);
 // (at least one). row_tile_range: the plan of the launch of row tiles [first, first + count).
 constexpr int64_t kMaxPackedWeightBytes = int64_t(16) << 20;
 GemmPlan row_tile_range(const GemmPlan& g, int first, int count);
-// The plan of the launch of chunks [first, first + count) (GemmPlan::launch_chunks): every row tile,
-// accumulating into out after the first
+// The plan of the launch of chunks [first, first + count) (GemmPlan::launch_chunks): every row tile
 GemmPlan chunk_range(const GemmPlan& g, int first, int count);
 GemmPlan first_launch(const GemmPlan& g);  // the plan of a plan's first launch (its workspace: the largest)
 // Waves of the persistent blocks over a plan's launches of launch_row_tiles row tiles each: a launch

@@ -184,8 +184,8 @@ WIDE_TILE_CASES = [
     Case(2, 64, 4, 10, 60000, stride=5, padding=3),
     Case(1, 64, 2, 5, 300000, padding=2),
     # grad_input of a dilated filter over grad_y deinterleaved (dilation 3, stride 5: every phase),
-    # 2 shifts x 5 phases holding 3 taps, the rest zero: a narrow output
-    Case(4, 96, 2, 3, 20001, stride=5, padding=2, dilation=3),
+    # 10 shifts x 5 phases holding 16 taps, the rest zero: a narrow output
+    Case(4, 96, 2, 16, 20001, stride=5, padding=2, dilation=3),
     # weights packing to more than 16 MB over few tiles: launches of chunk ranges over every row tile,
     # the second adding to out (float; 16-bit in ranges of row tiles), stride 1 and 2
     Case(1, 512, 512, 17, 300, padding=8),

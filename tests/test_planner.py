@@ -312,17 +312,20 @@ def test_dilated_grad_input_reads_grad_y_deinterleaved():
     """A dilated filter whose dilation and stride are coprime reaches every phase: grad_input reads
     grad_y deinterleaved too, tap k at phase k*dilation % stride and shift k*dilation // stride, the
     (shift, phase) pairs of no tap zero (the per-phase plan the exact one), where that grid holds at
-    most twice K weights or the copy's channels fit one 64-channel chunk (a narrow output); dilation
-    and stride with a common factor, and wide outputs with a sparse grid, stay per phase."""
-    narrow = (4, 96, 2, 3, 20001, 5, 2, 0, 3, 1)  # 2 shifts x 5 phases for 3 taps; 10 channels
-    long_narrow = (3, 96, 3, 8, 20001, 4, 3, 0, 3, 1)  # 6 x 4 for 8 taps
+    most twice K weights or, for K >= 16, the copy's channels fit one 64-channel chunk (a narrow
+    output); dilation and stride with a common factor, wide outputs with a sparse grid and short
+    narrow filters stay per phase."""
+    narrow = (4, 96, 2, 16, 20001, 5, 2, 0, 3, 1)  # 10 shifts x 5 phases for 16 taps; 10 channels
+    long_narrow = (3, 96, 3, 32, 20001, 8, 3, 0, 3, 1)  # 12 x 8 for 32 taps
+    dense = (2, 128, 128, 20, 3000, 5, 0, 0, 2, 1)  # 8 x 5 for 20 taps: at most 2K
+    short_narrow = (4, 96, 2, 3, 20001, 5, 2, 0, 3, 1)  # 2 x 5 for 3 taps
     wide_sparse = (4, 512, 256, 3, 3000, 5, 2, 0, 3, 1)  # 2 x 5 for 3 taps, 1280 channels
-    common_factor = (4, 96, 2, 3, 20001, 6, 2, 0, 3, 1)
+    common_factor = (4, 96, 2, 16, 20001, 6, 2, 0, 3, 1)
     for dtype, tf32 in MATHS:
-        for shape, taps in ((narrow, 2), (long_narrow, 6)):
+        for shape, taps in ((narrow, 10), (long_narrow, 12), (dense, 8)):
             g = plans(shape, dtype, tf32, "h100")["grad_input"]
             assert (g["deinterleaved"], g["zero_taps"], g["taps"]) == (1, 1, taps) and "exact_family" in g, (shape, g)
-        for shape in (wide_sparse, common_factor):
+        for shape in (short_narrow, wide_sparse, common_factor):
             g = plans(shape, dtype, tf32, "h100")["grad_input"]
             assert g["deinterleaved"] == 0 and g["zero_taps"] == 0, (shape, g)
 

@@ -18,35 +18,6 @@
 
 namespace convt::cuda {
 
-// Every store of the epilogues: out = value, or in a launch that accumulates (GemmPlan::accumulate:
-// a chunk range after the first, launched without bias; float outputs only) out += value. `accumulate`
-// is p.accumulate, or a constant where an epilogue branches on it once (store_merged_rows: its
-// per-element stores)
-template <typename T>
-__device__ __forceinline__ void put(bool accumulate, T* where, float value) {
-  if constexpr (sizeof(T) == 4) {
-    if (accumulate) value += to_float(*where);
-  }
-  *where = from_float<T>(value);
-}
-template <typename T>
-__device__ __forceinline__ void put_pair(bool accumulate, T* where, float first, float second) {
-  if constexpr (sizeof(T) == 4) {
-    if (accumulate) first += to_float(where[0]), second += to_float(where[1]);
-  }
-  store_pair(where, first, second);
-}
-template <typename T>
-__device__ __forceinline__ void put_vector(bool accumulate, T* where, float (&values)[16 / sizeof(T)]) {
-  if constexpr (sizeof(T) == 4) {
-    if (accumulate) {
-      const float4 old = *reinterpret_cast<const float4*>(where);
-      values[0] += old.x, values[1] += old.y, values[2] += old.z, values[3] += old.w;
-    }
-  }
-  store_vector(where, values);
-}
-
 // condition ? a : b as a register select (a select of two elements of a register array may compile to
 // a load from a selected address, which moves the whole array to local memory)
 __device__ __forceinline__ float select_register(bool condition, float a, float b) {
@@ -62,15 +33,15 @@ __device__ __forceinline__ float select_register(bool condition, float a, float 
 // phase_origin, so each even row and the next are adjacent positions of one out row (a pair store
 // where aligned) unless the even row is a last phase. kBiasFirst: the bias of all of this thread's
 // rows is loaded before its first store (one load latency, not one a row); otherwise each row's
-// bias at its stores. kAccumulate: put's, a constant (the caller branches on p.accumulate once).
-template <int kBlockM, int kSides, bool kBiasFirst, bool kAccumulate, typename T, typename Column, typename Value>
+// bias at its stores.
+template <int kBlockM, int kSides, bool kBiasFirst, typename T, typename Column, typename Value>
 __device__ __forceinline__ void store_merged_rows(const GemmProblem& p, const T* bias, T* out, const GemmTile& tile, int first_row,
                                                   Column&& column_of, Value&& value) {
   const int64_t group_rows = p.rows_per_group / p.row_phases;  // out rows of a group
   T* const group_out = out + (tile.n * p.groups + tile.g) * group_rows * p.out_length;
   auto bias_at = [&](int out_row) { return bias ? to_float(bias[int64_t(tile.g) * group_rows + out_row]) : 0.0f; };
   auto store = [&](T* row_out, int position, float value) {
-    if (position >= 0 && position < p.out_length) put(kAccumulate, row_out + position, value);
+    if (position >= 0 && position < p.out_length) row_out[position] = from_float<T>(value);
   };
   float row_bias[kBlockM / 8], next_row_bias[kBlockM / 8];  // kBiasFirst: of rows first_row + 8j and the next
   if constexpr (kBiasFirst) {
@@ -108,7 +79,7 @@ __device__ __forceinline__ void store_merged_rows(const GemmProblem& p, const T*
         if (first_stored) store(row_out, position, first);
         if (next_inside) store(row_out + p.out_length, column * p.column_positions - p.phase_origin, second);
       } else if (second_stored && p.out_length % 2 == 0 && position % 2 == 0 && position >= 0 && position + 1 < p.out_length) {
-        put_pair(kAccumulate, row_out + position, first, second);  // (second_stored: first too)
+        store_pair(row_out + position, first, second);  // (second_stored: first too)
       } else {
         if (first_stored) store(row_out, position, first);
         if (second_stored) store(row_out, position + 1, second);
@@ -173,7 +144,7 @@ struct ImplicitGemmOutput {
         for (int pos = lane; pos < positions; pos += 32) {
           bool reached = false;
           for (int r = 0; r < p.out_phases; ++r) reached |= p.out_phase_value[r] == pos % p.out_step;
-          if (!reached) put(p.accumulate, out_positions + pos, bias_value);
+          if (!reached) out_positions[pos] = from_float<T>(bias_value);
         }
         continue;
       }
@@ -191,11 +162,11 @@ struct ImplicitGemmOutput {
           values[e + 2] = v.z + bias_value, values[e + 3] = v.w + bias_value;
         }
         if (begin >= shift && begin + kVector <= shift + positions) {
-          put_vector(p.accumulate, out_vectors + begin, values);
+          store_vector(out_vectors + begin, values);
         } else {
 #pragma unroll
           for (int e = 0; e < kVector; ++e)
-            if (begin + e >= shift && begin + e < shift + positions) put(p.accumulate, out_vectors + (begin + e), values[e]);
+            if (begin + e >= shift && begin + e < shift + positions) out_vectors[begin + e] = from_float<T>(values[e]);
         }
       }
     }
@@ -250,13 +221,9 @@ struct ImplicitGemmEpilogue : ImplicitGemmOutput<T, kBlockMOf<kWarpTilesM, kWarp
         const int col = tile.col_tile * kBlockN + (warp / 4) * 64 + (warp % 4) * 16 + lane / 4;
         const int first_row = tile.row_tile * kBlockM + 2 * (lane % 4);
         // columns col and col + 8; wg.acc[0][4j + e] (WarpgroupMma)
-        auto column = [&](int side) { return col + 8 * side; };
-        auto value = [&](int j, int side, int e) { return wg.acc[0][4 * j + 2 * side + e]; };
-        if (p.accumulate) {
-          store_merged_rows<kBlockM, 2, false, true>(p, bias, out, tile, first_row, column, value);
-        } else {
-          store_merged_rows<kBlockM, 2, false, false>(p, bias, out, tile, first_row, column, value);
-        }
+        store_merged_rows<kBlockM, 2, false>(
+            p, bias, out, tile, first_row, [&](int side) { return col + 8 * side; },
+            [&](int j, int side, int e) { return wg.acc[0][4 * j + 2 * side + e]; });
       } else {
         store_warpgroup_phase(tile, phase, columns, wg);
       }
@@ -291,8 +258,8 @@ struct ImplicitGemmEpilogue : ImplicitGemmOutput<T, kBlockMOf<kWarpTilesM, kWarp
         if (row >= rows_left) continue;
         const float bias_value = first_row_bias ? to_float(first_row_bias[row]) : 0.0f;
         T* out_first = out_positions + int64_t(col) * p.out_step + phase;
-        if (col < columns) put(p.accumulate, out_first, first + bias_value);
-        if (col + 8 < columns) put(p.accumulate, out_first + (8 * p.out_step), second + bias_value);
+        if (col < columns) out_first[0] = from_float<T>(first + bias_value);
+        if (col + 8 < columns) out_first[8 * p.out_step] = from_float<T>(second + bias_value);
       }
   }
 
@@ -324,11 +291,11 @@ struct ImplicitGemmEpilogue : ImplicitGemmOutput<T, kBlockMOf<kWarpTilesM, kWarp
           const int col = tile.col_tile * kBlockN + warp_col + nt * 8 + 2 * (lane % 4);
           const float v0 = acc[mt][nt].value(half * 2) + bias_value, v1 = acc[mt][nt].value(half * 2 + 1) + bias_value;
           if (paired && col + 1 < columns) {
-            put_pair(p.accumulate, out_positions + col, v0, v1);
+            store_pair(out_positions + col, v0, v1);
           } else {
             const int64_t position = int64_t(col) * p.out_step + phase;
-            if (col < columns) put(p.accumulate, out_positions + position, v0);
-            if (col + 1 < columns) put(p.accumulate, out_positions + (position + p.out_step), v1);
+            if (col < columns) out_positions[position] = from_float<T>(v0);
+            if (col + 1 < columns) out_positions[position + p.out_step] = from_float<T>(v1);
           }
         }
       }
@@ -385,13 +352,9 @@ struct PipelinedEpilogue {
     const int first_row = tile.row_tile * kBlockM + 2 * (lane % 4);
     if constexpr (kMerge == Merge::kRows) {
       // subtile s = side / 2, its columns col(s) and col(s) + 8
-      auto column = [&](int side) { return tile.col_tile * kBlockN + warp_first_col + 64 * (side / 2) + 8 * (side % 2); };
-      auto value = [&](int j, int side, int e) { return mma.value(side / 2, 4 * j + 2 * (side % 2) + e); };
-      if (p.accumulate) {
-        store_merged_rows<kBlockM, 2 * kSubtiles, true, true>(p, bias, out, tile, first_row, column, value);
-      } else {
-        store_merged_rows<kBlockM, 2 * kSubtiles, true, false>(p, bias, out, tile, first_row, column, value);
-      }
+      store_merged_rows<kBlockM, 2 * kSubtiles, true>(
+          p, bias, out, tile, first_row, [&](int side) { return tile.col_tile * kBlockN + warp_first_col + 64 * (side / 2) + 8 * (side % 2); },
+          [&](int j, int side, int e) { return mma.value(side / 2, 4 * j + 2 * (side % 2) + e); });
     } else {
       const ThreadRows rows = thread_rows(tile, first_row);
       if constexpr (sizeof(T) == 2) {  // (out_step 1: strided problems are 3xTF32's)
@@ -430,10 +393,10 @@ struct PipelinedEpilogue {
             const float low = select_register(swapped, second.value(s, e), first.value(s, e)) + row_bias[j][half];
             const float high = select_register(swapped, first.value(s, e), second.value(s, e)) + row_bias[j][half];
             if (aligned && position + 1 < p.out_length) {
-              put_pair(p.accumulate, row_out + position, low, high);
+              store_pair(row_out + position, low, high);
             } else {
-              if (position < p.out_length) put(p.accumulate, row_out + position, low);
-              if (position + 1 < p.out_length) put(p.accumulate, row_out + (position + 1), high);
+              if (position < p.out_length) row_out[position] = from_float<T>(low);
+              if (position + 1 < p.out_length) row_out[position + 1] = from_float<T>(high);
             }
           }
       }
@@ -468,13 +431,13 @@ struct PipelinedEpilogue {
           if (row >= rows_left) continue;
           if constexpr (decltype(even_length)::value) {
             if (col + 1 < p.out_length) {
-              put_pair(p.accumulate, row_out + col, first, second);
+              store_pair(row_out + col, first, second);
             } else if (col < p.out_length) {
-              put(p.accumulate, row_out + col, first);
+              row_out[col] = from_float<T>(first);
             }
           } else {
-            if (col < p.out_length) put(p.accumulate, row_out + col, first);
-            if (col + 1 < p.out_length) put(p.accumulate, row_out + (col + 1), second);
+            if (col < p.out_length) row_out[col] = from_float<T>(first);
+            if (col + 1 < p.out_length) row_out[col + 1] = from_float<T>(second);
           }
         }
       }
@@ -496,17 +459,17 @@ struct PipelinedEpilogue {
       // column col's positions of one out row: out_step 1 a store; 2 a pair store where aligned
       auto store_column = [&](T* row_out, int col, float value, float bias_value) {
         if constexpr (decltype(one_step)::value) {
-          if (col < p.out_length) put(p.accumulate, row_out + col, value);
+          if (col < p.out_length) row_out[col] = from_float<T>(value);
         } else if (kForm == PipelineForm::kPairs && p.out_phases > 1) {  // (every phase reached: each by its own out phase)
           const int64_t position = int64_t(col) * p.out_step + phase;
-          if (position < p.out_length) put(p.accumulate, row_out + position, value);
+          if (position < p.out_length) row_out[position] = from_float<T>(value);
         } else {
           const int64_t first = int64_t(col) * p.out_step;
           if (p.out_step == 2 && first + 1 < p.out_length && reinterpret_cast<uintptr_t>(row_out + first) % (2 * sizeof(T)) == 0) {
-            put_pair(p.accumulate, row_out + first, phase == 0 ? value : bias_value, phase == 0 ? bias_value : value);
+            store_pair(row_out + first, phase == 0 ? value : bias_value, phase == 0 ? bias_value : value);
           } else {
             for (int k = 0; k < p.out_step && first + k < p.out_length; ++k)
-              put(p.accumulate, row_out + (first + k), k == phase ? value : bias_value);
+              row_out[first + k] = from_float<T>(k == phase ? value : bias_value);
           }
         }
       };

@@ -193,12 +193,15 @@ at::Tensor gemm_input(const DataPlan& plan, const ConvTParams& p, const at::Tens
 void run_gemm(const GemmPlan& gemm, const GemmWeight& weight, const at::Tensor& in, const CUtensorMap* in_map,
               const at::Tensor& w, const at::Tensor& bias, const at::Tensor& out, Math math, Launch launch) {
   // the packed weight of one launch at a time (row_tile_range or chunk_range), within
-  // kMaxPackedWeightBytes; launches after the first of a chunk split add to out and take no bias
+  // kMaxPackedWeightBytes. Launches after the first of a chunk split store their sums, without the
+  // bias, into `partial` (out's shape; zero where no launch stores) and add it to out: the kernels'
+  // epilogues only ever store (a float out: one rounding a launch)
   const int launch_row_tiles = gemm.launch_row_tiles, launch_chunks = gemm.launch_chunks;
   TORCH_INTERNAL_ASSERT(launch_row_tiles >= 1 && launch_chunks >= 1, "convt: a GEMM plan without its launches (plan_gemm sets them)");
   TORCH_INTERNAL_ASSERT(launch_chunks == gemm.chunks || (launch_row_tiles == gemm.row_tiles && out.element_size() == 4),
                         "convt: a chunk split of a float output over every row tile");
   const at::Tensor packed = at::empty({packed_weight_words(first_launch(gemm))}, w.options().dtype(at::kInt));
+  const at::Tensor partial = launch_chunks < gemm.chunks ? at::zeros_like(out) : at::Tensor();
   auto* packed_w = reinterpret_cast<uint32_t*>(packed.data_ptr());
   std::vector<GemmPlan> launches;
   for (int first = 0; first < gemm.row_tiles; first += launch_row_tiles)
@@ -209,9 +212,10 @@ void run_gemm(const GemmPlan& gemm, const GemmWeight& weight, const at::Tensor& 
     using scalar_t = decltype(element);
     constexpr Math kMath = decltype(math_mode)::value;
     const scalar_t* in_data = data_of<scalar_t>(in);
-    scalar_t* out_data = data_of<scalar_t>(out);
     for (const GemmPlan& part : launches) {
-      const scalar_t* bias_data = part.accumulate ? nullptr : data_of<scalar_t>(bias);
+      const bool later_chunks = part.first_chunk > 0;
+      const scalar_t* bias_data = later_chunks ? nullptr : data_of<scalar_t>(bias);
+      scalar_t* out_data = later_chunks ? data_of<scalar_t>(partial) : data_of<scalar_t>(out);
       pack_gemm_weight<scalar_t, kMath>(part, weight, data_of<scalar_t>(w), packed_w, launch);
       switch (kGemmTileShapes[part.tile_shape].family) {
         case GemmFamily::kPipelined: {
@@ -237,6 +241,7 @@ void run_gemm(const GemmPlan& gemm, const GemmWeight& weight, const at::Tensor& 
           launch_implicit_gemm<scalar_t, kMath, GemmFamily::kWarpTiles>(part, in_data, packed_w, bias_data, out_data, launch);
           break;
       }
+      if (later_chunks) out.add_(partial);
     }
   });
 }
