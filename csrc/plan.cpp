@@ -269,11 +269,11 @@ int fewest_wave_launch_row_tiles(const GemmPlan& g, const DeviceLimits& limits) 
   return best;
 }
 
-// A tile's fixed time (prologue and epilogue; in a launch after the first of a chunk split, its sums'
-// addition to out as long again) in units of its mainloop's work for one tap and channel of a chunk (3xTF32: three
-// MMAs a product). Fitted to H200 timings of both launch forms on 33 layers (docs/perf/
-// 2026-11-30-chunk-ranges.md); the fit's error reaches 1.3x, so chunk ranges take the place of row
-// ranges only where the model gives them at most kChunkRangeMargin of the time.
+// A tile's fixed time (prologue and epilogue; in a launch after the first of a chunk split, its
+// sums' addition to out as long again) in units of its mainloop's work for one tap and channel of a
+// chunk (3xTF32: three MMAs a product). Fitted to H200 timings of both launch forms on 33 cells
+// (docs/perf/2026-11-29-chunk-ranges.md); the fit's error reaches 1.3x, so chunk ranges take the
+// place of row ranges only where the model gives them at most kChunkRangeMargin of the time.
 constexpr double kTileFixedWork = 400;
 constexpr double kChunkRangeMargin = 0.75;
 
