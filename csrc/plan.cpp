@@ -557,7 +557,7 @@ bool deinterleaves(const ConvTParams& p) {
   return p.stride > 1 && deinterleaved_phases(p) <= kMaxDeinterleavedPhases && deinterleaved_taps(p) <= kMaxGemmTaps &&
          deinterleaved_length(p) < kGemmIndexLimit && p.out_channels_per_group * deinterleaved_phases(p) < kGemmIndexLimit;
 }
-constexpr int64_t kDeinterleavedDilatedTaps = 16;  // (H200: K 16-32 2-4x faster, K 3-8 up to 1.9x slower in bf16)
+constexpr int64_t kDeinterleavedDilatedTaps = 16;  // (below it the copy and zero taps cost more than they save: CHANGELOG v58)
 std::optional<GemmPlan> deinterleaved_grad_input_problem(const ConvTParams& p, int step_taps) {
   if (!deinterleaves(p)) return std::nullopt;
   // A dilated filter's taps reach the phases k*dilation % stride: every phase where dilation and
