@@ -297,8 +297,8 @@ double row_range_time(const GemmPlan& g, int launch_row_tiles, Math math, const 
   return double(launch_waves(g, launch_row_tiles, limits)) * tile_time(g, g.chunks, false, math);
 }
 
-// The time of launches of chunk ranges: each launch every row tile over its chunks, after the first
-// reading out too
+// The time of launches of chunk ranges: each launch every row tile over its chunks, a later one's
+// sums added to out too
 double chunk_range_time(const GemmPlan& g, int launch_chunks, Math math, const DeviceLimits& limits) {
   double tile_times = 0;
   for (int first = 0; first < g.chunks; first += launch_chunks)
