@@ -50,6 +50,8 @@ inline GemmProblem make_gemm_problem(const GemmPlan& plan, const CUtensorMap* in
   g.div_in_phases = Divider(unsigned(g.in_phases));
   g.div_row_copies = Divider(unsigned(g.row_copies));
   g.div_row_phases = Divider(unsigned(g.row_phases));
+  g.div_ksteps = Divider(unsigned(g.ksteps));
+  g.div_weight_channel_phases = Divider(unsigned(g.weight_channel_phases));
   g.div_tile_parts = Divider(unsigned(g.tile_parts));
   if (in_map != nullptr) g.in_map = *in_map;
   return g;

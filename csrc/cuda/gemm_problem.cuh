@@ -41,7 +41,7 @@ using Divider = at::cuda::detail::IntDivider<unsigned int>;
 // builds from it (make_gemm_problem).
 struct GemmProblem : GemmPlan {
   Divider div_col_tiles, div_row_tiles, div_batch, div_groups, div_chunks, div_in_phases, div_row_copies, div_tile_parts;
-  Divider div_row_phases;
+  Divider div_row_phases, div_ksteps, div_weight_channel_phases;
   const int* gate;     // Launch::gate: the kernels return at once where it is set and *gate is 0
   CUtensorMap in_map;  // tensor_rows: `in` as (position, channel, batch)
 };

@@ -54,42 +54,49 @@ __global__ void pack_gemm_weight_kernel(const T* __restrict__ w, uint32_t* __res
   constexpr int kChannelsPerWord = kMath == Math::k16Bit ? 2 : 1;
   const int in_slot = int(blockIdx.y * blockDim.x + threadIdx.x);
   if (in_slot >= p.slot_words) return;
+  // (runtime divisors by the launcher's dividers: a thread packs few words, so its index math, not
+  // its loads, sets the pace)
   const int unit = int(blockIdx.x), part_slots = p.weight_parts * p.taps;
-  const int chunk = unit % p.chunks, row_tile = unit / p.chunks % p.row_tiles, g = unit / p.chunks / p.row_tiles;
+  const auto unit_chunk = p.div_chunks.divmod(unsigned(unit)), unit_tile = p.div_row_tiles.divmod(unit_chunk.div);
+  const int chunk = int(unit_chunk.mod), row_tile = int(unit_tile.mod), g = int(unit_tile.div);
   const T* w_group = w + int64_t(g) * a.group_stride;
   uint32_t* unit_packed = packed + int64_t(unit) * part_slots * p.slot_words;
   int tile_row, word;  // of the slot's block_m x (8 * ksteps)-word tile
-  if (p.warpgroups) {
-    const int row_bytes = p.ksteps * 32, byte = in_slot * 4, atom_row = byte / row_bytes % 8;
-    tile_row = byte / row_bytes;
-    word = (((byte % row_bytes / 16) ^ swizzle_of_row(atom_row, row_bytes)) * 16 + byte % 16) / 4;
+  if (p.warpgroups) {  // rows of 8 * ksteps words (32 * ksteps bytes), 16-byte units swizzled by row
+    const auto row_word = p.div_ksteps.divmod(unsigned(in_slot / 8));
+    const int word_in_row = int(row_word.mod) * 8 + in_slot % 8;
+    tile_row = int(row_word.div);
+    word = ((word_in_row / 4) ^ swizzle_of_row(tile_row % 8, p.ksteps * 32)) * 4 + word_in_row % 4;
   } else {
-    const int part = in_slot % 4, lane = in_slot / 4 % 32, kstep = in_slot / 128 % p.ksteps;
-    tile_row = in_slot / (128 * p.ksteps) * 16 + lane / 4 + (part % 2) * 8;
-    word = kstep * 8 + lane % 4 + (part / 2) * 4;
+    const int part = in_slot % 4, lane = in_slot / 4 % 32;
+    const auto m16_kstep = p.div_ksteps.divmod(unsigned(in_slot / 128));
+    tile_row = int(m16_kstep.div) * 16 + lane / 4 + (part % 2) * 8;
+    word = int(m16_kstep.mod) * 8 + lane % 4 + (part / 2) * 4;
   }
   const int row = (p.first_row_tile + row_tile) * p.block_m + tile_row;  // (a launch packs its row tiles)
-  const int row_phase = row % p.row_phases;  // (merged phases: GemmProblem::row_phases, weight_channel_phases)
+  const auto row_of_phase = p.div_row_phases.divmod(unsigned(row));
+  const int row_phase = int(row_of_phase.mod);  // (merged phases: GemmProblem::row_phases, weight_channel_phases)
   const bool row_inside = row < p.rows_per_group && row_phase < p.stored_row_phases;
-  const T* w_row = w_group + int64_t(row / p.row_phases) * a.row_stride;
+  const T* w_row = w_group + int64_t(row_of_phase.div) * a.row_stride;
   // (merged rows or grad_y's phases as channels of a dilated filter: position t * row_phases *
   // weight_channel_phases + phase holds the tap at position / dilation where dilation divides it;
   // the division only there)
   const int dilation = p.row_phases > 1 || p.weight_channel_phases > 1 ? int(a.dilation) : 1;
 #pragma unroll 4
   for (int part_slot = int(blockIdx.z); part_slot < part_slots; part_slot += int(gridDim.z)) {
-    const int t = p.step_tap[part_slot % p.taps];  // slot i holds tap step_tap[i]
-    const bool small_part = part_slot >= p.taps;
+    const bool small_part = part_slot >= p.taps;  // (weight_parts: 1 or 2)
+    const int t = p.step_tap[small_part ? part_slot - p.taps : part_slot];  // slot i holds tap step_tap[i]
     uint32_t value = 0;
 #pragma unroll
     for (int half = 0; half < kChannelsPerWord; ++half) {
       const int ch = int(problem_chunk(p, chunk)) * p.chunk_channels + word * kChannelsPerWord + half;
-      const int phase = row_phase + ch % p.weight_channel_phases;  // (one of the two is 0)
+      const auto channel_phase = p.div_weight_channel_phases.divmod(unsigned(ch));
+      const int phase = row_phase + int(channel_phase.mod);  // (one of the two is 0)
       const int position = t * p.row_phases * p.weight_channel_phases + phase;
       const int tap = dilation == 1 ? position : position / dilation;
       // (merged rows of phases without a tap: zero, stored_row_phases; zero_taps: taps from K on)
       const bool inside = row_inside && ch < p.channels_per_group && tap < a.taps && (dilation == 1 || position % dilation == 0);
-      const T element = inside ? w_row[int64_t(ch / p.weight_channel_phases) * a.channel_stride + tap * a.tap_stride]
+      const T element = inside ? w_row[int64_t(channel_phase.div) * a.channel_stride + tap * a.tap_stride]
                                : from_float<T>(0.0f);
       if constexpr (kMath == Math::kTF32) {
         value = to_tf32(to_float(element));

@@ -38,7 +38,8 @@ constexpr bool wgmma_built() {
 // 7-8, into bits 4-6, or 4-5). One k-step (32 bytes of K: 8 TF32 or 16 16-bit values) starts 32 bytes
 // further along the row.
 constexpr int kMaxSwizzleAtomBytes = 1024;
-__host__ __device__ constexpr int swizzle_of_row(int atom_row, int row_bytes) { return atom_row / (128 / row_bytes); }
+// (row_bytes divides 128: atom_row * row_bytes / 128 is atom_row / (128 / row_bytes), by a shift)
+__host__ __device__ constexpr int swizzle_of_row(int atom_row, int row_bytes) { return atom_row * row_bytes / 128; }
 // The descriptor of such a B starting at `b` (+ 32 bytes per k-step)
 template <int kRowBytes>
 __device__ __forceinline__ uint64_t swizzled_b_descriptor(const void* b) {
