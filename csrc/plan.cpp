@@ -651,10 +651,10 @@ std::optional<GemmPlan> choose_gemm_plan(const GemmPlan& g, const std::optional<
   }
   // A narrow problem (fewer than 8 rows) is bound by streaming `in`, which the pipelined kernel does at
   // full rate and the warp tiles do not, as long as its 16-row tiles' padded MMA work stays below
-  // that: kNarrowPipelinedMacs MACs an element of `in` (16 rows x the taps of a step; 3xTF32 three
-  // products a MAC).
-  if (pipelined && g.rows_per_group < 8 &&
-      pipelined_narrow_rows(g.rows_per_group) * most_taps_per_step(g) * (one_accumulator ? 1 : 3) <= kNarrowPipelinedMacs) {
+  // that: kNarrowPipelinedMacs MACs an element of `in` (16 rows x the taps of a step). 3xTF32's three
+  // products a MAC are not counted: the warp tiles pad the same 16 rows and make the same products,
+  // with mma.sync where the pipelined kernel has wgmma.
+  if (pipelined && g.rows_per_group < 8 && pipelined_narrow_rows(g.rows_per_group) * most_taps_per_step(g) <= kNarrowPipelinedMacs) {
     if (auto plan = plan_pipelined(g, in, math, limits)) return plan;
   }
   auto warp_tiles = [](int block_m, int block_n) { return gemm_tile_index(GemmFamily::kWarpTiles, block_m, block_n); };
