@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <initializer_list>
+#include <limits>
 #include <numeric>
 #include <vector>
 
@@ -739,6 +740,42 @@ GemmPlan first_launch(const GemmPlan& g) {
 
 namespace {
 
+// The tap slots of a warpgroup tile (group_taps, at most kGradWGroupTaps): every tap group has that
+// many, so a phase of n taps takes ceil(n / slots) tiles of slots + kGradWTileFixedTaps units of
+// work each (a tile's item copies and set-up, counted as MMA work for that many taps). The fewest
+// units, ties to more slots (fewer tiles): K 5 in groups of 3 and 2 (8 units), not 4 and 1 (10).
+constexpr int kGradWTileFixedTaps = 1;
+int warpgroup_group_taps(const std::vector<std::vector<int>>& phase_taps) {
+  size_t most_taps = 0;
+  for (const auto& taps : phase_taps) most_taps = std::max(most_taps, taps.size());
+  int best = 1;
+  int64_t best_units = std::numeric_limits<int64_t>::max();
+  for (int slots = int(std::min(most_taps, size_t(kGradWGroupTaps))); slots >= 1; --slots) {
+    int64_t units = 0;
+    for (const auto& taps : phase_taps) units += int64_t(taps.size() + slots - 1) / slots * (slots + kGradWTileFixedTaps);
+    if (units < best_units) best = slots, best_units = units;
+  }
+  return best;
+}
+
+// The slices of warpgroup tiles' items: about two waves of the blocks resident at once; where those
+// leave a wave less than kGradWWaveFill full, the count whose waves end first, a block's time its
+// ceil(items / slices) items plus kGradWSliceFixedItems (filling its pipeline, storing its sums),
+// up to four waves' worth. 192 tiles on 132 SMs: 2 slices, 3 waves of half-tiles, not 2 waves of
+// whole tiles.
+constexpr double kGradWWaveFill = 0.9;
+constexpr int64_t kGradWSliceFixedItems = 4;
+int64_t warpgroup_slices(int64_t tiles, int64_t items, int64_t resident) {
+  auto waves = [&](int64_t slices) { return (tiles * slices + resident - 1) / resident; };
+  const int64_t two_waves = std::clamp<int64_t>(2 * resident / tiles, 1, items);
+  if (double(tiles * two_waves) >= kGradWWaveFill * double(waves(two_waves) * resident)) return two_waves;
+  auto time = [&](int64_t slices) { return waves(slices) * ((items + slices - 1) / slices + kGradWSliceFixedItems); };
+  int64_t best = two_waves;
+  for (int64_t slices = 1; slices <= std::clamp<int64_t>(4 * resident / tiles, 1, items); ++slices)
+    if (time(slices) < time(best)) best = slices;
+  return best;
+}
+
 // with_bias: grad_bias may come along (in warpgroup tiles, else in TF32 only; grad_weight_gemm.cuh);
 // one_pass: the math is TF32 or 16-bit, not 3xTF32, so tap groups of up to kGradWWideGroupTaps and
 // warpgroup tiles may be planned; merge: the plan with merged phases (warpgroup tiles only), or none
@@ -785,10 +822,10 @@ std::optional<WeightGradPlan> plan_grad_weight(const ConvTParams& p, const Tenso
   }
   // cut into groups of up to group_taps: kGradWWideGroupTaps where a phase has more than
   // kGradWGroupTaps taps and the math allows (each group stages its own copy of x and grad_y);
-  // warpgroup tiles: the most taps of a phase, up to kGradWGroupTaps (every group has that many slots)
+  // warpgroup tiles: warpgroup_group_taps
   size_t most_taps = 0;
   for (const auto& taps : phase_taps) most_taps = std::max(most_taps, taps.size());
-  g.group_taps = g.warpgroups ? int(std::min(most_taps, size_t(kGradWGroupTaps)))
+  g.group_taps = g.warpgroups ? warpgroup_group_taps(phase_taps)
                  : one_pass && most_taps > size_t(kGradWGroupTaps) ? kGradWWideGroupTaps : kGradWGroupTaps;
   int max_span = 0, next = 0;
   for (size_t phase = 0; phase < phase_taps.size(); ++phase) {
@@ -892,13 +929,12 @@ std::optional<WeightGradPlan> plan_grad_weight(const ConvTParams& p, const Tenso
   }
   if (smem_bytes > limits.smem_one_block()) return std::nullopt;  // wide tap groups (dilation in the hundreds)
   // Slices, within the scratch budget: about six blocks per SM in all (twelve of the two-warp 32 x 32
-  // tiles); warpgroup tiles at most two full waves of the blocks an SM holds (the slices are equal
-  // work: a third wave of a few blocks takes as long as a full one)
+  // tiles); warpgroup tiles as warpgroup_slices has them
   const int64_t weight_elements = g.groups * g.in_channels_per_group * g.out_channels_per_group * g.taps;
   if (g.warpgroups) {
     const int64_t resident =
         limits.sm_count * (g.stages > 0 ? 1 : std::min<int64_t>(wgmma_min_blocks(g.group_taps), limits.blocks_per_sm(smem_bytes)));
-    g.slices = std::clamp<int64_t>(2 * resident / g.tiles, 1, g.items);
+    g.slices = warpgroup_slices(g.tiles, g.items, resident);
   } else {
     const int64_t target_blocks = limits.sm_count * std::max(6, 24 / ((g.block_ci / 16) * (g.block_co / 32)));
     g.slices = std::clamp<int64_t>((target_blocks + g.tiles - 1) / g.tiles, 1, g.items);

@@ -292,7 +292,7 @@ GRAD_WEIGHT_TILE_CASES = [
                                                         # gy in chunks from windows at every offset (16-bit: odd ones)
     Case(2, 48, 40, 3, 1000),                           # x in 16-byte copies; gy in chunks, 16-bit windows at even offsets
     Case(2, 72, 40, 4, 1001, stride=2, padding=1),      # x rows of odd length: element copies; gy de-interleaved
-    Case(2, 96, 80, 5, 700, padding=2, dilation=3, groups=2),  # 5 taps a phase: 4 + 1, a window of span 12
+    Case(2, 96, 80, 5, 700, padding=2, dilation=3, groups=2),  # 5 taps a phase: 3 + 2 slots' groups, a window of span 12
     Case(2, 40, 72, 4, 777, padding=2),                 # 4 taps at consecutive shifts (16-bit: shared A words)
     Case(3, 48, 72, 3, 1001, padding=1),                # gy rows of odd length in chunks: 16-bit rows at alternating
                                                         # parities (no shared A words); x element copies in batches
@@ -300,7 +300,7 @@ GRAD_WEIGHT_TILE_CASES = [
     Case(2, 72, 40, 3, 500, stride=2, output_padding=1, dilation=3),  # phase 1's shifts start at 1
     Case(4, 64, 96, 3, 20000, padding=1),               # slices of several items
     # merged phases (dilation 1, stride dividing K): 64 div stride co of stride rows a tile
-    Case(2, 40, 72, 10, 700, stride=2, padding=3),      # 5 merged taps: groups of 4 + 1
+    Case(2, 40, 72, 10, 700, stride=2, padding=3),      # 5 merged taps: groups of 3 + 2
     Case(2, 72, 48, 12, 600, stride=4, padding=6, output_padding=3),  # 3 taps from shift -1, rows past phase origin 2
     Case(3, 48, 40, 10, 1200, stride=5),                # stride 5: 12 co (60 rows) a tile
     Case(2, 40, 36, 16, 333, stride=8, padding=5),      # stride 8, rows of an odd length, tiles of 8 co, 4 in the last
@@ -315,6 +315,8 @@ GRAD_WEIGHT_TILE_CASES = [
     Case(3, 72, 48, 12, 600, stride=4, padding=6, output_padding=3),  # merged, rows past phase origin 2
     Case(2, 72, 40, 3, 700, padding=1, dilation=140),   # float windows of 356: two pipelined stages do not fit,
                                                         # 64 co x 64 ci tiles do (16-bit: still pipelined)
+    Case(2, 136, 72, 5, 2000, padding=2),               # 5 taps: groups of 3 + 2 (the second's last slot empty)
+    Case(2, 768, 512, 9, 300, padding=4),               # 9 taps in 3 groups of 3: 144 tiles, 2 slices on 132 SMs
     # pipelined over copies (sm_90a, TF32 and 16-bit): x in aligned rows (merged, rows of 999); grad_y
     # deinterleaved (7 taps at stride 3: 3 phases of 3 taps, the last zero in phases 1 and 2; x rows of
     # 1001 aligned too; output_padding past the copy: grad_bias from row sums); 3 taps at stride 5 (3

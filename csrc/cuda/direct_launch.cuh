@@ -120,8 +120,9 @@ void launch_flag_nonfinite_x(const ConvTParams& p, const scalar_t* x, int* nonfi
 
 template <typename scalar_t>
 void launch_sum_slices(const acc_type<scalar_t>* partial, scalar_t* out, int64_t elements, int64_t slices, Launch launch) {
-  sum_slices_kernel<scalar_t, acc_type<scalar_t>>
-      <<<grid_size(elements, 32, launch), 32 * kSumWarps, 0, launch.stream>>>(partial, out, elements, slices);
+  const int slice_warps = sum_slice_warps(slices);
+  sum_slices_kernel<scalar_t, acc_type<scalar_t>><<<grid_size(elements, 32 * (kSumWarps / slice_warps), launch), 32 * kSumWarps, 0,
+                                                     launch.stream>>>(partial, out, elements, slices, slice_warps);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
