@@ -741,13 +741,16 @@ GemmPlan first_launch(const GemmPlan& g) {
 namespace {
 
 // The tap slots of a warpgroup tile (group_taps, at most kGradWGroupTaps): every tap group has that
-// many, so a phase of n taps takes ceil(n / slots) tiles of slots + kGradWTileFixedTaps units of
-// work each (a tile's item copies and set-up, counted as MMA work for that many taps). The fewest
-// units, ties to more slots (fewer tiles): K 5 in groups of 3 and 2 (8 units), not 4 and 1 (10).
+// many. least_work (the pipelined kernel, whose producer makes a tile's copies): a phase of n taps
+// takes ceil(n / slots) tiles of slots + kGradWTileFixedTaps units of work each (a tile's set-up,
+// counted as MMA work for that many taps); the fewest units, ties to more slots (fewer tiles): K 5
+// in groups of 3 and 2 (8 units), not 4 and 1 (10). Else (the unpipelined kernel: its threads
+// make a tile's copies and wait on them) the most taps a phase has.
 constexpr int kGradWTileFixedTaps = 1;
-int warpgroup_group_taps(const std::vector<std::vector<int>>& phase_taps) {
+int warpgroup_group_taps(const std::vector<std::vector<int>>& phase_taps, bool least_work) {
   size_t most_taps = 0;
   for (const auto& taps : phase_taps) most_taps = std::max(most_taps, taps.size());
+  if (!least_work) return int(std::min(most_taps, size_t(kGradWGroupTaps)));
   int best = 1;
   int64_t best_units = std::numeric_limits<int64_t>::max();
   for (int slots = int(std::min(most_taps, size_t(kGradWGroupTaps))); slots >= 1; --slots) {
@@ -758,17 +761,17 @@ int warpgroup_group_taps(const std::vector<std::vector<int>>& phase_taps) {
   return best;
 }
 
-// The slices of warpgroup tiles' items: about two waves of the blocks resident at once; where those
-// leave a wave less than kGradWWaveFill full, the count whose waves end first, a block's time its
-// ceil(items / slices) items plus kGradWSliceFixedItems (filling its pipeline, storing its sums),
-// up to four waves' worth. 192 tiles on 132 SMs: 2 slices, 3 waves of half-tiles, not 2 waves of
-// whole tiles.
+// The slices of warpgroup tiles' items: about two waves of the blocks resident at once; pipelined
+// (one block an SM: waves as the model counts them) where those leave a wave less than
+// kGradWWaveFill full, the count whose waves end first, a block's time its ceil(items / slices)
+// items plus kGradWSliceFixedItems (filling its pipeline, storing its sums), up to four waves'
+// worth. 192 tiles on 132 SMs: 2 slices, 3 waves of half-tiles, not 2 waves of whole tiles.
 constexpr double kGradWWaveFill = 0.9;
 constexpr int64_t kGradWSliceFixedItems = 4;
-int64_t warpgroup_slices(int64_t tiles, int64_t items, int64_t resident) {
+int64_t warpgroup_slices(int64_t tiles, int64_t items, int64_t resident, bool pipelined) {
   auto waves = [&](int64_t slices) { return (tiles * slices + resident - 1) / resident; };
   const int64_t two_waves = std::clamp<int64_t>(2 * resident / tiles, 1, items);
-  if (double(tiles * two_waves) >= kGradWWaveFill * double(waves(two_waves) * resident)) return two_waves;
+  if (!pipelined || double(tiles * two_waves) >= kGradWWaveFill * double(waves(two_waves) * resident)) return two_waves;
   auto time = [&](int64_t slices) { return waves(slices) * ((items + slices - 1) / slices + kGradWSliceFixedItems); };
   int64_t best = two_waves;
   for (int64_t slices = 1; slices <= std::clamp<int64_t>(4 * resident / tiles, 1, items); ++slices)
@@ -778,9 +781,11 @@ int64_t warpgroup_slices(int64_t tiles, int64_t items, int64_t resident) {
 
 // with_bias: grad_bias may come along (in warpgroup tiles, else in TF32 only; grad_weight_gemm.cuh);
 // one_pass: the math is TF32 or 16-bit, not 3xTF32, so tap groups of up to kGradWWideGroupTaps and
-// warpgroup tiles may be planned; merge: the plan with merged phases (warpgroup tiles only), or none
-std::optional<WeightGradPlan> plan_grad_weight(const ConvTParams& p, const TensorFacts& x, const TensorFacts& grad_y,
-                                               bool with_bias, bool one_pass, bool merge, const DeviceLimits& limits) {
+// warpgroup tiles may be planned; merge: the plan with merged phases (warpgroup tiles only), or none;
+// least_work_slots: warpgroup_group_taps's
+std::optional<WeightGradPlan> plan_grad_weight_tiles(const ConvTParams& p, const TensorFacts& x, const TensorFacts& grad_y,
+                                                     bool with_bias, bool one_pass, bool merge, bool least_work_slots,
+                                                     const DeviceLimits& limits) {
   if (!gemm_applies(p, x.element_size)) return std::nullopt;
   WeightGradPlan g{};
   // warpgroup tiles (grad_weight_wgmma.cuh) where their 64 x 64 tiles are full, and for any C_out per
@@ -825,7 +830,7 @@ std::optional<WeightGradPlan> plan_grad_weight(const ConvTParams& p, const Tenso
   // warpgroup tiles: warpgroup_group_taps
   size_t most_taps = 0;
   for (const auto& taps : phase_taps) most_taps = std::max(most_taps, taps.size());
-  g.group_taps = g.warpgroups ? warpgroup_group_taps(phase_taps)
+  g.group_taps = g.warpgroups ? warpgroup_group_taps(phase_taps, least_work_slots)
                  : one_pass && most_taps > size_t(kGradWGroupTaps) ? kGradWWideGroupTaps : kGradWGroupTaps;
   int max_span = 0, next = 0;
   for (size_t phase = 0; phase < phase_taps.size(); ++phase) {
@@ -934,7 +939,7 @@ std::optional<WeightGradPlan> plan_grad_weight(const ConvTParams& p, const Tenso
   if (g.warpgroups) {
     const int64_t resident =
         limits.sm_count * (g.stages > 0 ? 1 : std::min<int64_t>(wgmma_min_blocks(g.group_taps), limits.blocks_per_sm(smem_bytes)));
-    g.slices = warpgroup_slices(g.tiles, g.items, resident);
+    g.slices = warpgroup_slices(g.tiles, g.items, resident, g.stages > 0);
   } else {
     const int64_t target_blocks = limits.sm_count * std::max(6, 24 / ((g.block_ci / 16) * (g.block_co / 32)));
     g.slices = std::clamp<int64_t>((target_blocks + g.tiles - 1) / g.tiles, 1, g.items);
@@ -951,6 +956,16 @@ std::optional<WeightGradPlan> plan_grad_weight(const ConvTParams& p, const Tenso
                 limits.blocks_per_sm(with_slots) == limits.blocks_per_sm(smem_bytes);
   if (g.sums_bias) g.smem_bytes = size_t(with_slots);
   return g;
+}
+
+// The plan with warpgroup tap slots of least work where it pipelines, else with the most taps a
+// phase has (warpgroup_group_taps)
+std::optional<WeightGradPlan> plan_grad_weight(const ConvTParams& p, const TensorFacts& x, const TensorFacts& grad_y,
+                                               bool with_bias, bool one_pass, bool merge, const DeviceLimits& limits) {
+  const auto plan = plan_grad_weight_tiles(p, x, grad_y, with_bias, one_pass, merge, /*least_work_slots=*/true, limits);
+  if (plan && plan->warpgroups && plan->stages == 0)
+    return plan_grad_weight_tiles(p, x, grad_y, with_bias, one_pass, merge, /*least_work_slots=*/false, limits);
+  return plan;
 }
 
 // The MMA work of a grad_weight plan, padding included: every tile's channels, each tap over every

@@ -377,9 +377,10 @@ def test_narrow_outputs_grad_weight_over_grad_y_deinterleaved(card, dtype, tf32)
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_grad_weight_warpgroup_tap_slots_and_slices(dtype):
-    """Warpgroup grad_weight tiles take the tap slots (1-4, every group of a plan with as many) whose
-    tiles do the least work, a tile a tap's work more: K 5 at stride 1 in groups of 3 + 2, not 4 + 1;
-    K 9 in 3 x 3; K 7 in 4 + 3; 5 merged taps (K 10 at stride 2) in 3 + 2. Their slices make about two
+    """Pipelined warpgroup grad_weight tiles take the tap slots (1-4, every group of a plan with as
+    many) whose tiles do the least work, a tile a tap's work more: K 5 at stride 1 in groups of 3 + 2,
+    not 4 + 1; K 9 in 3 x 3; K 7 in 4 + 3; 5 merged taps (K 10 at stride 2) in 3 + 2. Unpipelined ones
+    the most taps a phase has (2 to 3 taps a phase: 3; 17 or 18: 4). Pipelined slices make about two
     waves of blocks on the H100's 132 SMs, more where two waves leave one part-empty: 192 tiles in 2
     slices (3 waves of half tiles), 100 in 5; 128 tiles keep 2 (256 blocks: two waves all but full)."""
     def weight(shape):
@@ -389,7 +390,10 @@ def test_grad_weight_warpgroup_tap_slots_and_slices(dtype):
     for shape, slots, groups in (((16, 1536, 512, 5, 1300, 1, 2, 0, 1, 1), 3, 2), ((2, 768, 512, 9, 300, 1, 4, 0, 1, 1), 3, 3),
                                  ((4, 256, 256, 7, 1000, 1, 3, 0, 1, 1), 4, 2), ((2, 136, 72, 10, 700, 2, 3, 0, 1, 1), 3, 2)):
         g = weight(shape)
-        assert (g["group_taps"], g["tap_groups"]) == (slots, groups), (shape, g)
+        assert g["stages"] > 0 and (g["group_taps"], g["tap_groups"]) == (slots, groups), (shape, g)
+    for shape, slots in (((2, 1024, 512, 9, 14085, 4, 10, 0, 3, 4), 3), ((15, 96, 48, 86, 2707, 5, 125, 0, 3, 1), 4)):
+        g = weight(shape)
+        assert g["stages"] == 0 and g["group_taps"] == slots, (shape, g)
     for shape, tiles, slices in (((16, 1536, 512, 5, 1300, 1, 2, 0, 1, 1), 192, 2), ((16, 1280, 640, 1, 1300, 1, 0, 0, 1, 1), 100, 5),
                                  ((13, 1024, 512, 3, 1662, 2, 0, 0, 1, 1), 128, 2)):
         g = weight(shape)

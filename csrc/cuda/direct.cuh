@@ -236,32 +236,34 @@ __global__ void grad_y_row_sums_kernel(const scalar_t* __restrict__ grad_y, acc_
 
 // out[e] = the sum of partial[slice][e] over slices in a fixed order (the second pass of the sliced
 // grad_weight reductions and of grad_bias: deterministic, docs/design.md §8). A block's kSumWarps
-// warps take groups of 32 consecutive elements, a lane each, slice_warps warps a group
+// warps take groups of 32 consecutive elements, a lane each, kSliceWarps warps a group
 // (sum_slice_warps: up to kSumWarps loads in flight per element, where one thread summing every
 // slice would be a chain of dependent loads, and no warp without a slice): warp w of a group adds
-// slices w, w + slice_warps, ... in order, then lane by lane the warps' sums are added in warp order.
+// slices w, w + kSliceWarps, ... in order, then lane by lane the warps' sums are added in warp order.
 constexpr int kSumWarps = 8;
 inline int sum_slice_warps(int64_t slices) {
   int warps = 1;
   while (warps < kSumWarps && warps < slices) warps *= 2;
   return warps;
 }
-template <typename T, typename acc_t>
+template <typename T, typename acc_t, int kSliceWarps>
 __global__ void __launch_bounds__(32 * kSumWarps)
-    sum_slices_kernel(const acc_t* __restrict__ partial, T* __restrict__ out, int64_t elements, int64_t slices, int slice_warps) {
+    sum_slices_kernel(const acc_t* __restrict__ partial, T* __restrict__ out, int64_t elements, int64_t slices) {
   __shared__ acc_t warp_sums[kSumWarps][32];
+  constexpr int kBlockElements = 32 * (kSumWarps / kSliceWarps);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int group = warp / slice_warps, slice_warp = warp % slice_warps, block_elements = 32 * (kSumWarps / slice_warps);
-  for (int64_t first = int64_t(blockIdx.x) * block_elements; first < elements; first += int64_t(gridDim.x) * block_elements) {
+  const int group = warp / kSliceWarps, slice_warp = warp % kSliceWarps;
+  for (int64_t first = int64_t(blockIdx.x) * kBlockElements; first < elements; first += int64_t(gridDim.x) * kBlockElements) {
     const int64_t e = first + 32 * group + lane;
     acc_t sum = acc_t(0);
     if (e < elements)
-      for (int64_t s = slice_warp; s < slices; s += slice_warps) sum += partial[s * elements + e];
+      for (int64_t s = slice_warp; s < slices; s += kSliceWarps) sum += partial[s * elements + e];
     warp_sums[warp][lane] = sum;
     __syncthreads();
     if (slice_warp == 0 && e < elements) {
       acc_t total = acc_t(0);
-      for (int w = 0; w < slice_warps; ++w) total += warp_sums[warp + w][lane];
+#pragma unroll
+      for (int w = 0; w < kSliceWarps; ++w) total += warp_sums[warp + w][lane];
       out[e] = T(total);
     }
     __syncthreads();  // warp_sums is read before the next elements overwrite it

@@ -7,6 +7,7 @@
 #include <c10/util/Half.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "cuda/depthwise.cuh"
 #include "cuda/direct.cuh"
@@ -120,9 +121,18 @@ void launch_flag_nonfinite_x(const ConvTParams& p, const scalar_t* x, int* nonfi
 
 template <typename scalar_t>
 void launch_sum_slices(const acc_type<scalar_t>* partial, scalar_t* out, int64_t elements, int64_t slices, Launch launch) {
-  const int slice_warps = sum_slice_warps(slices);
-  sum_slices_kernel<scalar_t, acc_type<scalar_t>><<<grid_size(elements, 32 * (kSumWarps / slice_warps), launch), 32 * kSumWarps, 0,
-                                                     launch.stream>>>(partial, out, elements, slices, slice_warps);
+  auto run = [&](auto slice_warps) {
+    constexpr int kSliceWarps = decltype(slice_warps)::value;
+    sum_slices_kernel<scalar_t, acc_type<scalar_t>, kSliceWarps>
+        <<<grid_size(elements, 32 * (kSumWarps / kSliceWarps), launch), 32 * kSumWarps, 0, launch.stream>>>(partial, out, elements,
+                                                                                                         slices);
+  };
+  switch (sum_slice_warps(slices)) {
+    case 1: run(std::integral_constant<int, 1>{}); break;
+    case 2: run(std::integral_constant<int, 2>{}); break;
+    case 4: run(std::integral_constant<int, 4>{}); break;
+    default: run(std::integral_constant<int, kSumWarps>{}); break;
+  }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
