@@ -1143,6 +1143,8 @@ BackwardPlan plan_backward(const ConvTParams& p, const TensorFacts& x, const Ten
     };
     auto gemm = depthwise ? std::nullopt : plan_on(p, x, grad_y, with_bias);
     plan.grad_weight.problem = p;
+    // (grad_weight's copy of grad_y keeps dilation 1: grad_weight_over_copies' stride-1 problem)
+    const bool deinterleaves_grad_y = deinterleaves(p) && p.dilation == 1;
     // The pipelined warpgroup kernel over copies where it does not plan on the tensors as they are
     // (docs/design.md §5.5): x in aligned rows where it has no tensor map; then grad_y deinterleaved
     // too where its phases are read element by element. The copies cost a pass over x and grad_y;
@@ -1151,7 +1153,7 @@ BackwardPlan plan_backward(const ConvTParams& p, const TensorFacts& x, const Ten
       const bool align = p.x_length_stride != 1 || !tensor_map_fits(x, p.length_in, p.in_channels, p.batch,
                                                                     p.x_channel_stride, p.x_batch_stride);
       for (const bool deinterleave : {false, true}) {
-        if (deinterleave ? !(deinterleaves(p) && p.dilation == 1) : !align) continue;
+        if (deinterleave ? !deinterleaves_grad_y : !align) continue;
         const ConvTParams q = grad_weight_over_copies(p, x.element_size, align, deinterleave);
         // (grad_y deinterleaved need not hold every position of grad_y: grad_bias from its row sums)
         auto over = plan_on(q, align ? copy_facts(x.element_size) : x, deinterleave ? copy_facts(grad_y.element_size) : grad_y,
@@ -1166,8 +1168,7 @@ BackwardPlan plan_backward(const ConvTParams& p, const TensorFacts& x, const Ten
     }
     // Else over grad_y deinterleaved where that takes less MMA work, padding included: narrow
     // outputs, whose tiles' padded channels take the phases (and the copy's rows go in vector copies)
-    if (gemm && gemm->stages == 0 && !gemm->merged && !plan.grad_weight.deinterleaved_grad_y && deinterleaves(p) &&
-        p.dilation == 1) {
+    if (gemm && gemm->stages == 0 && !gemm->merged && !plan.grad_weight.deinterleaved_grad_y && deinterleaves_grad_y) {
       const ConvTParams q = grad_weight_over_copies(p, x.element_size, /*aligned_x=*/false, /*deinterleaved=*/true);
       const auto over = plan_on(q, x, copy_facts(grad_y.element_size), /*q_bias=*/false);
       if (over && padded_mma_work(*over) < padded_mma_work(*gemm)) {
