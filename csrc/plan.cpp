@@ -617,6 +617,30 @@ ConvTParams grad_weight_over_copies(const ConvTParams& p, int element_size, bool
   return q;
 }
 
+int64_t unrolled_row_length(const ConvTParams& p) { return (p.length_in + 7) / 8 * 8; }
+
+bool unrolls(const ConvTParams& p, int element_size) {
+  return p.kernel_size > 1 && p.out_channels * p.kernel_size < kGemmIndexLimit &&
+         p.batch * p.out_channels * p.kernel_size * unrolled_row_length(p) * element_size <= kUnrolledGradYBytes;
+}
+
+ConvTParams grad_weight_over_unrolled(const ConvTParams& p, int element_size, bool aligned_x) {
+  ConvTParams q = grad_weight_over_copies(p, element_size, aligned_x, /*deinterleaved=*/false);
+  q.out_channels = p.out_channels * p.kernel_size;
+  q.out_channels_per_group = p.out_channels_per_group * p.kernel_size;
+  q.kernel_size = 1;
+  q.length_out = p.length_in;
+  q.stride = q.dilation = 1;
+  q.padding = 0;
+  q.y_length_stride = 1;
+  q.y_channel_stride = unrolled_row_length(p);
+  q.y_batch_stride = q.out_channels * q.y_channel_stride;
+  q.w_tap_stride = 1;
+  q.w_out_stride = 1;
+  q.w_in_stride = q.out_channels_per_group;
+  return q;
+}
+
 GemmWeight gemm_weight(const ConvTParams& p, bool forward) {  // A_t[row, ch] = w[ci, co, t]
   const int64_t row_stride = forward ? p.w_out_stride : p.w_in_stride;
   const int64_t channel_stride = forward ? p.w_in_stride : p.w_out_stride;
@@ -1177,6 +1201,28 @@ BackwardPlan plan_backward(const ConvTParams& p, const TensorFacts& x, const Ten
         plan.grad_weight.problem = q;
       }
     }
+    // Else over grad_y unrolled by taps (§5.7) where that at least halves the MMA work, padding and
+    // the copy included: narrow outputs with several taps, whose tiles' padded channels then take the
+    // taps (any stride and dilation); x aligned where that makes it pipelined
+    if (gemm && unrolls(p, grad_y.element_size)) {
+      // (padded_mma_work counts items of kGradWPositions positions)
+      const double copy_work =
+          double(kCopyElementMacs) * p.batch * p.out_channels * p.kernel_size * unrolled_row_length(p) / kGradWPositions;
+      const bool can_pipeline = one_pass && limits.wgmma && limits.tma;
+      std::optional<WeightGradPlan> best;
+      for (const bool align : {false, true}) {
+        if (align && (!can_pipeline || (best && best->stages > 0))) continue;
+        const ConvTParams q = grad_weight_over_unrolled(p, x.element_size, align);
+        const auto over = plan_on(q, align ? copy_facts(x.element_size) : x, copy_facts(grad_y.element_size), /*q_bias=*/false);
+        if (over && (!align || over->stages > 0) && 2 * (padded_mma_work(*over) + copy_work) <= padded_mma_work(*gemm)) {
+          best = over;
+          plan.grad_weight.aligned_x = align, plan.grad_weight.deinterleaved_grad_y = false;
+          plan.grad_weight.unrolled_grad_y = true;
+          plan.grad_weight.problem = q;
+        }
+      }
+      if (best) gemm = best;
+    }
     if (gemm) {
       plan.grad_weight.kernel = gemm->warpgroups ? Kernel::kGradWeightWgmma : Kernel::kGradWeightGemm;
       plan.grad_weight.gemm = *gemm;
@@ -1256,7 +1302,7 @@ std::string describe(const WeightPlan& plan) {
   if (plan.kernel == Kernel::kGradWeightGemm || plan.kernel == Kernel::kGradWeightWgmma) {
     const WeightGradPlan& g = plan.gemm;
     text += key_values({{"aligned_x", plan.aligned_x}, {"deinterleaved_grad_y", plan.deinterleaved_grad_y},
-                        {"block_ci", g.block_ci}, {"block_co", g.block_co}, {"group_taps", g.group_taps},
+                        {"unrolled_grad_y", plan.unrolled_grad_y}, {"block_ci", g.block_ci}, {"block_co", g.block_co}, {"group_taps", g.group_taps},
                         {"tap_groups", g.tap_groups}, {"merged", g.merged}, {"stages", g.stages}, {"slices", g.slices},
                         {"tiles", g.tiles}, {"sums_bias", g.sums_bias}, {"smem_bytes", int64_t(g.smem_bytes)}});
   } else if (plan.kernel == Kernel::kDepthwise) {

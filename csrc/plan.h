@@ -257,6 +257,18 @@ int64_t aligned_row_length(int64_t length, int element_size);
 // taps over the copy, whose weight (C_in, C_out/groups * P, taps), contiguous, holds W's tap t*stride
 // + r at channel co*P + r, tap t (docs/design.md §5.5).
 ConvTParams grad_weight_over_copies(const ConvTParams& p, int element_size, bool aligned_x, bool deinterleaved);
+// grad_y unrolled by taps (WeightPlan::unrolled_grad_y; docs/design.md §5.7): the copy (N, C_out * K,
+// unrolled_row_length(p)), contiguous, row (n, co*K + k) at i holding grad_y[n, co, i*stride +
+// k*dilation - padding] (zero outside grad_y); grad_weight is then the one-tap stride-1 problem of C_out
+// * K output channels over it and x (aligned or not), whose weight (C_in, C_out/groups * K, 1) is W's
+// memory. Its copy's bytes at most kUnrolledGradYBytes.
+constexpr int64_t kUnrolledGradYBytes = int64_t(1) << 30;
+// The MMA work (padded_mma_work's MACs) a copied element costs the planner: written, then read back
+// (about the MACs of the grad_weight tiles' pace in the time of 8 bytes at the H100's bandwidth)
+constexpr int64_t kCopyElementMacs = 256;
+int64_t unrolled_row_length(const ConvTParams& p);  // L_in in 16-byte rows in every dtype
+bool unrolls(const ConvTParams& p, int element_size);
+ConvTParams grad_weight_over_unrolled(const ConvTParams& p, int element_size, bool aligned_x);
 GemmWeight gemm_weight(const ConvTParams& p, bool forward);
 // The tiling of a problem and its launches (launch_row_tiles); nullopt: no tensor-core plan fits
 std::optional<GemmPlan> plan_gemm(const GemmPlan& problem, const std::optional<GemmPlan>& merged, const TensorFacts& in,
@@ -371,6 +383,7 @@ struct WeightPlan {
   // (grad_weight_over_copies): x copied into aligned rows (a tensor map) and/or grad_y deinterleaved
   // (16-byte chunks of one phase). `problem` is the problem the kernels solve: p, or p over copies.
   bool aligned_x = false, deinterleaved_grad_y = false;
+  bool unrolled_grad_y = false;  // grad_y unrolled by taps (grad_weight_over_unrolled)
   ConvTParams problem{};
 };
 struct BackwardPlan {

@@ -339,6 +339,13 @@ GRAD_WEIGHT_TILE_CASES = [
     Case(2, 136, 1, 16, 1201, stride=8, padding=4),
     Case(2, 136, 3, 5, 2000, padding=2),
     Case(2, 96, 3, 3, 1500, stride=4, padding=1),
+    # narrow outputs over grad_y unrolled by taps (one tap of C_out * K channels; any card, any math):
+    # one co of 12 taps at stride 5, dilation 2 (taps past both ends of grad_y); 4 co of 9 taps at
+    # stride 1, dilation 3, x rows of odd length (aligned for the pipelined tiles, sm_90a); two groups
+    # of 2 co x 10 taps, output_padding
+    Case(2, 136, 1, 12, 3001, stride=5, padding=9, dilation=2),
+    Case(1, 96, 4, 9, 20001, padding=12, dilation=3),
+    Case(2, 144, 4, 10, 1500, stride=3, padding=4, output_padding=2, dilation=2, groups=2),
 ]
 
 

@@ -400,6 +400,24 @@ def test_grad_weight_warpgroup_tap_slots_and_slices(dtype):
         assert (g["stages"] > 0, g["tiles"], g["slices"]) == (True, tiles, slices), (shape, g)
 
 
+@pytest.mark.parametrize("dtype,tf32,card", [(torch.float32, True, "h100"), (torch.bfloat16, True, "h100"),
+                                             (torch.float32, False, "h100"), (torch.float32, True, "a100")])
+def test_narrow_outputs_take_grad_weight_over_grad_y_unrolled(dtype, tf32, card):
+    """Narrow outputs with several taps (any stride and dilation) run grad_weight over grad_y unrolled
+    by taps, one tap of C_out * K channels, where that at least halves the MMA work, the copy
+    included: the tiles' padded channels then take the taps. Not wide layers, nor long filters whose
+    copy would outweigh what it saves; grad_bias then from grad_y's row sums."""
+    for shape in ((6, 1024, 1, 40, 127166, 10, 39, 5, 2, 1), (1, 512, 4, 9, 1953125, 1, 12, 2, 3, 1),
+                  (1, 768, 1, 7, 1302083, 1, 6, 0, 2, 1), (2, 136, 1, 12, 3001, 5, 9, 0, 2, 1)):
+        plan = plans(shape, dtype, tf32, card)
+        g = plan["grad_weight"]
+        assert g["unrolled_grad_y"] == 1 and g["deinterleaved_grad_y"] == 0 and g["tap_groups"] == 1, (shape, g)
+        assert plan["grad_bias"]["kernel"] == "row_sums"
+    for shape in ((16, 1536, 512, 5, 1300, 1, 2, 0, 1, 1), (14, 256, 64, 127, 6496, 8, 122, 0, 2, 1),
+                  (5, 128, 32, 90, 49875, 8, 122, 7, 3, 1), (4, 256, 1, 1, 5000, 1, 0, 0, 1, 1)):
+        assert plans(shape, dtype, tf32, card)["grad_weight"].get("unrolled_grad_y", 0) == 0, shape
+
+
 def test_depthwise_forward_splits_wide_channel_multipliers():
     """One input channel with a wide channel multiplier on short rows (a narrow input): the depthwise
     forward's blocks take a share of a row's output channels, so that the blocks fill the SMs; a

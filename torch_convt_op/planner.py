@@ -45,6 +45,6 @@ def summary(plan: Dict[str, Union[str, int]]) -> str:
     if kernel.startswith("grad_weight"):
         text = f"{kernel} {plan['block_ci']}x{plan['block_co']} taps {plan['group_taps']}"
         text += (f" {plan['stages']} stages" if plan.get("stages") else "") + (" merged" if plan.get("merged") else "")
-        copies = [name for name in ("aligned_x", "deinterleaved_grad_y") if plan.get(name)]
+        copies = [name for name in ("aligned_x", "deinterleaved_grad_y", "unrolled_grad_y") if plan.get(name)]
         return text + (" over " + " + ".join(copies) if copies else "")
     return kernel

@@ -135,6 +135,23 @@ __global__ void deinterleave_grad_y_kernel(const scalar_t* __restrict__ grad_y, 
   }
 }
 
+// grad_y unrolled by taps (WeightPlan::unrolled_grad_y; docs/design.md §5.7): out[n, co*K + k, i] =
+// grad_y[n, co, i*stride + k*dilation - padding] for i < row_length, zero outside grad_y. A row (n,
+// co*K + k) along y, positions along x; grad_y read through the params' y strides.
+template <typename scalar_t>
+__global__ void unroll_grad_y_kernel(const scalar_t* __restrict__ grad_y, scalar_t* __restrict__ out, ConvTParams p,
+                                     int64_t row_length) {
+  CONVT_ROW_LOOP(row, p.batch * p.out_channels * p.kernel_size) {
+    const int64_t k = row % p.kernel_size, channel = row / p.kernel_size;
+    const scalar_t* grad_y_row = grad_y + channel / p.out_channels * p.y_batch_stride + channel % p.out_channels * p.y_channel_stride;
+    const int64_t first_j = k * p.dilation - p.padding;
+    CONVT_POSITION_LOOP(i, row_length) {
+      const int64_t j = first_j + i * p.stride;
+      out[row * row_length + i] = i < p.length_in && j >= 0 && j < p.length_out ? grad_y_row[j * p.y_length_stride] : scalar_t(0);
+    }
+  }
+}
+
 // *nonfinite = 1 where x holds Inf or NaN (else left as it is): the flag a forward's exact plan runs
 // behind (DataPlan::exact). Rows (n, ci) along y, positions along x, read through x's strides.
 template <typename scalar_t>

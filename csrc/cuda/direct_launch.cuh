@@ -112,6 +112,14 @@ void launch_deinterleave_grad_y(const ConvTParams& p, const scalar_t* grad_y, sc
 }
 
 template <typename scalar_t>
+void launch_unroll_grad_y(const ConvTParams& p, const scalar_t* grad_y, scalar_t* out, Launch launch) {
+  const int64_t row_length = unrolled_row_length(p);
+  unroll_grad_y_kernel<scalar_t><<<row_grid(p.batch * p.out_channels * p.kernel_size, row_length, kDirectThreads), kDirectThreads,
+                                   0, launch.stream>>>(grad_y, out, p, row_length);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+template <typename scalar_t>
 void launch_flag_nonfinite_x(const ConvTParams& p, const scalar_t* x, int* nonfinite, Launch launch) {
   // (8 positions a thread: a block reads 8 KB of a row or more)
   flag_nonfinite_x_kernel<scalar_t><<<row_grid(p.batch * p.in_channels, p.length_in, 8 * kDirectThreads), kDirectThreads, 0,

@@ -82,6 +82,9 @@ void launch_grad_weight_direct(const ConvTParams& p, const scalar_t* grad_y, con
 template <typename scalar_t>
 void launch_deinterleave_grad_y(const ConvTParams& p, const scalar_t* grad_y, scalar_t* out, int* nonfinite, int64_t phases,
                                 int64_t row_length, Launch launch);
+// grad_y unrolled by taps (WeightPlan::unrolled_grad_y): out (N, C_out * K, unrolled_row_length(p)), contiguous
+template <typename scalar_t>
+void launch_unroll_grad_y(const ConvTParams& p, const scalar_t* grad_y, scalar_t* out, Launch launch);
 // *nonfinite set where x holds Inf or NaN (else left as it is)
 template <typename scalar_t>
 void launch_flag_nonfinite_x(const ConvTParams& p, const scalar_t* x, int* nonfinite, Launch launch);

@@ -166,6 +166,16 @@ GradYCopy deinterleaved_grad_y(const ConvTParams& p, const at::Tensor& grad_y, L
   return copy;
 }
 
+// grad_y unrolled by taps (WeightPlan::unrolled_grad_y): (N, C_out * K, unrolled_row_length(p))
+at::Tensor unrolled_grad_y(const ConvTParams& p, const at::Tensor& grad_y, Launch launch) {
+  const at::Tensor out = at::empty({p.batch, p.out_channels * p.kernel_size, unrolled_row_length(p)}, grad_y.options());
+  dispatch_dtype(grad_y.scalar_type(), [&](auto element) {
+    using scalar_t = decltype(element);
+    launch_unroll_grad_y<scalar_t>(p, data_of<scalar_t>(grad_y), data_of<scalar_t>(out), launch);
+  });
+  return out;
+}
+
 // A device flag set where x holds Inf or NaN (a forward's DataPlan::exact runs behind it)
 at::Tensor nonfinite_flag(const ConvTParams& p, const at::Tensor& x, Launch launch) {
   const at::Tensor flag = at::zeros({1}, x.options().dtype(at::kInt));
@@ -422,6 +432,9 @@ void backward(const at::Tensor& grad_y, const at::Tensor& x, const at::Tensor& w
                        .transpose(2, 3)
                        .reshape({p.in_channels, p.out_channels_per_group, phases * q.kernel_size})
                        .narrow(2, 0, p.kernel_size));
+    } else if (weight.unrolled_grad_y) {
+      // the one-tap problem's weight (C_in, C_out/groups * K, 1) is grad_w's memory (grad_weight_over_unrolled)
+      run_grad_weight(weight, weight.problem, weight_x, unrolled_grad_y(p, grad_y, launch), grad_w, grad_bias, math, x_map, launch);
     } else {
       run_grad_weight(weight, weight.problem, weight_x, grad_y, grad_w, grad_bias, math, x_map, launch);
     }
