@@ -1201,7 +1201,7 @@ BackwardPlan plan_backward(const ConvTParams& p, const TensorFacts& x, const Ten
         plan.grad_weight.problem = q;
       }
     }
-    // Else over grad_y unrolled by taps (§5.7) where that at least halves the MMA work, padding and
+    // Else over grad_y unrolled by taps (§5.6) where that at least halves the MMA work, padding and
     // the copy included: narrow outputs with several taps, whose tiles' padded channels then take the
     // taps (any stride and dilation); x aligned where that makes it pipelined
     if (gemm && unrolls(p, grad_y.element_size)) {

@@ -257,7 +257,7 @@ int64_t aligned_row_length(int64_t length, int element_size);
 // taps over the copy, whose weight (C_in, C_out/groups * P, taps), contiguous, holds W's tap t*stride
 // + r at channel co*P + r, tap t (docs/design.md §5.5).
 ConvTParams grad_weight_over_copies(const ConvTParams& p, int element_size, bool aligned_x, bool deinterleaved);
-// grad_y unrolled by taps (WeightPlan::unrolled_grad_y; docs/design.md §5.7): the copy (N, C_out * K,
+// grad_y unrolled by taps (WeightPlan::unrolled_grad_y; docs/design.md §5.6): the copy (N, C_out * K,
 // unrolled_row_length(p)), contiguous, row (n, co*K + k) at i holding grad_y[n, co, i*stride +
 // k*dilation - padding] (zero outside grad_y); grad_weight is then the one-tap stride-1 problem of C_out
 // * K output channels over it and x (aligned or not), whose weight (C_in, C_out/groups * K, 1) is W's

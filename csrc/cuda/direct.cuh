@@ -135,7 +135,7 @@ __global__ void deinterleave_grad_y_kernel(const scalar_t* __restrict__ grad_y, 
   }
 }
 
-// grad_y unrolled by taps (WeightPlan::unrolled_grad_y; docs/design.md §5.7): out[n, co*K + k, i] =
+// grad_y unrolled by taps (WeightPlan::unrolled_grad_y; docs/design.md §5.6): out[n, co*K + k, i] =
 // grad_y[n, co, i*stride + k*dilation - padding] for i < row_length, zero outside grad_y. A row (n,
 // co*K + k) along y, positions along x; grad_y read through the params' y strides.
 template <typename scalar_t>
