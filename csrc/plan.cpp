@@ -592,6 +592,27 @@ int64_t aligned_row_length(int64_t length, int element_size) {
   return (length + vector - 1) / vector * vector;
 }
 
+namespace {
+// q as the stride-1 problem over a contiguous copy of grad_y (deinterleaved or unrolled): `rows` copy
+// rows a channel of q, `taps` taps, rows of `length` positions `row_length` apart; the weight
+// (C_in, C_out/groups * rows, taps) contiguous
+ConvTParams over_grad_y_copy(ConvTParams q, int64_t rows, int64_t taps, int64_t length, int64_t row_length) {
+  q.out_channels *= rows;
+  q.out_channels_per_group *= rows;
+  q.kernel_size = taps;
+  q.length_out = length;
+  q.stride = q.dilation = 1;
+  q.padding = 0;
+  q.y_length_stride = 1;
+  q.y_channel_stride = row_length;
+  q.y_batch_stride = q.out_channels * row_length;
+  q.w_tap_stride = 1;
+  q.w_out_stride = taps;
+  q.w_in_stride = q.out_channels_per_group * taps;
+  return q;
+}
+}  // namespace
+
 ConvTParams grad_weight_over_copies(const ConvTParams& p, int element_size, bool aligned_x, bool deinterleaved) {
   ConvTParams q = p;
   if (aligned_x) {
@@ -600,19 +621,8 @@ ConvTParams grad_weight_over_copies(const ConvTParams& p, int element_size, bool
     q.x_batch_stride = p.in_channels * q.x_channel_stride;
   }
   if (deinterleaved) {
-    const int64_t phases = deinterleaved_phases(p);
-    q.out_channels = p.out_channels * phases;
-    q.out_channels_per_group = p.out_channels_per_group * phases;
-    q.kernel_size = deinterleaved_taps(p);
-    q.length_out = deinterleaved_length(p);
-    q.stride = q.dilation = 1;
-    q.padding = 0;
-    q.y_length_stride = 1;
-    q.y_channel_stride = deinterleaved_row_length(p);
-    q.y_batch_stride = q.out_channels * q.y_channel_stride;
-    q.w_tap_stride = 1;
-    q.w_out_stride = q.kernel_size;
-    q.w_in_stride = q.out_channels_per_group * q.kernel_size;
+    q = over_grad_y_copy(q, deinterleaved_phases(p), deinterleaved_taps(p), deinterleaved_length(p),
+                         deinterleaved_row_length(p));
   }
   return q;
 }
@@ -625,20 +635,8 @@ bool unrolls(const ConvTParams& p, int element_size) {
 }
 
 ConvTParams grad_weight_over_unrolled(const ConvTParams& p, int element_size, bool aligned_x) {
-  ConvTParams q = grad_weight_over_copies(p, element_size, aligned_x, /*deinterleaved=*/false);
-  q.out_channels = p.out_channels * p.kernel_size;
-  q.out_channels_per_group = p.out_channels_per_group * p.kernel_size;
-  q.kernel_size = 1;
-  q.length_out = p.length_in;
-  q.stride = q.dilation = 1;
-  q.padding = 0;
-  q.y_length_stride = 1;
-  q.y_channel_stride = unrolled_row_length(p);
-  q.y_batch_stride = q.out_channels * q.y_channel_stride;
-  q.w_tap_stride = 1;
-  q.w_out_stride = 1;
-  q.w_in_stride = q.out_channels_per_group;
-  return q;
+  return over_grad_y_copy(grad_weight_over_copies(p, element_size, aligned_x, /*deinterleaved=*/false), p.kernel_size,
+                          /*taps=*/1, p.length_in, unrolled_row_length(p));
 }
 
 GemmWeight gemm_weight(const ConvTParams& p, bool forward) {  // A_t[row, ch] = w[ci, co, t]
