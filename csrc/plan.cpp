@@ -385,19 +385,19 @@ std::optional<GemmPlan> plan_pipelined_steps(const GemmPlan& problem, const Tens
 
 // The pipelined plan of a warpgroup problem whose steps all read the same x: in_step 1 unless its
 // channels merge phases, so that every in phase is a run of taps at in phase value 0. Strided out
-// positions (out_step > 1) only with one out phase or every phase of out_step reached (the epilogue
-// writes the bias of unreached phases only beside a single out phase; docs/design.md §3.6), and in
-// TF32 and 16-bit only as a phase pair (out_step 2, both phases: adjacent pair stores; stores 4 bytes
-// out_step apart, as 3xTF32 makes them, lose to the two-buffer kernels' staged output there, which
-// TF32 and 16-bit, with a third of 3xTF32's MMA work, cannot afford).
+// positions (out_step > 1): in 3xTF32 with one out phase or every phase of out_step reached, in TF32
+// and 16-bit as a phase pair (out_step 2, both phases: adjacent pair stores), and in any math with
+// `strided_stores` (the epilogue stores 4 bytes or 2 out_step apart, those of unreached phases the
+// launcher's bias first: GemmPlan::bias_first). Strided stores lose to the warpgroup tiles' staged
+// output, but not to the warp tiles' mma.sync (choose_gemm_plan; docs/design.md §3.6).
 // A step is one run of taps of one out phase over one chunk: the taps in runs as long as the stages
 // fit, a phase's taps in one run first. Only where a row tile's packed weight stays within the
 // workspace bound (the two-buffer kernels' smaller tiles pack less).
 std::optional<GemmPlan> plan_pipelined_tiles(const GemmPlan& problem, const TensorFacts& in, int tile_shape, Math math,
-                                             const DeviceLimits& limits) {
+                                             const DeviceLimits& limits, bool strided_stores) {
   const bool phase_pair = problem.out_step == 2 && problem.out_phases == 2;
-  if ((problem.out_step != 1 && math != Math::k3xTF32 && !phase_pair) ||
-      (problem.out_phases != 1 && problem.out_phases != problem.out_step) ||
+  if ((problem.out_step != 1 && math != Math::k3xTF32 && !phase_pair && !strided_stores) ||
+      (problem.out_phases != 1 && problem.out_phases != problem.out_step && !strided_stores) ||
       (problem.in_step != 1 && problem.channel_phases == 1) ||
       !std::all_of(problem.in_phase_value, problem.in_phase_value + problem.in_phases, [](int v) { return v == 0; })) {
     return std::nullopt;
@@ -419,26 +419,29 @@ std::optional<GemmPlan> plan_pipelined_tiles(const GemmPlan& problem, const Tens
   return std::nullopt;
 }
 
-// The pipelined plan of a problem that has one and fills the SMs: groups of at most 64 rows take 16,
+// The pipelined plan of a problem that has one and fills the SMs, or at least kPipelinedLeastFill of them
+// (choose_gemm_plan takes that only in place of a two-buffer plan): groups of at most 64 rows take 16,
 // 32 or 64 x 256 tiles (pipelined_narrow_rows); others 128 x 128 or 128 x 256 tiles. The waves of their launches (launch_waves) decide
 // where their ratio is beyond what the wide tile's time can make up: at most kWideTileTimeLeast times
 // the wide tile's waves, 128 columns; more than kWideTileTime times (kWideTileTimeOneTap at one tap a
 // step), 256. In between, the columns they pad: 256 unless they pad more than a sixteenth over 128
 // (a quarter where steps of 3 or more taps stream that many weight slots a chunk, which the wide
 // tile halves a MAC). 3xTF32 and phase pairs (two accumulators a subtile) take 128 columns.
-std::optional<GemmPlan> plan_pipelined(const GemmPlan& problem, const TensorFacts& in, Math math, const DeviceLimits& limits) {
+std::optional<GemmPlan> plan_pipelined(const GemmPlan& problem, const TensorFacts& in, Math math, const DeviceLimits& limits,
+                                       bool strided_stores) {
   auto fills = [&](const std::optional<GemmPlan>& plan) { return plan && plan->parts >= limits.sm_count; };
+  auto half_fills = [&](const std::optional<GemmPlan>& plan) { return plan && plan->parts >= kPipelinedLeastFill * limits.sm_count; };
   if (problem.rows_per_group <= 64) {
     const int rows = pipelined_narrow_rows(problem.rows_per_group);
-    const auto plan = plan_pipelined_tiles(problem, in, gemm_tile_index(GemmFamily::kPipelined, rows, 256), math, limits);
-    return fills(plan) ? plan : std::nullopt;
+    const auto plan = plan_pipelined_tiles(problem, in, gemm_tile_index(GemmFamily::kPipelined, rows, 256), math, limits, strided_stores);
+    return half_fills(plan) ? plan : std::nullopt;
   }
-  const auto narrow = plan_pipelined_tiles(problem, in, gemm_tile_index(GemmFamily::kPipelined, 128, 128), math, limits);
+  const auto narrow = plan_pipelined_tiles(problem, in, gemm_tile_index(GemmFamily::kPipelined, 128, 128), math, limits, strided_stores);
   // (3xTF32 and a TF32 or 16-bit phase pair: two accumulator sets, 64 floats each a thread)
   const bool two_sets = math == Math::k3xTF32 || (problem.out_step == 2 && problem.out_phases == 2);
   const auto wide = two_sets ? std::nullopt
-                             : plan_pipelined_tiles(problem, in, gemm_tile_index(GemmFamily::kPipelined, 128, 256), math, limits);
-  if (!fills(wide)) return fills(narrow) ? narrow : std::nullopt;
+                             : plan_pipelined_tiles(problem, in, gemm_tile_index(GemmFamily::kPipelined, 128, 256), math, limits, strided_stores);
+  if (!fills(wide)) return half_fills(narrow) ? narrow : std::nullopt;
   if (!fills(narrow)) return wide;
   auto waves = [&](const GemmPlan& g) { return planned_launch_waves(g, in, math, limits); };
   const int taps = most_taps_per_step(*wide);
@@ -656,6 +659,17 @@ std::optional<GemmPlan> choose_gemm_plan(const GemmPlan& g, const std::optional<
                                          Math math, const DeviceLimits& limits) {
   const bool one_accumulator = math != Math::k3xTF32;
   const bool pipelined = limits.wgmma;
+  // A pipelined plan that fills the SMs is taken at once; the first one on at least half of them
+  // (kPipelinedLeastFill) is kept and taken in place of any two-buffer plan
+  std::optional<GemmPlan> half_filling;
+  auto pipelined_plan = [&](const GemmPlan& problem, bool strided_stores) -> std::optional<GemmPlan> {
+    auto plan = plan_pipelined(problem, in, math, limits, strided_stores);
+    if (plan && plan->parts < limits.sm_count) {
+      if (!half_filling) half_filling = plan;
+      return std::nullopt;
+    }
+    return plan;
+  };
   const bool warpgroups = one_accumulator && pipelined;  // implicit_gemm_kernel's warpgroup tiles
   const int warpgroup_tiles = gemm_tile_index(GemmFamily::kWarpgroupTiles, 128, 128);
   // (a narrow output, fewer than 8 rows a phase, reads x once merged instead of once a phase, which
@@ -663,14 +677,14 @@ std::optional<GemmPlan> choose_gemm_plan(const GemmPlan& g, const std::optional<
   // (rows counted a row per phase of a column: a short filter's compact rows as the stride's)
   const int64_t merged_rows = merged ? merged->rows_per_group / merged->row_phases * merged->column_positions : 0;
   if (merged && pipelined && (merged_rows > 32 || g.rows_per_group < 8)) {
-    if (auto plan = plan_pipelined(*merged, in, math, limits)) return plan;
+    if (auto plan = pipelined_plan(*merged, false)) return plan;
     if (warpgroups && merged->rows_per_group > 64) {
       const auto plan = plan_gemm_tiles(*merged, in, warpgroup_tiles, limits);
-      if (plan && plan->parts >= limits.sm_count) return plan;
+      if (plan && plan->parts >= limits.sm_count && !half_filling) return plan;
     }
   }
   if (pipelined && g.rows_per_group > 32) {
-    if (auto plan = plan_pipelined(g, in, math, limits)) return plan;
+    if (auto plan = pipelined_plan(g, false)) return plan;
   }
   // A narrow problem (fewer than 8 rows) is bound by streaming `in`, which the pipelined kernel does at
   // full rate and the warp tiles do not, as long as its 16-row tiles' padded MMA work stays below
@@ -678,8 +692,9 @@ std::optional<GemmPlan> choose_gemm_plan(const GemmPlan& g, const std::optional<
   // products a MAC are not counted: the warp tiles pad the same 16 rows and make the same products,
   // with mma.sync where the pipelined kernel has wgmma.
   if (pipelined && g.rows_per_group < 8 && pipelined_narrow_rows(g.rows_per_group) * most_taps_per_step(g) <= kNarrowPipelinedMacs) {
-    if (auto plan = plan_pipelined(g, in, math, limits)) return plan;
+    if (auto plan = pipelined_plan(g, false)) return plan;
   }
+  if (half_filling) return half_filling;
   auto warp_tiles = [](int block_m, int block_n) { return gemm_tile_index(GemmFamily::kWarpTiles, block_m, block_n); };
   std::vector<int> shapes;
   if (warpgroups && g.rows_per_group > 64) shapes.push_back(warpgroup_tiles);
@@ -699,10 +714,22 @@ std::optional<GemmPlan> choose_gemm_plan(const GemmPlan& g, const std::optional<
     shapes.push_back(warp_tiles(128, 64));
     shapes.push_back(warp_tiles(64, 128));
   }
-  // a shape whose work parts do not fill the SMs gives way to the next, smaller one
+  // a shape whose work parts do not fill the SMs gives way to the next, smaller one; the warp tiles
+  // of a strided problem of more than 16 rows to a pipelined plan: a phase pair (TF32 and 16-bit,
+  // adjacent pair stores), or strided stores where an output takes at least kStridedStoreMacs MACs
+  // (the stores' cost spread over them)
+  const bool phase_pair = math != Math::k3xTF32 && g.out_step == 2 && g.out_phases == 2;
+  const bool strided_stores = pipelined && g.out_step > 1 && g.rows_per_group > 16 &&
+                              (phase_pair || g.channels_per_group * g.taps >= kStridedStoreMacs * g.out_phases);
   std::optional<GemmPlan> plan;
+  bool strided_tried = false;
   for (const int shape : shapes) {
     if (kGemmTileShapes[shape].one_accumulator && !one_accumulator) continue;
+    if (strided_stores && kGemmTileShapes[shape].family == GemmFamily::kWarpTiles && !strided_tried) {
+      strided_tried = true;
+      if (auto strided = pipelined_plan(g, /*strided_stores=*/true)) return strided;
+      if (half_filling) return half_filling;
+    }
     if (auto shape_plan = plan_gemm_tiles(g, in, shape, limits)) {
       plan = shape_plan;
       if (plan->parts >= limits.sm_count) break;
@@ -716,7 +743,15 @@ std::optional<GemmPlan> choose_gemm_plan(const GemmPlan& g, const std::optional<
 std::optional<GemmPlan> plan_gemm(const GemmPlan& g, const std::optional<GemmPlan>& merged, const TensorFacts& in, Math math,
                                   const DeviceLimits& limits) {
   auto plan = choose_gemm_plan(g, merged, in, math, limits);
-  if (plan) set_launches(*plan, in, math, limits);
+  if (plan) {
+    set_launches(*plan, in, math, limits);
+    // positions no tap reaches that no kernel stores: merged rows of a short filter's phases without
+    // a tap, and a pipelined tile's unreached out phases beside several reached ones (its epilogue
+    // writes the bias of the others only beside a single out phase)
+    const bool pipelined = kGemmTileShapes[plan->tile_shape].family == GemmFamily::kPipelined;
+    plan->bias_first = (plan->row_phases > 1 && plan->stored_row_phases < plan->column_positions) ||
+                       (pipelined && plan->out_phases > 1 && plan->out_phases < plan->out_step);
+  }
   return plan;
 }
 
@@ -1074,8 +1109,10 @@ DataPlan plan_data(const ConvTParams& p, const TensorFacts& in, Math math, bool 
       // whose strided forwards do).
       if (gemm && gemm->zero_taps) {
         auto exact = plan_gemm(gemm_problem(p, forward, step_taps), std::nullopt, in, math, limits);
-        auto pipelined = [](const std::optional<GemmPlan>& plan) {
-          return plan && kGemmTileShapes[plan->tile_shape].family == GemmFamily::kPipelined;
+        // (an exact plan of strided stores in TF32 or 16-bit counts as the two-buffer plan it replaces)
+        auto pipelined = [&](const std::optional<GemmPlan>& plan) {
+          return plan && kGemmTileShapes[plan->tile_shape].family == GemmFamily::kPipelined &&
+                 (plan->out_step == 1 || math == Math::k3xTF32 || pipeline_form(*plan) == PipelineForm::kPhasePair);
         };
         const bool merges = !narrow_merged_rows(p) ? math != Math::k3xTF32 && pipelined(gemm) && !pipelined(exact)
                             : math == Math::k3xTF32 ? 4 * int64_t(gemm->taps) <= p.kernel_size
@@ -1283,7 +1320,7 @@ std::string describe(const DataPlan& plan) {
                         {"stored_row_phases", g.stored_row_phases}, {"column_positions", g.column_positions},
                         {"channel_phases", g.channel_phases}, {"deinterleaved", g.deinterleaved}, {"zero_taps", g.zero_taps},
                         {"stage_output", g.stage_output}, {"resident", g.resident},
-                        {"tensor_rows", g.tensor_rows}, {"tiles", g.tiles}, {"parts", g.parts},
+                        {"tensor_rows", g.tensor_rows}, {"bias_first", g.bias_first}, {"tiles", g.tiles}, {"parts", g.parts},
                         {"row_tiles", g.row_tiles}, {"launch_row_tiles", g.launch_row_tiles}, {"launch_chunks", g.launch_chunks},
                         {"workspace_bytes", 4 * packed_weight_words(first_launch(g))},
                         {"smem_bytes", int64_t(g.smem_bytes)}});

@@ -54,6 +54,13 @@ constexpr int kNarrowPipelinedMacs = 192;         // MACs an element of `in` up 
 // The rows of a pipelined tile for a group of at most 64 rows: the fewest of 16, 32 and 64 that hold
 // them (wgmma's N: a narrow output pads to 16 rows, not 64)
 constexpr int pipelined_narrow_rows(int64_t rows_per_group) { return rows_per_group <= 16 ? 16 : rows_per_group <= 32 ? 32 : 64; }
+// The fraction of the SMs that a pipelined plan's parts must reach where the alternative is a
+// two-buffer plan (plan_gemm): those run their parts at a fraction of the pipelined kernel's rate, so
+// that a pipelined plan on half the SMs beats them (docs/design.md §4.5)
+constexpr double kPipelinedLeastFill = 0.5;
+// MACs an output element takes (C_in/groups x a phase's taps) from which a strided forward runs on
+// pipelined tiles with strided stores rather than on warp tiles (choose_gemm_plan)
+constexpr int64_t kStridedStoreMacs = 128;
 // The time of a pipelined 128 x 256 tile over a 128 x 128 one (plan_pipelined): at least
 // kWideTileTimeLeast, at most kWideTileTime, or kWideTileTimeOneTap at one tap a step, whose short
 // steps' fixed costs the wide tile spreads over twice the MACs (docs/design.md §4.5: measured 0.8-2.7x
@@ -230,6 +237,9 @@ struct GemmPlan {
   // columns with the halo as one box (position, channel, batch) of staged_rows x x_row_elements;
   // TF32 rounded by the copy. The launcher encodes the map (GemmPlan::in_map_*).
   bool tensor_rows;
+  // The launcher writes the bias (or zero) over all of out before the launches: positions that no
+  // tap reaches and no kernel stores keep it (plan_gemm)
+  bool bias_first;
 };
 
 // The implicit GEMM of the forward (out = y, in = x) or of grad_input (out = grad_x, in = grad_y),

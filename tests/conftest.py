@@ -258,6 +258,18 @@ WIDE_TILE_CASES = [
     Case(2, 200, 1, 1, 20001),
     Case(2, 96, 3, 3, 30001, padding=2, dilation=2),
     Case(2, 3, 96, 3, 30001, padding=1),
+    # strided forwards whose warp tiles give way to pipelined tiles with strided stores (TF32 and
+    # 16-bit too; 128 MACs an output or more): 2 of 4 phases reached (out holds the bias first), 2 of 6 without bias (zero
+    # first), every phase of 3 reached, and a long dilated filter in runs of 17 taps
+    Case(4, 64, 48, 5, 6001, stride=4, padding=3, dilation=2),
+    Case(3, 32, 40, 9, 8001, stride=6, padding=5, dilation=3, bias=False),
+    Case(4, 64, 40, 7, 5000, stride=3, padding=2, dilation=2),
+    Case(12, 64, 48, 33, 4000, stride=4, padding=16, dilation=2),
+    # and a phase pair (16-bit) of 24 rows a group, out rows of an odd length, two groups
+    Case(6, 48, 48, 5, 8001, stride=2, padding=2, output_padding=1, groups=2),
+    # a pipelined plan on 80 tiles, fewer than the SMs (merged rows of a short filter; the two-buffer
+    # kernels' many parts run slower)
+    Case(1, 1024, 512, 4, 571, stride=8, output_padding=4),
     # the depthwise forward's blocks of output rows (one input channel, a wide channel multiplier,
     # short rows): 97 rows in blocks of 2, the last one row; two groups of 65 rows
     Case(6, 1, 97, 5, 300, stride=2, padding=3, dilation=2),

@@ -203,6 +203,38 @@ def test_strided_forwards_run_pipelined_phase_by_phase():
 
 
 @pytest.mark.parametrize("dtype,tf32", MATHS)
+def test_strided_forwards_of_warp_tiles_run_pipelined_with_strided_stores(dtype, tf32):
+    """A strided forward that the warp tiles (mma.sync) would take, its phases unmerged, runs on the
+    pipelined tiles with stores out_step apart, in every math: a long dilated filter reaching 4 of 8
+    phases (the launcher writes the bias first), every phase of 3; a phase pair (adjacent pair stores) at
+    any MACs. Not where an output takes fewer than kStridedStoreMacs MACs (the stores' cost) or rows are
+    16 or fewer; one that the warpgroup tiles take keeps their staged output."""
+    long_filter = plans((14, 256, 64, 127, 6496, 8, 122, 0, 2, 1), dtype, tf32, "h100")["forward"]
+    assert long_filter["family"] == "pipelined", long_filter
+    assert (long_filter["out_phases"], long_filter["column_positions"], long_filter["bias_first"]) == (4, 8, 1), long_filter
+    every_phase = plans((4, 64, 40, 7, 5000, 3, 2, 0, 2, 1), dtype, tf32, "h100")["forward"]
+    assert every_phase["family"] == "pipelined" and every_phase["out_phases"] == 3 and every_phase["bias_first"] == 0
+    few_macs = plans((11, 8, 32, 5, 8528, 5, 2, 0, 2, 1), dtype, tf32, "h100")["forward"]  # 8 MACs an output
+    assert few_macs["family"] == "warp", few_macs
+    pair = plans((6, 48, 48, 5, 8001, 2, 2, 1, 1, 2), dtype, tf32, "h100")["forward"]  # 24 rows a group, 60 MACs
+    assert pair["family"] == ("warp" if dtype == torch.float32 and not tf32 else "pipelined"), pair
+    if dtype == torch.float32 and not tf32:
+        return
+    wide = plans((2, 1024, 512, 9, 14085, 4, 10, 0, 3, 4), dtype, tf32, "h100")["forward"]
+    assert wide["family"] == "warpgroup" and wide["out_phases"] == 4, wide
+
+
+@pytest.mark.parametrize("dtype,tf32", MATHS)
+def test_pipelined_plans_on_half_the_sms_before_two_buffer_plans(dtype, tf32):
+    """A pipelined plan whose tiles do not fill the SMs runs where they reach half of them
+    (kPipelinedLeastFill) rather than the two-buffer kernels' plan; below that the two-buffer plan stays."""
+    half = plans((1, 1024, 512, 4, 571, 8, 0, 4, 1, 1), dtype, tf32, "h100")["forward"]  # merged rows: 80 tiles
+    assert half["family"] == "pipelined" and half["parts"] == 80 and half["bias_first"] == 1, half
+    few = plans((1, 512, 256, 4, 571, 8, 0, 4, 1, 1), dtype, tf32, "h100")["forward"]  # 40 tiles
+    assert few["family"] != "pipelined", few
+
+
+@pytest.mark.parametrize("dtype,tf32", MATHS)
 def test_pipelined_x_by_tma_boxes_where_rows_allow(dtype, tf32):
     """The pipelined forward stages x by TMA boxes (tensor_rows: one box a consumer warpgroup) in
     float and 16-bit alike where x's rows are 16-byte multiples, row by row (a bulk copy a row)

@@ -306,10 +306,10 @@ struct ImplicitGemmEpilogue : ImplicitGemmOutput<T, kBlockMOf<kWarpTilesM, kWarp
 
 // store_tile: each accumulator of one out phase where its row and column put it, plus bias, the
 // bias of all of a thread's rows loaded before its first store. Merged rows: store_merged_rows.
-// Otherwise out_step 1: 16-bit by column pairs, float by columns; strided (out_step > 1, 3xTF32 only):
+// Otherwise out_step 1: 16-bit by column pairs, float by columns; strided (out_step > 1, any type):
 // by columns at the phase's positions, and where the problem has one out phase the thread also
-// writes the bias at the positions of the phases no tap reaches (the planner takes strided problems
-// with one out phase or every phase reached; kForm kPairs: several out phases, docs/design.md §3.6).
+// writes the bias at the positions of the phases no tap reaches (kForm kPairs: several out phases,
+// the positions of unreached ones holding the launcher's bias: GemmPlan::bias_first; docs/design.md §3.6).
 // store_phase_pair (kForm kPhasePair, TF32 and 16-bit): out_step 2's two out phases together.
 template <typename T, Math kMath, Merge kMerge, int kBlockM, int kSubtiles, PipelineForm kForm>
 struct PipelinedEpilogue {
@@ -357,11 +357,13 @@ struct PipelinedEpilogue {
           [&](int j, int side, int e) { return mma.value(side / 2, 4 * j + 2 * (side % 2) + e); });
     } else {
       const ThreadRows rows = thread_rows(tile, first_row);
-      if constexpr (sizeof(T) == 2) {  // (out_step 1: strided problems are 3xTF32's)
-        store_column_pairs(tile, mma, rows.left, rows.first_out, rows.first_bias);
-      } else {
-        store_columns(tile, p.out_phase_value[out_phase], mma, rows.left, rows.first_out, rows.first_bias);
+      if constexpr (sizeof(T) == 2) {
+        if (p.out_step == 1) {
+          store_column_pairs(tile, mma, rows.left, rows.first_out, rows.first_bias);
+          return;
+        }
       }
+      store_columns(tile, p.out_phase_value[out_phase], mma, rows.left, rows.first_out, rows.first_bias);
     }
   }
 

@@ -285,9 +285,7 @@ void run_data(DataPlan plan, const ConvTParams& p, const at::Tensor& in_tensor, 
     in = gemm_input(plan, p, in_tensor, launch, grad_y_copy);
   }
   if (plan.kernel == Kernel::kGemm) {
-    // merged rows that store fewer phases than a column spans (GemmPlan::column_positions,
-    // stored_row_phases): the other phases' positions hold the bias alone
-    if (plan.gemm.row_phases > 1 && plan.gemm.stored_row_phases < plan.gemm.column_positions) {
+    if (plan.gemm.bias_first) {  // (positions no kernel stores hold the bias alone)
       if (bias.defined()) {
         out.copy_(bias.view({1, -1, 1}).expand_as(out));
       } else {
