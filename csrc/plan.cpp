@@ -651,10 +651,11 @@ GemmWeight gemm_weight(const ConvTParams& p, bool forward) {  // A_t[row, ch] = 
 namespace {
 
 // A problem whose phases merge runs merged on warpgroup tiles where those fill the SMs (more than 32
-// merged rows, or a narrow output); warpgroup
-// problems run pipelined where that plans; then the warp tiles by the rows of a group and the taps
-// of a step, the first that fills the SMs (else the last that plans). 3xTF32 takes warpgroup tiles
-// only pipelined, and no 64-row warp tiles (two accumulators would spill).
+// merged rows, or a narrow output); warpgroup problems run pipelined where that plans, on at least
+// half the SMs where none fills them; then the warp tiles by the rows of a group and the taps of a
+// step, the first that fills the SMs (else the last that plans), a strided problem's pipelined in
+// their place where that pays (docs/design.md §4.5). 3xTF32 takes warpgroup tiles only pipelined,
+// and no 64-row warp tiles (two accumulators would spill).
 std::optional<GemmPlan> choose_gemm_plan(const GemmPlan& g, const std::optional<GemmPlan>& merged, const TensorFacts& in,
                                          Math math, const DeviceLimits& limits) {
   const bool one_accumulator = math != Math::k3xTF32;
