@@ -1118,7 +1118,10 @@ DataPlan plan_data(const ConvTParams& p, const TensorFacts& in, Math math, bool 
         const bool merges = !narrow_merged_rows(p) ? math != Math::k3xTF32 && pipelined(gemm) && !pipelined(exact)
                             : math == Math::k3xTF32 ? 4 * int64_t(gemm->taps) <= p.kernel_size
                                                     : math != Math::k16Bit || p.out_channels_per_group < 16;
-        if (exact && merges) {
+        // (the exact plan runs over the merged plan's outputs, whose zero taps may have made NaN at
+        // positions no tap reaches: it must store every position, so not one that leaves some to the
+        // launcher's bias_first; that plan runs alone instead)
+        if (exact && merges && !exact->bias_first) {
           plan_exact = *exact;
         } else {
           gemm = exact;
@@ -1325,7 +1328,10 @@ std::string describe(const DataPlan& plan) {
                         {"row_tiles", g.row_tiles}, {"launch_row_tiles", g.launch_row_tiles}, {"launch_chunks", g.launch_chunks},
                         {"workspace_bytes", 4 * packed_weight_words(first_launch(g))},
                         {"smem_bytes", int64_t(g.smem_bytes)}});
-    if (g.zero_taps) text += std::string(" exact_family=") + gemm_family_name(plan.exact.tile_shape);
+    if (g.zero_taps) {
+      text += std::string(" exact_family=") + gemm_family_name(plan.exact.tile_shape) +
+              " exact_bias_first=" + std::to_string(int(plan.exact.bias_first));
+    }
   } else if (plan.kernel == Kernel::kDepthwise) {
     text += key_values({{"staged", plan.depthwise.staged}, {"co_blocks", plan.depthwise.co_blocks},
                         {"smem_bytes", int64_t(plan.depthwise.smem_bytes)}});

@@ -627,6 +627,21 @@ def test_narrow_forwards_merge_with_zero_taps():
         assert (f["row_phases"], f["zero_taps"]) == ((2, 1) if merged else (1, 0)), (dtype, f)
 
 
+def test_exact_plans_store_every_position():
+    """A plan merged with zero taps may write NaN (0 x Inf) at positions no tap reaches; its exact
+    per-phase plan, run where x is not finite, stores every position over it, so it is never one
+    that leaves the unreached phases to the launcher's bias (bias_first): such a layer runs per phase
+    alone (a narrow dilated output whose per-phase plan has strided stores on 2 of 3 phases)."""
+    for shape in ((4, 128, 20, 2, 6000, 3, 1, 0, 2, 1), (4, 48, 3, 5, 12001, 4, 4, 0, 2, 1), (2, 256, 16, 3, 9000, 4, 1, 0, 2, 1),
+                  (3, 200, 12, 4, 8001, 5, 2, 0, 3, 1), (4, 48, 3, 5, 12001, 4, 2, 0, 1, 1)):
+        for dtype, tf32 in MATHS:
+            f = plans(shape, dtype, tf32, "h100")["forward"]
+            if f.get("zero_taps") == 1:
+                assert f["exact_bias_first"] == 0, (shape, dtype, tf32, f)
+    alone = plans((4, 128, 20, 2, 6000, 3, 1, 0, 2, 1), torch.float32, True, "h100")["forward"]
+    assert (alone["family"], alone["zero_taps"], alone["bias_first"]) == ("pipelined", 0, 1), alone
+
+
 def test_wide_strided_forwards_merge_with_zero_taps_where_per_phase_is_not_pipelined():
     """A wide output (C_out/groups * stride > 64) with K above stride and not a multiple of it merges
     into rows with zero taps where those add at most half the MACs (ceil(K / stride) * stride <= 1.5

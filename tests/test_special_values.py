@@ -21,6 +21,7 @@ TENSOR_CORES = [
     Case(4, 48, 3, 5, 12001, stride=4, padding=4, dilation=2),            # sm_90: the same with a dilated filter
     Case(2, 256, 128, 7, 3000, stride=5, padding=3),                      # sm_90: a wide forward merged with zero taps
     Case(2, 96, 2, 16, 20001, stride=5, padding=2, dilation=3),           # sm_90: dilated grad_input over the copy, zero taps
+    Case(4, 128, 20, 2, 6000, stride=3, padding=1, dilation=2),           # sm_90: strided stores on 2 of 3 phases, bias first
 ]
 SPECIAL_CASES = [
     Case(2, 4, 6, 3, 9),                                                  # tensor cores, channels padded
