@@ -388,7 +388,7 @@ std::optional<GemmPlan> plan_pipelined_steps(const GemmPlan& problem, const Tens
 // positions (out_step > 1): in 3xTF32 with one out phase or every phase of out_step reached, in TF32
 // and 16-bit as a phase pair (out_step 2, both phases: adjacent pair stores), and in any math with
 // `strided_stores` (the epilogue stores 4 bytes or 2 out_step apart, those of unreached phases the
-// launcher's bias first: GemmPlan::bias_first). Strided stores lose to the warpgroup tiles' staged
+// launcher's bias first: bias_first). Strided stores lose to the warpgroup tiles' staged
 // output, but not to the warp tiles' mma.sync (choose_gemm_plan; docs/design.md §3.6).
 // A step is one run of taps of one out phase over one chunk: the taps in runs as long as the stages
 // fit, a phase's taps in one run first. Only where a row tile's packed weight stays within the
@@ -744,21 +744,19 @@ std::optional<GemmPlan> choose_gemm_plan(const GemmPlan& g, const std::optional<
 std::optional<GemmPlan> plan_gemm(const GemmPlan& g, const std::optional<GemmPlan>& merged, const TensorFacts& in, Math math,
                                   const DeviceLimits& limits) {
   auto plan = choose_gemm_plan(g, merged, in, math, limits);
-  if (plan) {
-    set_launches(*plan, in, math, limits);
-    // positions no tap reaches that no kernel stores: merged rows of a short filter's phases without
-    // a tap, and a pipelined tile's unreached out phases beside several reached ones (its epilogue
-    // writes the bias of the others only beside a single out phase)
-    const bool pipelined = kGemmTileShapes[plan->tile_shape].family == GemmFamily::kPipelined;
-    plan->bias_first = (plan->row_phases > 1 && plan->stored_row_phases < plan->column_positions) ||
-                       (pipelined && plan->out_phases > 1 && plan->out_phases < plan->out_step);
-  }
+  if (plan) set_launches(*plan, in, math, limits);
   return plan;
 }
 
 PipelineForm pipeline_form(const GemmPlan& g) {
   if (g.out_step == 2 && g.out_phases == 2 && g.weight_parts == 1) return PipelineForm::kPhasePair;
   return g.out_phases * g.in_phases > 1 ? PipelineForm::kPairs : PipelineForm::kOnePair;
+}
+
+bool bias_first(const GemmPlan& g) {
+  const bool pipelined = kGemmTileShapes[g.tile_shape].family == GemmFamily::kPipelined;
+  return (g.row_phases > 1 && g.stored_row_phases < g.column_positions) ||
+         (pipelined && g.out_phases > 1 && g.out_phases < g.out_step);
 }
 
 int64_t packed_weight_words(const GemmPlan& g) {
@@ -1110,10 +1108,10 @@ DataPlan plan_data(const ConvTParams& p, const TensorFacts& in, Math math, bool 
       // whose strided forwards do).
       if (gemm && gemm->zero_taps) {
         auto exact = plan_gemm(gemm_problem(p, forward, step_taps), std::nullopt, in, math, limits);
-        // (an exact plan of strided stores in TF32 or 16-bit counts as the two-buffer plan it replaces)
-        auto pipelined = [&](const std::optional<GemmPlan>& plan) {
+        // (an exact plan of strided stores counts as the two-buffer plan it replaces)
+        auto pipelined = [](const std::optional<GemmPlan>& plan) {
           return plan && kGemmTileShapes[plan->tile_shape].family == GemmFamily::kPipelined &&
-                 (plan->out_step == 1 || math == Math::k3xTF32 || pipeline_form(*plan) == PipelineForm::kPhasePair);
+                 (plan->out_step == 1 || pipeline_form(*plan) == PipelineForm::kPhasePair);
         };
         const bool merges = !narrow_merged_rows(p) ? math != Math::k3xTF32 && pipelined(gemm) && !pipelined(exact)
                             : math == Math::k3xTF32 ? 4 * int64_t(gemm->taps) <= p.kernel_size
@@ -1121,7 +1119,7 @@ DataPlan plan_data(const ConvTParams& p, const TensorFacts& in, Math math, bool 
         // (the exact plan runs over the merged plan's outputs, whose zero taps may have made NaN at
         // positions no tap reaches: it must store every position, so not one that leaves some to the
         // launcher's bias_first; that plan runs alone instead)
-        if (exact && merges && !exact->bias_first) {
+        if (exact && merges && !bias_first(*exact)) {
           plan_exact = *exact;
         } else {
           gemm = exact;
@@ -1324,13 +1322,13 @@ std::string describe(const DataPlan& plan) {
                         {"stored_row_phases", g.stored_row_phases}, {"column_positions", g.column_positions},
                         {"channel_phases", g.channel_phases}, {"deinterleaved", g.deinterleaved}, {"zero_taps", g.zero_taps},
                         {"stage_output", g.stage_output}, {"resident", g.resident},
-                        {"tensor_rows", g.tensor_rows}, {"bias_first", g.bias_first}, {"tiles", g.tiles}, {"parts", g.parts},
+                        {"tensor_rows", g.tensor_rows}, {"bias_first", bias_first(g)}, {"tiles", g.tiles}, {"parts", g.parts},
                         {"row_tiles", g.row_tiles}, {"launch_row_tiles", g.launch_row_tiles}, {"launch_chunks", g.launch_chunks},
                         {"workspace_bytes", 4 * packed_weight_words(first_launch(g))},
                         {"smem_bytes", int64_t(g.smem_bytes)}});
     if (g.zero_taps) {
       text += std::string(" exact_family=") + gemm_family_name(plan.exact.tile_shape) +
-              " exact_bias_first=" + std::to_string(int(plan.exact.bias_first));
+              " exact_bias_first=" + std::to_string(int(bias_first(plan.exact)));
     }
   } else if (plan.kernel == Kernel::kDepthwise) {
     text += key_values({{"staged", plan.depthwise.staged}, {"co_blocks", plan.depthwise.co_blocks},

@@ -237,9 +237,6 @@ struct GemmPlan {
   // columns with the halo as one box (position, channel, batch) of staged_rows x x_row_elements;
   // TF32 rounded by the copy. The launcher encodes the map (GemmPlan::in_map_*).
   bool tensor_rows;
-  // The launcher writes the bias (or zero) over all of out before the launches: positions that no
-  // tap reaches and no kernel stores keep it (plan_gemm)
-  bool bias_first;
 };
 
 // The implicit GEMM of the forward (out = y, in = x) or of grad_input (out = grad_x, in = grad_y),
@@ -284,6 +281,11 @@ GemmWeight gemm_weight(const ConvTParams& p, bool forward);
 std::optional<GemmPlan> plan_gemm(const GemmPlan& problem, const std::optional<GemmPlan>& merged, const TensorFacts& in,
                                   Math math, const DeviceLimits& limits);
 int64_t packed_weight_words(const GemmPlan& g);
+// Whether the launcher writes the bias (or zero) over all of out before a plan's launches: where
+// some positions no tap reaches are stored by no kernel (merged rows of a short filter's phases
+// without a tap; a pipelined tile's unreached out phases beside several reached ones, whose
+// epilogue writes the bias of the others only beside a single out phase)
+bool bias_first(const GemmPlan& g);
 // Which pipelined kernel a pipelined plan takes (pipelined_gemm.cuh): one pair (every tap in each
 // step); several pairs (out phases or runs of taps, each out phase of a tile stored before the next);
 // or a phase pair: the two out phases of out_step 2 held in two accumulator sets and stored together,

@@ -309,7 +309,7 @@ struct ImplicitGemmEpilogue : ImplicitGemmOutput<T, kBlockMOf<kWarpTilesM, kWarp
 // Otherwise out_step 1: 16-bit by column pairs, float by columns; strided (out_step > 1, any type):
 // by columns at the phase's positions, and where the problem has one out phase the thread also
 // writes the bias at the positions of the phases no tap reaches (kForm kPairs: several out phases,
-// the positions of unreached ones holding the launcher's bias: GemmPlan::bias_first; docs/design.md §3.6).
+// the positions of unreached ones holding the launcher's bias: bias_first(GemmPlan); docs/design.md §3.6).
 // store_phase_pair (kForm kPhasePair, TF32 and 16-bit): out_step 2's two out phases together.
 template <typename T, Math kMath, Merge kMerge, int kBlockM, int kSubtiles, PipelineForm kForm>
 struct PipelinedEpilogue {

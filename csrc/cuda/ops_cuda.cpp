@@ -285,7 +285,7 @@ void run_data(DataPlan plan, const ConvTParams& p, const at::Tensor& in_tensor, 
     in = gemm_input(plan, p, in_tensor, launch, grad_y_copy);
   }
   if (plan.kernel == Kernel::kGemm) {
-    if (plan.gemm.bias_first) {  // (positions no kernel stores hold the bias alone)
+    if (bias_first(plan.gemm)) {  // (positions no kernel stores hold the bias alone)
       if (bias.defined()) {
         out.copy_(bias.view({1, -1, 1}).expand_as(out));
       } else {
