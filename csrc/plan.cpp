@@ -331,6 +331,22 @@ double planned_launch_waves(GemmPlan g, const TensorFacts& in, Math math, const 
   return time / tile_time(g, g.chunks, false, math);
 }
 
+// The rows x's tensor map groups into one (GemmPlan::map_row_phases): 1 where x's rows are 16-byte
+// multiples; else the fewest rows back to back whose length is one, where the channels (and each
+// group's) are whole super rows of them; 0 where no map fits
+int tensor_map_row_phases(const GemmPlan& g, const TensorFacts& in, int64_t channels) {
+  if (tensor_map_fits(in, g.in_length, channels, g.batch, g.in_channel_stride, g.in_batch_stride)) return 1;
+  for (const int phases : {2, 4, 8}) {
+    const int64_t super_row = phases * int64_t(g.in_length);
+    if (phases * in.element_size > 16 || g.in_channel_stride != g.in_length || super_row >= kGemmIndexLimit) break;
+    if (super_row * in.element_size % 16 == 0 && channels % phases == 0 && g.channels_per_group % phases == 0 &&
+        tensor_map_fits(in, super_row, channels / phases, g.batch, super_row, g.in_batch_stride)) {
+      return phases;
+    }
+  }
+  return 0;
+}
+
 // The pipelined kernel's plan (pipelined_gemm.cuh) for one of its tile shapes and the taps in runs
 // as the problem has them: 32-word chunks where three stages fit in one block's shared memory, else
 // 16-word chunks with as many stages as fit (two at least). 3xTF32 stages A's big and small parts.
@@ -346,10 +362,22 @@ std::optional<GemmPlan> plan_pipelined_steps(const GemmPlan& problem, const Tens
   g.weight_parts = math == Math::k3xTF32 ? 2 : 1;
   // a consumer warpgroup's box: its columns and the halo from the lead (TMA boxes start at 16-byte
   // multiples), rows ≡ 8 (mod 32) words (conflict-free fragment loads), at most 256 positions (TMA)
-  const int box_lead = int(floor_mod(g.first_offset, g.copy_elements));
-  const int box_row_elements = 8 + (g.block_n / kPipelineConsumers + g.last_offset - g.first_offset + box_lead - 8 + 31) / 32 * 32;
-  g.tensor_rows = allow_tensor_rows && limits.tma && g.channel_phases == 1 &&
-                  g.in_length_stride == 1 && box_row_elements <= 256;
+  // (a box starts at a 16-byte multiple of its super row: channel phase j's rows sit (j * in_length)
+  // mod copy_elements positions late in x_s, the box that much wider)
+  const int64_t channels = g.groups * g.channels_per_group;
+  const int map_row_phases = tensor_map_row_phases(g, in, channels);
+  // Boxes of several channel phases (2 * phases TMA copies a step) beat the rows' bulk copies on
+  // 256-column tiles over rows of kPhaseBoxLeastColumnTiles tiles or more, at 2 phases, or 4 in
+  // float with 2 taps a step or more (whose MMA outlasts the copies; measured on an H200: 16-bit at 4
+  // or 8 phases and one-tap float steps at 4 ran up to 1.25x the rows' time, 128-column tiles 1.1-1.35x)
+  const bool phase_boxes_pay = g.block_n == 256 && g.col_tiles >= kPhaseBoxLeastColumnTiles &&
+                               (map_row_phases == 2 || (map_row_phases == 4 && element_size == 4 && most_taps_per_step(g) >= 2));
+  const int box_lead = int(floor_mod(g.first_offset, g.copy_elements)), phase_shift = map_row_phases > 1 ? g.copy_elements - 1 : 0;
+  const int box_row_elements =
+      8 + (g.block_n / kPipelineConsumers + g.last_offset - g.first_offset + box_lead + phase_shift - 8 + 31) / 32 * 32;
+  g.tensor_rows = allow_tensor_rows && limits.tma && g.channel_phases == 1 && g.in_length_stride == 1 &&
+                  box_row_elements <= 256 && (map_row_phases == 1 || phase_boxes_pay);
+  g.map_row_phases = g.tensor_rows ? map_row_phases : 1;
   if (g.tensor_rows) g.lead = box_lead, g.row_offsets = false, g.x_row_elements = box_row_elements;
   const int channels_per_word = 4 / element_size;
   const int64_t channel_words = (g.channels_per_group + channels_per_word - 1) / channels_per_word;
@@ -360,7 +388,14 @@ std::optional<GemmPlan> plan_pipelined_steps(const GemmPlan& problem, const Tens
     g.chunk_channels = chunk_words * channels_per_word;
     g.chunks = int((g.channels_per_group + g.chunk_channels - 1) / g.chunk_channels);
     g.staged_rows = g.chunk_channels / g.channel_phases;
-    g.x_words = (g.tensor_rows ? kPipelineConsumers : 1) * g.staged_rows * g.x_row_elements * element_size / 4;
+    // (a box's channel phases each from a 128-byte boundary; a half k-step's channels in one phase)
+    const int phase_rows = g.staged_rows / g.map_row_phases, row_elements_128 = 128 / element_size;
+    g.map_phase_elements = (phase_rows * g.x_row_elements + row_elements_128 - 1) / row_elements_128 * row_elements_128;
+    if (g.tensor_rows && phase_rows < 16 / element_size) {
+      return plan_pipelined_steps(problem, in, tile_shape, math, limits, /*allow_tensor_rows=*/false);
+    }
+    g.x_words = g.tensor_rows ? kPipelineConsumers * g.map_row_phases * g.map_phase_elements * element_size / 4
+                              : g.staged_rows * g.x_row_elements * element_size / 4;
     g.slot_words = (g.block_m / 16) * g.ksteps * kFragmentWords;
     g.weight_slots = most_taps_per_step(g);  // a step's taps: one run
     const int64_t stage_bytes = int64_t(g.weight_parts * g.weight_slots * g.slot_words + g.x_words) * 4 + 2 * 8;  // and its mbarriers
@@ -373,9 +408,7 @@ std::optional<GemmPlan> plan_pipelined_steps(const GemmPlan& problem, const Tens
     g.parts = g.tiles;
     // (a box of a group's last chunk would read the next group's rows, whose Inf or NaN would turn
     // the zero weights' products into NaN: TMA only where chunks end with the groups)
-    const int64_t channels = g.groups * g.channels_per_group;
-    if (g.tensor_rows && ((g.groups > 1 && g.channels_per_group % g.staged_rows != 0) ||
-                          !tensor_map_fits(in, g.in_length, channels, g.batch, g.in_channel_stride, g.in_batch_stride))) {
+    if (g.tensor_rows && g.groups > 1 && g.channels_per_group % g.staged_rows != 0) {
       return plan_pipelined_steps(problem, in, tile_shape, math, limits, /*allow_tensor_rows=*/false);
     }
     return g;
@@ -482,7 +515,7 @@ GemmPlan gemm_problem(const ConvTParams& p, bool forward, int step_taps) {
   g.out_step = forward ? int(p.stride) : 1;
   g.column_positions = g.out_step;
   g.in_step = forward ? 1 : int(p.stride);
-  g.row_phases = g.stored_row_phases = g.channel_phases = g.weight_channel_phases = 1;
+  g.row_phases = g.stored_row_phases = g.channel_phases = g.weight_channel_phases = g.map_row_phases = 1;
   g.weight_parts = 1;
   g.tile_shape = -1;
   set_taps(g, p, forward, step_taps);
@@ -1322,7 +1355,7 @@ std::string describe(const DataPlan& plan) {
                         {"stored_row_phases", g.stored_row_phases}, {"column_positions", g.column_positions},
                         {"channel_phases", g.channel_phases}, {"deinterleaved", g.deinterleaved}, {"zero_taps", g.zero_taps},
                         {"stage_output", g.stage_output}, {"resident", g.resident},
-                        {"tensor_rows", g.tensor_rows}, {"bias_first", bias_first(g)}, {"tiles", g.tiles}, {"parts", g.parts},
+                        {"tensor_rows", g.tensor_rows}, {"map_row_phases", g.map_row_phases}, {"bias_first", bias_first(g)}, {"tiles", g.tiles}, {"parts", g.parts},
                         {"row_tiles", g.row_tiles}, {"launch_row_tiles", g.launch_row_tiles}, {"launch_chunks", g.launch_chunks},
                         {"workspace_bytes", 4 * packed_weight_words(first_launch(g))},
                         {"smem_bytes", int64_t(g.smem_bytes)}});

@@ -66,6 +66,10 @@ constexpr int64_t kStridedStoreMacs = 128;
 // steps' fixed costs the wide tile spreads over twice the MACs (docs/design.md §4.5: measured 0.8-2.7x
 // a wave, median 1.75, over 108 layers and dtypes on an H200)
 constexpr double kWideTileTimeLeast = 1.5, kWideTileTimeOneTap = 1.6, kWideTileTime = 1.8;
+// Column tiles a row of x must span for the pipelined forward to take it as TMA boxes of several
+// channel phases (GemmPlan::map_row_phases; plan_pipelined_steps): a row's first and last tiles
+// read past its ends and go row by row, at two windows a row (docs/design.md §3.6)
+constexpr int kPhaseBoxLeastColumnTiles = 6;
 // MACs a grad_y element feeds, from which grad_input copies it: 4-byte elements, 16-bit ones (whose
 // in-place fragment loads move half the words, so their bank conflicts cost less)
 constexpr int64_t kDeinterleaveReuse = 1024, kDeinterleaveReuse16 = 1536;
@@ -237,6 +241,13 @@ struct GemmPlan {
   // columns with the halo as one box (position, channel, batch) of staged_rows x x_row_elements;
   // TF32 rounded by the copy. The launcher encodes the map (GemmPlan::in_map_*).
   bool tensor_rows;
+  // Rows of no 16-byte multiple (docs/design.md §3.6): the map takes x as super rows of
+  // map_row_phases rows back to back (whose length is a 16-byte multiple), each box the rows of one
+  // channel phase (channel mod map_row_phases), staged one phase after the other; a tile that reads
+  // past a row's ends (where a box holds the neighbouring rows) goes row by row into the same layout.
+  // 1: the map is x's own rows. A box's phases start map_phase_elements apart (each 128-byte
+  // aligned, as TMA needs); the MMA's k index follows x_s's rows (gemm_mainloop.cuh's set_half_bases).
+  int map_row_phases, map_phase_elements;
 };
 
 // The implicit GEMM of the forward (out = y, in = x) or of grad_input (out = grad_x, in = grad_y),

@@ -160,6 +160,11 @@ WIDE_TILE_CASES = [
     # their 16-byte boundaries, the row ends element by element); merged rows and channels
     Case(2, 136, 200, 3, 20001, padding=1),
     Case(12, 72, 136, 16, 3001, stride=8, padding=4),
+    # rows of no 16-byte multiple by TMA boxes of their channel phases (map_row_phases), two groups on
+    # 64 x 256 tiles, the first and last column tiles (reading past a row's ends) row by row: 4 phases
+    # in float (forward and grad_input), 2 in 16-bit (forward; grad_input 2 in float)
+    Case(4, 128, 128, 3, 3003, padding=2, groups=2),
+    Case(4, 128, 128, 3, 3004, padding=2, groups=2),
     # its 64 x 256 tiles (33-64 rows): merged rows (48, forward) and channels (48, grad_input); rows of
     # an odd length; and the first case above (50 rows, grad_input 36)
     Case(8, 40, 24, 4, 4500, stride=2, padding=1),

@@ -237,14 +237,25 @@ def test_pipelined_plans_on_half_the_sms_before_two_buffer_plans(dtype, tf32):
 @pytest.mark.parametrize("dtype,tf32", MATHS)
 def test_pipelined_x_by_tma_boxes_where_rows_allow(dtype, tf32):
     """The pipelined forward stages x by TMA boxes (tensor_rows: one box a consumer warpgroup) in
-    float and 16-bit alike where x's rows are 16-byte multiples, row by row (a bulk copy a row)
-    otherwise: on short steps the row copies, not the MMA, set the pace."""
+    float and 16-bit alike where x's rows are 16-byte multiples. Other rows back to back go as super
+    rows of the fewest rows whose length is one (map_row_phases), a box a channel phase, where those
+    boxes pay: 256-column tiles over rows of 6 column tiles or more, 2 phases, or 4 in float with 2
+    taps a step or more. Row by row otherwise (a bulk copy a row): on short steps the row copies,
+    not the MMA, set the pace."""
     unit = 16 // dtype.itemsize  # (elements of 16 bytes)
-    for n, c_in, c_out, k, stride in ((10, 1536, 1536, 1, 1), (16, 1536, 512, 4, 2)):
-        for l_in, boxes in ((162 * unit, 1), (162 * unit + 1, 0)):
+    wide = dtype.itemsize == 2 or tf32  # (3xTF32: 128-column tiles)
+    for n, c_in, c_out, k, stride, taps in ((10, 1536, 1536, 1, 1, 1), (16, 1536, 512, 4, 2, 2)):
+        odd = 4 if dtype.itemsize == 4 and taps >= 2 else 0  # (16-bit: 8 phases)
+        for l_in, boxes, phases in ((1600, 1, 1), (1600 + unit // 2, int(wide), 2 if wide else 1),
+                                    (1601, int(wide and odd > 0), odd if wide and odd else 1)):
             forward = plans((n, c_in, c_out, k, l_in, stride, 0, 0, 1, 1), dtype, tf32, "h100")["forward"]
-            assert forward["family"] == "pipelined" and forward["tensor_rows"] == boxes, (l_in, forward)
+            assert forward["family"] == "pipelined" and forward["block_n"] == (256 if wide else 128), (l_in, forward)
+            assert (forward["tensor_rows"], forward["map_row_phases"]) == (boxes, phases), (l_in, forward)
             assert plans((n, c_in, c_out, k, l_in, stride, 0, 0, 1, 1), dtype, tf32, "a100")["forward"]["tensor_rows"] == 0
+        # channels that are no whole super rows, and rows of fewer column tiles: row by row
+        for shape in ((n, c_in - 1, c_out, k, 1600 + unit // 2, stride), (n, c_in, c_out, k, 4 * 256 + unit // 2, stride)):
+            forward = plans(shape + (0, 0, 1, 1), dtype, tf32, "h100")["forward"]
+            assert forward["family"] == "pipelined" and forward["tensor_rows"] == 0, (shape, forward)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

@@ -96,6 +96,30 @@ def _reads_padding(case) -> torch.Tensor:
 
 
 @pytest.mark.parametrize(**VALUES)
+@pytest.mark.parametrize("case,dtype,tf32", [
+    (Case(2, 136, 200, 3, 20001, padding=1), torch.float32, True),                 # 4 phases
+    (Case(4, 128, 128, 3, 3003, padding=2, groups=2), torch.float32, False),       # 4 phases, strict
+    (Case(2, 136, 200, 3, 20004, padding=1), torch.bfloat16, True),                # 2 phases
+], ids=lambda v: case_id(v) if isinstance(v, Case) else str(v), indirect=["tf32"])
+def test_row_ends_stay_in_their_rows(case, dtype, value, device, tf32):
+    """x's rows of no 16-byte multiple go to the pipelined forward as TMA boxes of rows back to back
+    (map_row_phases), where positions past a row's ends hold the next or the previous row (those
+    tiles go row by row): a value at a row's last position and one at the next row's first must
+    reach only their own rows' outputs."""
+    if device != "cuda":
+        pytest.skip("a CUDA plan")
+    plan = explain(case.n, case.c_in, case.c_out, case.k, case.l_in, padding=case.padding, groups=case.groups, dtype=dtype,
+                   tf32=tf32)["forward"]
+    assert plan["tensor_rows"] == 1 and plan["map_row_phases"] > 1, plan  # (on an H100 or H200)
+    x, w, b = _inputs(case, dtype, device)
+    x = x.detach().clone()
+    x[0, 0, -1] = value
+    x[0, 1, 0] = -value
+    expected, _ = reference(x, w, b, case)
+    assert torch.equal(_classes(ours(x, w, b, case)), _classes(expected))
+
+
+@pytest.mark.parametrize(**VALUES)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("case", quick_params(SPECIAL_CASES, SPECIAL_CASES[:1]), ids=case_id)
 @pytest.mark.parametrize("tf32", [True, False], ids=["tf32", "strict"], indirect=True)

@@ -352,7 +352,7 @@ struct PipelineStages {
   uint64_t* full;
   uint64_t* empty;
   int x_stage_elements;
-  int box_elements;  // tensor_rows: a consumer warpgroup's box
+  int box_elements;  // tensor_rows: a consumer warpgroup's boxes (each channel phase's)
   int copied;        // elements of a staged row (whole 16-byte chunks)
   __device__ __forceinline__ PipelineStages(uint32_t* smem, const GemmProblem& p) {
     part_weight_words = p.weight_slots * p.slot_words;
@@ -362,7 +362,7 @@ struct PipelineStages {
     full = reinterpret_cast<uint64_t*>(smem + p.stages * (stage_weight_words + p.x_words));
     empty = full + p.stages;
     x_stage_elements = p.x_words * 4 / int(sizeof(T));
-    box_elements = p.staged_rows * p.x_row_elements;
+    box_elements = p.map_row_phases * p.map_phase_elements;
     copied = p.row_copies * p.copy_elements;
   }
   // `full` completes when the producer threads have arrived and every byte they announced has
@@ -379,6 +379,22 @@ struct PipelineStages {
   __device__ __forceinline__ uint32_t* w_s(int stage) const { return w_stages + stage * stage_weight_words; }
   __device__ __forceinline__ T* x_s(int stage) const { return x_stages + stage * x_stage_elements; }
 };
+
+// Elements that the rows of channel phase `phase` (GemmPlan::map_row_phases) sit late in their x_s
+// boxes: their super-row position past a 16-byte multiple (the box starts at that multiple)
+template <typename T>
+__device__ __forceinline__ int channel_phase_shift(const GemmProblem& p, int phase) {
+  return phase * p.in_length % (16 / int(sizeof(T)));
+}
+
+// Whether a tile of a map of several channel phases reads past x's row ends, where a super row's
+// box would hold the neighbouring rows: the producer stages it row by row instead (unrounded: TF32
+// fragments round as they load)
+template <int kBlockN>
+__device__ __forceinline__ bool phases_row_by_row(const GemmProblem& p, int tile_col) {
+  return p.tensor_rows && p.map_row_phases > 1 &&
+         (tile_col + p.first_offset < 0 || tile_col + kBlockN - 1 + p.last_offset >= p.in_length);
+}
 
 // A position in the ring: the stage and the parity of its current mbarrier phase
 struct PipelineState {
@@ -474,12 +490,34 @@ struct PipelinedProducer {
       }
     }
     T* x_s = stages.x_s(stage);
-    if (p.tensor_rows) {
+    const int tile_col = tile.col_tile * kBlockN;
+    if (phases_row_by_row<kBlockN>(p, tile_col)) {
+      // the boxes' layout row by row (each row's window from the same 16-byte boundary, zero outside
+      // the row), box r / staged_rows's x_s row r % staged_rows, thread t the rows t, t + 128, ...
+      const int phase_rows = p.staged_rows / p.map_row_phases;
+      for (int r = lane * kPipelineProducerWarps + producer / 32; r < kPipelineConsumers * p.staged_rows; r += kPipelineProducerThreads) {
+        const int box = r / p.staged_rows, phase = r % p.staged_rows / phase_rows, phase_row = r % p.staged_rows % phase_rows;
+        const int64_t channel = problem_chunk(p, chunk) * p.chunk_channels + phase_row * p.map_row_phases + phase;
+        const T* row = channel < p.channels_per_group
+                           ? in + tile.n * p.in_batch_stride + (tile.g * p.channels_per_group + channel) * p.in_channel_stride
+                           : nullptr;
+        const int window = tile_col + box * (kBlockN / 2) + p.first_offset - p.lead - channel_phase_shift<T>(p, phase);
+        stage_window(x_s + box * stages.box_elements + phase * p.map_phase_elements + phase_row * p.x_row_elements, row, window,
+                     p.in_length, p.x_row_elements, landed);
+      }
+    } else if (p.tensor_rows) {
       if (producer == 0) {
-        mbarrier_expect_bytes(landed, uint32_t(p.x_words) * 4);
+        // channel phase j's rows (every map_row_phases-th channel from the chunk's first) at super-row
+        // position j * in_length + the window's, rounded down to 16 bytes (a box starts there: its
+        // rows sit channel_phase_shift late), staged after the phases before it
+        const int first_super_row = int((tile.g * p.channels_per_group + problem_chunk(p, chunk) * p.chunk_channels) / p.map_row_phases);
+        mbarrier_expect_bytes(landed, uint32_t(kPipelineConsumers * p.staged_rows * p.x_row_elements * int(sizeof(T))));
         for (int box = 0; box < kPipelineConsumers; ++box)
-          tensor_copy_to_shared(x_s + box * stages.box_elements, &p.in_map, tile.col_tile * kBlockN + box * (kBlockN / 2) + p.first_offset - p.lead,
-                                int(tile.g * p.channels_per_group + problem_chunk(p, chunk) * p.chunk_channels), int(tile.n), landed);
+          for (int phase = 0; phase < p.map_row_phases; ++phase)
+            tensor_copy_to_shared(x_s + box * stages.box_elements + phase * p.map_phase_elements, &p.in_map,
+                                  phase * p.in_length - channel_phase_shift<T>(p, phase) + tile_col + box * (kBlockN / 2) +
+                                      p.first_offset - p.lead,
+                                  first_super_row, int(tile.n), landed);
       }
     } else {
       // row r by lane r / 4 of warp r % 4

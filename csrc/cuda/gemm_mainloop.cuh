@@ -61,21 +61,17 @@ __device__ __forceinline__ void mma_step(Accumulator<kMath>& d, const uint32_t (
 // B fragment of one n8 tile and k-step from x_s[ch][pos]. `column` points at channel 0 of this lane's
 // column (lane / 4); c = lane % 4. TF32 (k8): b0 = X[c][col], b1 = X[c + 4][col] (x_s is already rounded).
 // 16-bit (k16): b0 = X[2c, 2c + 1][col], b1 = X[2c + 8, 2c + 9][col], the lower channel in the low half.
-// With row_offsets, rows 2c and 2c + 8 (TF32: c and c + 4) sit shifted by shift_low, rows 2c + 1 and
-// 2c + 9 by shift_high (row shifts repeat every 4 (float) or 8 (16-bit) channels: GemmProblem).
+// (The warpgroups' in^T fragments hold the same, from rows that may sit apart: load_channel_rows.)
 template <typename T, Math kMath>
-__device__ __forceinline__ void load_b(uint32_t (&b)[2], const T* column, int row_elements, int c, int shift_low = 0,
-                                       int shift_high = 0) {
+__device__ __forceinline__ void load_b(uint32_t (&b)[2], const T* column, int row_elements, int c) {
   if constexpr (kMath == Math::k16Bit) {
     const unsigned short* x16 = reinterpret_cast<const unsigned short*>(column);
-    auto pair = [&](int ch) {
-      return uint32_t(x16[ch * row_elements + shift_low]) | (uint32_t(x16[(ch + 1) * row_elements + shift_high]) << 16);
-    };
+    auto pair = [&](int ch) { return uint32_t(x16[ch * row_elements]) | (uint32_t(x16[(ch + 1) * row_elements]) << 16); };
     b[0] = pair(2 * c);
     b[1] = pair(2 * c + 8);
   } else {
-    b[0] = __float_as_uint(column[c * row_elements + shift_low]);
-    b[1] = __float_as_uint(column[(c + 4) * row_elements + shift_low]);
+    b[0] = __float_as_uint(column[c * row_elements]);
+    b[1] = __float_as_uint(column[(c + 4) * row_elements]);
   }
 }
 
@@ -94,12 +90,58 @@ __device__ __forceinline__ void load_b_merged(uint32_t (&b)[2], const T* column,
   }
 }
 
-// Where this lane's rows of a k-step sit in x_s beyond its column: row_offsets' shifts of its rows
-// (load_b), or with merged channels the offsets of its channels c and c + 4 (16-bit: 2c and 2c + 8)
-// as channel (co, r) = co*x_row_elements + r (load_b_merged)
+// Where this lane's rows of a k-step sit in x_s beyond its column: row_offsets' shifts of its rows,
+// or with merged channels the offsets of its channels c and c + 4 (16-bit: 2c and 2c + 8) as channel
+// (co, r) = co*x_row_elements + r (load_b_merged). Otherwise set_half_bases and set_lane_offsets
+// make of them the fragments' rows: a chunk's channels in halves of a k-step (8 channels, TF32 4), half h at
+// `half_base[h]` elements from the lane's column, and in a half the lane's channels 2c and 2c + 1
+// (TF32: c) at `lane_offset` (load_channel_rows).
 struct LaneRows {
   int shift_low = 0, shift_high = 0, phase_low = 0, phase_high = 0;
+  int lane_offset[2] = {0, 0};
+  int half_base[8] = {0, 0, 0, 0, 0, 0, 0, 0};
 };
+// The MMA's k index kappa of a chunk is x_s row kappa: with `phases` channel phases
+// (GemmPlan::map_row_phases) the rows of phase j (kappa / (staged_rows / phases)) start at
+// j * map_phase_elements, that phase's shift late (channel_phase_shift), and hold channels
+// (kappa mod (staged_rows / phases)) * phases + j (the packed weight's k index the same,
+// pack_gemm_weight_kernel); a half of a k-step lies in one phase. Phases 1: row kappa is channel kappa.
+template <typename T, Math kMath>
+__device__ __forceinline__ void set_half_bases(const GemmProblem& p, int phases, LaneRows& rows) {
+  constexpr int kHalfChannels = kMath == Math::k16Bit ? 8 : 4;
+  const int phase_rows = p.staged_rows / phases;
+#pragma unroll
+  for (int h = 0; h < 8; ++h) {
+    const int first = h * kHalfChannels, phase = phases > 1 ? first / phase_rows : 0;
+    rows.half_base[h] = phases > 1 ? phase * p.map_phase_elements + (first % phase_rows) * p.x_row_elements + channel_phase_shift<T>(p, phase)
+                                   : first * p.x_row_elements;
+  }
+}
+// The lane's channels 2c and 2c + 1 (TF32: c) in a half, with row_offsets' shifts
+template <Math kMath>
+__device__ __forceinline__ void set_lane_offsets(const GemmProblem& p, int lane, LaneRows& rows) {
+  const int c = lane % 4;
+  if constexpr (kMath == Math::k16Bit) {
+    rows.lane_offset[0] = 2 * c * p.x_row_elements + rows.shift_low, rows.lane_offset[1] = (2 * c + 1) * p.x_row_elements + rows.shift_high;
+  } else {
+    rows.lane_offset[0] = c * p.x_row_elements + rows.shift_low;
+  }
+}
+// A warpgroup's in^T fragment (load_b's registers) of k-step `kstep` from the rows LaneRows places
+template <typename T, Math kMath>
+__device__ __forceinline__ void load_channel_rows(uint32_t (&b)[2], const T* column, const LaneRows& rows, int kstep) {
+  const T* low = column + rows.half_base[2 * kstep];
+  const T* high = column + rows.half_base[2 * kstep + 1];
+  if constexpr (kMath == Math::k16Bit) {
+    const unsigned short* low16 = reinterpret_cast<const unsigned short*>(low);
+    const unsigned short* high16 = reinterpret_cast<const unsigned short*>(high);
+    b[0] = uint32_t(low16[rows.lane_offset[0]]) | (uint32_t(low16[rows.lane_offset[1]]) << 16);
+    b[1] = uint32_t(high16[rows.lane_offset[0]]) | (uint32_t(high16[rows.lane_offset[1]]) << 16);
+  } else {
+    b[0] = __float_as_uint(low[rows.lane_offset[0]]);
+    b[1] = __float_as_uint(high[rows.lane_offset[0]]);
+  }
+}
 template <Math kMath>
 __device__ __forceinline__ void merged_channel_offsets(const GemmProblem& p, int lane, LaneRows& rows) {
   const int low = kMath == Math::k16Bit ? 2 * (lane % 4) : lane % 4, high = low + (kMath == Math::k16Bit ? 8 : 4);
@@ -187,9 +229,8 @@ struct WarpgroupMma {
             load_b_merged<T, kMath>(low, x_kstep, rows.phase_low, rows.phase_high);
             load_b_merged<T, kMath>(high, x_kstep + 8 * p.channel_phases, rows.phase_low, rows.phase_high);
           } else {
-            const T* x_kstep = x_tap + s * 64 + (half * kHalf + k) * kKstepChannels * p.x_row_elements;
-            load_b<T, kMath>(low, x_kstep, p.x_row_elements, lane % 4, rows.shift_low, rows.shift_high);
-            load_b<T, kMath>(high, x_kstep + 8, p.x_row_elements, lane % 4, rows.shift_low, rows.shift_high);
+            load_channel_rows<T, kMath>(low, x_tap + s * 64, rows, half * kHalf + k);
+            load_channel_rows<T, kMath>(high, x_tap + s * 64 + 8, rows, half * kHalf + k);
           }
           a[k][s][0] = low[0], a[k][s][1] = high[0], a[k][s][2] = low[1], a[k][s][3] = high[1];
           if constexpr (kMath == Math::kTF32) {
@@ -304,6 +345,10 @@ struct ImplicitGemmMainloop {
         rows.shift_low = elements_past_16_bytes(window), rows.shift_high = elements_past_16_bytes(window + p.in_channel_stride);
       }
     }
+    if constexpr (kWarpgroups && kMerge != Merge::kChannels) {
+      set_half_bases<T, kMath>(p, 1, rows);
+      set_lane_offsets<kMath>(p, lane, rows);
+    }
     for (int i = step.first_tap; i < step.end_tap; ++i) {
       const int offset = p.slot_offset[i];
       const int slot = p.resident ? step.chunk * p.taps + i : i - step.first_tap;
@@ -374,7 +419,7 @@ struct PipelinedMainloop {
   PipelineStages<T> stages;
   int lane, warp, warp_first_col;
   int low_row;    // this lane's x_s rows of a k-step: channels c and c + 4 (16-bit: 2c, 2c + 1, 2c + 8 and 2c + 9)
-  LaneRows rows;  // merged channels: where this lane's channels sit in x_s
+  LaneRows rows;  // where this lane's channels sit in x_s (per tile: row_offsets' shifts)
   // TF32 x_s not copied by TMA (no tensor_rows) is raw float32: the fragments round to TF32 as they
   // load (in place of a rounding pass over x_s and a barrier of the consumers)
   bool round_fragments;
@@ -385,6 +430,7 @@ struct PipelinedMainloop {
     warp_first_col = (warp / 4) * 64 * kSubtiles + (warp % 4) * 16 + lane / 4;
     low_row = kMath == Math::k16Bit ? 2 * (lane % 4) : lane % 4;
     if constexpr (kMerge == Merge::kChannels) merged_channel_offsets<kMath>(p, lane, rows);
+    if constexpr (kMerge != Merge::kChannels) set_half_bases<T, kMath>(p, p.map_row_phases, rows);
     round_fragments = kMath == Math::kTF32 && !p.tensor_rows;
   }
 
@@ -396,6 +442,8 @@ struct PipelinedMainloop {
     LaneRows tile_rows = rows;
     tile_rows.shift_low = p.tensor_rows ? 0 : Row::of(p, in, tile, 0, low_row).shift();
     tile_rows.shift_high = p.tensor_rows ? 0 : Row::of(p, in, tile, 0, low_row + 1).shift();
+    if constexpr (kMerge != Merge::kChannels) set_lane_offsets<kMath>(p, lane, tile_rows);
+    const bool round = round_fragments || (kMath == Math::kTF32 && phases_row_by_row<kBlockN>(p, tile.col_tile * kBlockN));
     // a pair's steps: its slots [first_slot, first_slot + slots) over every chunk
     auto run_pair = [&](int first_slot, int slots) {
       const int* const slot_offset = p.slot_offset + first_slot;
@@ -418,7 +466,7 @@ struct PipelinedMainloop {
             const char* w_small_slot = w_slot + stages.part_weight_words * 4;  // 3xTF32
             return TapOperands<T>{x_tap, w_slot, w_small_slot};
           };
-          mma.run_tap(p, operands, lane, tile_rows, round_fragments);
+          mma.run_tap(p, operands, lane, tile_rows, round);
         }
         mma.wait_all();  // the stage's last group: then its w_s and x_s are free
         __syncwarp();

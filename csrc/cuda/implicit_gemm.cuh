@@ -82,6 +82,7 @@ __global__ void pack_gemm_weight_kernel(const T* __restrict__ w, uint32_t* __res
   // weight_channel_phases + phase holds the tap at position / dilation where dilation divides it;
   // the division only there)
   const int dilation = p.row_phases > 1 || p.weight_channel_phases > 1 ? int(a.dilation) : 1;
+  const int map_phase_rows = p.map_row_phases > 1 ? p.staged_rows / p.map_row_phases : 1;
 #pragma unroll 4
   for (int part_slot = int(blockIdx.z); part_slot < part_slots; part_slot += int(gridDim.z)) {
     const bool small_part = part_slot >= p.taps;  // (weight_parts: 1 or 2)
@@ -89,7 +90,9 @@ __global__ void pack_gemm_weight_kernel(const T* __restrict__ w, uint32_t* __res
     uint32_t value = 0;
 #pragma unroll
     for (int half = 0; half < kChannelsPerWord; ++half) {
-      const int ch = int(problem_chunk(p, chunk)) * p.chunk_channels + word * kChannelsPerWord + half;
+      const int kappa = word * kChannelsPerWord + half;  // (tensor map phases: x_s row kappa's channel, set_half_bases)
+      const int ch = int(problem_chunk(p, chunk)) * p.chunk_channels +
+                     (p.map_row_phases > 1 ? kappa % map_phase_rows * p.map_row_phases + kappa / map_phase_rows : kappa);
       const auto channel_phase = p.div_weight_channel_phases.divmod(unsigned(ch));
       const int phase = row_phase + int(channel_phase.mod);  // (one of the two is 0)
       const int position = t * p.row_phases * p.weight_channel_phases + phase;

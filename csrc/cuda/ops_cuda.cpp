@@ -128,10 +128,12 @@ bool encode_tensor_map(CUtensorMap& map, const at::Tensor& t, std::initializer_l
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-// The pipelined forward's x_s boxes (GemmPlan::tensor_rows)
+// The pipelined forward's x_s boxes (GemmPlan::tensor_rows): rows of map_row_phases channels back
+// to back, a box the staged rows of one channel phase
 bool encode_in_map(CUtensorMap& map, const GemmPlan& g, const at::Tensor& in, Math math) {
-  return encode_tensor_map(map, in, {g.in_length, g.groups * g.channels_per_group, g.batch},
-                           {g.in_channel_stride, g.in_batch_stride}, {g.x_row_elements, g.staged_rows, 1},
+  const int64_t phases = g.map_row_phases;
+  return encode_tensor_map(map, in, {phases * g.in_length, g.groups * g.channels_per_group / phases, g.batch},
+                           {phases * g.in_channel_stride, g.in_batch_stride}, {g.x_row_elements, int(g.staged_rows / phases), 1},
                            CU_TENSOR_MAP_SWIZZLE_NONE, /*tf32=*/math == Math::kTF32);
 }
 // The pipelined grad_weight's x boxes: 64 channels x 128 bytes of positions, swizzled as wgmma's B
