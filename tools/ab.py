@@ -15,6 +15,7 @@ separated by ';' (e.g. a sweep's layers), timed after --shapes. --passes also ti
 """
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -143,6 +144,11 @@ def main():
         row = f"{key:44s}" + "".join(f"{medians[name][key]:12.4f}" for name in names)
         row += "".join(f"{medians[name][key] / medians[reference][key]:16.3f}" for name in names[1:])
         print(row)
+    for name in names[1:]:  # (the distribution of name/reference over every cell)
+        ratios = [medians[name][key] / medians[reference][key] for key in medians[reference]]
+        geomean = math.exp(statistics.fmean(math.log(ratio) for ratio in ratios))
+        print(f"{name}/{reference}: geomean {geomean:.3f} over {len(ratios)} cells, {sum(r < 0.95 for r in ratios)} more than 5 % "
+              f"faster, {sum(r > 1.05 for r in ratios)} more than 5 % slower")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(medians, f, indent=1)
