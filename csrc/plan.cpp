@@ -332,13 +332,14 @@ double planned_launch_waves(GemmPlan g, const TensorFacts& in, Math math, const 
 }
 
 // The rows x's tensor map groups into one (GemmPlan::map_row_phases): 1 where x's rows are 16-byte
-// multiples; else the fewest rows back to back whose length is one, where the channels (and each
+// multiples; else the fewest rows back to back whose length is one, 2 or 4 (16-bit rows of an odd
+// length would need 8, whose boxes do not pay: plan_pipelined_steps), where the channels (and each
 // group's) are whole super rows of them; 0 where no map fits
 int tensor_map_row_phases(const GemmPlan& g, const TensorFacts& in, int64_t channels) {
   if (tensor_map_fits(in, g.in_length, channels, g.batch, g.in_channel_stride, g.in_batch_stride)) return 1;
-  for (const int phases : {2, 4, 8}) {
+  for (const int phases : {2, 4}) {
     const int64_t super_row = phases * int64_t(g.in_length);
-    if (phases * in.element_size > 16 || g.in_channel_stride != g.in_length || super_row >= kGemmIndexLimit) break;
+    if (g.in_channel_stride != g.in_length || super_row >= kGemmIndexLimit) break;
     if (super_row * in.element_size % 16 == 0 && channels % phases == 0 && g.channels_per_group % phases == 0 &&
         tensor_map_fits(in, super_row, channels / phases, g.batch, super_row, g.in_batch_stride)) {
       return phases;
@@ -388,12 +389,10 @@ std::optional<GemmPlan> plan_pipelined_steps(const GemmPlan& problem, const Tens
     g.chunk_channels = chunk_words * channels_per_word;
     g.chunks = int((g.channels_per_group + g.chunk_channels - 1) / g.chunk_channels);
     g.staged_rows = g.chunk_channels / g.channel_phases;
-    // (a box's channel phases each from a 128-byte boundary; a half k-step's channels in one phase)
+    // (a box's channel phases each from a 128-byte boundary; a half k-step's channels lie in one
+    // phase, set_half_bases: 16 or 32 16-bit rows a chunk over 2 phases, 16 or 32 float rows over 4)
     const int phase_rows = g.staged_rows / g.map_row_phases, row_elements_128 = 128 / element_size;
     g.map_phase_elements = (phase_rows * g.x_row_elements + row_elements_128 - 1) / row_elements_128 * row_elements_128;
-    if (g.tensor_rows && phase_rows < 16 / element_size) {
-      return plan_pipelined_steps(problem, in, tile_shape, math, limits, /*allow_tensor_rows=*/false);
-    }
     g.x_words = g.tensor_rows ? kPipelineConsumers * g.map_row_phases * g.map_phase_elements * element_size / 4
                               : g.staged_rows * g.x_row_elements * element_size / 4;
     g.slot_words = (g.block_m / 16) * g.ksteps * kFragmentWords;
