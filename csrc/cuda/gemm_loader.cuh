@@ -497,10 +497,8 @@ struct PipelinedProducer {
       const int phase_rows = p.staged_rows / p.map_row_phases;
       for (int r = lane * kPipelineProducerWarps + producer / 32; r < kPipelineConsumers * p.staged_rows; r += kPipelineProducerThreads) {
         const int box = r / p.staged_rows, phase = r % p.staged_rows / phase_rows, phase_row = r % p.staged_rows % phase_rows;
-        const int64_t channel = problem_chunk(p, chunk) * p.chunk_channels + phase_row * p.map_row_phases + phase;
-        const T* row = channel < p.channels_per_group
-                           ? in + tile.n * p.in_batch_stride + (tile.g * p.channels_per_group + channel) * p.in_channel_stride
-                           : nullptr;
+        // (boxes never merge channels: GemmPlan::tensor_rows needs channel_phases 1)
+        const T* row = StagedRow<T, Merge::kNone, kBlockN>::of(p, in, tile, chunk, phase_row * p.map_row_phases + phase).row;
         const int window = tile_col + box * (kBlockN / 2) + p.first_offset - p.lead - channel_phase_shift<T>(p, phase);
         stage_window(x_s + box * stages.box_elements + phase * p.map_phase_elements + phase_row * p.x_row_elements, row, window,
                      p.in_length, p.x_row_elements, landed);
