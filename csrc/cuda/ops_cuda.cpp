@@ -427,11 +427,14 @@ void backward(const at::Tensor& grad_y, const at::Tensor& x, const at::Tensor& w
       if (!grad_y_copy.values.defined()) grad_y_copy = deinterleaved_grad_y(p, grad_y, launch);
       const at::Tensor over = at::empty({q.in_channels, q.out_channels_per_group, q.kernel_size}, grad_w.options());
       run_grad_weight(weight, q, weight_x, grad_y_copy.values, over, grad_bias, math, x_map, launch);
-      const int64_t phases = deinterleaved_phases(p);
-      grad_w.copy_(over.view({p.in_channels, p.out_channels_per_group, phases, q.kernel_size})
-                       .transpose(2, 3)
-                       .reshape({p.in_channels, p.out_channels_per_group, phases * q.kernel_size})
-                       .narrow(2, 0, p.kernel_size));
+      // (one pass, into grad_w's memory (contiguous, made by the op): its whole runs of `phases` taps,
+      // then the last run's first K mod phases)
+      const int64_t phases = deinterleaved_phases(p), whole_runs = p.kernel_size / phases, rest = p.kernel_size % phases;
+      const at::Tensor by_tap = over.view({p.in_channels, p.out_channels_per_group, phases, q.kernel_size}).transpose(2, 3);
+      grad_w.narrow(2, 0, whole_runs * phases)
+          .view({p.in_channels, p.out_channels_per_group, whole_runs, phases})
+          .copy_(by_tap.narrow(2, 0, whole_runs));
+      if (rest > 0) grad_w.narrow(2, whole_runs * phases, rest).copy_(by_tap.select(2, whole_runs).narrow(2, 0, rest));
     } else if (weight.unrolled_grad_y) {
       // the one-tap problem's weight (C_in, C_out/groups * K, 1) is grad_w's memory (grad_weight_over_unrolled)
       run_grad_weight(weight, weight.problem, weight_x, unrolled_grad_y(p, grad_y, launch), grad_w, grad_bias, math, x_map, launch);
