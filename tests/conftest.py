@@ -165,6 +165,9 @@ WIDE_TILE_CASES = [
     # in float (forward and grad_input), 2 in 16-bit (forward; grad_input 2 in float)
     Case(4, 128, 128, 3, 3003, padding=2, groups=2),
     Case(4, 128, 128, 3, 3004, padding=2, groups=2),
+    # rows padded to 16-byte multiples (layout "padded": a row stride above their length, NaN
+    # between): one TMA box a consumer over rows x's map holds to their length
+    Case(4, 128, 128, 3, 3003, padding=2, groups=2, layout="padded"),
     # its 64 x 256 tiles (33-64 rows): merged rows (48, forward) and channels (48, grad_input); rows of
     # an odd length; and the first case above (50 rows, grad_input 36)
     Case(8, 40, 24, 4, 4500, stride=2, padding=1),
@@ -367,8 +370,8 @@ GRAD_WEIGHT_TILE_CASES = [
 
 
 # Input layouts (see relaid): a transposed (N, L, C) view, every other position of a longer row, rows
-# not 16-byte aligned.
-LAYOUTS = ["contiguous", "channels_last", "strided", "offset"]
+# not 16-byte aligned, rows padded to a 16-byte multiple.
+LAYOUTS = ["contiguous", "channels_last", "strided", "offset", "padded"]
 
 
 def case_id(case: Case) -> str:
@@ -379,7 +382,9 @@ def relaid(t: torch.Tensor, layout: str) -> torch.Tensor:
     """The same values in another memory layout (a leaf without grad): "contiguous"; "channels_last"
     (the last two dims swapped in memory); "transposed" (the first two swapped); "last_first" (the
     last dim outermost); "strided" (every other element of rows whose gaps hold NaN); "offset" (rows
-    starting one element into their storage, so not 16-byte aligned)."""
+    starting one element into their storage, so not 16-byte aligned); "padded" (rows at a stride of
+    the next multiple of 8 elements above their length, 16 bytes in 16-bit and 32 in float, NaN
+    between: TMA boxes over rows longer than x's)."""
     t = t.detach()
     if layout == "contiguous":
         return t.contiguous()
@@ -389,12 +394,15 @@ def relaid(t: torch.Tensor, layout: str) -> torch.Tensor:
         return t.transpose(0, 1).contiguous().transpose(0, 1)
     if layout == "last_first":
         return t.movedim(-1, 0).contiguous().movedim(0, -1)
-    spread = torch.full((*t.shape[:-1], 2 * t.shape[-1] if layout == "strided" else t.shape[-1] + 1), float("nan"),
-                        dtype=t.dtype, device=t.device)
+    length = t.shape[-1]
+    row = {"strided": 2 * length, "offset": length + 1, "padded": (length // 8 + 1) * 8}[layout]
+    spread = torch.full((*t.shape[:-1], row), float("nan"), dtype=t.dtype, device=t.device)
     if layout == "strided":
         spread[..., ::2] = t
         return spread[..., ::2]
-    assert layout == "offset", layout
+    if layout == "padded":
+        spread[..., :length] = t
+        return spread[..., :length]
     spread[..., 1:] = t
     return spread[..., 1:]
 
