@@ -1,5 +1,6 @@
-// AVX2/FMA micro-kernels (kernels_avx2.h). Each function that uses the instruction set carries
-// target("avx2,fma"); nothing else in the library does, so it loads and runs on any x86-64 CPU, and
+// AVX2/FMA micro-kernels (kernels_avx2.h), the GEMM's also on AVX-512F's 16-float vectors
+// (wide_vectors). Each function that uses an instruction set carries target("avx2,fma") or
+// target("avx512f,avx2,fma"); nothing else in the library does, so it loads and runs on any x86-64 CPU, and
 // these run only where available() says so (the planner asks it). Function by function rather than
 // -mavx2 -mfma for this file: with the flags, every inline function of the headers it includes (the
 // standard library's) would be compiled here for AVX2 too, and the linker may keep that copy for the
@@ -21,10 +22,17 @@ namespace convt::cpu::avx2 {
 #if CONVT_AVX2
 
 #define CONVT_TARGET __attribute__((target("avx2,fma")))
+#define CONVT_TARGET_512 __attribute__((target("avx512f,avx2,fma")))
 #define CONVT_UNROLL _Pragma("GCC unroll 16")
 
 bool available() {
   static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return yes;
+}
+
+// Whether the GEMM's micro-kernels run on 16-float vectors (AVX-512F), twice the columns a call
+bool wide_vectors() {
+  static const bool yes = available() && __builtin_cpu_supports("avx512f");
   return yes;
 }
 
@@ -62,6 +70,31 @@ CONVT_TARGET void kernel(int64_t kc, const float* a, int64_t a_step, const float
   }
 }
 
+// The same on 16-float vectors: C (MR x 16*NV)
+template <int MR, int NV>
+CONVT_TARGET_512 void kernel_512(int64_t kc, const float* a, int64_t a_step, const float* const* b, int64_t column, float* c,
+                                 int64_t ldc, bool accumulate) {
+  __m512 acc[MR][NV];
+  CONVT_UNROLL for (int r = 0; r < MR; ++r) {
+    CONVT_UNROLL for (int v = 0; v < NV; ++v) {
+      acc[r][v] = accumulate ? _mm512_loadu_ps(c + r * ldc + 16 * v) : _mm512_setzero_ps();
+    }
+  }
+  for (int64_t kk = 0; kk < kc; ++kk) {
+    const float* row = b[kk] + column;
+    const float* col = a + kk * a_step;
+    __m512 bv[NV];
+    CONVT_UNROLL for (int v = 0; v < NV; ++v) bv[v] = _mm512_loadu_ps(row + 16 * v);
+    CONVT_UNROLL for (int r = 0; r < MR; ++r) {
+      const __m512 av = _mm512_set1_ps(col[r]);
+      CONVT_UNROLL for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(av, bv[v], acc[r][v]);
+    }
+  }
+  CONVT_UNROLL for (int r = 0; r < MR; ++r) {
+    CONVT_UNROLL for (int v = 0; v < NV; ++v) _mm512_storeu_ps(c + r * ldc + 16 * v, acc[r][v]);
+  }
+}
+
 using Kernel = void (*)(int64_t, const float*, int64_t, const float* const*, int64_t, float*, int64_t, bool);
 // Panels' kernels by rows (1..6), 16 columns; narrow tiles' by rows (1..5), wider.
 constexpr Kernel kPanelKernels[7] = {nullptr,      kernel<1, 2>, kernel<2, 2>, kernel<3, 2>,
@@ -72,6 +105,14 @@ constexpr Kernel kNarrowKernels[6] = {nullptr,
                                       kernel<3, kVectorsFor<3>>,
                                       kernel<4, kVectorsFor<4>>,
                                       kernel<5, kVectorsFor<5>>};
+constexpr Kernel kPanelKernels512[7] = {nullptr,          kernel_512<1, 2>, kernel_512<2, 2>, kernel_512<3, 2>,
+                                        kernel_512<4, 2>, kernel_512<5, 2>, kernel_512<6, 2>};
+constexpr Kernel kNarrowKernels512[6] = {nullptr,
+                                         kernel_512<1, kVectorsFor<1>>,
+                                         kernel_512<2, kVectorsFor<2>>,
+                                         kernel_512<3, kVectorsFor<3>>,
+                                         kernel_512<4, kVectorsFor<4>>,
+                                         kernel_512<5, kVectorsFor<5>>};
 
 // The steps' start pointers for steps [k0, k0 + kc).
 inline void step_pointers(const Operand& x, int64_t k0, int64_t kc, const float** out) {
@@ -160,13 +201,14 @@ constexpr DotBlock kDotBlocks[3][4] = {
 }  // namespace
 
 int64_t column_step(int64_t panel) {
+  const int64_t lanes = wide_vectors() ? 16 : 8;
   switch (panel) {
-    case 1: return 8 * kVectorsFor<1>;
-    case 2: return 8 * kVectorsFor<2>;
-    case 3: return 8 * kVectorsFor<3>;
-    case 4: return 8 * kVectorsFor<4>;
-    case 5: return 8 * kVectorsFor<5>;
-    default: return 16;
+    case 1: return lanes * kVectorsFor<1>;
+    case 2: return lanes * kVectorsFor<2>;
+    case 3: return lanes * kVectorsFor<3>;
+    case 4: return lanes * kVectorsFor<4>;
+    case 5: return lanes * kVectorsFor<5>;
+    default: return 2 * lanes;
   }
 }
 
@@ -187,6 +229,11 @@ CONVT_TARGET void pack_block(int64_t rows, int64_t kc, const float* a, int64_t a
       for (int64_t kk = 0; kk < kc; ++kk) dst[kk * panel + r] = 0.0f;
     }
   }
+}
+
+// A row's `count` columns (a multiple of 8) to 32-byte aligned `out`
+CONVT_TARGET void copy_columns(float* out, const float* row, int64_t count) {
+  for (int64_t v = 0; v < count; v += 8) _mm256_store_ps(out + v, _mm256_loadu_ps(row + v));
 }
 
 enum class ASource { kPacked, kRows };
@@ -213,35 +260,33 @@ CONVT_TARGET void gemm_blocks(int64_t rows, int64_t cols, int64_t depth, const f
     }
     const bool add = accumulate || k0 > 0;
     if (panel < 6) {  // one narrow panel, wide column steps
-      const Kernel run = kNarrowKernels[rows];
+      const Kernel run = (wide_vectors() ? kNarrowKernels512 : kNarrowKernels)[rows];
       for (int64_t j = 0; j < cols; j += step) run(kc, a_block, panel, b_steps, column + j, c + j, ldc, add);
       continue;
     }
-    // Where several panels read a column step's B block (kc rows x 16 floats), it is copied contiguous
-    // first ([kk][16]): in place, rows off 64-byte alignment span two cache lines each, and rows a
+    // Where several panels read a column step's B block (kc rows x step floats), it is copied contiguous
+    // first ([kk][step]): in place, rows off 64-byte alignment span two cache lines each, and rows a
     // multiple of 4 KB apart fall in the same L1 sets. Where B's steps are distinct rows pages apart
     // (a weight's rows, channels' rows; not a row at each tap's shift, which stays in L1), the blocks
     // of all column steps are copied at once, each row read once along its columns, for any number of
     // panels: reading 64 bytes of each of kc such rows per column step defeats the hardware prefetcher.
     const bool whole_rows = b.inner == 1 && b.outer_stride >= 1024;  // (B's steps rows pages apart)
     const bool copy_b = rows > 12 || whole_rows;
-    const int64_t blocks_copied = whole_rows ? (cols + 15) / 16 : 1;
+    const int64_t blocks_copied = whole_rows ? (cols + step - 1) / step : 1;
     thread_local std::vector<float> b_buffer;
-    if (copy_b && static_cast<int64_t>(b_buffer.size()) < blocks_copied * kDepthBlock * 16 + 8) {
-      b_buffer.resize(blocks_copied * kDepthBlock * 16 + 8);
+    if (copy_b && static_cast<int64_t>(b_buffer.size()) < blocks_copied * kDepthBlock * step + 8) {
+      b_buffer.resize(blocks_copied * kDepthBlock * step + 8);
     }
     float* const b_blocks =  // (32-byte aligned)
         b_buffer.data() + ((32 - reinterpret_cast<uintptr_t>(b_buffer.data()) % 32) % 32) / sizeof(float);
     if (whole_rows) {
       for (int64_t kk = 0; kk < kc; ++kk) {
         const float* row = b_steps[kk] + column;
-        float* out = b_blocks + kk * 16;
-        for (int64_t j = 0; j < cols; j += 16, out += kc * 16) {
-          _mm256_store_ps(out, _mm256_loadu_ps(row + j));
-          _mm256_store_ps(out + 8, _mm256_loadu_ps(row + j + 8));
-        }
+        float* out = b_blocks + kk * step;
+        for (int64_t j = 0; j < cols; j += step, out += kc * step) copy_columns(out, row + j, step);
       }
     }
+    const Kernel* const panel_kernels = wide_vectors() ? kPanelKernels512 : kPanelKernels;
     const float* copied[kDepthBlock];
     for (int64_t j = 0; j < cols; j += step) {
       // The next column step's block, into L1 while this one's products run: its kc rows are as many
@@ -250,26 +295,23 @@ CONVT_TARGET void gemm_blocks(int64_t rows, int64_t cols, int64_t depth, const f
       if (copy_b && !whole_rows && j + step < cols) {
         for (int64_t kk = 0; kk < kc; ++kk) {
           const float* next = b_steps[kk] + column + j + step;
-          _mm_prefetch(reinterpret_cast<const char*>(next), _MM_HINT_T0);
-          _mm_prefetch(reinterpret_cast<const char*>(next + 15), _MM_HINT_T0);
+          for (int64_t v = 0; v < step; v += 16) _mm_prefetch(reinterpret_cast<const char*>(next + v), _MM_HINT_T0);
+          _mm_prefetch(reinterpret_cast<const char*>(next + step - 1), _MM_HINT_T0);
         }
       }
       const float* const* steps = b_steps;
       int64_t b_column = column + j;
       if (copy_b) {
-        float* block = whole_rows ? b_blocks + (j / 16) * kc * 16 : b_blocks;
+        float* block = whole_rows ? b_blocks + (j / step) * kc * step : b_blocks;
         if (!whole_rows) {  // column step j's block alone
-          for (int64_t kk = 0; kk < kc; ++kk) {
-            _mm256_store_ps(block + kk * 16, _mm256_loadu_ps(b_steps[kk] + column + j));
-            _mm256_store_ps(block + kk * 16 + 8, _mm256_loadu_ps(b_steps[kk] + column + j + 8));
-          }
+          for (int64_t kk = 0; kk < kc; ++kk) copy_columns(block + kk * step, b_steps[kk] + column + j, step);
         }
-        for (int64_t kk = 0; kk < kc; ++kk) copied[kk] = block + kk * 16;
+        for (int64_t kk = 0; kk < kc; ++kk) copied[kk] = block + kk * step;
         steps = copied, b_column = 0;
       }
       for (int64_t r0 = 0, p = 0; r0 < rows; r0 += 6, ++p) {
         const int64_t panel_rows = rows - r0 < 6 ? rows - r0 : 6;
-        kPanelKernels[panel_rows](kc, a_block + p * panel_offset, 6, steps, b_column, c + r0 * ldc + j, ldc, add);
+        panel_kernels[panel_rows](kc, a_block + p * panel_offset, 6, steps, b_column, c + r0 * ldc + j, ldc, add);
       }
     }
   }

@@ -1,6 +1,7 @@
-// float32 micro-kernels for x86-64 CPUs with AVX2 and FMA (docs/design.md §6.3), compiled for that
-// instruction set function by function (kernels_avx2.cpp), so the library still loads and runs on any
-// x86-64 CPU: callers ask available() first. Plain C++: no torch here.
+// float32 micro-kernels for x86-64 CPUs with AVX2 and FMA, on 16-float vectors where the CPU has
+// AVX-512F (docs/design.md §6.3), compiled for those instruction sets function by function
+// (kernels_avx2.cpp), so the library still loads and runs on any x86-64 CPU: callers ask available()
+// first. Plain C++: no torch here.
 #pragma once
 
 #include <cstdint>
@@ -24,7 +25,8 @@ struct Operand {
 // block of rows that a caller hands gemm starts at a multiple of the panel.
 inline int64_t panel_rows(int64_t rows) { return rows < 6 ? rows : 6; }
 // The columns one call of the micro-kernel covers with panels of `panel` rows: 16 for 6, wider for
-// fewer (so that 12 accumulators stay busy).
+// fewer (so that 12 accumulators stay busy); twice as many on 16-float vectors (AVX-512F). Callers
+// size tiles and buffers by it, never by a constant.
 int64_t column_step(int64_t panel);
 inline int64_t round_up_columns(int64_t cols, int64_t panel) {
   const int64_t step = column_step(panel);
