@@ -14,6 +14,7 @@ import platform
 import re
 import shutil
 import subprocess
+import sys
 
 import pytest
 import torch
@@ -249,6 +250,21 @@ def test_unknown_cpu_forms_are_errors(value, monkeypatch):
     monkeypatch.setenv("CONVT_CPU_FORMS", value)
     with pytest.raises(RuntimeError, match="CONVT_CPU_FORMS"):
         ours(*make_inputs(case, torch.float32, "cpu"), case)
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="x86-64 kernels")
+def test_avx2_vectors_where_the_cpu_has_avx512():
+    """CONVT_CPU_VECTOR_BITS=256 runs the GEMM's AVX2 micro-kernels on a CPU with AVX-512F too, which
+    otherwise takes its 16-float ones: the suite tests the kernels of the CPU it runs on, this test the
+    others (on an AVX2-only CPU the same kernels again). CPU tile cases' forward and gradients in a
+    fresh process (the setting is read once a process), against float64."""
+    tests = os.path.dirname(os.path.abspath(__file__))
+    script = ("import sys, torch; sys.path.insert(0, sys.argv[1]); "
+              "from conftest import CPU_TILE_CASES, CPU_TILE_SCALE, assert_backward_matches_reference; "
+              "[assert_backward_matches_reference(c.scaled(**CPU_TILE_SCALE), torch.float32, 'cpu', check_forward=True) "
+              "for c in CPU_TILE_CASES]")
+    subprocess.run([sys.executable, "-c", script, tests], env=dict(os.environ, CONVT_CPU_VECTOR_BITS="256"), check=True,
+                   timeout=600)
 
 
 def _functions_with_avx(library):

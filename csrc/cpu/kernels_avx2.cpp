@@ -8,6 +8,8 @@
 // instructions appear only in this file's functions.
 #include "cpu/kernels_avx2.h"
 
+#include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #if (defined(__x86_64__) || defined(_M_X64)) && (defined(__GNUC__) || defined(__clang__))
@@ -30,9 +32,14 @@ bool available() {
   return yes;
 }
 
-// Whether the GEMM's micro-kernels run on 16-float vectors (AVX-512F), twice the columns a call
+// Whether the GEMM's micro-kernels run on 16-float vectors (AVX-512F), twice the columns a call.
+// CONVT_CPU_VECTOR_BITS=256 keeps AVX2's on such a CPU (read once a process: tests run both kernels
+// on one machine).
 bool wide_vectors() {
-  static const bool yes = available() && __builtin_cpu_supports("avx512f");
+  static const bool yes = [] {
+    const char* bits = std::getenv("CONVT_CPU_VECTOR_BITS");
+    return available() && __builtin_cpu_supports("avx512f") && !(bits != nullptr && std::strcmp(bits, "256") == 0);
+  }();
   return yes;
 }
 
