@@ -1463,18 +1463,26 @@ double dot_sum_blocks(const ConvTParams& p) {
   return blocks * row_blocks * p.groups * p.batch;
 }
 
-// Which grad_weight form costs less, in cycles beyond the products themselves (Cig*Cog*K*N*L_in
-// multiply-adds, 16 a cycle): the dot products pay a horizontal sum per 3 x 4 block of each call
-// (dot_sum_blocks; about 120 cycles with the call's share of setting up its columns); the GEMM pays
-// for building G^T once per block of input channels (about 4 cycles an element) and runs its products
-// about a quarter slower (its tile is read and written per block of positions).
+// Which grad_weight form costs less, in cycles (multiply-adds 16 a cycle): the dot products make
+// Cig*Cog*K*N*L_in of them and pay a horizontal sum per 3 x 4 block of each call (dot_sum_blocks;
+// about 120 cycles with the call's share of setting up its columns); the GEMM makes its products as
+// its tiles run them (rows in 6-row panels, each block of kWeightColumns columns (co, k) rounded up
+// to the micro-kernel's column step: a few channels a group pad them many times over) about a
+// quarter slower (its tile is read and written per block of positions), and builds those columns of
+// G^T once per block of input channels (about 4 cycles an element).
 bool grad_weight_by_gemm(const ConvTParams& p) {
   const double Cig = p.in_channels_per_group, Cog = p.out_channels_per_group, K = p.kernel_size;
-  const double positions = double(p.batch) * p.length_in;
-  const double products = Cig * Cog * K * positions / 16;
+  const double positions = double(p.batch) * p.length_in, groups = double(p.groups);  // (dot_sum_blocks: every group's)
+  const double products = groups * Cig * Cog * K * positions / 16;
   const double sums = dot_sum_blocks(p) * 120;
-  const double build = Cog * K * positions * std::ceil(Cig / grad_weight_row_block(p)) * 4;
-  return build + products / 4 < sums;
+  const int64_t panel = avx2::panel_rows(p.in_channels_per_group);
+  double columns = 0;  // (the GEMM's, padded)
+  for (const int64_t block : block_sizes(p.out_channels_per_group * p.kernel_size, kWeightColumns))
+    columns += double(avx2::round_up_columns(block, panel));
+  const double rows = panel < 6 ? Cig : std::ceil(Cig / 6) * 6;
+  const double gemm_products = groups * rows * columns * positions / 16;
+  const double build = groups * columns * positions * std::ceil(Cig / grad_weight_row_block(p)) * 4;
+  return build + 1.25 * gemm_products < products + sums;
 }
 
 // ---- direct form (few channels per group) ----------------------------------------------------
