@@ -77,7 +77,9 @@ CONVT_TARGET void kernel(int64_t kc, const float* a, int64_t a_step, const float
   }
 }
 
-// The same on 16-float vectors: C (MR x 16*NV)
+// The same on 16-float vectors: C (MR x 16*NV). A copy of `kernel`, not a vector-type parameter of
+// it: the instruction set is the function's target attribute, which a template cannot vary, and one
+// body compiled for AVX-512F could put EVEX code in the AVX2 kernels of CPUs without it.
 template <int MR, int NV>
 CONVT_TARGET_512 void kernel_512(int64_t kc, const float* a, int64_t a_step, const float* const* b, int64_t column, float* c,
                                  int64_t ldc, bool accumulate) {
