@@ -662,6 +662,12 @@ ConvTParams grad_weight_over_copies(const ConvTParams& p, int element_size, bool
   return q;
 }
 
+ConvTParams forward_over_aligned_x(const ConvTParams& p, int element_size, int64_t batch) {
+  ConvTParams q = grad_weight_over_copies(p, element_size, /*aligned_x=*/true, /*deinterleaved=*/false);
+  q.batch = batch;
+  return q;
+}
+
 int64_t unrolled_row_length(const ConvTParams& p) { return (p.length_in + 7) / 8 * 8; }
 
 bool unrolls(const ConvTParams& p, int element_size) {
@@ -1210,8 +1216,73 @@ DataPlan plan_data(const ConvTParams& p, const TensorFacts& in, Math math, bool 
 
 }  // namespace
 
+namespace {
+// A pipelined tile's time in seconds, on x's rows one by one (a bulk copy a staged row and step, one
+// thread issuing them) or on TMA boxes: each step (a run of taps over a chunk of channels) as long as
+// the longer of its MMAs and its staging, plus a fixed part. Fitted to an H200 A/B of both forms on
+// 56 bf16 layers (docs/perf/2026-11-30-aligned-x-copies.md; kBoxStepSeconds 0.2-0.6 µs fit
+// equally). The model errs by up to 1.5x a layer, so the copies are taken only at
+// kAlignedCopyMargin of the time.
+constexpr double kRowCopySeconds = 25e-9;
+constexpr double kBoxStepSeconds = 0.4e-6;
+constexpr double kTileFixedSeconds = 4e-6;
+constexpr double kMmaFlopsPerSm16Bit = 4e12;  // (16-bit; TF32 half of it, 3xTF32 a sixth)
+constexpr double kAlignedCopyMargin = 0.9;
+// An x copy moves every element twice at kCopyBandwidth; each batch chunk costs its copy's and its
+// GEMM's launches.
+constexpr double kCopyBandwidth = 3e12;
+constexpr double kChunkLaunchSeconds = 5e-6;
+
+double pipelined_tile_seconds(const GemmPlan& g, bool staged_by_rows, Math math) {
+  const double flops_per_second = math == Math::k16Bit ? kMmaFlopsPerSm16Bit : math == Math::kTF32 ? kMmaFlopsPerSm16Bit / 2 : kMmaFlopsPerSm16Bit / 6;
+  const double staging = staged_by_rows ? g.staged_rows * kRowCopySeconds : kBoxStepSeconds;
+  double chunk_seconds = 0;
+  for (int pair = 0; pair < g.out_phases * g.in_phases; ++pair) {
+    const int taps = g.pair_begin[pair + 1] - g.pair_begin[pair];
+    if (taps > 0) chunk_seconds += std::max(2.0 * g.block_m * g.block_n * g.chunk_channels * taps / flops_per_second, staging);
+  }
+  return g.chunks * chunk_seconds + kTileFixedSeconds;
+}
+
+bool stages_rows_one_by_one(const DataPlan& plan) {
+  const GemmPlan& g = plan.gemm;
+  return plan.kernel == Kernel::kGemm && kGemmTileShapes[g.tile_shape].family == GemmFamily::kPipelined && !g.tensor_rows &&
+         !g.zero_taps && g.launch_row_tiles == g.row_tiles && g.launch_chunks == g.chunks;
+}
+}  // namespace
+
+// The forward over x as it is, or over copies of x in aligned rows a batch chunk at a time
+// (DataPlan::copy_batch): where the plan on x would stage its rows one by one, the plan on the copy
+// takes TMA boxes in one launch a chunk, the copy of a chunk and the packed weight stay within the
+// workspace bound (kMaxPackedWeightBytes), and the chunks' waves of tiles and copies take at most
+// kAlignedCopyMargin of the plan on x's waves (pipelined_tile_seconds).
 DataPlan plan_forward(const ConvTParams& p, const TensorFacts& x, Math math, const DeviceLimits& limits) {
-  return plan_data(p, x, math, /*forward=*/true, limits);
+  DataPlan plan = plan_data(p, x, math, /*forward=*/true, limits);
+  if (!limits.tma || !stages_rows_one_by_one(plan)) return plan;
+  const int element_size = x.element_size;
+  const int64_t element_bytes = p.in_channels * aligned_row_length(p.length_in, element_size) * element_size;
+  const int64_t room = kMaxPackedWeightBytes - 4 * packed_weight_words(plan.gemm);  // (the copy's plan packs the same weight)
+  const int64_t batch = std::min<int64_t>(p.batch, room / element_bytes);
+  if (batch < 1) return plan;
+  DataPlan over = plan_data(forward_over_aligned_x(p, element_size, batch), copy_facts(element_size), math, /*forward=*/true, limits);
+  const GemmPlan& g = over.gemm;
+  if (over.kernel != Kernel::kGemm || kGemmTileShapes[g.tile_shape].family != GemmFamily::kPipelined || !g.tensor_rows ||
+      g.zero_taps || g.launch_row_tiles != g.row_tiles || g.launch_chunks != g.chunks ||
+      4 * packed_weight_words(g) + batch * element_bytes > kMaxPackedWeightBytes) {
+    return plan;
+  }
+  // (a last, smaller chunk: its share of the parts, which go by batch element)
+  const int64_t full_chunks = p.batch / batch, last_batch = p.batch % batch;
+  GemmPlan last = g;
+  last.parts = g.parts / batch * last_batch;
+  const double chunk_waves = double(full_chunks * launch_waves(g, g.row_tiles, limits)) +
+                             (last_batch > 0 ? double(launch_waves(last, last.row_tiles, limits)) : 0.0);
+  const double over_x = double(launch_waves(plan.gemm, plan.gemm.row_tiles, limits)) * pipelined_tile_seconds(plan.gemm, true, math);
+  const double over_copies = chunk_waves * pipelined_tile_seconds(g, false, math) +
+                             2.0 * p.batch * element_bytes / kCopyBandwidth + double(full_chunks + (last_batch > 0)) * kChunkLaunchSeconds;
+  if (over_copies > kAlignedCopyMargin * over_x) return plan;
+  over.copy_batch = batch;
+  return over;
 }
 
 DataPlan plan_grad_input(const ConvTParams& p, const TensorFacts& grad_y, Math math, const DeviceLimits& limits) {
@@ -1356,7 +1427,10 @@ std::string describe(const DataPlan& plan) {
                         {"stage_output", g.stage_output}, {"resident", g.resident},
                         {"tensor_rows", g.tensor_rows}, {"map_row_phases", g.map_row_phases}, {"bias_first", bias_first(g)}, {"tiles", g.tiles}, {"parts", g.parts},
                         {"row_tiles", g.row_tiles}, {"launch_row_tiles", g.launch_row_tiles}, {"launch_chunks", g.launch_chunks},
-                        {"workspace_bytes", 4 * packed_weight_words(first_launch(g))},
+                        {"copy_batch", plan.copy_batch},
+                        // (the x copy of a batch chunk: copy_elements elements make 16 bytes on these plans)
+                        {"workspace_bytes", 4 * packed_weight_words(first_launch(g)) +
+                                                plan.copy_batch * g.in_batch_stride * (16 / std::max(g.copy_elements, 1))},
                         {"smem_bytes", int64_t(g.smem_bytes)}});
     if (g.zero_taps) {
       text += std::string(" exact_family=") + gemm_family_name(plan.exact.tile_shape) +

@@ -275,6 +275,8 @@ int64_t aligned_row_length(int64_t length, int element_size);
 // taps over the copy, whose weight (C_in, C_out/groups * P, taps), contiguous, holds W's tap t*stride
 // + r at channel co*P + r, tap t (docs/design.md §5.5).
 ConvTParams grad_weight_over_copies(const ConvTParams& p, int element_size, bool aligned_x, bool deinterleaved);
+// The forward over `batch` elements of x copied into rows of 16-byte multiples (DataPlan::copy_batch)
+ConvTParams forward_over_aligned_x(const ConvTParams& p, int element_size, int64_t batch);
 // grad_y unrolled by taps (WeightPlan::unrolled_grad_y; docs/design.md §5.6): the copy (N, C_out * K,
 // unrolled_row_length(p)), contiguous, row (n, co*K + k) at i holding grad_y[n, co, i*stride +
 // k*dilation - padding] (zero outside grad_y); grad_weight is then the one-tap stride-1 problem of C_out
@@ -397,6 +399,9 @@ struct DataPlan {
   // behind that flag: its kernels return at once where the flag is clear (no host sync). A zero-tap
   // plan is taken only where an exact one exists.
   GemmPlan exact{};
+  // The forward over copies of x in rows of 16-byte multiples (forward_over_aligned_x), copy_batch
+  // batch elements at a time within the forward's workspace bound; 0: over x as it is (plan_forward)
+  int64_t copy_batch = 0;
 };
 struct WeightPlan {
   Kernel kernel = Kernel::kNone;

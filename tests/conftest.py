@@ -165,6 +165,9 @@ WIDE_TILE_CASES = [
     # in float (forward and grad_input), 2 in 16-bit (forward; grad_input 2 in float)
     Case(4, 128, 128, 3, 3003, padding=2, groups=2),
     Case(4, 128, 128, 3, 3004, padding=2, groups=2),
+    # 16-bit rows of no 16-byte multiple in a wide layer: the forward over aligned copies of x, 5
+    # batch elements a chunk (the last chunk one), TMA boxes on each (float: row by row on x)
+    Case(16, 1024, 512, 3, 1300, stride=2),
     # rows padded to 16-byte multiples (layout "padded": a row stride above their length, NaN
     # between): one TMA box a consumer over rows x's map holds to their length
     Case(4, 128, 128, 3, 3003, padding=2, groups=2, layout="padded"),

@@ -258,6 +258,31 @@ def test_pipelined_x_by_tma_boxes_where_rows_allow(dtype, tf32):
             assert forward["family"] == "pipelined" and forward["tensor_rows"] == 0, (shape, forward)
 
 
+@pytest.mark.parametrize("dtype,tf32", [(torch.float32, True), (torch.bfloat16, False)])
+def test_forward_over_aligned_x_copies(dtype, tf32):
+    """Where the pipelined forward would stage x's rows one by one (no 16-byte multiple, no channel-phase
+    boxes), it runs over copies of x in aligned rows, a batch chunk at a time (copy_batch), where the
+    copy plans TMA boxes in one launch, a chunk's copy and the packed weight stay within 16 MB, and the
+    cost model (the row copies' steps against the chunks' waves and the copies) gives the copies at
+    most 0.9 of the time: wide 16-bit layers of long reductions. Not where x's rows are aligned
+    already, nor on narrow layers (few steps an element of x), nor in TF32 (half the MMA rate: the row
+    copies hide behind it), nor without TMA."""
+    unit = 16 // dtype.itemsize
+    for n, c_in, c_out, k, stride, chunk in ((12, 1536, 768, 1, 1, 3), (16, 1024, 512, 3, 2, 5)):
+        aligned = plans((n, c_in, c_out, k, 1296, stride, 0, 0, 1, 1), dtype, tf32, "h100")["forward"]
+        assert aligned["copy_batch"] == 0 and aligned["tensor_rows"] == 1, aligned
+        forward = plans((n, c_in, c_out, k, 1296 + unit // 2, stride, 0, 0, 1, 1), dtype, tf32, "h100")["forward"]
+        assert forward["copy_batch"] == (chunk if dtype.itemsize == 2 else 0), forward
+        if forward["copy_batch"]:
+            assert forward["family"] == "pipelined" and forward["tensor_rows"] == 1, forward
+            assert forward["workspace_bytes"] <= 16 << 20, forward
+        assert plans((n, c_in, c_out, k, 1296 + unit // 2, stride, 0, 0, 1, 1), dtype, tf32, "a100")["forward"]["copy_batch"] == 0
+    # 16-bit: more chunks (one batch element each) would add waves of tiles
+    assert plans((11, 256, 128, 5, 18442, 2, 1, 0, 1, 1), dtype, tf32, "h100")["forward"]["copy_batch"] == 0
+    narrow = plans((4, 64, 32, 4, 100001, 2, 1, 0, 1, 1), dtype, tf32, "h100")["forward"]
+    assert narrow["copy_batch"] == 0, narrow
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_pipelined_width_by_waves(dtype):
     """Of 128 x 128 and 128 x 256 pipelined tiles the waves of their launches decide where their ratio

@@ -34,7 +34,7 @@ echo "builds $(( $(date +%s) - start )) s"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 if [ -n "$tests" ]; then
   start=$(date +%s)
-  eval python3 -m pytest -q -n 8 -p no:cacheprovider "$tests" > "$out/tests.log" 2>&1
+  eval timeout ${TEST_TIMEOUT:-600} python3 -m pytest -q -n 8 -p no:cacheprovider "$tests" > "$out/tests.log" 2>&1
   echo "tests rc $? $(( $(date +%s) - start )) s"; tail -3 "$out/tests.log"
 fi
 if [ -n "$ab_args" ]; then

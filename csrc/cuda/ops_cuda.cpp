@@ -202,8 +202,10 @@ at::Tensor gemm_input(const DataPlan& plan, const ConvTParams& p, const at::Tens
 }
 
 // The launches of one GEMM plan over `in` (in_map: its tensor map where the plan has tensor_rows)
+// (`packed_once`: the weight already packed for this plan, one launch: forward chunks share it)
 void run_gemm(const GemmPlan& gemm, const GemmWeight& weight, const at::Tensor& in, const CUtensorMap* in_map,
-              const at::Tensor& w, const at::Tensor& bias, const at::Tensor& out, Math math, Launch launch) {
+              const at::Tensor& w, const at::Tensor& bias, const at::Tensor& out, Math math, Launch launch,
+              const at::Tensor& packed_once = at::Tensor()) {
   // the packed weight of one launch at a time (row_tile_range or chunk_range), within
   // kMaxPackedWeightBytes. Launches after the first of a chunk split store their sums, without the
   // bias, into `partial` (out's shape; zero where no launch stores) and add it to out: the kernels'
@@ -212,7 +214,10 @@ void run_gemm(const GemmPlan& gemm, const GemmWeight& weight, const at::Tensor& 
   TORCH_INTERNAL_ASSERT(launch_row_tiles >= 1 && launch_chunks >= 1, "convt: a GEMM plan without its launches (plan_gemm sets them)");
   TORCH_INTERNAL_ASSERT(launch_chunks == gemm.chunks || (launch_row_tiles == gemm.row_tiles && out.element_size() == 4),
                         "convt: a chunk split of a float output over every row tile");
-  const at::Tensor packed = at::empty({packed_weight_words(first_launch(gemm))}, w.options().dtype(at::kInt));
+  TORCH_INTERNAL_ASSERT(!packed_once.defined() || (launch_row_tiles == gemm.row_tiles && launch_chunks == gemm.chunks),
+                        "convt: a weight packed once for a plan of several launches");
+  const at::Tensor packed =
+      packed_once.defined() ? packed_once : at::empty({packed_weight_words(first_launch(gemm))}, w.options().dtype(at::kInt));
   const at::Tensor partial = launch_chunks < gemm.chunks ? at::zeros_like(out) : at::Tensor();
   auto* packed_w = reinterpret_cast<uint32_t*>(packed.data_ptr());
   std::vector<GemmPlan> launches;
@@ -228,7 +233,7 @@ void run_gemm(const GemmPlan& gemm, const GemmWeight& weight, const at::Tensor& 
       const bool later_chunks = part.first_chunk > 0;
       const scalar_t* bias_data = later_chunks ? nullptr : data_of<scalar_t>(bias);
       scalar_t* out_data = later_chunks ? data_of<scalar_t>(partial) : data_of<scalar_t>(out);
-      pack_gemm_weight<scalar_t, kMath>(part, weight, data_of<scalar_t>(w), packed_w, launch);
+      if (!packed_once.defined()) pack_gemm_weight<scalar_t, kMath>(part, weight, data_of<scalar_t>(w), packed_w, launch);
       switch (kGemmTileShapes[part.tile_shape].family) {
         case GemmFamily::kPipelined: {
           const CUtensorMap* map = part.tensor_rows ? in_map : nullptr;
@@ -271,10 +276,24 @@ at::ScalarType acc_dtype() {
   return std::is_same_v<scalar_t, double> ? at::kDouble : at::kFloat;
 }
 
+// plan.gemm's weight packed for its one launch (the forward's chunks over x's copies share it)
+at::Tensor packed_weight(const DataPlan& plan, const at::Tensor& w, Math math, Launch launch) {
+  const GemmPlan gemm = first_launch(plan.gemm);
+  const at::Tensor packed = at::empty({packed_weight_words(gemm)}, w.options().dtype(at::kInt));
+  dispatch_math(w.scalar_type(), math, [&](auto element, auto math_mode) {
+    using scalar_t = decltype(element);
+    pack_gemm_weight<scalar_t, decltype(math_mode)::value>(gemm, plan.weight, data_of<scalar_t>(w),
+                                                           reinterpret_cast<uint32_t*>(packed.data_ptr()), launch);
+  });
+  return packed;
+}
+
 // The forward (in = x, out = y) or grad_input (in = grad_y, out = grad_x) as planned
 // (grad_y_copy: grad_y deinterleaved where a pass made it already, else where this one makes it)
+// (packed_once: plan.gemm's weight packed already, used where the plan stands: forward_chunks)
 void run_data(DataPlan plan, const ConvTParams& p, const at::Tensor& in_tensor, const at::Tensor& w, const at::Tensor& bias,
-              const at::Tensor& out, bool forward, Math math, const DeviceLimits& limits, GradYCopy* grad_y_copy) {
+              const at::Tensor& out, bool forward, Math math, const DeviceLimits& limits, GradYCopy* grad_y_copy,
+              at::Tensor packed_once = at::Tensor()) {
   const Launch launch = launch_for(limits);
   at::Tensor in = gemm_input(plan, p, in_tensor, launch, grad_y_copy);
   CUtensorMap in_map{}, exact_map{};  // (the exact plan reads `in` as it is)
@@ -282,6 +301,7 @@ void run_data(DataPlan plan, const ConvTParams& p, const at::Tensor& in_tensor, 
                       ((!plan.gemm.tensor_rows || encode_in_map(in_map, plan.gemm, in, math)) &&
                        (!plan.gemm.zero_taps || !plan.exact.tensor_rows || encode_in_map(exact_map, plan.exact, in_tensor, math)));
   if (!mapped) {  // the driver refused a tensor map
+    packed_once = at::Tensor();  // (another plan: its own packing)
     plan = forward ? plan_forward(p, facts_of(in_tensor), math, without_tma(limits))
                    : plan_grad_input(p, facts_of(in_tensor), math, without_tma(limits));
     in = gemm_input(plan, p, in_tensor, launch, grad_y_copy);
@@ -294,7 +314,7 @@ void run_data(DataPlan plan, const ConvTParams& p, const at::Tensor& in_tensor, 
         out.zero_();
       }
     }
-    run_gemm(plan.gemm, plan.weight, in, &in_map, w, bias, out, math, launch);
+    run_gemm(plan.gemm, plan.weight, in, &in_map, w, bias, out, math, launch, packed_once);
     // the exact plan over it where `in` is not finite (grad_y: the copy's flag; x: a pass over it)
     if (plan.gemm.zero_taps) {
       const at::Tensor nonfinite = plan.gemm.deinterleaved ? grad_y_copy->nonfinite : nonfinite_flag(p, in_tensor, launch);
@@ -395,7 +415,29 @@ void forward(const at::Tensor& x, const at::Tensor& w, const std::optional<at::T
   const Math math = math_of(x);
   const DeviceLimits limits = device_limits();
   GradYCopy unused;
-  run_data(plan_forward(p, facts_of(x), math, limits), p, x, w, bias_c, y, /*forward=*/true, math, limits, &unused);
+  const DataPlan plan = plan_forward(p, facts_of(x), math, limits);
+  if (plan.copy_batch == 0) {
+    run_data(plan, p, x, w, bias_c, y, /*forward=*/true, math, limits, &unused);
+    return;
+  }
+  // x copied into rows of 16-byte multiples, copy_batch batch elements at a time (DataPlan::copy_batch:
+  // one chunk's copy and the packed weight within the workspace bound), every whole chunk on plan.gemm
+  // and its weight packed once; a last, shorter chunk as planned for it (its own packing, in place of
+  // that one: the workspace bound)
+  at::Tensor packed = packed_weight(plan, w, math, launch_for(limits));
+  for (int64_t first = 0; first < p.batch; first += plan.copy_batch) {
+    const int64_t count = std::min(plan.copy_batch, p.batch - first);
+    const at::Tensor x_rows = aligned_x_copy(forward_over_aligned_x(p, int(x.element_size()), count), x.narrow(0, first, count));
+    const at::Tensor y_part = y.narrow(0, first, count);
+    const ConvTParams q = make_params(x_rows, w, y_part, args);
+    if (count == plan.copy_batch) {
+      run_data(plan, q, x_rows, w, bias_c, y_part, /*forward=*/true, math, limits, &unused, packed);
+    } else {
+      packed = at::Tensor();
+      run_data(plan_forward(q, facts_of(x_rows), math, limits), q, x_rows, w, bias_c, y_part, /*forward=*/true, math, limits,
+               &unused);
+    }
+  }
 }
 
 void backward(const at::Tensor& grad_y, const at::Tensor& x, const at::Tensor& w, const ConvTArgs& args,
