@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <initializer_list>
 #include <limits>
 #include <numeric>
@@ -1244,6 +1246,19 @@ double pipelined_tile_seconds(const GemmPlan& g, bool staged_by_rows, Math math)
   return g.chunks * chunk_seconds + kTileFixedSeconds;
 }
 
+// CONVT_FORWARD_X_COPIES=never or =always overrides the cost model (an A/B of both plans in one
+// build: tools/ab.py's `name=folder,VAR=VALUE`); anything else leaves it. Read once a process.
+enum class CopiesOverride { kModel, kNever, kAlways };
+CopiesOverride copies_override() {
+  static const CopiesOverride value = [] {
+    const char* text = std::getenv("CONVT_FORWARD_X_COPIES");
+    if (text == nullptr) return CopiesOverride::kModel;
+    return std::strcmp(text, "never") == 0 ? CopiesOverride::kNever : std::strcmp(text, "always") == 0 ? CopiesOverride::kAlways
+                                                                                                          : CopiesOverride::kModel;
+  }();
+  return value;
+}
+
 bool stages_rows_one_by_one(const DataPlan& plan) {
   const GemmPlan& g = plan.gemm;
   return plan.kernel == Kernel::kGemm && kGemmTileShapes[g.tile_shape].family == GemmFamily::kPipelined && !g.tensor_rows &&
@@ -1255,10 +1270,10 @@ bool stages_rows_one_by_one(const DataPlan& plan) {
 // (DataPlan::copy_batch): where the plan on x would stage its rows one by one, the plan on the copy
 // takes TMA boxes in one launch a chunk, the copy of a chunk and the packed weight stay within the
 // workspace bound (kMaxPackedWeightBytes), and the chunks' waves of tiles and copies take at most
-// kAlignedCopyMargin of the plan on x's waves (pipelined_tile_seconds).
+// kAlignedCopyMargin of the plan on x's waves (pipelined_tile_seconds; copies_override).
 DataPlan plan_forward(const ConvTParams& p, const TensorFacts& x, Math math, const DeviceLimits& limits) {
   DataPlan plan = plan_data(p, x, math, /*forward=*/true, limits);
-  if (!limits.tma || !stages_rows_one_by_one(plan)) return plan;
+  if (!limits.tma || !stages_rows_one_by_one(plan) || copies_override() == CopiesOverride::kNever) return plan;
   const int element_size = x.element_size;
   const int64_t element_bytes = p.in_channels * aligned_row_length(p.length_in, element_size) * element_size;
   const int64_t room = kMaxPackedWeightBytes - 4 * packed_weight_words(plan.gemm);  // (the copy's plan packs the same weight)
@@ -1280,7 +1295,7 @@ DataPlan plan_forward(const ConvTParams& p, const TensorFacts& x, Math math, con
   const double over_x = double(launch_waves(plan.gemm, plan.gemm.row_tiles, limits)) * pipelined_tile_seconds(plan.gemm, true, math);
   const double over_copies = chunk_waves * pipelined_tile_seconds(g, false, math) +
                              2.0 * p.batch * element_bytes / kCopyBandwidth + double(full_chunks + (last_batch > 0)) * kChunkLaunchSeconds;
-  if (over_copies > kAlignedCopyMargin * over_x) return plan;
+  if (over_copies > kAlignedCopyMargin * over_x && copies_override() != CopiesOverride::kAlways) return plan;
   over.copy_batch = batch;
   return over;
 }

@@ -1,6 +1,9 @@
 """The CUDA planner (csrc/plan.cpp), asked on the CPU for an H100's and an A100's limits: which kernel
 each shape gets, and that every plan fits the card. No GPU needed: the planner is pure code."""
+import os
 import random
+import subprocess
+import sys
 import zlib
 
 import pytest
@@ -709,3 +712,17 @@ def test_narrow_outputs_with_short_filters_merge_into_rows():
     for stride in (4, 8):
         wide = plans((4, 1024, 1024, 3, 489, stride, 0, 1, 1, 1), torch.float32, True, "h100")["forward"]
         assert wide["family"] == "pipelined" and (wide["row_phases"], wide["column_positions"]) == (3, stride), wide
+
+
+def test_forward_x_copies_override():
+    """CONVT_FORWARD_X_COPIES=always takes the copies wherever they apply, =never nowhere (an A/B of
+    both plans in one build); read once a process, so each setting runs in a process of its own."""
+    script = ("import torch; from torch_convt_op.planner import explain; "
+              "print([explain(*shape, dtype=torch.bfloat16, tf32=False, device='h100')['forward']['copy_batch'] "
+              "for shape in ((11, 256, 128, 5, 18442, 2, 1, 0, 1, 1), (12, 1536, 768, 1, 1300, 1, 0, 0, 1, 1), "
+              "(12, 1536, 768, 1, 1296, 1, 0, 0, 1, 1))])")
+    expected = {"always": [1, 3, 0], "never": [0, 0, 0], "model": [0, 3, 0]}
+    for setting, copy_batches in expected.items():
+        env = dict(os.environ, CONVT_FORWARD_X_COPIES=setting)
+        output = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
+        assert output.stdout.strip() == str(copy_batches), (setting, output.stdout, output.stderr)

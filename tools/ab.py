@@ -8,7 +8,9 @@ the median over rounds of its per-round medians (triton.testing.do_bench: CUDA e
     python tools/ab.py base=/path/to/old new=. --shapes kb64,kb74 --dtypes tf32,fp32,bf16 --rounds 2 --backward
 
 A build named by the folder `@torch` times torch.nn.functional.conv_transpose1d instead (cuDNN, the
-same inputs): `python tools/ab.py torch=@torch new=. --layers ...`.
+same inputs): `python tools/ab.py torch=@torch new=. --layers ...`. A build given as
+`name=folder,VAR=VALUE,...` runs with those environment variables too: one build under two planner
+overrides (`rows=.,CONVT_FORWARD_X_COPIES=never copies=.,CONVT_FORWARD_X_COPIES=always`).
 
 --layers takes further layers as N,C_in,C_out,K,L_in,stride,padding,output_padding,dilation,groups,
 separated by ';' (e.g. a sweep's layers), timed after --shapes. --passes also times grad_input alone and grad_weight with grad_bias alone.
@@ -120,12 +122,17 @@ def main():
     shapes, dtypes = [name for name in args.shapes.split(",") if name] + list(layers), args.dtypes.split(",")
     if args.worker:
         return worker(shapes, dtypes, args.backward, args.passes, args.torch)
-    builds = dict(item.split("=", 1) for item in args.builds)
+    # name=folder[,VAR=VALUE...]: the build's processes also get those environment variables
+    builds, build_env = {}, {}
+    for item in args.builds:
+        name, spec = item.split("=", 1)
+        folder, *settings = spec.split(",")
+        builds[name], build_env[name] = folder, dict(setting.split("=", 1) for setting in settings)
     runs = {name: [] for name in builds}
     for round_index in range(args.rounds):
         for name, folder in builds.items():
             use_torch = folder == "@torch"
-            env = dict(os.environ) if use_torch else dict(os.environ, PYTHONPATH=os.path.abspath(folder))
+            env = dict(os.environ, **build_env[name]) if use_torch else dict(os.environ, PYTHONPATH=os.path.abspath(folder), **build_env[name])
             command = [sys.executable, os.path.abspath(__file__), "x=x", "--worker", "--shapes", args.shapes,
                        "--layers", args.layers, "--dtypes", args.dtypes] + (["--backward"] if args.backward else [])
             command += ["--passes"] if args.passes else []
