@@ -1236,7 +1236,8 @@ constexpr double kCopyBandwidth = 3e12;
 constexpr double kChunkLaunchSeconds = 5e-6;
 
 double pipelined_tile_seconds(const GemmPlan& g, bool staged_by_rows, Math math) {
-  const double flops_per_second = math == Math::k16Bit ? kMmaFlopsPerSm16Bit : math == Math::kTF32 ? kMmaFlopsPerSm16Bit / 2 : kMmaFlopsPerSm16Bit / 6;
+  const double flops_per_second =
+      math == Math::k16Bit ? kMmaFlopsPerSm16Bit : math == Math::kTF32 ? kMmaFlopsPerSm16Bit / 2 : kMmaFlopsPerSm16Bit / 6;
   const double staging = staged_by_rows ? g.staged_rows * kRowCopySeconds : kBoxStepSeconds;
   double chunk_seconds = 0;
   for (int pair = 0; pair < g.out_phases * g.in_phases; ++pair) {
