@@ -21,6 +21,8 @@ struct Operand {
   const int64_t* offsets;
 };
 
+// Whether the micro-kernels run on 16-float vectors (AVX-512F; not under CONVT_CPU_VECTOR_BITS=256)
+bool wide_vectors();
 // Rows per panel of A for a matrix of `rows` rows: 6, or all of them where there are fewer. Every
 // block of rows that a caller hands gemm starts at a multiple of the panel.
 inline int64_t panel_rows(int64_t rows) { return rows < 6 ? rows : 6; }
