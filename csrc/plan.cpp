@@ -1260,10 +1260,11 @@ CopiesOverride copies_override() {
   return value;
 }
 
-bool stages_rows_one_by_one(const DataPlan& plan) {
+// A plan of one pipelined launch without zero taps (what the copies' choice compares)
+bool one_pipelined_launch(const DataPlan& plan) {
   const GemmPlan& g = plan.gemm;
-  return plan.kernel == Kernel::kGemm && kGemmTileShapes[g.tile_shape].family == GemmFamily::kPipelined && !g.tensor_rows &&
-         !g.zero_taps && g.launch_row_tiles == g.row_tiles && g.launch_chunks == g.chunks;
+  return plan.kernel == Kernel::kGemm && kGemmTileShapes[g.tile_shape].family == GemmFamily::kPipelined && !g.zero_taps &&
+         g.launch_row_tiles == g.row_tiles && g.launch_chunks == g.chunks;
 }
 }  // namespace
 
@@ -1274,7 +1275,9 @@ bool stages_rows_one_by_one(const DataPlan& plan) {
 // kAlignedCopyMargin of the plan on x's waves (pipelined_tile_seconds; copies_override).
 DataPlan plan_forward(const ConvTParams& p, const TensorFacts& x, Math math, const DeviceLimits& limits) {
   DataPlan plan = plan_data(p, x, math, /*forward=*/true, limits);
-  if (!limits.tma || !stages_rows_one_by_one(plan) || copies_override() == CopiesOverride::kNever) return plan;
+  if (!limits.tma || !one_pipelined_launch(plan) || plan.gemm.tensor_rows || copies_override() == CopiesOverride::kNever) {
+    return plan;
+  }
   const int element_size = x.element_size;
   const int64_t element_bytes = p.in_channels * aligned_row_length(p.length_in, element_size) * element_size;
   const int64_t room = kMaxPackedWeightBytes - 4 * packed_weight_words(plan.gemm);  // (the copy's plan packs the same weight)
@@ -1282,9 +1285,7 @@ DataPlan plan_forward(const ConvTParams& p, const TensorFacts& x, Math math, con
   if (batch < 1) return plan;
   DataPlan over = plan_data(forward_over_aligned_x(p, element_size, batch), copy_facts(element_size), math, /*forward=*/true, limits);
   const GemmPlan& g = over.gemm;
-  if (over.kernel != Kernel::kGemm || kGemmTileShapes[g.tile_shape].family != GemmFamily::kPipelined || !g.tensor_rows ||
-      g.zero_taps || g.launch_row_tiles != g.row_tiles || g.launch_chunks != g.chunks ||
-      4 * packed_weight_words(g) + batch * element_bytes > kMaxPackedWeightBytes) {
+  if (!one_pipelined_launch(over) || !g.tensor_rows || 4 * packed_weight_words(g) + batch * element_bytes > kMaxPackedWeightBytes) {
     return plan;
   }
   // (a last, smaller chunk: its share of the parts, which go by batch element)

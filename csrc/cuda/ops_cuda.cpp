@@ -290,7 +290,7 @@ at::Tensor packed_weight(const DataPlan& plan, const at::Tensor& w, Math math, L
 
 // The forward (in = x, out = y) or grad_input (in = grad_y, out = grad_x) as planned
 // (grad_y_copy: grad_y deinterleaved where a pass made it already, else where this one makes it)
-// (packed_once: plan.gemm's weight packed already, used where the plan stands: forward_chunks)
+// (packed_once: plan.gemm's weight packed already, used where the plan stands: the forward's chunks)
 void run_data(DataPlan plan, const ConvTParams& p, const at::Tensor& in_tensor, const at::Tensor& w, const at::Tensor& bias,
               const at::Tensor& out, bool forward, Math math, const DeviceLimits& limits, GradYCopy* grad_y_copy,
               at::Tensor packed_once = at::Tensor()) {
