@@ -1647,23 +1647,24 @@ bool wide_layer(const ConvTParams& p) {
 // Whether grad_weight runs faster as the BLAS taps form than as the AVX2 forms: on wide layers where the
 // per-tap GEMMs are also long (at least 192 positions a tap, over the batch), at::mm's packed, blocked
 // GEMM outruns the micro-kernel; where the CPU has AVX-512 (at::mm then runs 16-float vectors nearer
-// their peak than the micro-kernel does) from 64 channels a group in and out, at most 4 taps a phase,
-// on rows of at least 64 inputs (a GEMM call sums one row's positions)
-// (docs/perf/2026-11-30-cpu-grad-weight-taps.md).
+// their peak than the micro-kernel does) from 64 channels a group in and out on rows of at least 64
+// inputs, whatever the batch and the taps a phase (each tap is a GEMM of its own; a call sums one
+// row's positions, too few below that) (docs/perf/2026-11-30-cpu-grad-weight-taps.md).
 bool grad_weight_by_blas_taps(const ConvTParams& p) {
-  if (p.batch * p.length_in < 192) return false;
-  if (wide_layer(p)) return true;
-  return avx2::wide_vectors() && p.in_channels_per_group >= 64 && p.out_channels_per_group >= 64 &&
-         ceil_div(p.kernel_size, p.stride) <= 4 && p.length_in >= 64;
+  const bool wide_rows = p.batch * p.length_in >= 192 && wide_layer(p);
+  if (!avx2::wide_vectors()) return wide_rows;
+  return wide_rows || (p.in_channels_per_group >= 64 && p.out_channels_per_group >= 64 && p.length_in >= 64);
 }
 
 // grad_input of wide layers on few positions (N * L_in <= 128): the BLAS unrolled form, one at::mm over
 // every (output channel, tap) step, whose im2col of grad_y is then small; the packed form's tiles are
 // then one narrow block of positions, re-read for every block of input channels. Elsewhere the packed
 // form (it outran the BLAS taps form, its per-tap GEMMs each a pass over the tile, on every wide layer
-// of the CPU sweep's seeds 29-36).
+// of the CPU sweep's seeds 29-36), and on an AVX-512 CPU at batch 1 (one block of positions then, its
+// 16-float micro-kernel 1.2-1.4x faster than the unrolled form's at::mm there).
 Form grad_input_avx2_form(const ConvTParams& p) {
-  return wide_layer(p) && p.batch * p.length_in <= 128 ? Form::kUnrolled : Form::kPacked;
+  const bool few_positions = p.batch * p.length_in <= 128 && !(avx2::wide_vectors() && p.batch == 1);
+  return wide_layer(p) && few_positions ? Form::kUnrolled : Form::kPacked;
 }
 
 Plans plan(const ConvTParams& p, at::ScalarType dtype) {
