@@ -1661,8 +1661,15 @@ bool grad_weight_by_blas_taps(const ConvTParams& p) {
 // then one narrow block of positions, re-read for every block of input channels. Elsewhere the packed
 // form (it outran the BLAS taps form, its per-tap GEMMs each a pass over the tile, on every wide layer
 // of the CPU sweep's seeds 29-36), and on an AVX-512 CPU at batch 1 (one block of positions then, its
-// 16-float micro-kernel 1.2-1.4x faster than the unrolled form's at::mm there).
+// 16-float micro-kernel 1.2-1.4x faster than the unrolled form's at::mm there). On an AVX-512 CPU, short
+// rows (at most 128 inputs) of 6 or more (batch, group) items at most 4 taps a phase take the BLAS taps
+// form: a tile a row, one at::mm a tap, 1.2-2.2x faster than the packed form's single narrow block
+// of positions a row there (docs/perf/2026-11-30-cpu-grad-weight-taps.md).
 Form grad_input_avx2_form(const ConvTParams& p) {
+  if (avx2::wide_vectors() && p.length_in <= 128 && p.batch * p.groups >= 6 && ceil_div(p.kernel_size, p.stride) <= 4 &&
+      blas_form(p) == Form::kTaps) {
+    return Form::kTaps;
+  }
   const bool few_positions = p.batch * p.length_in <= 128 && !(avx2::wide_vectors() && p.batch == 1);
   return wide_layer(p) && few_positions ? Form::kUnrolled : Form::kPacked;
 }
