@@ -1666,10 +1666,8 @@ bool grad_weight_by_blas_taps(const ConvTParams& p) {
 // form: a tile a row, one at::mm a tap, 1.2-2.2x faster than the packed form's single narrow block
 // of positions a row there (docs/perf/2026-11-30-cpu-grad-weight-taps.md).
 Form grad_input_avx2_form(const ConvTParams& p) {
-  if (avx2::wide_vectors() && p.length_in <= 128 && p.batch * p.groups >= 6 && ceil_div(p.kernel_size, p.stride) <= 4 &&
-      blas_form(p) == Form::kTaps) {
-    return Form::kTaps;
-  }
+  // (blas_form: at most 4 taps a phase, and no tiny matrices)
+  if (avx2::wide_vectors() && p.length_in <= 128 && p.batch * p.groups >= 6 && blas_form(p) == Form::kTaps) return Form::kTaps;
   const bool few_positions = p.batch * p.length_in <= 128 && !(avx2::wide_vectors() && p.batch == 1);
   return wide_layer(p) && few_positions ? Form::kUnrolled : Form::kPacked;
 }
