@@ -1,0 +1,75 @@
+"""The CPU forms of one pass, timed against each other and torch in one process.
+
+    python tools/cpu_forms.py PASS FORMS LAYER [LAYER ...]
+
+PASS is fwd, gx (grad_input) or gw (grad_weight); FORMS a comma-separated list of CONVT_CPU_FORMS
+form names (csrc/cpu/conv_transpose1d_cpu.cpp), `default` (the planner's choice) or `torch`; a name
+may repeat (its runs are reported apart, which shows order effects); LAYER is
+N,C_in,C_out,K,L_in,stride,padding,output_padding,dilation,groups. CONVT_CPU_FORMS is read at every
+call, so the forms alternate in rounds in one process: a VM's drift between processes (up to 30 %
+on the 2-core machines of BENCHMARKS.md) cancels. Each form runs twice untimed after a switch (the
+first calls after another form's are up to 2x slower: buffers of other sizes, page faults), then
+its best of three calls counts; the figure is the median over the rounds, in ms, two threads.
+"""
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+import torch_convt_op
+
+PASSES = {"fwd": "forward", "gx": "grad_input", "gw": "grad_weight"}
+
+
+def best_of(fn, calls: int = 3) -> float:
+    fn()
+    fn()
+    best = float("inf")
+    for _ in range(calls):
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return best * 1e3
+
+
+def time_forms(layer: str, which: str, forms, rounds: int = 9) -> dict:
+    n, c_in, c_out, k, l_in, stride, padding, output_padding, dilation, groups = map(int, layer.split(","))
+    args = (stride, padding, output_padding, groups, dilation)
+    x = torch.randn(n, c_in, l_in, requires_grad=True)
+    w = (torch.randn(c_in, c_out // groups, k) * 0.05).requires_grad_()
+    ops = {"ours": torch_convt_op.conv_transpose1d, "torch": torch.nn.functional.conv_transpose1d}
+    outputs = {name: op(x, w, None, *args) for name, op in ops.items()}
+    grad_y = torch.randn_like(outputs["ours"])
+    runs = {}
+    for index, form in enumerate(forms):
+        side = "torch" if form == "torch" else "ours"
+        env = "" if form in ("default", "torch") else f"{PASSES[which]}={form}"
+        if which == "fwd":
+            fn = lambda op=ops[side]: op(x, w, None, *args)
+        else:
+            wrt = (x,) if which == "gx" else (w,)
+            fn = lambda y=outputs[side], wrt=wrt: torch.autograd.grad(y, wrt, grad_y, retain_graph=True)
+        runs[f"{form}#{index}"] = (env, fn)
+    times = {name: [] for name in runs}
+    for _ in range(rounds):
+        for name, (env, fn) in runs.items():
+            os.environ["CONVT_CPU_FORMS"] = env
+            times[name].append(best_of(fn))
+    os.environ["CONVT_CPU_FORMS"] = ""
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
+def main(argv) -> None:
+    which, forms, layers = argv[0], argv[1].split(","), argv[2:]
+    if which not in PASSES or not layers:
+        raise SystemExit(__doc__)
+    torch.set_num_threads(2)
+    for layer in layers:
+        result = time_forms(layer, which, forms)
+        print(f"{layer} {which}: " + "  ".join(f"{name} {ms:.2f}" for name, ms in result.items()), flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
