@@ -1667,7 +1667,9 @@ bool grad_weight_by_blas_taps(const ConvTParams& p) {
 // of positions a row there (docs/perf/2026-11-30-cpu-grad-weight-taps.md).
 Form grad_input_avx2_form(const ConvTParams& p) {
   // (blas_form: at most 4 taps a phase, and no tiny matrices)
-  if (avx2::wide_vectors() && p.length_in <= 128 && p.batch * p.groups >= 6 && blas_form(p) == Form::kTaps) return Form::kTaps;
+  if (avx2::wide_vectors() && p.length_in <= 128 && p.batch * p.groups >= 6 && blas_form(p) == Form::kTaps) {
+    return Form::kTaps;
+  }
   const bool few_positions = p.batch * p.length_in <= 128 && !(avx2::wide_vectors() && p.batch == 1);
   return wide_layer(p) && few_positions ? Form::kUnrolled : Form::kPacked;
 }
