@@ -28,6 +28,21 @@ int64_t DeviceLimits::blocks_per_sm(int64_t smem_bytes) const {
 
 namespace {
 
+// An environment variable that overrides a cost model's choice: `never` or `always` (an A/B of both
+// plans in one build: tools/ab.py's `name=folder,VAR=VALUE`); anything else, or unset, leaves it.
+enum class PlanOverride { kModel, kNever, kAlways };
+PlanOverride read_plan_override(const char* variable) {
+  const char* text = std::getenv(variable);
+  if (text == nullptr) return PlanOverride::kModel;
+  return std::strcmp(text, "never") == 0 ? PlanOverride::kNever : std::strcmp(text, "always") == 0 ? PlanOverride::kAlways
+                                                                                                    : PlanOverride::kModel;
+}
+// CONVT_TAP_BOXES: the pipelined kernel's tap boxes (GemmPlan::tap_boxes). Read once a process.
+PlanOverride tap_boxes_override() {
+  static const PlanOverride value = read_plan_override("CONVT_TAP_BOXES");
+  return value;
+}
+
 // Rows of a (N, C, L) operand with these element strides are contiguous and start on
 // `elements`-element boundaries (so copies of `elements` elements stay aligned).
 bool rows_aligned(const TensorFacts& t, int64_t batch_stride, int64_t channel_stride, int64_t length_stride, int elements) {
@@ -382,6 +397,10 @@ std::optional<GemmPlan> plan_pipelined_steps(const GemmPlan& problem, const Tens
                   box_row_elements <= 256 && (map_row_phases == 1 || phase_boxes_pay);
   g.map_row_phases = g.tensor_rows ? map_row_phases : 1;
   if (g.tensor_rows) g.lead = box_lead, g.row_offsets = false, g.x_row_elements = box_row_elements;
+  // (a TMA box starts at a 16-byte multiple of its row, and wgmma's A at one of its swizzled rows:
+  // tap boxes where every tap's offset is a multiple of copy_elements, as at one tap a phase)
+  const bool taps_aligned = std::all_of(g.slot_offset, g.slot_offset + g.taps, [&](int offset) { return floor_mod(offset, g.copy_elements) == 0; });
+  g.tap_boxes = g.tensor_rows && element_size == 2 && g.map_row_phases == 1 && taps_aligned && tap_boxes_override() != PlanOverride::kNever;
   const int channels_per_word = 4 / element_size;
   const int64_t channel_words = (g.channels_per_group + channels_per_word - 1) / channels_per_word;
   const int64_t budget = limits.smem_one_block();
@@ -395,13 +414,17 @@ std::optional<GemmPlan> plan_pipelined_steps(const GemmPlan& problem, const Tens
     // phase, set_half_bases: 16 or 32 16-bit rows a chunk over 2 phases, 16 or 32 float rows over 4)
     const int phase_rows = g.staged_rows / g.map_row_phases, row_elements_128 = 128 / element_size;
     g.map_phase_elements = (phase_rows * g.x_row_elements + row_elements_128 - 1) / row_elements_128 * row_elements_128;
-    g.x_words = g.tensor_rows ? kPipelineConsumers * g.map_row_phases * g.map_phase_elements * element_size / 4
-                              : g.staged_rows * g.x_row_elements * element_size / 4;
     g.slot_words = (g.block_m / 16) * g.ksteps * kFragmentWords;
     g.weight_slots = most_taps_per_step(g);  // a step's taps: one run
+    const int tap_box_words = kTapBoxPositions * g.chunk_channels * element_size / 4;
+    g.x_words = g.tap_boxes     ? g.weight_slots * (g.block_n / kTapBoxPositions) * tap_box_words
+                : g.tensor_rows ? kPipelineConsumers * g.map_row_phases * g.map_phase_elements * element_size / 4
+                                : g.staged_rows * g.x_row_elements * element_size / 4;
     const int64_t stage_bytes = int64_t(g.weight_parts * g.weight_slots * g.slot_words + g.x_words) * 4 + 2 * 8;  // and its mbarriers
     const int stages = int(std::min<int64_t>(kMaxPipelineStages, budget / stage_bytes));
-    if (stages < (chunk_words == 32 ? 3 : 2)) continue;
+    // (tap boxes: three stages at least, or shorter runs of taps, plan_pipelined_tiles: a run's boxes
+    // grow with its taps, and the consumers keep a stage's wgmma running into the next one's)
+    if (stages < (chunk_words == 32 || g.tap_boxes ? 3 : 2)) continue;
     g.stages = stages;
     g.smem_bytes = size_t(stages * stage_bytes);
     g.resident = g.stage_output = false;
@@ -1247,16 +1270,9 @@ double pipelined_tile_seconds(const GemmPlan& g, bool staged_by_rows, Math math)
   return g.chunks * chunk_seconds + kTileFixedSeconds;
 }
 
-// CONVT_FORWARD_X_COPIES=never or =always overrides the cost model (an A/B of both plans in one
-// build: tools/ab.py's `name=folder,VAR=VALUE`); anything else leaves it. Read once a process.
-enum class CopiesOverride { kModel, kNever, kAlways };
-CopiesOverride copies_override() {
-  static const CopiesOverride value = [] {
-    const char* text = std::getenv("CONVT_FORWARD_X_COPIES");
-    if (text == nullptr) return CopiesOverride::kModel;
-    return std::strcmp(text, "never") == 0 ? CopiesOverride::kNever : std::strcmp(text, "always") == 0 ? CopiesOverride::kAlways
-                                                                                                          : CopiesOverride::kModel;
-  }();
+// CONVT_FORWARD_X_COPIES overrides the copies' cost model (read_plan_override). Read once a process.
+PlanOverride copies_override() {
+  static const PlanOverride value = read_plan_override("CONVT_FORWARD_X_COPIES");
   return value;
 }
 
@@ -1275,7 +1291,7 @@ bool one_pipelined_launch(const DataPlan& plan) {
 // kAlignedCopyMargin of the plan on x's waves (pipelined_tile_seconds; copies_override).
 DataPlan plan_forward(const ConvTParams& p, const TensorFacts& x, Math math, const DeviceLimits& limits) {
   DataPlan plan = plan_data(p, x, math, /*forward=*/true, limits);
-  if (!limits.tma || !one_pipelined_launch(plan) || plan.gemm.tensor_rows || copies_override() == CopiesOverride::kNever) {
+  if (!limits.tma || !one_pipelined_launch(plan) || plan.gemm.tensor_rows || copies_override() == PlanOverride::kNever) {
     return plan;
   }
   const int element_size = x.element_size;
@@ -1297,7 +1313,7 @@ DataPlan plan_forward(const ConvTParams& p, const TensorFacts& x, Math math, con
   const double over_x = double(launch_waves(plan.gemm, plan.gemm.row_tiles, limits)) * pipelined_tile_seconds(plan.gemm, true, math);
   const double over_copies = chunk_waves * pipelined_tile_seconds(g, false, math) +
                              2.0 * p.batch * element_bytes / kCopyBandwidth + double(full_chunks + (last_batch > 0)) * kChunkLaunchSeconds;
-  if (over_copies > kAlignedCopyMargin * over_x && copies_override() != CopiesOverride::kAlways) return plan;
+  if (over_copies > kAlignedCopyMargin * over_x && copies_override() != PlanOverride::kAlways) return plan;
   over.copy_batch = batch;
   return over;
 }
@@ -1442,7 +1458,7 @@ std::string describe(const DataPlan& plan) {
                         {"stored_row_phases", g.stored_row_phases}, {"column_positions", g.column_positions},
                         {"channel_phases", g.channel_phases}, {"deinterleaved", g.deinterleaved}, {"zero_taps", g.zero_taps},
                         {"stage_output", g.stage_output}, {"resident", g.resident},
-                        {"tensor_rows", g.tensor_rows}, {"map_row_phases", g.map_row_phases}, {"bias_first", bias_first(g)}, {"tiles", g.tiles}, {"parts", g.parts},
+                        {"tensor_rows", g.tensor_rows}, {"map_row_phases", g.map_row_phases}, {"tap_boxes", g.tap_boxes}, {"bias_first", bias_first(g)}, {"tiles", g.tiles}, {"parts", g.parts},
                         {"row_tiles", g.row_tiles}, {"launch_row_tiles", g.launch_row_tiles}, {"launch_chunks", g.launch_chunks},
                         {"copy_batch", plan.copy_batch},
                         // (the x copy of a batch chunk: copy_elements elements make 16 bytes on these plans)

@@ -78,6 +78,7 @@ constexpr int kMaxGemmTaps = 128;
 constexpr int kMaxStagedStep = 8;                      // the largest out_step whose outputs are staged
 constexpr int kMaxGemmXRow = 4096;                     // positions of one staged x row
 constexpr int kPipelineConsumers = 2;                  // consumer warpgroups of the pipelined kernels
+constexpr int kTapBoxPositions = 64;                  // positions of a tap box (GemmPlan::tap_boxes): one wgmma M
 constexpr int kMaxPipelineStages = 4;
 // grad_weight (grad_weight_gemm.cuh): positions per item, taps per tap group (wide: where a phase
 // has more taps, TF32 and 16-bit only)
@@ -248,6 +249,11 @@ struct GemmPlan {
   // 1: the map is x's own rows. A box's phases start map_phase_elements apart (each 128-byte
   // aligned, as TMA needs); the MMA's k index follows x_s's rows (gemm_mainloop.cuh's set_half_bases).
   int map_row_phases, map_phase_elements;
+  // 16-bit tensor_rows of one phase (map_row_phases 1): x_s is a TMA box a step's tap and 64-column
+  // subtile (kTapBoxPositions positions x chunk_channels, 128-byte swizzled), which the consumers'
+  // wgmma read as A by descriptor (MN-major) where other plans load in^T fragments into registers
+  // (docs/design.md §3.6).
+  bool tap_boxes;
 };
 
 // The implicit GEMM of the forward (out = y, in = x) or of grad_input (out = grad_x, in = grad_y),

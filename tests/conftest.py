@@ -168,6 +168,12 @@ WIDE_TILE_CASES = [
     # 16-bit rows of no 16-byte multiple in a wide layer: the forward over aligned copies of x, 5
     # batch elements a chunk (the last chunk one), TMA boxes on each (float: row by row on x)
     Case(16, 1024, 512, 3, 1300, stride=2),
+    # 16-bit tap boxes (a TMA box a tap and 64-column subtile, wgmma's A by descriptor): K = 1 with a
+    # part-empty last chunk (100 channels) on 64 x 256 tiles, forward and grad_input; two groups;
+    # K <= stride (the merged short filter's one tap), padding and output_padding
+    Case(4, 100, 37, 1, 8200),
+    Case(2, 512, 512, 1, 9000, groups=2),
+    Case(4, 96, 40, 3, 8192, stride=4, padding=1, output_padding=2),
     # rows padded to 16-byte multiples (layout "padded": a row stride above their length, NaN
     # between): one TMA box a consumer over rows x's map holds to their length
     Case(4, 128, 128, 3, 3003, padding=2, groups=2, layout="padded"),

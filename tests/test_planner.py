@@ -261,6 +261,30 @@ def test_pipelined_x_by_tma_boxes_where_rows_allow(dtype, tf32):
             assert forward["family"] == "pipelined" and forward["tensor_rows"] == 0, (shape, forward)
 
 
+@pytest.mark.parametrize("dtype,tf32", MATHS)
+def test_tap_boxes_where_every_tap_offset_is_aligned(dtype, tf32):
+    """16-bit pipelined plans whose x comes by TMA boxes of x's own rows (tensor_rows, map_row_phases
+    1) take tap boxes (a box a tap and 64-column subtile, read by wgmma as A by descriptor) where
+    every tap's offset is a multiple of 16 bytes: a TMA box starts at a 16-byte multiple of its row,
+    and wgmma's MN-major A at one of its rows. K = 1, and K <= stride (the merged short filter's one
+    tap); not taps one position apart (K above stride, K > 1 at stride 1). Not in float (TF32's A is
+    K-major only), nor without TMA."""
+    for shape, aligned in (((12, 1536, 768, 1, 1304, 1, 0, 0, 1, 1), True),
+                           ((4, 100, 37, 1, 8200, 1, 0, 0, 1, 1), True),
+                           ((2, 512, 512, 1, 9000, 1, 0, 0, 1, 2), True),
+                           ((8, 512, 256, 4, 4096, 4, 0, 0, 1, 1), True),
+                           ((4, 96, 40, 3, 8192, 4, 1, 2, 1, 1), True),
+                           ((4, 512, 256, 4, 4096, 2, 1, 0, 1, 1), False),
+                           ((8, 256, 128, 3, 8192, 1, 1, 0, 1, 1), False)):
+        forward = plans(shape, dtype, tf32, "h100")["forward"]
+        assert forward["family"] == "pipelined" and forward["tensor_rows"] == 1, (shape, forward)
+        assert forward["tap_boxes"] == int(dtype.itemsize == 2 and aligned), (shape, forward)
+        assert plans(shape, dtype, tf32, "a100")["forward"].get("tap_boxes", 0) == 0
+    # grad_input of a stride-1 K = 1 layer: grad_y's rows, tap boxes too
+    grad_input = plans((12, 1536, 768, 1, 1304, 1, 0, 0, 1, 1), dtype, tf32, "h100")["grad_input"]
+    assert grad_input["tap_boxes"] == int(dtype.itemsize == 2), grad_input
+
+
 @pytest.mark.parametrize("dtype,tf32", [(torch.float32, True), (torch.bfloat16, False)])
 def test_forward_over_aligned_x_copies(dtype, tf32):
     """Where the pipelined forward would stage x's rows one by one (no 16-byte multiple, no channel-phase

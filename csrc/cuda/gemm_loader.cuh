@@ -353,6 +353,7 @@ struct PipelineStages {
   uint64_t* empty;
   int x_stage_elements;
   int box_elements;  // tensor_rows: a consumer warpgroup's boxes (each channel phase's)
+  int tap_box_elements;  // tap_boxes: one tap box (kTapBoxPositions x chunk_channels)
   int copied;        // elements of a staged row (whole 16-byte chunks)
   __device__ __forceinline__ PipelineStages(uint32_t* smem, const GemmProblem& p) {
     part_weight_words = p.weight_slots * p.slot_words;
@@ -363,6 +364,7 @@ struct PipelineStages {
     empty = full + p.stages;
     x_stage_elements = p.x_words * 4 / int(sizeof(T));
     box_elements = p.map_row_phases * p.map_phase_elements;
+    tap_box_elements = kTapBoxPositions * p.chunk_channels;
     copied = p.row_copies * p.copy_elements;
   }
   // `full` completes when the producer threads have arrived and every byte they announced has
@@ -433,8 +435,8 @@ struct StagedRow {
 
 // The producer warpgroup: walks the block's tiles and their steps (chunks; kPairs: (pair, chunk),
 // docs/design.md §3.6), and fills the ring's stages: the step's weight slots by one bulk copy (kPairs:
-// one a part), x_s either as two TMA boxes (tensor_rows, one a consumer warpgroup: its columns and
-// their halo; TF32 rounded by the copy) or row by row (stage_window), the rows dealt out over the
+// one a part), x_s either as a TMA box a tap and 64-column subtile (tap_boxes), or two TMA boxes
+// (tensor_rows, one a consumer warpgroup: its columns and their halo; TF32 rounded by the copy) or row by row (stage_window), the rows dealt out over the
 // four producer warps (a warp issues its bulk copies one lane at a time: one warp's copies alone
 // starve the consumers).
 template <typename T, Merge kMerge, int kBlockN, bool kPairs>
@@ -502,6 +504,18 @@ struct PipelinedProducer {
         const int window = tile_col + box * (kBlockN / 2) + p.first_offset - p.lead - channel_phase_shift<T>(p, phase);
         stage_window(x_s + box * stages.box_elements + phase * p.map_phase_elements + phase_row * p.x_row_elements, row, window,
                      p.in_length, p.x_row_elements, landed);
+      }
+    } else if (p.tap_boxes) {
+      if (producer == 0) {
+        // box (i, b): tap i's positions of the tile's 64-column subtile b (its columns + the tap's offset)
+        constexpr int kBoxes = kBlockN / kTapBoxPositions;
+        const int first_channel = int(tile.g * p.channels_per_group + problem_chunk(p, chunk) * p.chunk_channels);
+        mbarrier_expect_bytes(landed, uint32_t(slots * kBoxes * stages.tap_box_elements * int(sizeof(T))));
+        for (int i = 0; i < slots; ++i)
+          for (int box = 0; box < kBoxes; ++box)
+            tensor_copy_to_shared(x_s + (i * kBoxes + box) * stages.tap_box_elements, &p.in_map,
+                                  tile_col + box * kTapBoxPositions + p.slot_offset[first_slot + i], first_channel, int(tile.n),
+                                  landed);
       }
     } else if (p.tensor_rows) {
       if (producer == 0) {

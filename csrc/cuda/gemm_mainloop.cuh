@@ -434,9 +434,25 @@ struct PipelinedMainloop {
     round_fragments = kMath == Math::kTF32 && !p.tensor_rows;
   }
 
+  // Each pair's slots [first_slot, first_slot + slots) of out phase `out_phase`, in the producer's order
+  template <typename Body>
+  __device__ __forceinline__ void for_each_pair(int out_phase, Body&& body) const {
+    if constexpr (kPairs) {
+      for (int pair = out_phase * p.in_phases; pair < (out_phase + 1) * p.in_phases; ++pair) {
+        const int first_slot = p.pair_begin[pair], slots = p.pair_begin[pair + 1] - first_slot;
+        if (slots > 0) body(first_slot, slots);  // (an out phase may have fewer runs than another)
+      }
+    } else {
+      body(0, p.taps);
+    }
+  }
+
   // Out phase `out_phase` of a tile: its pairs' steps in the producer's order (each pair, a run of
   // taps, over every chunk; docs/design.md §3.6)
   __device__ __forceinline__ void run_phase(const GemmTile& tile, int out_phase, PipelineState& state, Mma& mma) const {
+    if constexpr (kMath == Math::k16Bit) {
+      if (p.tap_boxes) return run_phase_on_tap_boxes(out_phase, state, mma);
+    }
     // The shifts of this lane's rows, the same in every chunk (chunks are whole multiples of the 4
     // (float) or 8 (16-bit) rows after which shifts repeat; rows c and c + 4 (16-bit: 2c and 2c + 8) share one)
     LaneRows tile_rows = rows;
@@ -474,14 +490,65 @@ struct PipelinedMainloop {
         state.advance(p.stages);
       }
     };
-    if constexpr (kPairs) {
-      for (int pair = out_phase * p.in_phases; pair < (out_phase + 1) * p.in_phases; ++pair) {
-        const int first_slot = p.pair_begin[pair], slots = p.pair_begin[pair + 1] - first_slot;
-        if (slots > 0) run_pair(first_slot, slots);  // (an out phase may have fewer runs than another)
+    for_each_pair(out_phase, run_pair);
+  }
+
+  // run_phase on tap boxes (GemmPlan::tap_boxes, 16-bit): a step's wgmma read A (in^T) by descriptor
+  // from the boxes of this warpgroup's subtiles, every tap and k-step issued as one group; the stage
+  // goes back to the producer once the next step's group is issued and its own has completed
+  // (wgmma_wait<1>), so that the tensor cores run from one step into the next.
+  __device__ __forceinline__ void run_phase_on_tap_boxes(int out_phase, PipelineState& state, Mma& mma) const {
+    constexpr int kBoxes = kBlockN / kTapBoxPositions;  // a tap's boxes: the tile's subtiles
+    constexpr int kKstepElements = 16 * kTapBoxPositions;
+    const int first_box = (warp / 4) * kSubtiles;
+    int held = -1;  // the stage whose group may still run
+    auto release = [&](int stage) {
+      __syncwarp();
+      if (lane == 0) mbarrier_arrive(stages.empty + stage);
+    };
+    auto run_pair = [&](int first_slot, int slots) {
+      for (int chunk = 0; chunk < p.chunks; ++chunk) {
+        mbarrier_wait(stages.full + state.stage, state.parity);
+        const T* x_s = stages.x_s(state.stage);
+        const char* w_s = reinterpret_cast<const char*>(stages.w_s(state.stage));
+        mma.fence_accumulators();
+        for (int i = 0; i < slots; ++i) {
+          wgmma_fence();  // (a tap at a time: ptxas wants one at the top of a loop of wgmma)
+          const T* boxes = x_s + (i * kBoxes + first_box) * stages.tap_box_elements;
+          const char* w_slot = w_s + i * p.slot_words * 4;
+          auto run_ksteps = [&](auto ksteps) {
+            constexpr int kKsteps = decltype(ksteps)::value;
+#pragma unroll
+            for (int k = 0; k < kKsteps; ++k) {
+              const uint64_t b = swizzled_b_descriptor<kKsteps * 32>(w_slot + k * 32);
+#pragma unroll
+              for (int s = 0; s < kSubtiles; ++s) {
+                const uint64_t a = swizzled_mn_major_a_descriptor(boxes + s * stages.tap_box_elements + k * kKstepElements);
+                wgmma_kstep<T, kBlockM>(mma.acc[s], a, b);
+              }
+            }
+          };
+          if (p.ksteps == 4) {
+            run_ksteps(std::integral_constant<int, 4>());
+          } else {
+            run_ksteps(std::integral_constant<int, 2>());
+          }
+        }
+        wgmma_commit();
+        mma.fence_accumulators();
+        if (held >= 0) {
+          wgmma_wait<1>();
+          mma.fence_accumulators();
+          release(held);
+        }
+        held = state.stage;
+        state.advance(p.stages);
       }
-    } else {
-      run_pair(0, p.taps);
-    }
+    };
+    for_each_pair(out_phase, run_pair);
+    wgmma_wait<0>();  // before the accumulators are read (on every path: ptxas serialises the wgmma otherwise)
+    mma.fence_accumulators();
+    if (held >= 0) release(held);
   }
 };
 

@@ -129,8 +129,13 @@ bool encode_tensor_map(CUtensorMap& map, const at::Tensor& t, std::initializer_l
 }
 
 // The pipelined forward's x_s boxes (GemmPlan::tensor_rows): rows of map_row_phases channels back
-// to back, a box the staged rows of one channel phase
+// to back, a box the staged rows of one channel phase; tap boxes (GemmPlan::tap_boxes): 64
+// positions x a chunk's channels, swizzled as wgmma's MN-major A
 bool encode_in_map(CUtensorMap& map, const GemmPlan& g, const at::Tensor& in, Math math) {
+  if (g.tap_boxes) {
+    return encode_tensor_map(map, in, {g.in_length, g.groups * g.channels_per_group, g.batch}, {g.in_channel_stride, g.in_batch_stride},
+                             {kTapBoxPositions, g.chunk_channels, 1}, CU_TENSOR_MAP_SWIZZLE_128B, /*tf32=*/false);
+  }
   const int64_t phases = g.map_row_phases;
   return encode_tensor_map(map, in, {phases * g.in_length, g.groups * g.channels_per_group / phases, g.batch},
                            {phases * g.in_channel_stride, g.in_batch_stride}, {g.x_row_elements, int(g.staged_rows / phases), 1},

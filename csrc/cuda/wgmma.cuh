@@ -50,6 +50,17 @@ __device__ __forceinline__ uint64_t swizzled_b_descriptor(const void* b) {
          | uint64_t(8 * kRowBytes >> 4) << 32                // stride between column groups / 16
          | uint64_t(kRowBytes == 128 ? 1 : 2) << 62;         // 128- or 64-byte swizzle
 }
+// A (64 x K, 16-bit) MN-major in shared memory, as a TMA box of 64 positions x K channels lands with
+// 128-byte swizzling: row k (the 64 M values of channel k, 128 bytes) at k * 128 bytes, its 16-byte
+// chunk j at chunk j ^ (k % 8); atoms of 8 rows (1024 bytes, aligned to that) consecutive along K.
+// The descriptor of such an A starting at `a` (+ 2048 bytes per k-step of 16 rows).
+__device__ __forceinline__ uint64_t swizzled_mn_major_a_descriptor(const void* a) {
+  const uint32_t address = static_cast<uint32_t>(__cvta_generic_to_shared(a));
+  return uint64_t((address & 0x3FFFF) >> 4)  // start address / 16
+         | uint64_t(1) << 16                  // leading-dimension offset: the next 64 M values (none: M is 64)
+         | uint64_t(1024 >> 4) << 32          // stride between atoms of 8 k rows / 16
+         | uint64_t(1) << 62;                 // 128-byte swizzle
+}
 
 // Ordering: registers (A, accumulators) written before a wgmma need wgmma_fence(); a batch of wgmma
 // is committed as one group and waited for before its accumulators are read, B's shared memory is
@@ -183,65 +194,69 @@ __device__ __forceinline__ void tensor_copy_to_shared(void* shared, const void* 
 // scale-d is a predicate set from 1 (accumulate: the kernels clear their accumulators themselves).
 struct Tf32 {};
 
-#define CONVT_WGMMA_M64N128(SHAPE_AND_TYPES, TRANSPOSE_B)                                              \
-  asm volatile(                                                                                       \
-      "{\n.reg .pred accumulate;\nsetp.ne.b32 accumulate, %69, 0;\n"                                 \
-      "wgmma.mma_async.sync.aligned." SHAPE_AND_TYPES " "                                             \
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "                                                                                        \
-      "{%64, %65, %66, %67}, %68, accumulate, 1, 1" TRANSPOSE_B ";\n}\n"                             \
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]) \
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1))
+// The accumulator operands of an m64nN wgmma: the text of its N / 2 registers, operands %0 on, and
+// their constraints (n72: d's 32 and `extra`'s 4)
+#define CONVT_WGMMA_D16_TEXT "{%0, %1, %2, %3, %4, %5, %6, %7}"
+#define CONVT_WGMMA_D16 "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+#define CONVT_WGMMA_D32_TEXT "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
+#define CONVT_WGMMA_D32 "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+#define CONVT_WGMMA_D64_TEXT "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define CONVT_WGMMA_D64 "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+#define CONVT_WGMMA_D128_TEXT "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
+#define CONVT_WGMMA_D128 "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+#define CONVT_WGMMA_D72_TEXT "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35}"
+#define CONVT_WGMMA_D72 "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(extra[0]), "+f"(extra[1]), "+f"(extra[2]), "+f"(extra[3])
 
-#define CONVT_WGMMA_M64N64(SHAPE_AND_TYPES, TRANSPOSE_B)                                              \
-  asm volatile(                                                                                       \
-      "{\n.reg .pred accumulate;\nsetp.ne.b32 accumulate, %37, 0;\n"                                 \
-      "wgmma.mma_async.sync.aligned." SHAPE_AND_TYPES " "                                             \
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "                                                                                        \
-      "{%32, %33, %34, %35}, %36, accumulate, 1, 1" TRANSPOSE_B ";\n}\n"                             \
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]) \
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1))
+// One wgmma after the accumulators (operand D, the last accumulator register's index) with A from
+// registers (operands D + 1 to D + 4) or from shared memory by descriptor (`a`, MN-major: 16-bit
+// only), B by descriptor; scale-d is a predicate set from the last operand (1: accumulate, the
+// kernels clear their accumulators themselves). TAIL: B's transpose flag where the type has one
+// (16-bit: 0, K-major; TF32 has none).
+#define CONVT_WGMMA_RS(SHAPE_AND_TYPES, D_TEXT, A0, A1, A2, A3, B, P, TAIL, ...)                              \
+  asm volatile("{\n.reg .pred accumulate;\nsetp.ne.b32 accumulate, %" P ", 0;\n"                          \
+               "wgmma.mma_async.sync.aligned." SHAPE_AND_TYPES " " D_TEXT ", {%" A0 ", %" A1 ", %" A2 ", %" A3 \
+               "}, %" B ", accumulate, 1, 1" TAIL ";\n}\n"                                               \
+               : __VA_ARGS__                                                                            \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1))
+#define CONVT_WGMMA_SS(SHAPE_AND_TYPES, D_TEXT, A, B, P, ...)                                                 \
+  asm volatile("{\n.reg .pred accumulate;\nsetp.ne.b32 accumulate, %" P ", 0;\n"                          \
+               "wgmma.mma_async.sync.aligned." SHAPE_AND_TYPES " " D_TEXT ", %" A ", %" B                    \
+               ", accumulate, 1, 1, 1, 0;\n}\n"                                                            \
+               : __VA_ARGS__                                                                            \
+               : "l"(a), "l"(b), "r"(1))
+// the register-A form of m64nN (operand indices after its N / 2 accumulators)
+#define CONVT_WGMMA_RS_N128(SHAPE, TAIL) CONVT_WGMMA_RS(SHAPE, CONVT_WGMMA_D128_TEXT, "64", "65", "66", "67", "68", "69", TAIL, CONVT_WGMMA_D128)
+#define CONVT_WGMMA_RS_N64(SHAPE, TAIL) CONVT_WGMMA_RS(SHAPE, CONVT_WGMMA_D64_TEXT, "32", "33", "34", "35", "36", "37", TAIL, CONVT_WGMMA_D64)
+#define CONVT_WGMMA_RS_N32(SHAPE, TAIL) CONVT_WGMMA_RS(SHAPE, CONVT_WGMMA_D32_TEXT, "16", "17", "18", "19", "20", "21", TAIL, CONVT_WGMMA_D32)
+#define CONVT_WGMMA_RS_N16(SHAPE, TAIL) CONVT_WGMMA_RS(SHAPE, CONVT_WGMMA_D16_TEXT, "8", "9", "10", "11", "12", "13", TAIL, CONVT_WGMMA_D16)
+#define CONVT_WGMMA_RS_N72(SHAPE, TAIL) CONVT_WGMMA_RS(SHAPE, CONVT_WGMMA_D72_TEXT, "36", "37", "38", "39", "40", "41", TAIL, CONVT_WGMMA_D72)
+#define CONVT_WGMMA_SS_N128(SHAPE) CONVT_WGMMA_SS(SHAPE, CONVT_WGMMA_D128_TEXT, "64", "65", "66", CONVT_WGMMA_D128)
+#define CONVT_WGMMA_SS_N64(SHAPE) CONVT_WGMMA_SS(SHAPE, CONVT_WGMMA_D64_TEXT, "32", "33", "34", CONVT_WGMMA_D64)
+#define CONVT_WGMMA_SS_N32(SHAPE) CONVT_WGMMA_SS(SHAPE, CONVT_WGMMA_D32_TEXT, "16", "17", "18", CONVT_WGMMA_D32)
+#define CONVT_WGMMA_SS_N16(SHAPE) CONVT_WGMMA_SS(SHAPE, CONVT_WGMMA_D16_TEXT, "8", "9", "10", CONVT_WGMMA_D16)
 
-#define CONVT_WGMMA_M64N32(SHAPE_AND_TYPES, TRANSPOSE_B)                                              \
-  asm volatile(                                                                                       \
-      "{\n.reg .pred accumulate;\nsetp.ne.b32 accumulate, %21, 0;\n"                                 \
-      "wgmma.mma_async.sync.aligned." SHAPE_AND_TYPES " "                                             \
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "                       \
-      "{%16, %17, %18, %19}, %20, accumulate, 1, 1" TRANSPOSE_B ";\n}\n"                             \
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]) \
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1))
-
-#define CONVT_WGMMA_M64N16(SHAPE_AND_TYPES, TRANSPOSE_B)                                              \
-  asm volatile(                                                                                       \
-      "{\n.reg .pred accumulate;\nsetp.ne.b32 accumulate, %13, 0;\n"                                 \
-      "wgmma.mma_async.sync.aligned." SHAPE_AND_TYPES " "                                             \
-      "{%0, %1, %2, %3, %4, %5, %6, %7}, "                                                           \
-      "{%8, %9, %10, %11}, %12, accumulate, 1, 1" TRANSPOSE_B ";\n}\n"                               \
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]) \
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1))
-
-// m64n72: the first 64 columns' accumulators in d, the last 8 columns' in `extra`
-#define CONVT_WGMMA_M64N72(SHAPE_AND_TYPES, TRANSPOSE_B)                                              \
-  asm volatile(                                                                                       \
-      "{\n.reg .pred accumulate;\nsetp.ne.b32 accumulate, %41, 0;\n"                                 \
-      "wgmma.mma_async.sync.aligned." SHAPE_AND_TYPES " "                                             \
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35}, "                                                                                   \
-      "{%36, %37, %38, %39}, %40, accumulate, 1, 1" TRANSPOSE_B ";\n}\n"                             \
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(extra[0]), "+f"(extra[1]), "+f"(extra[2]), "+f"(extra[3]) \
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1))
-
-// the instruction's shape and types; B not transposed (K-major) for 16-bit (TF32 has no transpose)
-#define CONVT_WGMMA_KSTEP(N)                                          \
-  if constexpr (std::is_same_v<Kind, Tf32>) {                         \
-    CONVT_WGMMA_M64N##N("m64n" #N "k8.f32.tf32.tf32", "");           \
-  } else if constexpr (std::is_same_v<Kind, __nv_bfloat16>) {         \
-    CONVT_WGMMA_M64N##N("m64n" #N "k16.f32.bf16.bf16", ", 0");       \
-  } else {                                                            \
-    CONVT_WGMMA_M64N##N("m64n" #N "k16.f32.f16.f16", ", 0");         \
+// the instruction's shape and types; B not transposed (K-major) for 16-bit (TF32 has no transpose);
+// A from registers, or by descriptor (kSharedA: 16-bit only)
+#define CONVT_WGMMA_KSTEP(N)                                       \
+  if constexpr (kSharedA && std::is_same_v<Kind, __nv_bfloat16>) { \
+    CONVT_WGMMA_SS_N##N("m64n" #N "k16.f32.bf16.bf16");           \
+  } else if constexpr (kSharedA) {                                 \
+    CONVT_WGMMA_SS_N##N("m64n" #N "k16.f32.f16.f16");             \
+  } else if constexpr (std::is_same_v<Kind, Tf32>) {               \
+    CONVT_WGMMA_RS_N##N("m64n" #N "k8.f32.tf32.tf32", "");        \
+  } else if constexpr (std::is_same_v<Kind, __nv_bfloat16>) {      \
+    CONVT_WGMMA_RS_N##N("m64n" #N "k16.f32.bf16.bf16", ", 0");    \
+  } else {                                                         \
+    CONVT_WGMMA_RS_N##N("m64n" #N "k16.f32.f16.f16", ", 0");      \
   }
 
-template <typename Kind, int kN>
-__device__ __forceinline__ void wgmma_kstep(float (&d)[kN / 2], const uint32_t (&a)[4], uint64_t b) {
+// `a`: this thread's A fragment (uint32_t[4], the layout above), or a shared-memory descriptor of A
+// (uint64_t: 16-bit, MN-major, swizzled_mn_major_a_descriptor); d's layout the same
+template <typename Kind, int kN, typename A>
+__device__ __forceinline__ void wgmma_kstep(float (&d)[kN / 2], const A& a, uint64_t b) {
   static_assert(kN == 16 || kN == 32 || kN == 64 || kN == 128);
+  constexpr bool kSharedA = std::is_same_v<A, uint64_t>;
+  static_assert(!kSharedA || !std::is_same_v<Kind, Tf32>);  // (TF32's A is K-major only)
 #if CONVT_WGMMA_AVAILABLE
   if constexpr (kN == 128) {
     CONVT_WGMMA_KSTEP(128)
@@ -263,19 +278,35 @@ __device__ __forceinline__ void wgmma_kstep_n72(float (&d)[32], float (&extra)[4
   static_assert(!std::is_same_v<Kind, Tf32>);
 #if CONVT_WGMMA_AVAILABLE
   if constexpr (std::is_same_v<Kind, __nv_bfloat16>) {
-    CONVT_WGMMA_M64N72("m64n72k16.f32.bf16.bf16", ", 0");
+    CONVT_WGMMA_RS_N72("m64n72k16.f32.bf16.bf16", ", 0");
   } else {
-    CONVT_WGMMA_M64N72("m64n72k16.f32.f16.f16", ", 0");
+    CONVT_WGMMA_RS_N72("m64n72k16.f32.f16.f16", ", 0");
   }
 #else
   __trap();
 #endif
 }
 #undef CONVT_WGMMA_KSTEP
-#undef CONVT_WGMMA_M64N72
-#undef CONVT_WGMMA_M64N64
-#undef CONVT_WGMMA_M64N32
-#undef CONVT_WGMMA_M64N16
-#undef CONVT_WGMMA_M64N128
+#undef CONVT_WGMMA_RS_N128
+#undef CONVT_WGMMA_RS_N64
+#undef CONVT_WGMMA_RS_N32
+#undef CONVT_WGMMA_RS_N16
+#undef CONVT_WGMMA_RS_N72
+#undef CONVT_WGMMA_SS_N128
+#undef CONVT_WGMMA_SS_N64
+#undef CONVT_WGMMA_SS_N32
+#undef CONVT_WGMMA_SS_N16
+#undef CONVT_WGMMA_RS
+#undef CONVT_WGMMA_SS
+#undef CONVT_WGMMA_D16_TEXT
+#undef CONVT_WGMMA_D16
+#undef CONVT_WGMMA_D32_TEXT
+#undef CONVT_WGMMA_D32
+#undef CONVT_WGMMA_D64_TEXT
+#undef CONVT_WGMMA_D64
+#undef CONVT_WGMMA_D128_TEXT
+#undef CONVT_WGMMA_D128
+#undef CONVT_WGMMA_D72_TEXT
+#undef CONVT_WGMMA_D72
 
 }  // namespace convt::cuda
