@@ -399,8 +399,10 @@ std::optional<GemmPlan> plan_pipelined_steps(const GemmPlan& problem, const Tens
   if (g.tensor_rows) g.lead = box_lead, g.row_offsets = false, g.x_row_elements = box_row_elements;
   // (a TMA box starts at a 16-byte multiple of its row, and wgmma's A at one of its swizzled rows:
   // tap boxes where every tap's offset is a multiple of copy_elements, as at one tap a phase)
-  const bool taps_aligned = std::all_of(g.slot_offset, g.slot_offset + g.taps, [&](int offset) { return floor_mod(offset, g.copy_elements) == 0; });
-  g.tap_boxes = g.tensor_rows && element_size == 2 && g.map_row_phases == 1 && taps_aligned && tap_boxes_override() != PlanOverride::kNever;
+  const bool taps_aligned =
+      std::all_of(g.slot_offset, g.slot_offset + g.taps, [&](int offset) { return floor_mod(offset, g.copy_elements) == 0; });
+  g.tap_boxes = g.tensor_rows && element_size == 2 && g.map_row_phases == 1 && taps_aligned &&
+                tap_boxes_override() != PlanOverride::kNever;
   const int channels_per_word = 4 / element_size;
   const int64_t channel_words = (g.channels_per_group + channels_per_word - 1) / channels_per_word;
   const int64_t budget = limits.smem_one_block();
@@ -1458,7 +1460,8 @@ std::string describe(const DataPlan& plan) {
                         {"stored_row_phases", g.stored_row_phases}, {"column_positions", g.column_positions},
                         {"channel_phases", g.channel_phases}, {"deinterleaved", g.deinterleaved}, {"zero_taps", g.zero_taps},
                         {"stage_output", g.stage_output}, {"resident", g.resident},
-                        {"tensor_rows", g.tensor_rows}, {"map_row_phases", g.map_row_phases}, {"tap_boxes", g.tap_boxes}, {"bias_first", bias_first(g)}, {"tiles", g.tiles}, {"parts", g.parts},
+                        {"tensor_rows", g.tensor_rows}, {"map_row_phases", g.map_row_phases}, {"tap_boxes", g.tap_boxes},
+                        {"bias_first", bias_first(g)}, {"tiles", g.tiles}, {"parts", g.parts},
                         {"row_tiles", g.row_tiles}, {"launch_row_tiles", g.launch_row_tiles}, {"launch_chunks", g.launch_chunks},
                         {"copy_batch", plan.copy_batch},
                         // (the x copy of a batch chunk: copy_elements elements make 16 bytes on these plans)

@@ -435,10 +435,10 @@ struct StagedRow {
 
 // The producer warpgroup: walks the block's tiles and their steps (chunks; kPairs: (pair, chunk),
 // docs/design.md §3.6), and fills the ring's stages: the step's weight slots by one bulk copy (kPairs:
-// one a part), x_s either as a TMA box a tap and 64-column subtile (tap_boxes), or two TMA boxes
-// (tensor_rows, one a consumer warpgroup: its columns and their halo; TF32 rounded by the copy) or row by row (stage_window), the rows dealt out over the
-// four producer warps (a warp issues its bulk copies one lane at a time: one warp's copies alone
-// starve the consumers).
+// one a part), x_s as a TMA box a tap and 64-column subtile (tap_boxes), as two TMA boxes
+// (tensor_rows, one a consumer warpgroup: its columns and their halo; TF32 rounded by the copy), or
+// row by row (stage_window), the rows dealt out over the four producer warps (a warp issues its bulk
+// copies one lane at a time: one warp's copies alone starve the consumers).
 template <typename T, Merge kMerge, int kBlockN, bool kPairs>
 struct PipelinedProducer {
   const GemmProblem& p;

@@ -250,11 +250,11 @@ struct WarpgroupMma {
       wgmma_fence();
 #pragma unroll
       for (int k = 0; k < kHalf; ++k) {
-        const uint64_t b = swizzled_b_descriptor<kKsteps * 32>(w_slot + (half * kHalf + k) * 32);
+        const uint64_t b = swizzled_descriptor<kKsteps * 32>(w_slot + (half * kHalf + k) * 32);
 #pragma unroll
         for (int s = 0; s < kSubtiles; ++s) wgmma_kstep<Kind, kBlockM>(acc[s], a[k][s], b);
         if constexpr (k3xTF32) {  // small x big and big x small
-          const uint64_t b_small = swizzled_b_descriptor<kKsteps * 32>(w_small_slot + (half * kHalf + k) * 32);
+          const uint64_t b_small = swizzled_descriptor<kKsteps * 32>(w_small_slot + (half * kHalf + k) * 32);
 #pragma unroll
           for (int s = 0; s < kSubtiles; ++s) {
             wgmma_kstep<Kind, kBlockM>(correction[s], a_small[k][s], b);
@@ -520,10 +520,10 @@ struct PipelinedMainloop {
             constexpr int kKsteps = decltype(ksteps)::value;
 #pragma unroll
             for (int k = 0; k < kKsteps; ++k) {
-              const uint64_t b = swizzled_b_descriptor<kKsteps * 32>(w_slot + k * 32);
+              const uint64_t b = swizzled_descriptor<kKsteps * 32>(w_slot + k * 32);
 #pragma unroll
               for (int s = 0; s < kSubtiles; ++s) {
-                const uint64_t a = swizzled_mn_major_a_descriptor(boxes + s * stages.tap_box_elements + k * kKstepElements);
+                const uint64_t a = swizzled_descriptor<128>(boxes + s * stages.tap_box_elements + k * kKstepElements);
                 wgmma_kstep<T, kBlockM>(mma.acc[s], a, b);
               }
             }

@@ -98,7 +98,7 @@ struct WgmmaWeightGradMainloop {
       load_a<kEdge, kBias, kPairs>(set, kstep, in, acc.bias_sums);
       // B: the k-step's 32 bytes of the x_s rows
       const int byte = kstep * 32;
-      const uint64_t b = swizzled_b_descriptor<kWgmmaRowBytes>(in.x_s + byte / kWgmmaRowBytes * Tr::kHalfBytes + byte % kWgmmaRowBytes);
+      const uint64_t b = swizzled_descriptor<kWgmmaRowBytes>(in.x_s + byte / kWgmmaRowBytes * Tr::kHalfBytes + byte % kWgmmaRowBytes);
       issue_kstep(acc, set, b);
       wgmma_wait<1>();  // k-step s - 1 is done: its set is loaded next
       if (kstep > 0) {

@@ -40,26 +40,18 @@ constexpr bool wgmma_built() {
 constexpr int kMaxSwizzleAtomBytes = 1024;
 // (row_bytes divides 128: atom_row * row_bytes / 128 is atom_row / (128 / row_bytes), by a shift)
 __host__ __device__ constexpr int swizzle_of_row(int atom_row, int row_bytes) { return atom_row * row_bytes / 128; }
-// The descriptor of such a B starting at `b` (+ 32 bytes per k-step)
+// The descriptor of such a B starting at `b` (+ 32 bytes per k-step). The same atoms describe a
+// 16-bit A (64 x K) MN-major at 128-byte rows, a row a k (the 64 M values of channel k), as a TMA box
+// of 64 positions x K channels lands with 128-byte swizzling (+ 2048 bytes per k-step of 16 rows):
+// the instruction's transpose flag tells them apart (wgmma_kstep on a descriptor).
 template <int kRowBytes>
-__device__ __forceinline__ uint64_t swizzled_b_descriptor(const void* b) {
+__device__ __forceinline__ uint64_t swizzled_descriptor(const void* b) {
   static_assert(kRowBytes == 64 || kRowBytes == 128);
   const uint32_t address = static_cast<uint32_t>(__cvta_generic_to_shared(b));
   return uint64_t((address & 0x3FFFF) >> 4)                 // start address / 16
          | uint64_t(1) << 16                                 // leading-dimension offset (unused when swizzled)
-         | uint64_t(8 * kRowBytes >> 4) << 32                // stride between column groups / 16
+         | uint64_t(8 * kRowBytes >> 4) << 32                // stride between atoms / 16
          | uint64_t(kRowBytes == 128 ? 1 : 2) << 62;         // 128- or 64-byte swizzle
-}
-// A (64 x K, 16-bit) MN-major in shared memory, as a TMA box of 64 positions x K channels lands with
-// 128-byte swizzling: row k (the 64 M values of channel k, 128 bytes) at k * 128 bytes, its 16-byte
-// chunk j at chunk j ^ (k % 8); atoms of 8 rows (1024 bytes, aligned to that) consecutive along K.
-// The descriptor of such an A starting at `a` (+ 2048 bytes per k-step of 16 rows).
-__device__ __forceinline__ uint64_t swizzled_mn_major_a_descriptor(const void* a) {
-  const uint32_t address = static_cast<uint32_t>(__cvta_generic_to_shared(a));
-  return uint64_t((address & 0x3FFFF) >> 4)  // start address / 16
-         | uint64_t(1) << 16                  // leading-dimension offset: the next 64 M values (none: M is 64)
-         | uint64_t(1024 >> 4) << 32          // stride between atoms of 8 k rows / 16
-         | uint64_t(1) << 62;                 // 128-byte swizzle
 }
 
 // Ordering: registers (A, accumulators) written before a wgmma need wgmma_fence(); a batch of wgmma
@@ -251,7 +243,7 @@ struct Tf32 {};
   }
 
 // `a`: this thread's A fragment (uint32_t[4], the layout above), or a shared-memory descriptor of A
-// (uint64_t: 16-bit, MN-major, swizzled_mn_major_a_descriptor); d's layout the same
+// (uint64_t: 16-bit, MN-major, swizzled_descriptor<128>); d's layout the same
 template <typename Kind, int kN, typename A>
 __device__ __forceinline__ void wgmma_kstep(float (&d)[kN / 2], const A& a, uint64_t b) {
   static_assert(kN == 16 || kN == 32 || kN == 64 || kN == 128);
