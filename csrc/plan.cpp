@@ -42,6 +42,11 @@ PlanOverride tap_boxes_override() {
   static const PlanOverride value = read_plan_override("CONVT_TAP_BOXES");
   return value;
 }
+// CONVT_POSITION_ROWS: the pipelined kernel's position rows (GemmPlan::position_rows). Read once a process.
+PlanOverride position_rows_override() {
+  static const PlanOverride value = read_plan_override("CONVT_POSITION_ROWS");
+  return value;
+}
 
 // Rows of a (N, C, L) operand with these element strides are contiguous and start on
 // `elements`-element boundaries (so copies of `elements` elements stay aligned).
@@ -375,7 +380,15 @@ std::optional<GemmPlan> plan_pipelined_steps(const GemmPlan& problem, const Tens
                                              const DeviceLimits& limits, bool allow_tensor_rows = true) {
   auto plan = plan_gemm_tiles(problem, in, tile_shape, limits);
   const int element_size = in.element_size;
-  if (!plan || plan->copy_elements * element_size != 16) return std::nullopt;
+  // 16-bit x with its channels contiguous (channels-last): position rows by TMA, whatever its rows'
+  // copies would be
+  const int64_t all_channels = int64_t(problem.groups) * problem.channels_per_group;
+  const bool channels_inner = allow_tensor_rows && limits.tma && element_size == 2 && problem.channel_phases == 1 &&
+                              problem.in_channel_stride == 1 && problem.in_length_stride > 1 &&
+                              position_rows_override() != PlanOverride::kNever &&
+                              tensor_map_fits(in, all_channels, problem.in_length, problem.batch, problem.in_length_stride,
+                                              problem.in_batch_stride);
+  if (!plan || (plan->copy_elements * element_size != 16 && !channels_inner)) return std::nullopt;
   GemmPlan g = *plan;
   g.weight_parts = math == Math::k3xTF32 ? 2 : 1;
   // a consumer warpgroup's box: its columns and the halo from the lead (TMA boxes start at 16-byte
@@ -403,6 +416,12 @@ std::optional<GemmPlan> plan_pipelined_steps(const GemmPlan& problem, const Tens
       std::all_of(g.slot_offset, g.slot_offset + g.taps, [&](int offset) { return floor_mod(offset, g.copy_elements) == 0; });
   g.tap_boxes = g.tensor_rows && element_size == 2 && g.map_row_phases == 1 && taps_aligned &&
                 tap_boxes_override() != PlanOverride::kNever;
+  if (channels_inner) {  // a box a consumer warpgroup: its columns and their halo, in whole swizzle atoms
+    const int box_positions = (g.block_n / kPipelineConsumers + g.last_offset - g.first_offset + 7) / 8 * 8;
+    if (box_positions > 256) return std::nullopt;
+    g.tensor_rows = g.position_rows = true, g.tap_boxes = false;
+    g.map_row_phases = 1, g.lead = 0, g.row_offsets = false, g.x_row_elements = box_positions;
+  }
   const int channels_per_word = 4 / element_size;
   const int64_t channel_words = (g.channels_per_group + channels_per_word - 1) / channels_per_word;
   const int64_t budget = limits.smem_one_block();
@@ -424,9 +443,9 @@ std::optional<GemmPlan> plan_pipelined_steps(const GemmPlan& problem, const Tens
                                 : g.staged_rows * g.x_row_elements * element_size / 4;
     const int64_t stage_bytes = int64_t(g.weight_parts * g.weight_slots * g.slot_words + g.x_words) * 4 + 2 * 8;  // and its mbarriers
     const int stages = int(std::min<int64_t>(kMaxPipelineStages, budget / stage_bytes));
-    // (tap boxes: three stages at least, or shorter runs of taps, plan_pipelined_tiles: a run's boxes
-    // grow with its taps, and the consumers keep a stage's wgmma running into the next one's)
-    if (stages < (chunk_words == 32 || g.tap_boxes ? 3 : 2)) continue;
+    // (tap boxes and position rows: three stages at least, or shorter runs of taps,
+    // plan_pipelined_tiles: the consumers keep a stage's wgmma running into the next one's)
+    if (stages < (chunk_words == 32 || g.tap_boxes || g.position_rows ? 3 : 2)) continue;
     g.stages = stages;
     g.smem_bytes = size_t(stages * stage_bytes);
     g.resident = g.stage_output = false;
@@ -1460,7 +1479,7 @@ std::string describe(const DataPlan& plan) {
                         {"stored_row_phases", g.stored_row_phases}, {"column_positions", g.column_positions},
                         {"channel_phases", g.channel_phases}, {"deinterleaved", g.deinterleaved}, {"zero_taps", g.zero_taps},
                         {"stage_output", g.stage_output}, {"resident", g.resident},
-                        {"tensor_rows", g.tensor_rows}, {"map_row_phases", g.map_row_phases}, {"tap_boxes", g.tap_boxes},
+                        {"tensor_rows", g.tensor_rows}, {"map_row_phases", g.map_row_phases}, {"tap_boxes", g.tap_boxes}, {"position_rows", g.position_rows},
                         {"bias_first", bias_first(g)}, {"tiles", g.tiles}, {"parts", g.parts},
                         {"row_tiles", g.row_tiles}, {"launch_row_tiles", g.launch_row_tiles}, {"launch_chunks", g.launch_chunks},
                         {"copy_batch", plan.copy_batch},

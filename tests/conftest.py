@@ -174,6 +174,10 @@ WIDE_TILE_CASES = [
     Case(4, 100, 37, 1, 8200),
     Case(2, 512, 512, 1, 9000, groups=2),
     Case(4, 96, 40, 3, 8192, stride=4, padding=1, output_padding=2),
+    # 16-bit x with its channels contiguous (a transposed view): position rows, a TMA box of positions
+    # x channels a consumer read as a K-major A from each tap's row; taps one position apart, merged rows
+    Case(4, 96, 160, 3, 4200, padding=1, layout="channels_last"),
+    Case(4, 64, 160, 16, 2000, stride=8, padding=4, layout="channels_last"),
     # rows padded to 16-byte multiples (layout "padded": a row stride above their length, NaN
     # between): one TMA box a consumer over rows x's map holds to their length
     Case(4, 128, 128, 3, 3003, padding=2, groups=2, layout="padded"),

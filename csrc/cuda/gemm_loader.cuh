@@ -517,6 +517,15 @@ struct PipelinedProducer {
                                   tile_col + box * kTapBoxPositions + p.slot_offset[first_slot + i], first_channel, int(tile.n),
                                   landed);
       }
+    } else if (p.position_rows) {
+      if (producer == 0) {
+        // a box a consumer warpgroup: its columns and their halo, positions x the chunk's channels
+        const int first_channel = int(tile.g * p.channels_per_group + problem_chunk(p, chunk) * p.chunk_channels);
+        mbarrier_expect_bytes(landed, uint32_t(kPipelineConsumers * stages.box_elements * int(sizeof(T))));
+        for (int box = 0; box < kPipelineConsumers; ++box)
+          tensor_copy_to_shared(x_s + box * stages.box_elements, &p.in_map, first_channel,
+                                tile_col + box * (kBlockN / 2) + p.first_offset, int(tile.n), landed);
+      }
     } else if (p.tensor_rows) {
       if (producer == 0) {
         // channel phase j's rows (every map_row_phases-th channel from the chunk's first) at super-row

@@ -451,7 +451,7 @@ struct PipelinedMainloop {
   // taps, over every chunk; docs/design.md §3.6)
   __device__ __forceinline__ void run_phase(const GemmTile& tile, int out_phase, PipelineState& state, Mma& mma) const {
     if constexpr (kMath == Math::k16Bit) {
-      if (p.tap_boxes) return run_phase_on_tap_boxes(out_phase, state, mma);
+      if (p.tap_boxes || p.position_rows) return run_phase_by_descriptors(out_phase, state, mma);
     }
     // The shifts of this lane's rows, the same in every chunk (chunks are whole multiples of the 4
     // (float) or 8 (16-bit) rows after which shifts repeat; rows c and c + 4 (16-bit: 2c and 2c + 8) share one)
@@ -493,14 +493,17 @@ struct PipelinedMainloop {
     for_each_pair(out_phase, run_pair);
   }
 
-  // run_phase on tap boxes (GemmPlan::tap_boxes, 16-bit): a step's wgmma read A (in^T) by descriptor
-  // from the boxes of this warpgroup's subtiles, every tap and k-step issued as one group; the stage
-  // goes back to the producer once the next step's group is issued and its own has completed
-  // (wgmma_wait<1>), so that the tensor cores run from one step into the next.
-  __device__ __forceinline__ void run_phase_on_tap_boxes(int out_phase, PipelineState& state, Mma& mma) const {
+  // run_phase with A (in^T) by descriptor (16-bit): tap boxes (GemmPlan::tap_boxes: each tap's boxes
+  // of this warpgroup's subtiles, MN-major) or position rows (GemmPlan::position_rows: this
+  // warpgroup's box of x's channels-inner rows, K-major, read from each tap's row on: a K-major A
+  // may start at any row of its swizzled atoms, the swizzle follows the address). A step's taps and k-steps are issued as one group;
+  // the stage goes back to the producer once the next step's group is issued and its own has
+  // completed (wgmma_wait<1>), so that the tensor cores run from one step into the next.
+  __device__ __forceinline__ void run_phase_by_descriptors(int out_phase, PipelineState& state, Mma& mma) const {
     constexpr int kBoxes = kBlockN / kTapBoxPositions;  // a tap's boxes: the tile's subtiles
     constexpr int kKstepElements = 16 * kTapBoxPositions;
-    const int first_box = (warp / 4) * kSubtiles;
+    const int consumer = warp / 4, first_box = consumer * kSubtiles;
+    const int row_bytes = 2 * p.chunk_channels;  // position rows
     int held = -1;  // the stage whose group may still run
     auto release = [&](int stage) {
       __syncwarp();
@@ -510,11 +513,14 @@ struct PipelinedMainloop {
       for (int chunk = 0; chunk < p.chunks; ++chunk) {
         mbarrier_wait(stages.full + state.stage, state.parity);
         const T* x_s = stages.x_s(state.stage);
+        const char* rows = reinterpret_cast<const char*>(x_s + consumer * stages.box_elements);  // (position rows)
         const char* w_s = reinterpret_cast<const char*>(stages.w_s(state.stage));
         mma.fence_accumulators();
         for (int i = 0; i < slots; ++i) {
           wgmma_fence();  // (a tap at a time: ptxas wants one at the top of a loop of wgmma)
           const T* boxes = x_s + (i * kBoxes + first_box) * stages.tap_box_elements;
+          // position rows: subtile 0's first column reads row slot_offset - first_offset + lead
+          const char* tap_rows = rows + (p.slot_offset[first_slot + i] - p.first_offset + p.lead) * row_bytes;
           const char* w_slot = w_s + i * p.slot_words * 4;
           auto run_ksteps = [&](auto ksteps) {
             constexpr int kKsteps = decltype(ksteps)::value;
@@ -523,8 +529,13 @@ struct PipelinedMainloop {
               const uint64_t b = swizzled_descriptor<kKsteps * 32>(w_slot + k * 32);
 #pragma unroll
               for (int s = 0; s < kSubtiles; ++s) {
-                const uint64_t a = swizzled_descriptor<128>(boxes + s * stages.tap_box_elements + k * kKstepElements);
-                wgmma_kstep<T, kBlockM>(mma.acc[s], a, b);
+                if (p.tap_boxes) {
+                  const MnMajorA a{swizzled_descriptor<128>(boxes + s * stages.tap_box_elements + k * kKstepElements)};
+                  wgmma_kstep<T, kBlockM>(mma.acc[s], a, b);
+                } else {
+                  const KMajorA a{swizzled_descriptor<kKsteps * 32>(tap_rows + s * kTapBoxPositions * kKsteps * 32 + k * 32)};
+                  wgmma_kstep<T, kBlockM>(mma.acc[s], a, b);
+                }
               }
             }
           };

@@ -132,6 +132,12 @@ bool encode_tensor_map(CUtensorMap& map, const at::Tensor& t, std::initializer_l
 // to back, a box the staged rows of one channel phase; tap boxes (GemmPlan::tap_boxes): 64
 // positions x a chunk's channels, swizzled as wgmma's MN-major A
 bool encode_in_map(CUtensorMap& map, const GemmPlan& g, const at::Tensor& in, Math math) {
+  if (g.position_rows) {  // (channels contiguous)
+    return encode_tensor_map(map, in, {g.groups * g.channels_per_group, g.in_length, g.batch}, {g.in_length_stride, g.in_batch_stride},
+                             {g.chunk_channels, g.x_row_elements, 1},
+                             g.chunk_channels * in.element_size() == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B,
+                             /*tf32=*/false);
+  }
   if (g.tap_boxes) {
     return encode_tensor_map(map, in, {g.in_length, g.groups * g.channels_per_group, g.batch}, {g.in_channel_stride, g.in_batch_stride},
                              {kTapBoxPositions, g.chunk_channels, 1}, CU_TENSOR_MAP_SWIZZLE_128B, /*tf32=*/false);

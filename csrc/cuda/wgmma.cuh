@@ -210,46 +210,63 @@ struct Tf32 {};
                "}, %" B ", accumulate, 1, 1" TAIL ";\n}\n"                                               \
                : __VA_ARGS__                                                                            \
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1))
-#define CONVT_WGMMA_SS(SHAPE_AND_TYPES, D_TEXT, A, B, P, ...)                                                 \
+#define CONVT_WGMMA_SS(SHAPE_AND_TYPES, D_TEXT, A, B, P, TAIL, ...)                                           \
   asm volatile("{\n.reg .pred accumulate;\nsetp.ne.b32 accumulate, %" P ", 0;\n"                          \
                "wgmma.mma_async.sync.aligned." SHAPE_AND_TYPES " " D_TEXT ", %" A ", %" B                    \
-               ", accumulate, 1, 1, 1, 0;\n}\n"                                                            \
+               ", accumulate, 1, 1" TAIL ";\n}\n"                                                          \
                : __VA_ARGS__                                                                            \
-               : "l"(a), "l"(b), "r"(1))
+               : "l"(a_descriptor), "l"(b), "r"(1))
 // the register-A form of m64nN (operand indices after its N / 2 accumulators)
 #define CONVT_WGMMA_RS_N128(SHAPE, TAIL) CONVT_WGMMA_RS(SHAPE, CONVT_WGMMA_D128_TEXT, "64", "65", "66", "67", "68", "69", TAIL, CONVT_WGMMA_D128)
 #define CONVT_WGMMA_RS_N64(SHAPE, TAIL) CONVT_WGMMA_RS(SHAPE, CONVT_WGMMA_D64_TEXT, "32", "33", "34", "35", "36", "37", TAIL, CONVT_WGMMA_D64)
 #define CONVT_WGMMA_RS_N32(SHAPE, TAIL) CONVT_WGMMA_RS(SHAPE, CONVT_WGMMA_D32_TEXT, "16", "17", "18", "19", "20", "21", TAIL, CONVT_WGMMA_D32)
 #define CONVT_WGMMA_RS_N16(SHAPE, TAIL) CONVT_WGMMA_RS(SHAPE, CONVT_WGMMA_D16_TEXT, "8", "9", "10", "11", "12", "13", TAIL, CONVT_WGMMA_D16)
 #define CONVT_WGMMA_RS_N72(SHAPE, TAIL) CONVT_WGMMA_RS(SHAPE, CONVT_WGMMA_D72_TEXT, "36", "37", "38", "39", "40", "41", TAIL, CONVT_WGMMA_D72)
-#define CONVT_WGMMA_SS_N128(SHAPE) CONVT_WGMMA_SS(SHAPE, CONVT_WGMMA_D128_TEXT, "64", "65", "66", CONVT_WGMMA_D128)
-#define CONVT_WGMMA_SS_N64(SHAPE) CONVT_WGMMA_SS(SHAPE, CONVT_WGMMA_D64_TEXT, "32", "33", "34", CONVT_WGMMA_D64)
-#define CONVT_WGMMA_SS_N32(SHAPE) CONVT_WGMMA_SS(SHAPE, CONVT_WGMMA_D32_TEXT, "16", "17", "18", CONVT_WGMMA_D32)
-#define CONVT_WGMMA_SS_N16(SHAPE) CONVT_WGMMA_SS(SHAPE, CONVT_WGMMA_D16_TEXT, "8", "9", "10", CONVT_WGMMA_D16)
+#define CONVT_WGMMA_SS_N128(SHAPE, TAIL) CONVT_WGMMA_SS(SHAPE, CONVT_WGMMA_D128_TEXT, "64", "65", "66", TAIL, CONVT_WGMMA_D128)
+#define CONVT_WGMMA_SS_N64(SHAPE, TAIL) CONVT_WGMMA_SS(SHAPE, CONVT_WGMMA_D64_TEXT, "32", "33", "34", TAIL, CONVT_WGMMA_D64)
+#define CONVT_WGMMA_SS_N32(SHAPE, TAIL) CONVT_WGMMA_SS(SHAPE, CONVT_WGMMA_D32_TEXT, "16", "17", "18", TAIL, CONVT_WGMMA_D32)
+#define CONVT_WGMMA_SS_N16(SHAPE, TAIL) CONVT_WGMMA_SS(SHAPE, CONVT_WGMMA_D16_TEXT, "8", "9", "10", TAIL, CONVT_WGMMA_D16)
 
-// the instruction's shape and types; B not transposed (K-major) for 16-bit (TF32 has no transpose);
-// A from registers, or by descriptor (kSharedA: 16-bit only)
-#define CONVT_WGMMA_KSTEP(N)                                       \
-  if constexpr (kSharedA && std::is_same_v<Kind, __nv_bfloat16>) { \
-    CONVT_WGMMA_SS_N##N("m64n" #N "k16.f32.bf16.bf16");           \
-  } else if constexpr (kSharedA) {                                 \
-    CONVT_WGMMA_SS_N##N("m64n" #N "k16.f32.f16.f16");             \
-  } else if constexpr (std::is_same_v<Kind, Tf32>) {               \
-    CONVT_WGMMA_RS_N##N("m64n" #N "k8.f32.tf32.tf32", "");        \
-  } else if constexpr (std::is_same_v<Kind, __nv_bfloat16>) {      \
-    CONVT_WGMMA_RS_N##N("m64n" #N "k16.f32.bf16.bf16", ", 0");    \
-  } else {                                                         \
-    CONVT_WGMMA_RS_N##N("m64n" #N "k16.f32.f16.f16", ", 0");      \
+// the instruction's shape and types; A and B's transpose flags where the type has them (16-bit:
+// B 0, K-major; A from shared memory 1, MN-major, or 0, K-major; TF32 has none: both K-major)
+#define CONVT_WGMMA_KSTEP(N)                                                    \
+  if constexpr (kMnMajorA && std::is_same_v<Kind, __nv_bfloat16>) {             \
+    CONVT_WGMMA_SS_N##N("m64n" #N "k16.f32.bf16.bf16", ", 1, 0");              \
+  } else if constexpr (kMnMajorA) {                                             \
+    CONVT_WGMMA_SS_N##N("m64n" #N "k16.f32.f16.f16", ", 1, 0");                \
+  } else if constexpr (kKMajorA && std::is_same_v<Kind, Tf32>) {                \
+    CONVT_WGMMA_SS_N##N("m64n" #N "k8.f32.tf32.tf32", "");                     \
+  } else if constexpr (kKMajorA && std::is_same_v<Kind, __nv_bfloat16>) {       \
+    CONVT_WGMMA_SS_N##N("m64n" #N "k16.f32.bf16.bf16", ", 0, 0");              \
+  } else if constexpr (kKMajorA) {                                              \
+    CONVT_WGMMA_SS_N##N("m64n" #N "k16.f32.f16.f16", ", 0, 0");                \
+  } else if constexpr (std::is_same_v<Kind, Tf32>) {                            \
+    CONVT_WGMMA_RS_N##N("m64n" #N "k8.f32.tf32.tf32", "");                     \
+  } else if constexpr (std::is_same_v<Kind, __nv_bfloat16>) {                   \
+    CONVT_WGMMA_RS_N##N("m64n" #N "k16.f32.bf16.bf16", ", 0");                 \
+  } else {                                                                      \
+    CONVT_WGMMA_RS_N##N("m64n" #N "k16.f32.f16.f16", ", 0");                   \
   }
 
-// `a`: this thread's A fragment (uint32_t[4], the layout above), or a shared-memory descriptor of A
-// (uint64_t: 16-bit, MN-major, swizzled_descriptor<128>); d's layout the same
+// A of a k-step in shared memory by its descriptor (swizzled_descriptor<row bytes>): MN-major
+// (16-bit only) or K-major (B's own layout)
+struct MnMajorA {
+  uint64_t descriptor;
+};
+struct KMajorA {
+  uint64_t descriptor;
+};
+
+// `a`: this thread's A fragment (uint32_t[4], the layout above), or A in shared memory (MnMajorA,
+// KMajorA); d's layout the same
 template <typename Kind, int kN, typename A>
 __device__ __forceinline__ void wgmma_kstep(float (&d)[kN / 2], const A& a, uint64_t b) {
   static_assert(kN == 16 || kN == 32 || kN == 64 || kN == 128);
-  constexpr bool kSharedA = std::is_same_v<A, uint64_t>;
-  static_assert(!kSharedA || !std::is_same_v<Kind, Tf32>);  // (TF32's A is K-major only)
+  constexpr bool kMnMajorA = std::is_same_v<A, MnMajorA>, kKMajorA = std::is_same_v<A, KMajorA>;
+  static_assert(!kMnMajorA || !std::is_same_v<Kind, Tf32>);  // (TF32's A is K-major only)
 #if CONVT_WGMMA_AVAILABLE
+  uint64_t a_descriptor = 0;
+  if constexpr (kMnMajorA || kKMajorA) a_descriptor = a.descriptor;
   if constexpr (kN == 128) {
     CONVT_WGMMA_KSTEP(128)
   } else if constexpr (kN == 64) {
