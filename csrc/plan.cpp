@@ -714,6 +714,15 @@ ConvTParams forward_over_aligned_x(const ConvTParams& p, int element_size, int64
   return q;
 }
 
+ConvTParams forward_over_channels_last_x(const ConvTParams& p, int64_t batch) {
+  ConvTParams q = p;
+  q.batch = batch;
+  q.x_channel_stride = 1;
+  q.x_length_stride = p.in_channels;
+  q.x_batch_stride = p.in_channels * p.length_in;
+  return q;
+}
+
 int64_t unrolled_row_length(const ConvTParams& p) { return (p.length_in + 7) / 8 * 8; }
 
 bool unrolls(const ConvTParams& p, int element_size) {
@@ -1278,6 +1287,9 @@ constexpr double kAlignedCopyMargin = 0.9;
 // GEMM's launches.
 constexpr double kCopyBandwidth = 3e12;
 constexpr double kChunkLaunchSeconds = 5e-6;
+// Position rows' share of a box plan's time: bf16 forwards on channels-last x ran 1.07-1.23x faster
+// than on the same x's boxes (H200, docs/perf/2026-11-30-tap-boxes.md)
+constexpr double kPositionRowsTimeShare = 0.85;
 
 double pipelined_tile_seconds(const GemmPlan& g, bool staged_by_rows, Math math) {
   const double flops_per_second =
@@ -1305,8 +1317,8 @@ bool one_pipelined_launch(const DataPlan& plan) {
 }
 }  // namespace
 
-// The forward over x as it is, or over copies of x in aligned rows a batch chunk at a time
-// (DataPlan::copy_batch): where the plan on x would stage its rows one by one, the plan on the copy
+// The forward over x as it is, or over copies of x in aligned rows (16-bit: channels-last where the
+// channels allow) a batch chunk at a time (DataPlan::copy_batch): where the plan on x would stage its rows one by one, the plan on the copy
 // takes TMA boxes in one launch a chunk, the copy of a chunk and the packed weight stay within the
 // workspace bound (kMaxPackedWeightBytes), and the chunks' waves of tiles and copies take at most
 // kAlignedCopyMargin of the plan on x's waves (pipelined_tile_seconds; copies_override).
@@ -1321,6 +1333,19 @@ DataPlan plan_forward(const ConvTParams& p, const TensorFacts& x, Math math, con
   const int64_t batch = std::min<int64_t>(p.batch, room / element_bytes);
   if (batch < 1) return plan;
   DataPlan over = plan_data(forward_over_aligned_x(p, element_size, batch), copy_facts(element_size), math, /*forward=*/true, limits);
+  // 16-bit x whose channels make rows of 16-byte multiples: the copies channels-last (the same bytes
+  // at most, x's rows unpadded), on position rows, whose tiles take kPositionRowsTimeShare of the
+  // boxes' time; not where the aligned copies take tap boxes
+  double tile_share = 1.0;
+  if (element_size == 2 && p.in_channels * element_size % 16 == 0 && !over.gemm.tap_boxes) {  // (tap boxes: as fast)
+    DataPlan channels_last =
+        plan_data(forward_over_channels_last_x(p, batch), copy_facts(element_size), math, /*forward=*/true, limits);
+    if (one_pipelined_launch(channels_last) && channels_last.gemm.position_rows) {
+      over = channels_last;
+      over.copy_channels_last = true;
+      tile_share = kPositionRowsTimeShare;
+    }
+  }
   const GemmPlan& g = over.gemm;
   if (!one_pipelined_launch(over) || !g.tensor_rows || 4 * packed_weight_words(g) + batch * element_bytes > kMaxPackedWeightBytes) {
     return plan;
@@ -1332,7 +1357,7 @@ DataPlan plan_forward(const ConvTParams& p, const TensorFacts& x, Math math, con
   const double chunk_waves = double(full_chunks * launch_waves(g, g.row_tiles, limits)) +
                              (last_batch > 0 ? double(launch_waves(last, last.row_tiles, limits)) : 0.0);
   const double over_x = double(launch_waves(plan.gemm, plan.gemm.row_tiles, limits)) * pipelined_tile_seconds(plan.gemm, true, math);
-  const double over_copies = chunk_waves * pipelined_tile_seconds(g, false, math) +
+  const double over_copies = chunk_waves * pipelined_tile_seconds(g, false, math) * tile_share +
                              2.0 * p.batch * element_bytes / kCopyBandwidth + double(full_chunks + (last_batch > 0)) * kChunkLaunchSeconds;
   if (over_copies > kAlignedCopyMargin * over_x && copies_override() != PlanOverride::kAlways) return plan;
   over.copy_batch = batch;
@@ -1482,10 +1507,10 @@ std::string describe(const DataPlan& plan) {
                         {"tensor_rows", g.tensor_rows}, {"map_row_phases", g.map_row_phases}, {"tap_boxes", g.tap_boxes}, {"position_rows", g.position_rows},
                         {"bias_first", bias_first(g)}, {"tiles", g.tiles}, {"parts", g.parts},
                         {"row_tiles", g.row_tiles}, {"launch_row_tiles", g.launch_row_tiles}, {"launch_chunks", g.launch_chunks},
-                        {"copy_batch", plan.copy_batch},
+                        {"copy_batch", plan.copy_batch}, {"copy_channels_last", plan.copy_channels_last},
                         // (the x copy of a batch chunk: copy_elements elements make 16 bytes on these plans)
                         {"workspace_bytes", 4 * packed_weight_words(first_launch(g)) +
-                                                plan.copy_batch * g.in_batch_stride * (16 / std::max(g.copy_elements, 1))},
+                                                plan.copy_batch * g.in_batch_stride * (g.position_rows ? 2 : 16 / std::max(g.copy_elements, 1))},
                         {"smem_bytes", int64_t(g.smem_bytes)}});
     if (g.zero_taps) {
       text += std::string(" exact_family=") + gemm_family_name(plan.exact.tile_shape) +

@@ -288,6 +288,9 @@ int64_t aligned_row_length(int64_t length, int element_size);
 ConvTParams grad_weight_over_copies(const ConvTParams& p, int element_size, bool aligned_x, bool deinterleaved);
 // The forward over `batch` elements of x copied into rows of 16-byte multiples (DataPlan::copy_batch)
 ConvTParams forward_over_aligned_x(const ConvTParams& p, int element_size, int64_t batch);
+// ... and over `batch` elements of x copied channels-last: (batch, L_in, C_in) contiguous, read as
+// (batch, C_in, L_in) with channel stride 1 (DataPlan::copy_channels_last)
+ConvTParams forward_over_channels_last_x(const ConvTParams& p, int64_t batch);
 // grad_y unrolled by taps (WeightPlan::unrolled_grad_y; docs/design.md §5.6): the copy (N, C_out * K,
 // unrolled_row_length(p)), contiguous, row (n, co*K + k) at i holding grad_y[n, co, i*stride +
 // k*dilation - padding] (zero outside grad_y); grad_weight is then the one-tap stride-1 problem of C_out
@@ -411,8 +414,11 @@ struct DataPlan {
   // plan is taken only where an exact one exists.
   GemmPlan exact{};
   // The forward over copies of x in rows of 16-byte multiples (forward_over_aligned_x), copy_batch
-  // batch elements at a time within the forward's workspace bound; 0: over x as it is (plan_forward)
+  // batch elements at a time within the forward's workspace bound; 0: over x as it is (plan_forward).
+  // copy_channels_last: the copies hold x channels-last (forward_over_channels_last_x, 16-bit: the
+  // pipelined kernel's position rows) instead.
   int64_t copy_batch = 0;
+  bool copy_channels_last = false;
 };
 struct WeightPlan {
   Kernel kernel = Kernel::kNone;

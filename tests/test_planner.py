@@ -258,7 +258,8 @@ def test_pipelined_x_by_tma_boxes_where_rows_allow(dtype, tf32):
         # channels that are no whole super rows, and rows of fewer column tiles: row by row
         for shape in ((n, c_in - 1, c_out, k, 1600 + unit // 2, stride), (n, c_in, c_out, k, 4 * 256 + unit // 2, stride)):
             forward = plans(shape + (0, 0, 1, 1), dtype, tf32, "h100")["forward"]
-            assert forward["family"] == "pipelined" and forward["tensor_rows"] == 0, (shape, forward)
+            # (or over copies of x: 16-bit, channels-last, test_forward_copies_channels_last_for_position_rows)
+            assert forward["family"] == "pipelined" and (forward["tensor_rows"] == 0 or forward["copy_batch"] > 0), (shape, forward)
 
 
 @pytest.mark.parametrize("dtype,tf32", MATHS)
@@ -283,6 +284,20 @@ def test_tap_boxes_where_every_tap_offset_is_aligned(dtype, tf32):
     # grad_input of a stride-1 K = 1 layer: grad_y's rows, tap boxes too
     grad_input = plans((12, 1536, 768, 1, 1304, 1, 0, 0, 1, 1), dtype, tf32, "h100")["grad_input"]
     assert grad_input["tap_boxes"] == int(dtype.itemsize == 2), grad_input
+
+
+def test_forward_copies_channels_last_for_position_rows():
+    """16-bit forwards over copies of x (copy_batch) copy x channels-last where its channels make
+    rows of 16-byte multiples (C_in a multiple of 8): the pipelined kernel then reads x as position
+    rows (a K-major A from each tap's row); not where the aligned copies take tap boxes (as fast:
+    K = 1), nor where the channels do not allow it, nor in float (no copies there)."""
+    for c_in, channels_last in ((1024, True), (1020, False)):
+        forward = plans((16, c_in, 512, 3, 1300, 2, 0, 0, 1, 1), torch.bfloat16, False, "h100")["forward"]
+        assert forward["copy_batch"] == 5 and forward["copy_channels_last"] == int(channels_last), forward
+        assert forward["position_rows"] == int(channels_last) and forward["workspace_bytes"] <= 16 << 20, forward
+    k1 = plans((12, 1536, 768, 1, 1300, 1, 0, 0, 1, 1), torch.bfloat16, False, "h100")["forward"]
+    assert k1["copy_batch"] > 0 and k1["copy_channels_last"] == 0 and k1["tap_boxes"] == 1, k1
+    assert plans((16, 1024, 512, 3, 1300, 2, 0, 0, 1, 1), torch.float32, True, "h100")["forward"]["copy_channels_last"] == 0
 
 
 @pytest.mark.parametrize("dtype,tf32", [(torch.float32, True), (torch.bfloat16, False)])

@@ -431,14 +431,16 @@ void forward(const at::Tensor& x, const at::Tensor& w, const std::optional<at::T
     run_data(plan, p, x, w, bias_c, y, /*forward=*/true, math, limits, &unused);
     return;
   }
-  // x copied into rows of 16-byte multiples, copy_batch batch elements at a time (DataPlan::copy_batch:
+  // x copied into rows of 16-byte multiples (or channels-last), copy_batch batch elements at a time (DataPlan::copy_batch:
   // one chunk's copy and the packed weight within the workspace bound), every whole chunk on plan.gemm
   // and its weight packed once; a last, shorter chunk as planned for it (its own packing, in place of
   // that one: the workspace bound)
   at::Tensor packed = packed_weight(plan, w, math, launch_for(limits));
   for (int64_t first = 0; first < p.batch; first += plan.copy_batch) {
     const int64_t count = std::min(plan.copy_batch, p.batch - first);
-    const at::Tensor x_rows = aligned_x_copy(forward_over_aligned_x(p, int(x.element_size()), count), x.narrow(0, first, count));
+    const at::Tensor x_chunk = x.narrow(0, first, count);
+    const at::Tensor x_rows = plan.copy_channels_last ? x_chunk.transpose(1, 2).contiguous().transpose(1, 2)
+                                                      : aligned_x_copy(forward_over_aligned_x(p, int(x.element_size()), count), x_chunk);
     const at::Tensor y_part = y.narrow(0, first, count);
     const ConvTParams q = make_params(x_rows, w, y_part, args);
     if (count == plan.copy_batch) {
