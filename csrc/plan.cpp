@@ -380,10 +380,11 @@ std::optional<GemmPlan> plan_pipelined_steps(const GemmPlan& problem, const Tens
                                              const DeviceLimits& limits, bool allow_tensor_rows = true) {
   auto plan = plan_gemm_tiles(problem, in, tile_shape, limits);
   const int element_size = in.element_size;
-  // 16-bit x with its channels contiguous (channels-last): position rows by TMA, whatever its rows'
-  // copies would be
+  // 16-bit or TF32 x with its channels contiguous (channels-last): position rows by TMA, whatever its
+  // rows' copies would be (3xTF32 splits its A in registers)
   const int64_t all_channels = int64_t(problem.groups) * problem.channels_per_group;
-  const bool channels_inner = allow_tensor_rows && limits.tma && element_size == 2 && problem.channel_phases == 1 &&
+  const bool channels_inner = allow_tensor_rows && limits.tma && (element_size == 2 || math == Math::kTF32) &&
+                              problem.channel_phases == 1 &&
                               problem.in_channel_stride == 1 && problem.in_length_stride > 1 &&
                               position_rows_override() != PlanOverride::kNever &&
                               tensor_map_fits(in, all_channels, problem.in_length, problem.batch, problem.in_length_stride,

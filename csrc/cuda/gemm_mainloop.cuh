@@ -450,7 +450,7 @@ struct PipelinedMainloop {
   // Out phase `out_phase` of a tile: its pairs' steps in the producer's order (each pair, a run of
   // taps, over every chunk; docs/design.md §3.6)
   __device__ __forceinline__ void run_phase(const GemmTile& tile, int out_phase, PipelineState& state, Mma& mma) const {
-    if constexpr (kMath == Math::k16Bit) {
+    if constexpr (kMath == Math::k16Bit || kMath == Math::kTF32) {
       if (p.tap_boxes || p.position_rows) return run_phase_by_descriptors(out_phase, state, mma);
     }
     // The shifts of this lane's rows, the same in every chunk (chunks are whole multiples of the 4
@@ -503,7 +503,8 @@ struct PipelinedMainloop {
     constexpr int kBoxes = kBlockN / kTapBoxPositions;  // a tap's boxes: the tile's subtiles
     constexpr int kKstepElements = 16 * kTapBoxPositions;
     const int consumer = warp / 4, first_box = consumer * kSubtiles;
-    const int row_bytes = 2 * p.chunk_channels;  // position rows
+    using Kind = std::conditional_t<std::is_same_v<T, float>, Tf32, T>;
+    const int row_bytes = p.chunk_channels * int(sizeof(T));  // position rows
     int held = -1;  // the stage whose group may still run
     auto release = [&](int stage) {
       __syncwarp();
@@ -529,13 +530,15 @@ struct PipelinedMainloop {
               const uint64_t b = swizzled_descriptor<kKsteps * 32>(w_slot + k * 32);
 #pragma unroll
               for (int s = 0; s < kSubtiles; ++s) {
-                if (p.tap_boxes) {
-                  const MnMajorA a{swizzled_descriptor<128>(boxes + s * stages.tap_box_elements + k * kKstepElements)};
-                  wgmma_kstep<T, kBlockM>(mma.acc[s], a, b);
-                } else {
-                  const KMajorA a{swizzled_descriptor<kKsteps * 32>(tap_rows + s * kTapBoxPositions * kKsteps * 32 + k * 32)};
-                  wgmma_kstep<T, kBlockM>(mma.acc[s], a, b);
+                if constexpr (kMath == Math::k16Bit) {  // (tap boxes: 16-bit only)
+                  if (p.tap_boxes) {
+                    const MnMajorA a{swizzled_descriptor<128>(boxes + s * stages.tap_box_elements + k * kKstepElements)};
+                    wgmma_kstep<Kind, kBlockM>(mma.acc[s], a, b);
+                    continue;
+                  }
                 }
+                const KMajorA a{swizzled_descriptor<kKsteps * 32>(tap_rows + s * kTapBoxPositions * kKsteps * 32 + k * 32)};
+                wgmma_kstep<Kind, kBlockM>(mma.acc[s], a, b);
               }
             }
           };

@@ -136,7 +136,7 @@ bool encode_in_map(CUtensorMap& map, const GemmPlan& g, const at::Tensor& in, Ma
     return encode_tensor_map(map, in, {g.groups * g.channels_per_group, g.in_length, g.batch}, {g.in_length_stride, g.in_batch_stride},
                              {g.chunk_channels, g.x_row_elements, 1},
                              g.chunk_channels * in.element_size() == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B,
-                             /*tf32=*/false);
+                             /*tf32=*/math == Math::kTF32);
   }
   if (g.tap_boxes) {
     return encode_tensor_map(map, in, {g.in_length, g.groups * g.channels_per_group, g.batch}, {g.in_channel_stride, g.in_batch_stride},
