@@ -1274,10 +1274,12 @@ DataPlan plan_data(const ConvTParams& p, const TensorFacts& in, Math math, bool 
 
 namespace {
 // A pipelined tile's time in seconds, on x's rows one by one (a bulk copy a staged row and step, one
-// thread issuing them) or on TMA boxes: each step (a run of taps over a chunk of channels) as long as
-// the longer of its MMAs and its staging, plus a fixed part. Fitted to an H200 A/B of both forms on
-// 56 bf16 layers (docs/perf/2026-11-30-aligned-x-copies.md; kBoxStepSeconds 0.2-0.6 µs fit
-// equally). The model errs by up to 1.5x a layer, so the copies are taken only at
+// thread issuing them) or on TMA boxes: each step (a run of taps over a chunk of channels) takes its
+// MMAs plus its row staging (the row path's staging does not hide behind the MMAs: wide layers of
+// 3-4 taps a step ran at the sum), or the longer of its MMAs and a box step; plus a fixed part. The
+// copies' bandwidth is an effective one (small chunks do not reach HBM's). Fitted to an H200 A/B of
+// the row path against the copies on 101 bf16 sweep layers (docs/perf/2026-11-30-position-rows.md).
+// The model errs by up to 2x a layer in absolute time, so the copies are taken only at
 // kAlignedCopyMargin of the time.
 constexpr double kRowCopySeconds = 25e-9;
 constexpr double kBoxStepSeconds = 0.4e-6;
@@ -1286,10 +1288,10 @@ constexpr double kMmaFlopsPerSm16Bit = 4e12;  // (16-bit; TF32 half of it, 3xTF3
 constexpr double kAlignedCopyMargin = 0.9;
 // An x copy moves every element twice at kCopyBandwidth; each batch chunk costs its copy's and its
 // GEMM's launches.
-constexpr double kCopyBandwidth = 3e12;
-constexpr double kChunkLaunchSeconds = 5e-6;
+constexpr double kCopyBandwidth = 1e12;
+constexpr double kChunkLaunchSeconds = 10e-6;
 // Position rows' share of a box plan's time: bf16 forwards on channels-last x ran 1.07-1.23x faster
-// than on the same x's boxes (H200, docs/perf/2026-11-30-tap-boxes.md)
+// than on the same x's boxes (H200, docs/perf/2026-11-30-position-rows.md)
 constexpr double kPositionRowsTimeShare = 0.85;
 
 double pipelined_tile_seconds(const GemmPlan& g, bool staged_by_rows, Math math) {
@@ -1299,7 +1301,8 @@ double pipelined_tile_seconds(const GemmPlan& g, bool staged_by_rows, Math math)
   double chunk_seconds = 0;
   for (int pair = 0; pair < g.out_phases * g.in_phases; ++pair) {
     const int taps = g.pair_begin[pair + 1] - g.pair_begin[pair];
-    if (taps > 0) chunk_seconds += std::max(2.0 * g.block_m * g.block_n * g.chunk_channels * taps / flops_per_second, staging);
+    const double mma = 2.0 * g.block_m * g.block_n * g.chunk_channels * taps / flops_per_second;
+    if (taps > 0) chunk_seconds += staged_by_rows ? mma + staging : std::max(mma, staging);
   }
   return g.chunks * chunk_seconds + kTileFixedSeconds;
 }
@@ -1318,14 +1321,18 @@ bool one_pipelined_launch(const DataPlan& plan) {
 }
 }  // namespace
 
-// The forward over x as it is, or over copies of x in aligned rows (16-bit: channels-last where the
-// channels allow) a batch chunk at a time (DataPlan::copy_batch): where the plan on x would stage its rows one by one, the plan on the copy
-// takes TMA boxes in one launch a chunk, the copy of a chunk and the packed weight stay within the
-// workspace bound (kMaxPackedWeightBytes), and the chunks' waves of tiles and copies take at most
-// kAlignedCopyMargin of the plan on x's waves (pipelined_tile_seconds; copies_override).
+// The forward over x as it is, or over copies of x in aligned rows (channels-last where the channels
+// allow) a batch chunk at a time (DataPlan::copy_batch): where the plan on x would stage its rows one
+// by one, the plan on the copy takes TMA boxes in one launch a chunk, the copy of a chunk and the
+// packed weight stay within the workspace bound (kMaxPackedWeightBytes), and the chunks' waves of
+// tiles and copies take at most kAlignedCopyMargin of the plan on x's waves (pipelined_tile_seconds;
+// copies_override). 16-bit only unless overridden: the model is fitted to bf16, and TF32's copies
+// lost on most layers measured (docs/perf/2026-11-30-position-rows.md).
 DataPlan plan_forward(const ConvTParams& p, const TensorFacts& x, Math math, const DeviceLimits& limits) {
   DataPlan plan = plan_data(p, x, math, /*forward=*/true, limits);
-  if (!limits.tma || !one_pipelined_launch(plan) || plan.gemm.tensor_rows || copies_override() == PlanOverride::kNever) {
+  const PlanOverride copies = copies_override();
+  if (!limits.tma || !one_pipelined_launch(plan) || plan.gemm.tensor_rows || copies == PlanOverride::kNever ||
+      (math != Math::k16Bit && copies != PlanOverride::kAlways)) {
     return plan;
   }
   const int element_size = x.element_size;
@@ -1360,7 +1367,7 @@ DataPlan plan_forward(const ConvTParams& p, const TensorFacts& x, Math math, con
   const double over_x = double(launch_waves(plan.gemm, plan.gemm.row_tiles, limits)) * pipelined_tile_seconds(plan.gemm, true, math);
   const double over_copies = chunk_waves * pipelined_tile_seconds(g, false, math) * tile_share +
                              2.0 * p.batch * element_bytes / kCopyBandwidth + double(full_chunks + (last_batch > 0)) * kChunkLaunchSeconds;
-  if (over_copies > kAlignedCopyMargin * over_x && copies_override() != PlanOverride::kAlways) return plan;
+  if (over_copies > kAlignedCopyMargin * over_x && copies != PlanOverride::kAlways) return plan;
   over.copy_batch = batch;
   return over;
 }

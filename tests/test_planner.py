@@ -252,6 +252,9 @@ def test_pipelined_x_by_tma_boxes_where_rows_allow(dtype, tf32):
         for l_in, boxes, phases in ((1600, 1, 1), (1600 + unit // 2, int(wide), 2 if wide else 1),
                                     (1601, int(wide and odd > 0), odd if wide and odd else 1)):
             forward = plans((n, c_in, c_out, k, l_in, stride, 0, 0, 1, 1), dtype, tf32, "h100")["forward"]
+            if forward["copy_batch"] > 0:  # (16-bit rows row by row: over copies of x where the model has them faster)
+                assert dtype.itemsize == 2 and forward["tensor_rows"] == 1 and not boxes, (l_in, forward)
+                continue
             assert forward["family"] == "pipelined" and forward["block_n"] == (256 if wide else 128), (l_in, forward)
             assert (forward["tensor_rows"], forward["map_row_phases"]) == (boxes, phases), (l_in, forward)
             assert plans((n, c_in, c_out, k, l_in, stride, 0, 0, 1, 1), dtype, tf32, "a100")["forward"]["tensor_rows"] == 0
@@ -298,6 +301,22 @@ def test_forward_copies_channels_last_for_position_rows():
     k1 = plans((12, 1536, 768, 1, 1300, 1, 0, 0, 1, 1), torch.bfloat16, False, "h100")["forward"]
     assert k1["copy_batch"] > 0 and k1["copy_channels_last"] == 0 and k1["tap_boxes"] == 1, k1
     assert plans((16, 1024, 512, 3, 1300, 2, 0, 0, 1, 1), torch.float32, True, "h100")["forward"]["copy_channels_last"] == 0
+
+
+def test_forward_copies_where_row_staging_adds_to_the_mma():
+    """The copies' model adds a row-staged step's row copies to its MMAs (they did not overlap on an
+    H200): wide layers of 3-4 taps a step, whose MMAs the old model had hiding the row copies, run
+    over copies (16 x 1024 -> 512, K = 7, stride 2 on 1300 positions: 0.92 -> 0.48 ms measured);
+    narrow ones stay on x's rows (the copy's bytes and launches outweigh a short reduction); TF32
+    forwards take no copies unless CONVT_FORWARD_X_COPIES says so."""
+    for shape in ((16, 1024, 512, 7, 1300, 2, 0, 0, 1, 1), (7, 1280, 640, 7, 485, 2, 2, 0, 1, 1)):
+        forward = plans(shape, torch.bfloat16, False, "h100")["forward"]
+        assert forward["copy_batch"] > 0 and forward["copy_channels_last"] == 1 and forward["position_rows"] == 1, forward
+        assert forward["workspace_bytes"] <= 16 << 20, forward
+    for shape in ((13, 128, 64, 2, 11503, 2, 0, 0, 1, 1), (22, 256, 256, 5, 10188, 2, 1, 0, 1, 1)):
+        forward = plans(shape, torch.bfloat16, False, "h100")["forward"]
+        assert forward["copy_batch"] == 0 and forward["family"] == "pipelined" and forward["tensor_rows"] == 0, forward
+    assert plans((16, 1024, 512, 7, 1302, 2, 0, 0, 1, 1), torch.float32, True, "h100")["forward"]["copy_batch"] == 0
 
 
 @pytest.mark.parametrize("dtype,tf32", [(torch.float32, True), (torch.bfloat16, False)])

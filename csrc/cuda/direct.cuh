@@ -152,6 +152,40 @@ __global__ void unroll_grad_y_kernel(const scalar_t* __restrict__ grad_y, scalar
   }
 }
 
+// x channels-last (DataPlan::copy_channels_last): out[n, i, ci] = x[n, ci, i], out contiguous (N,
+// L_in, C_in); x read through the params' x strides. A block moves tiles of kChannelsLastTile
+// channels x kChannelsLastTile positions through shared memory: it reads each channel's positions in
+// order and writes each position's channels in order, both sides coalesced (a pad element a staged
+// row keeps the column reads on distinct banks).
+constexpr int kChannelsLastTile = 64;
+
+template <typename scalar_t>
+__global__ void channels_last_x_kernel(const scalar_t* __restrict__ x, scalar_t* __restrict__ out, ConvTParams p) {
+  __shared__ scalar_t staged[kChannelsLastTile][kChannelsLastTile + 1];  // [position][channel]
+  for (int64_t n = blockIdx.z; n < p.batch; n += gridDim.z) {
+    for (int64_t first_ci = int64_t(blockIdx.y) * kChannelsLastTile; first_ci < p.in_channels;
+         first_ci += int64_t(gridDim.y) * kChannelsLastTile) {
+      for (int64_t first_i = int64_t(blockIdx.x) * kChannelsLastTile; first_i < p.length_in;
+           first_i += int64_t(gridDim.x) * kChannelsLastTile) {
+        const int channels = int(std::min<int64_t>(kChannelsLastTile, p.in_channels - first_ci));
+        const int positions = int(std::min<int64_t>(kChannelsLastTile, p.length_in - first_i));
+        const scalar_t* x_tile = x + n * p.x_batch_stride + first_ci * p.x_channel_stride + first_i * p.x_length_stride;
+        for (int e = threadIdx.x; e < kChannelsLastTile * kChannelsLastTile; e += blockDim.x) {
+          const int c = e / kChannelsLastTile, i = e % kChannelsLastTile;
+          if (c < channels && i < positions) staged[i][c] = x_tile[c * p.x_channel_stride + i * p.x_length_stride];
+        }
+        __syncthreads();
+        scalar_t* const out_tile = out + (n * p.length_in + first_i) * p.in_channels + first_ci;
+        for (int e = threadIdx.x; e < kChannelsLastTile * kChannelsLastTile; e += blockDim.x) {
+          const int i = e / kChannelsLastTile, c = e % kChannelsLastTile;
+          if (c < channels && i < positions) out_tile[int64_t(i) * p.in_channels + c] = staged[i][c];
+        }
+        __syncthreads();
+      }
+    }
+  }
+}
+
 // *nonfinite = 1 where x holds Inf or NaN (else left as it is): the flag a forward's exact plan runs
 // behind (DataPlan::exact). Rows (n, ci) along y, positions along x, read through x's strides.
 template <typename scalar_t>

@@ -128,6 +128,16 @@ void launch_flag_nonfinite_x(const ConvTParams& p, const scalar_t* x, int* nonfi
 }
 
 template <typename scalar_t>
+void launch_channels_last_x(const ConvTParams& p, const scalar_t* x, scalar_t* out, Launch launch) {
+  auto tiles = [](int64_t extent, int64_t cap) {
+    return unsigned(std::min<int64_t>((extent + kChannelsLastTile - 1) / kChannelsLastTile, cap));
+  };
+  const dim3 grid(tiles(p.length_in, 1 << 20), tiles(p.in_channels, 65535), unsigned(std::min<int64_t>(p.batch, 65535)));
+  channels_last_x_kernel<scalar_t><<<grid, kDirectThreads, 0, launch.stream>>>(x, out, p);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+template <typename scalar_t>
 void launch_sum_slices(const acc_type<scalar_t>* partial, scalar_t* out, int64_t elements, int64_t slices, Launch launch) {
   auto run = [&](auto slice_warps) {
     constexpr int kSliceWarps = decltype(slice_warps)::value;

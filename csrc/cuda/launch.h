@@ -85,6 +85,9 @@ void launch_deinterleave_grad_y(const ConvTParams& p, const scalar_t* grad_y, sc
 // grad_y unrolled by taps (WeightPlan::unrolled_grad_y): out (N, C_out * K, unrolled_row_length(p)), contiguous
 template <typename scalar_t>
 void launch_unroll_grad_y(const ConvTParams& p, const scalar_t* grad_y, scalar_t* out, Launch launch);
+// x channels-last (DataPlan::copy_channels_last): out (N, L_in, C_in), contiguous
+template <typename scalar_t>
+void launch_channels_last_x(const ConvTParams& p, const scalar_t* x, scalar_t* out, Launch launch);
 // *nonfinite set where x holds Inf or NaN (else left as it is)
 template <typename scalar_t>
 void launch_flag_nonfinite_x(const ConvTParams& p, const scalar_t* x, int* nonfinite, Launch launch);

@@ -205,6 +205,16 @@ at::Tensor aligned_x_copy(const ConvTParams& p, const at::Tensor& x) {
   return at::empty({p.batch, p.in_channels, row_length}, x.options()).narrow(2, 0, p.length_in).copy_(x);
 }
 
+// x channels-last (DataPlan::copy_channels_last): a view (N, C_in, L_in) of the copy (N, L_in, C_in)
+at::Tensor channels_last_x_copy(const ConvTParams& p, const at::Tensor& x, Launch launch) {
+  const at::Tensor copy = at::empty({p.batch, p.length_in, p.in_channels}, x.options());
+  dispatch_dtype(x.scalar_type(), [&](auto element) {
+    using scalar_t = decltype(element);
+    launch_channels_last_x<scalar_t>(p, data_of<scalar_t>(x), data_of<scalar_t>(copy), launch);
+  });
+  return copy.transpose(1, 2);
+}
+
 // What a GEMM plan reads as `in`: the tensor itself, or grad_y deinterleaved (made once: *copy keeps it)
 at::Tensor gemm_input(const DataPlan& plan, const ConvTParams& p, const at::Tensor& in, Launch launch, GradYCopy* copy) {
   if (plan.kernel != Kernel::kGemm || !plan.gemm.deinterleaved) return in;
@@ -431,16 +441,18 @@ void forward(const at::Tensor& x, const at::Tensor& w, const std::optional<at::T
     run_data(plan, p, x, w, bias_c, y, /*forward=*/true, math, limits, &unused);
     return;
   }
-  // x copied into rows of 16-byte multiples (or channels-last), copy_batch batch elements at a time (DataPlan::copy_batch:
-  // one chunk's copy and the packed weight within the workspace bound), every whole chunk on plan.gemm
+  // x copied into rows of 16-byte multiples or channels-last, copy_batch batch elements at a time
+  // (DataPlan::copy_batch: one chunk's copy and the packed weight within the workspace bound), every whole chunk on plan.gemm
   // and its weight packed once; a last, shorter chunk as planned for it (its own packing, in place of
   // that one: the workspace bound)
   at::Tensor packed = packed_weight(plan, w, math, launch_for(limits));
   for (int64_t first = 0; first < p.batch; first += plan.copy_batch) {
     const int64_t count = std::min(plan.copy_batch, p.batch - first);
     const at::Tensor x_chunk = x.narrow(0, first, count);
-    const at::Tensor x_rows = plan.copy_channels_last ? x_chunk.transpose(1, 2).contiguous().transpose(1, 2)
-                                                      : aligned_x_copy(forward_over_aligned_x(p, int(x.element_size()), count), x_chunk);
+    ConvTParams chunk_params = p;  // (x's strides: the chunk is a view of x)
+    chunk_params.batch = count;
+    const at::Tensor x_rows = plan.copy_channels_last ? channels_last_x_copy(chunk_params, x_chunk, launch_for(limits))
+                                                      : aligned_x_copy(chunk_params, x_chunk);
     const at::Tensor y_part = y.narrow(0, first, count);
     const ConvTParams q = make_params(x_rows, w, y_part, args);
     if (count == plan.copy_batch) {
