@@ -63,6 +63,7 @@ BLAS_FORMS = [
     "forward=taps,grad_input=taps,grad_weight=taps",
     "forward=unrolled,grad_input=unrolled,grad_weight=unrolled",
     "forward=direct,grad_input=direct,grad_weight=direct",
+    "forward=folded",
 ]
 
 

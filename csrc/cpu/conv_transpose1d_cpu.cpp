@@ -105,7 +105,7 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const T* 
 int64_t threads() { return std::max<int64_t>(1, at::get_num_threads()); }
 
 // The forms of a pass (plan, near the end of the file, picks one).
-enum class Form { kDirect, kTaps, kUnrolled, kPacked, kStreamed, kScatter, kDot, kPositions };
+enum class Form { kDirect, kTaps, kUnrolled, kFolded, kPacked, kStreamed, kScatter, kDot, kPositions };
 
 // ---- weight layouts ------------------------------------------------------------------------------
 // The weight (C_in, Cog, K) as one (C_in, Cog) matrix per tap: (K, C_in, Cog), and back.
@@ -196,6 +196,50 @@ void forward_unrolled(const T* x, const T* w, const T* bias, T* y, const ConvTPa
       }
     }
   });
+}
+
+// Forward with the batch folded into the GEMM's columns (forward_folded_applies: wide layers on short
+// rows, where each batch element's GEMM would be a narrow one): per group and chunk of whole batch
+// elements, X (C_in/g x nb*L_in) = x's rows with the batch folded (a copy), Z = W_g^T X (rows (co, k),
+// one at::mm: the library's threads and blocking over the whole product), then col2im over the
+// chunk's rows (n, co) in parallel, each started at its bias. A chunk keeps Z within kFoldedBuffer
+// elements.
+constexpr int64_t kFoldedBuffer = 4 << 20;
+
+template <typename T>
+void forward_folded(const at::Tensor& x, const at::Tensor& w, const T* bias, T* y, const ConvTParams& p) {
+  const int64_t Cig = p.in_channels_per_group, Cog = p.out_channels_per_group, K = p.kernel_size, R = Cog * K;
+  const int64_t L = p.length_in, s = p.stride, pad = p.padding, d = p.dilation;
+  const int64_t chunk = std::clamp<int64_t>(kFoldedBuffer / std::max<int64_t>(1, R * L), 1, p.batch);
+  for (int64_t g = 0; g < p.groups; ++g) {
+    const at::Tensor w_g = w.narrow(0, g * Cig, Cig).reshape({Cig, R});  // (contiguous: a view)
+    for (int64_t n0 = 0; n0 < p.batch; n0 += chunk) {
+      const int64_t nb = std::min(chunk, p.batch - n0), columns = nb * L;
+      const at::Tensor folded_x = x.narrow(0, n0, nb).narrow(1, g * Cig, Cig).permute({1, 0, 2}).reshape({Cig, columns});
+      const at::Tensor z = at::mm(w_g.t(), folded_x);  // (R, nb * L), contiguous
+      const T* z_data = z.data_ptr<T>();
+      at::parallel_for(0, nb * Cog, 1, [&](int64_t begin, int64_t end) {
+        for (int64_t row = begin; row < end; ++row) {
+          const int64_t n = n0 + row / Cog, co = row % Cog;
+          T* y_row = y + (n * p.out_channels + g * Cog + co) * p.length_out;
+          std::fill(y_row, y_row + p.length_out, bias ? bias[g * Cog + co] : T(0));
+          for (int64_t k = 0; k < K; ++k) {
+            const int64_t offset = k * d - pad;
+            // inputs i with 0 <= i*s + offset < L_out
+            const int64_t ia = std::max<int64_t>(0, ceil_div(-offset, s));
+            const int64_t ib = std::min(L, ceil_div(p.length_out - offset, s));
+            const T* z_row = z_data + (co * K + k) * columns + (row / Cog) * L;
+            T* out = y_row + offset;
+            if (s == 1) {
+              for (int64_t i = ia; i < ib; ++i) out[i] += z_row[i];
+            } else {
+              for (int64_t i = ia; i < ib; ++i) out[i * s] += z_row[i];
+            }
+          }
+        }
+      });
+    }
+  }
 }
 
 // G rows [r0, r1) for inputs [i0, i0 + width) of batch row n, group g: (r1 - r0) x width, row stride width.
@@ -1585,8 +1629,9 @@ Form blas_form(const ConvTParams& p) {
 
 // Test and A/B hook: CONVT_CPU_FORMS, a comma-separated list of `pass=form` (passes forward, grad_input,
 // grad_weight) and `portable`, read at every call. `pass=form` overrides the planner for that pass where
-// the form applies (the AVX2 forms: float32 on an AVX2 CPU): direct, taps, unrolled, packed,
-// packed_copy (forward), streamed and scatter (forward), dot and positions (grad_weight). `portable`
+// the form applies (the AVX2 forms: float32 on an AVX2 CPU): direct, taps, unrolled, folded (forward),
+// packed, packed_copy (forward), streamed and scatter (forward), dot and positions (grad_weight);
+// forward=avx2 is the planner's choice among the AVX2 forward forms (not folded). `portable`
 // plans as on a CPU without AVX2 and FMA, so that an AVX2 machine tests the forms every CPU runs.
 // Unknown names are errors (a misspelt override would otherwise test the planner's choice again).
 struct Override {
@@ -1625,6 +1670,7 @@ Form overridden(Form form, const std::string& name, bool avx2_float, bool is_for
   if (name == "direct") return Form::kDirect;
   if (name == "taps") return Form::kTaps;
   if (name == "unrolled") return Form::kUnrolled;
+  if (name == "folded" && is_forward) return Form::kFolded;
   const bool known = name == "packed" || (is_forward && (name == "packed_copy" || name == "streamed" ||
                                                          name == "scatter")) ||
                      (is_weight && (name == "dot" || name == "positions"));
@@ -1642,6 +1688,20 @@ Form overridden(Form form, const std::string& name, bool avx2_float, bool is_for
 // Wide layers: every per-tap GEMM large (C_in/g >= 256 and C_out/g >= 128, at most 4 taps a phase).
 bool wide_layer(const ConvTParams& p) {
   return p.in_channels_per_group >= 256 && p.out_channels_per_group >= 128 && blas_form(p) == Form::kTaps;
+}
+
+// The forward with the batch folded into one at::mm (forward_folded) on an AVX-512 CPU, where at::mm
+// runs 16-float vectors nearer their peak than the micro-kernel does: wide layers (C_in/g >= 256,
+// C_out/g >= 64) of at most 8 taps a phase whose Z rows of one batch element fit kFoldedBuffer. It ran
+// 1.1-1.6x faster than the planner's AVX2 form on 30 such layers of 1-32 batch elements, rows of
+// 36-2000 (short rows most: a batch element's GEMM there is a narrow one); narrow outputs (C_out/g
+// 4, its GEMM skinny, col2im the larger part) and 96 taps a phase ran slower, and C_in/g 128 as fast
+// or slower (docs/perf/2026-11-30-cpu-folded-forward.md).
+constexpr int64_t kFoldedLeastColumns = 256;
+bool forward_folded_applies(const ConvTParams& p) {
+  return avx2::wide_vectors() && p.in_channels_per_group >= 256 && p.out_channels_per_group >= 64 &&
+         ceil_div(p.kernel_size, p.stride) <= 8 && p.batch * p.length_in >= kFoldedLeastColumns &&
+         p.out_channels_per_group * p.kernel_size * p.length_in <= kFoldedBuffer;
 }
 
 // Whether grad_weight runs faster as the BLAS taps form than as the AVX2 forms: on wide layers where the
@@ -1682,14 +1742,20 @@ Plans plan(const ConvTParams& p, at::ScalarType dtype) {
     // At one or two channels a group (C_in/g x C_out/g <= 2: depthwise, a multiplier of 2 or two
     // inputs a group) the micro-kernels' reduction, C_in/g x taps a phase, is too short to pay for
     // their tiles, and the direct loops, vectorized along the row, do less work.
-    plans.forward = p.in_channels_per_group * p.out_channels_per_group <= 2 ? Form::kDirect : forward_avx2_form(p);
+    plans.forward = p.in_channels_per_group * p.out_channels_per_group <= 2 ? Form::kDirect
+                    : forward_folded_applies(p)                               ? Form::kFolded
+                                                                              : forward_avx2_form(p);
     plans.grad_input = grad_input_avx2_form(p);
     plans.grad_weight = grad_weight_by_blas_taps(p) ? Form::kTaps
                         : grad_weight_by_gemm(p)       ? Form::kPositions
                                                        : Form::kDot;
   }
   bool unused = false;
-  plans.forward = overridden(plans.forward, override.forward, avx2_float, true, false, plans.padded_copy);
+  if (override.forward == "avx2") {  // (the AVX2 forms' own choice, folded aside: an A/B of forward_folded_applies)
+    if (avx2_float && plans.forward == Form::kFolded) plans.forward = forward_avx2_form(p);
+  } else {
+    plans.forward = overridden(plans.forward, override.forward, avx2_float, true, false, plans.padded_copy);
+  }
   plans.grad_input = overridden(plans.grad_input, override.grad_input, avx2_float, false, false, unused);
   plans.grad_weight = overridden(plans.grad_weight, override.grad_weight, avx2_float, false, true, unused);
   return plans;
@@ -1732,6 +1798,9 @@ void forward(const at::Tensor& x, const at::Tensor& w, const std::optional<at::T
                                y_c.data_ptr<scalar_t>(), p);
         break;
       }
+      case Form::kFolded:
+        forward_folded<scalar_t>(x_c, w_c, bias_data, y_c.data_ptr<scalar_t>(), p);
+        break;
       default:
         forward_unrolled<scalar_t>(x_c.data_ptr<scalar_t>(), w_c.data_ptr<scalar_t>(), bias_data,
                                    y_c.data_ptr<scalar_t>(), p);
