@@ -1724,11 +1724,15 @@ bool grad_weight_by_blas_taps(const ConvTParams& p) {
 // 16-float micro-kernel 1.2-1.4x faster than the unrolled form's at::mm there). On an AVX-512 CPU, short
 // rows (at most 128 inputs) of 6 or more (batch, group) items at most 4 taps a phase take the BLAS taps
 // form: a tile a row, one at::mm a tap, 1.2-2.2x faster than the packed form's single narrow block
-// of positions a row there (docs/perf/2026-11-30-cpu-grad-weight-taps.md).
+// of positions a row there (docs/perf/2026-11-30-cpu-grad-weight-taps.md); at more than 4 taps a phase
+// rows of at most kUnrolledShortRow inputs take the unrolled form (one at::mm over every tap): 0.37-
+// 0.61x the packed form's time on five such layers, as fast on a sixth (docs/perf/2026-11-30-cpu-folded-forward.md).
+constexpr int64_t kUnrolledShortRow = 64;
 Form grad_input_avx2_form(const ConvTParams& p) {
   // (blas_form: at most 4 taps a phase, and no tiny matrices)
-  if (avx2::wide_vectors() && p.length_in <= 128 && p.batch * p.groups >= 6 && blas_form(p) == Form::kTaps) {
-    return Form::kTaps;
+  if (avx2::wide_vectors() && p.batch * p.groups >= 6) {
+    if (p.length_in <= 128 && blas_form(p) == Form::kTaps) return Form::kTaps;
+    if (p.length_in <= kUnrolledShortRow && blas_form(p) == Form::kUnrolled) return Form::kUnrolled;
   }
   const bool few_positions = p.batch * p.length_in <= 128 && !(avx2::wide_vectors() && p.batch == 1);
   return wide_layer(p) && few_positions ? Form::kUnrolled : Form::kPacked;
