@@ -254,7 +254,7 @@ struct GemmPlan {
   // wgmma read as A by descriptor (MN-major) where other plans load in^T fragments into registers
   // (docs/design.md §3.6).
   bool tap_boxes;
-  // 16-bit x with its channels contiguous (channels-last: in_channel_stride 1): x_s is a TMA box a
+  // 16-bit or TF32 x with its channels contiguous (channels-last: in_channel_stride 1): x_s is a TMA box a
   // consumer warpgroup of x_row_elements positions x the chunk's channels, 128- or 64-byte swizzled
   // (tensor_rows is set too), which its wgmma read as a K-major A by descriptor from each tap's row
   // on (docs/design.md §3.6).

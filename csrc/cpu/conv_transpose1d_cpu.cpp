@@ -138,6 +138,18 @@ void unpack_taps(const T* packed, T* w, int64_t rows, int64_t cols, int64_t taps
 
 constexpr int64_t kUnrolledBuffer = 64 * 1024;  // elements of a Z or G tile: stays in L2 with its operands
 
+// col2im of one row (co, k) of Z: y_row[i*stride + offset] += z_row[i] for inputs i in [ia, ib), with
+// offset = k*dilation - padding (z_row indexed by input position)
+template <typename T>
+void add_tap_row(T* y_row, const T* z_row, int64_t offset, int64_t stride, int64_t ia, int64_t ib) {
+  T* out = y_row + offset;
+  if (stride == 1) {
+    for (int64_t i = ia; i < ib; ++i) out[i] += z_row[i];
+  } else {
+    for (int64_t i = ia; i < ib; ++i) out[i * stride] += z_row[i];
+  }
+}
+
 // Forward: tasks of (n, group, block of output channels, segment of output positions); a task owns
 // its y block, starts it at the bias, and runs over the input tiles that reach its segment (a segment
 // recomputes the inputs at its edges that its neighbour also needs; only contributions inside the
@@ -184,13 +196,7 @@ void forward_unrolled(const T* x, const T* w, const T* bias, T* y, const ConvTPa
             const int64_t offset = k * d - pad;
             const int64_t ia = std::max(i0, ceil_div(j0 - offset, s));
             const int64_t ib = std::min(i0 + width, ceil_div(j1 - offset, s));
-            const T* z_row = z.data() + ((co - c0) * K + k) * width - i0;
-            T* out = y_row + offset;
-            if (s == 1) {
-              for (int64_t i = ia; i < ib; ++i) out[i] += z_row[i];
-            } else {
-              for (int64_t i = ia; i < ib; ++i) out[i * s] += z_row[i];
-            }
+            add_tap_row(y_row, z.data() + ((co - c0) * K + k) * width - i0, offset, s, ia, ib);
           }
         }
       }
@@ -228,13 +234,7 @@ void forward_folded(const at::Tensor& x, const at::Tensor& w, const T* bias, T* 
             // inputs i with 0 <= i*s + offset < L_out
             const int64_t ia = std::max<int64_t>(0, ceil_div(-offset, s));
             const int64_t ib = std::min(L, ceil_div(p.length_out - offset, s));
-            const T* z_row = z_data + (co * K + k) * columns + (row / Cog) * L;
-            T* out = y_row + offset;
-            if (s == 1) {
-              for (int64_t i = ia; i < ib; ++i) out[i] += z_row[i];
-            } else {
-              for (int64_t i = ia; i < ib; ++i) out[i * s] += z_row[i];
-            }
+            add_tap_row(y_row, z_data + (co * K + k) * columns + (row / Cog) * L, offset, s, ia, ib);
           }
         }
       });
@@ -903,13 +903,7 @@ void forward_avx2_scatter(const float* x, const float* w, const float* bias, flo
           const int64_t c = r / K, k = r % K, offset = k * p.dilation - p.padding;
           const int64_t ia = std::max(i0, ceil_div(j0 - offset, p.stride));
           const int64_t ib = std::min(i0 + cols, ceil_div(j1 - offset, p.stride));
-          const float* z = tile.data() + r * width - i0;
-          float* out = y_rows + c * p.length_out + offset;
-          if (p.stride == 1) {
-            for (int64_t i = ia; i < ib; ++i) out[i] += z[i];
-          } else {
-            for (int64_t i = ia; i < ib; ++i) out[i * p.stride] += z[i];
-          }
+          add_tap_row(y_rows + c * p.length_out, tile.data() + r * width - i0, offset, p.stride, ia, ib);
         }
       }
     }

@@ -12,7 +12,8 @@
 //                                          weight slots and x rows or TMA boxes), mbarrier `full`
 //   PipelinedMainloop  gemm_mainloop.cuh   waits for a stage, runs its taps (WarpgroupMma, shared with
 //                                          implicit_gemm_kernel), hands it back (`empty`); on tap
-//                                          boxes (16-bit) A by descriptor, a stage handed back a step late
+//                                          boxes (16-bit) or position rows (16-bit, TF32) A by
+//                                          descriptor, a stage handed back a step late
 //   PipelinedEpilogue  gemm_epilogue.cuh   the tile's accumulators -> out, plus bias
 // No block-wide barrier in the loop: the producer runs up to `stages` steps ahead, through the
 // consumers' epilogue stores. 3xTF32 (128 x 128 tiles, §7): the stage's weight holds A's big and then
