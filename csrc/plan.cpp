@@ -709,6 +709,16 @@ ConvTParams grad_weight_over_copies(const ConvTParams& p, int element_size, bool
   return q;
 }
 
+int64_t channels_last_row_length(int64_t channels, int element_size) { return aligned_row_length(channels, element_size); }
+
+ConvTParams grad_weight_over_channels_last_grad_y(const ConvTParams& p, int element_size) {
+  ConvTParams q = p;
+  q.y_channel_stride = 1;
+  q.y_length_stride = channels_last_row_length(p.out_channels, element_size);
+  q.y_batch_stride = p.length_out * q.y_length_stride;
+  return q;
+}
+
 ConvTParams forward_over_aligned_x(const ConvTParams& p, int element_size, int64_t batch) {
   ConvTParams q = grad_weight_over_copies(p, element_size, /*aligned_x=*/true, /*deinterleaved=*/false);
   q.batch = batch;
@@ -1124,6 +1134,88 @@ double padded_mma_work(const WeightGradPlan& g) {
   return double(g.groups) * g.ci_tiles * g.block_ci * g.co_tiles * g.block_co * g.taps * g.items;
 }
 
+}  // namespace
+
+// ---- grad_weight by box tiles (docs/design.md §5.7) ---------------------------------------------------
+
+// The box tiles' cost, in units of one column of one item (128 ci x 128 bytes of positions: about 4
+// clocks of an SM's tensor cores in 16-bit or TF32 alike): an item costs its columns plus
+// kBoxItemColumns (A's reads, the boxes' issue and barriers); a block its slice's items plus
+// kBoxBlockItems items (filling the ring, the epilogue's stores); a launch its waves of blocks; each
+// slice's partial sums kBoxPartialUnitsPerElement a weight element (written, then added up).
+constexpr double kBoxItemColumns = 48;
+constexpr double kBoxBlockItems = 4;
+constexpr double kBoxPartialUnitsPerElement = 0.05;
+
+std::optional<WeightGradPlan> plan_grad_weight_boxes(const ConvTParams& q, const TensorFacts& x, const TensorFacts& grad_y,
+                                                     const DeviceLimits& limits) {
+  const int element_size = x.element_size;
+  if (!limits.wgmma || !limits.tma || q.stride != 1 || element_size != 2 || q.in_channels_per_group <= kBoxBlockCi / 2 ||
+      q.kernel_size > kMaxBoxTaps || !gemm_applies(q, element_size) || q.x_length_stride != 1 || q.y_channel_stride != 1 ||
+      !tensor_map_fits(x, q.length_in, q.in_channels, q.batch, q.x_channel_stride, q.x_batch_stride) ||
+      !tensor_map_fits(grad_y, q.out_channels, q.length_out, q.batch, q.y_length_stride, q.y_batch_stride))
+    return std::nullopt;
+  const int positions = kBoxItemBytes / element_size;  // an item's x positions
+  WeightGradPlan g{};
+  g.batch = q.batch, g.groups = q.groups;
+  g.in_channels_per_group = q.in_channels_per_group, g.out_channels_per_group = q.out_channels_per_group;
+  g.x_batch_stride = q.x_batch_stride, g.x_channel_stride = q.x_channel_stride, g.x_length_stride = 1;
+  g.gy_batch_stride = q.y_batch_stride, g.gy_channel_stride = 1, g.gy_length_stride = q.y_length_stride;
+  g.length_in = int(q.length_in), g.length_out = int(q.length_out), g.stride = 1, g.taps = int(q.kernel_size);
+  g.chunks_per_row = (q.length_in + positions - 1) / positions;
+  g.items = g.batch * g.chunks_per_row;
+  if (g.items >= kGemmIndexLimit) return std::nullopt;
+  g.block_ci = kBoxBlockCi;
+  g.ci_tiles = int((g.in_channels_per_group + kBoxBlockCi - 1) / kBoxBlockCi);
+  const int64_t weight_elements = g.groups * g.in_channels_per_group * g.out_channels_per_group * g.taps;
+  const int64_t most_slices = std::max<int64_t>(1, std::min(g.items, kGradWScratchBytes / 4 / weight_elements));
+  // every (columns, slots, slices): the least cost
+  double best_cost = std::numeric_limits<double>::infinity();
+  for (const int columns : kBoxColumnChoices) {
+    for (int slots = std::min(g.taps, kMaxBoxSlots); slots >= 1; --slots) {  // (ties: more taps a tile, fewer x boxes)
+      if (columns % (kBoxSlotCo * slots) != 0) continue;  // (block_co: whole boxes)
+      const int block_co = columns / slots;
+      const int co_tiles = int((g.out_channels_per_group + block_co - 1) / block_co);
+      const int tap_groups = (g.taps + slots - 1) / slots;
+      const int64_t tiles = g.groups * g.ci_tiles * co_tiles * tap_groups;
+      const double item_units = columns + kBoxItemColumns;
+      // (up to about four waves of blocks: more slices only add waves)
+      const int64_t slice_bound = std::min(most_slices, (4 * limits.sm_count + tiles - 1) / tiles);
+      for (int64_t slices = 1; slices <= slice_bound; ++slices) {
+        const int64_t blocks = tiles * slices;
+        if (blocks >= kGemmIndexLimit) break;
+        const int64_t waves = (blocks + limits.sm_count - 1) / limits.sm_count;
+        const double block_items = double((g.items + slices - 1) / slices) + kBoxBlockItems;
+        const double cost = double(waves) * block_items * item_units +
+                            kBoxPartialUnitsPerElement * double(slices) * double(weight_elements) / limits.sm_count;
+        if (cost < best_cost) {
+          best_cost = cost;
+          g.box_columns = columns, g.box_slots = slots, g.block_co = block_co;
+          g.co_tiles = co_tiles, g.tap_groups = tap_groups, g.tiles = tiles, g.slices = slices;
+        }
+      }
+    }
+  }
+  if (g.box_columns == 0) return std::nullopt;
+  // taps k = 0 .. K-1 at shift k * dilation - padding, in tap groups of box_slots consecutive taps
+  for (int k = 0; k < g.taps; ++k) {
+    g.group_tap[k] = k;
+    g.group_tap_shift[k] = int(k * q.dilation - q.padding);
+  }
+  for (int t = 0; t < g.tap_groups; ++t) {
+    g.group_first[t] = t * g.box_slots;
+    g.group_count[t] = std::min(g.box_slots, g.taps - t * g.box_slots);
+  }
+  g.warpgroups = true;
+  const int64_t stage_bytes = int64_t(kBoxBlockCi + g.box_columns) * kBoxItemBytes;
+  g.stages = int(std::min<int64_t>(kMaxBoxStages, (limits.smem_one_block() - 2 * 8 * kMaxBoxStages) / stage_bytes));
+  if (g.stages < 2) return std::nullopt;
+  g.smem_bytes = size_t(g.stages * stage_bytes + 2 * 8 * g.stages);
+  return g;
+}
+
+namespace {
+
 // ---- depthwise ----------------------------------------------------------------------------------------
 
 // The staged row segment of the forward (x) or grad_input (grad_y) kernel; nullopt when the
@@ -1376,90 +1468,145 @@ DataPlan plan_grad_input(const ConvTParams& p, const TensorFacts& grad_y, Math m
   return plan_data(p, grad_y, math, /*forward=*/false, limits);
 }
 
+namespace {
+
+// The box tiles' host work (a tensor map per tap, the channels-last copy's launch) costs tens of
+// microseconds a call, which a host-bound backward pays in full: below this many MACs the kernel's
+// gain is smaller (H200, bf16: 3.1 and 3.5 GFLOP layers 1.08-1.31x slower forward + backward with
+// grad_weight 0.76-0.79x; 18-20 GFLOP ones 0.93-0.97x; docs/perf/2026-11-30-grad-weight-boxes.md)
+constexpr double kBoxLeastMacs = 8e9;
+// ... and they were measured faster than the warpgroup tiles on grad_weight alone on every layer
+// tried (0.41-1.0x), but in forward + backward only on wide ones; channels per group from which a
+// layer is wide (the warpgroup tiles' weak class, 0.37-0.65x cuDNN; narrower layers with long rows,
+// such as kb64's 128 x 128, were not measured against them)
+constexpr int64_t kBoxLeastChannels = 256;
+
+// CONVT_GRAD_WEIGHT_BOXES: the box tiles (plan_grad_weight_boxes) where they apply (read_plan_override).
+// Read at every plan: the tests run the other grad_weight kernels' cases with `never`, the box
+// tiles' small cases with `always`.
+PlanOverride grad_weight_boxes_override() { return read_plan_override("CONVT_GRAD_WEIGHT_BOXES"); }
+
+// The box tiles over x (aligned where it has no tensor map) and grad_y copied channels-last, for a
+// stride-1 problem: the plan, or nullopt
+std::optional<WeightGradPlan> plan_boxes_over_copies(const ConvTParams& p, const TensorFacts& x, const TensorFacts& grad_y,
+                                                      const DeviceLimits& limits, WeightPlan& weight) {
+  if (p.stride != 1) return std::nullopt;
+  const bool align_x = p.x_length_stride != 1 ||
+                       !tensor_map_fits(x, p.length_in, p.in_channels, p.batch, p.x_channel_stride, p.x_batch_stride);
+  const ConvTParams q = grad_weight_over_channels_last_grad_y(
+      grad_weight_over_copies(p, x.element_size, align_x, /*deinterleaved=*/false), grad_y.element_size);
+  const auto boxes = plan_grad_weight_boxes(q, align_x ? copy_facts(x.element_size) : x, copy_facts(grad_y.element_size), limits);
+  if (!boxes) return std::nullopt;
+  weight.aligned_x = align_x, weight.channels_last_grad_y = true;
+  weight.problem = q;
+  return boxes;
+}
+
+// grad_weight's pass (plan_backward)
+WeightPlan plan_grad_weight_pass(const ConvTParams& p, const TensorFacts& x, const TensorFacts& grad_y, Math math,
+                                 bool grad_bias, const DeviceLimits& limits) {
+  WeightPlan weight;
+  // The box tiles where they apply (C_out per group filling at least half a slot) on wide layers with
+  // MACs enough to pay for their host work; `always`: wherever they apply
+  const PlanOverride boxes_override = grad_weight_boxes_override();
+  const double macs = double(p.batch) * p.length_in * p.in_channels * p.out_channels_per_group * p.kernel_size;
+  const bool wide = p.in_channels_per_group >= kBoxLeastChannels && p.out_channels_per_group >= kBoxLeastChannels;
+  if (math != Math::k3xTF32 && p.out_channels_per_group > 32 && boxes_override != PlanOverride::kNever &&
+      ((wide && macs >= kBoxLeastMacs) || boxes_override == PlanOverride::kAlways)) {
+    if (const auto boxes = plan_boxes_over_copies(p, x, grad_y, limits, weight)) {
+      weight.kernel = Kernel::kGradWeightBoxes;
+      weight.gemm = *boxes;
+      return weight;
+    }
+  }
+  // merged phases where they plan, else per phase; 3xTF32: no wide tap groups, no warpgroup tiles
+  const bool one_pass = math != Math::k3xTF32;
+  const bool with_bias = grad_bias && one_pass;
+  // (one input channel per group, or a few: the depthwise kernel where it applies, no channel padding)
+  const bool depthwise =
+      depthwise_channels(p.in_channels_per_group, p.out_channels_per_group, /*forward=*/false) &&
+      p.kernel_size <= kDwMaxTaps;
+  auto plan_on = [&](const ConvTParams& q, const TensorFacts& q_x, const TensorFacts& q_grad_y, bool q_bias) {
+    auto gemm = plan_grad_weight(q, q_x, q_grad_y, q_bias, one_pass, /*merge=*/true, limits);
+    return gemm ? gemm : plan_grad_weight(q, q_x, q_grad_y, q_bias, one_pass, /*merge=*/false, limits);
+  };
+  auto gemm = depthwise ? std::nullopt : plan_on(p, x, grad_y, with_bias);
+  weight.problem = p;
+  // (grad_weight's copy of grad_y keeps dilation 1: grad_weight_over_copies' stride-1 problem)
+  const bool deinterleaves_grad_y = deinterleaves(p) && p.dilation == 1;
+  // The pipelined warpgroup kernel over copies where it does not plan on the tensors as they are
+  // (docs/design.md §5.5): x in aligned rows where it has no tensor map; then grad_y deinterleaved
+  // too where its phases are read element by element. The copies cost a pass over x and grad_y;
+  // the unpipelined kernels run at a fraction of the pipelined one's rate.
+  if (!depthwise && one_pass && limits.wgmma && limits.tma && !(gemm && gemm->stages > 0)) {
+    const bool align = p.x_length_stride != 1 || !tensor_map_fits(x, p.length_in, p.in_channels, p.batch,
+                                                                  p.x_channel_stride, p.x_batch_stride);
+    for (const bool deinterleave : {false, true}) {
+      if (deinterleave ? !deinterleaves_grad_y : !align) continue;
+      const ConvTParams q = grad_weight_over_copies(p, x.element_size, align, deinterleave);
+      // (grad_y deinterleaved need not hold every position of grad_y: grad_bias from its row sums)
+      auto over = plan_on(q, align ? copy_facts(x.element_size) : x, deinterleave ? copy_facts(grad_y.element_size) : grad_y,
+                          with_bias && !deinterleave);
+      if (over && over->stages > 0) {
+        gemm = over;
+        weight.aligned_x = align, weight.deinterleaved_grad_y = deinterleave;
+        weight.problem = q;
+        break;
+      }
+    }
+  }
+  // Else over grad_y deinterleaved where that takes less MMA work, padding included: narrow
+  // outputs, whose tiles' padded channels take the phases (and the copy's rows go in vector copies)
+  if (gemm && gemm->stages == 0 && !gemm->merged && !weight.deinterleaved_grad_y && deinterleaves_grad_y) {
+    const ConvTParams q = grad_weight_over_copies(p, x.element_size, /*aligned_x=*/false, /*deinterleaved=*/true);
+    const auto over = plan_on(q, x, copy_facts(grad_y.element_size), /*q_bias=*/false);
+    if (over && padded_mma_work(*over) < padded_mma_work(*gemm)) {
+      gemm = over;
+      weight.deinterleaved_grad_y = true;
+      weight.problem = q;
+    }
+  }
+  // Else over grad_y unrolled by taps (§5.6) where that at least halves the MMA work, padding and
+  // the copy included: narrow outputs with several taps, whose tiles' padded channels then take the
+  // taps (any stride and dilation); x aligned where that makes it pipelined
+  if (gemm && unrolls(p, grad_y.element_size)) {
+    // (padded_mma_work counts items of kGradWPositions positions)
+    const double copy_work =
+        double(kCopyElementMacs) * p.batch * p.out_channels * p.kernel_size * unrolled_row_length(p) / kGradWPositions;
+    const bool can_pipeline = one_pass && limits.wgmma && limits.tma;
+    std::optional<WeightGradPlan> best;
+    for (const bool align : {false, true}) {
+      if (align && (!can_pipeline || (best && best->stages > 0))) continue;
+      const ConvTParams q = grad_weight_over_unrolled(p, x.element_size, align);
+      const auto over = plan_on(q, align ? copy_facts(x.element_size) : x, copy_facts(grad_y.element_size), /*q_bias=*/false);
+      if (over && (!align || over->stages > 0) && 2 * (padded_mma_work(*over) + copy_work) <= padded_mma_work(*gemm)) {
+        best = over;
+        weight.aligned_x = align, weight.deinterleaved_grad_y = false;
+        weight.unrolled_grad_y = true;
+        weight.problem = q;
+      }
+    }
+    if (best) gemm = best;
+  }
+  if (gemm) {
+    weight.kernel = gemm->warpgroups ? Kernel::kGradWeightWgmma : Kernel::kGradWeightGemm;
+    weight.gemm = *gemm;
+  } else if (depthwise) {
+    weight.kernel = Kernel::kDepthwise;
+    weight.depthwise_slices = depthwise_grad_weight_slices(p, limits);
+  } else {
+    weight.kernel = Kernel::kDirect;
+  }
+  return weight;
+}
+
+}  // namespace
+
 BackwardPlan plan_backward(const ConvTParams& p, const TensorFacts& x, const TensorFacts& grad_y, Math math,
                            bool grad_input, bool grad_weight, bool grad_bias, const DeviceLimits& limits) {
   BackwardPlan plan;
   if (grad_input) plan.grad_input = plan_grad_input(p, grad_y, math, limits);
-  if (grad_weight) {
-    // merged phases where they plan, else per phase; 3xTF32: no wide tap groups, no warpgroup tiles
-    const bool one_pass = math != Math::k3xTF32;
-    const bool with_bias = grad_bias && one_pass;
-    // (one input channel per group, or a few: the depthwise kernel where it applies, no channel padding)
-    const bool depthwise =
-        depthwise_channels(p.in_channels_per_group, p.out_channels_per_group, /*forward=*/false) &&
-        p.kernel_size <= kDwMaxTaps;
-    auto plan_on = [&](const ConvTParams& q, const TensorFacts& q_x, const TensorFacts& q_grad_y, bool q_bias) {
-      auto gemm = plan_grad_weight(q, q_x, q_grad_y, q_bias, one_pass, /*merge=*/true, limits);
-      return gemm ? gemm : plan_grad_weight(q, q_x, q_grad_y, q_bias, one_pass, /*merge=*/false, limits);
-    };
-    auto gemm = depthwise ? std::nullopt : plan_on(p, x, grad_y, with_bias);
-    plan.grad_weight.problem = p;
-    // (grad_weight's copy of grad_y keeps dilation 1: grad_weight_over_copies' stride-1 problem)
-    const bool deinterleaves_grad_y = deinterleaves(p) && p.dilation == 1;
-    // The pipelined warpgroup kernel over copies where it does not plan on the tensors as they are
-    // (docs/design.md §5.5): x in aligned rows where it has no tensor map; then grad_y deinterleaved
-    // too where its phases are read element by element. The copies cost a pass over x and grad_y;
-    // the unpipelined kernels run at a fraction of the pipelined one's rate.
-    if (!depthwise && one_pass && limits.wgmma && limits.tma && !(gemm && gemm->stages > 0)) {
-      const bool align = p.x_length_stride != 1 || !tensor_map_fits(x, p.length_in, p.in_channels, p.batch,
-                                                                    p.x_channel_stride, p.x_batch_stride);
-      for (const bool deinterleave : {false, true}) {
-        if (deinterleave ? !deinterleaves_grad_y : !align) continue;
-        const ConvTParams q = grad_weight_over_copies(p, x.element_size, align, deinterleave);
-        // (grad_y deinterleaved need not hold every position of grad_y: grad_bias from its row sums)
-        auto over = plan_on(q, align ? copy_facts(x.element_size) : x, deinterleave ? copy_facts(grad_y.element_size) : grad_y,
-                            with_bias && !deinterleave);
-        if (over && over->stages > 0) {
-          gemm = over;
-          plan.grad_weight.aligned_x = align, plan.grad_weight.deinterleaved_grad_y = deinterleave;
-          plan.grad_weight.problem = q;
-          break;
-        }
-      }
-    }
-    // Else over grad_y deinterleaved where that takes less MMA work, padding included: narrow
-    // outputs, whose tiles' padded channels take the phases (and the copy's rows go in vector copies)
-    if (gemm && gemm->stages == 0 && !gemm->merged && !plan.grad_weight.deinterleaved_grad_y && deinterleaves_grad_y) {
-      const ConvTParams q = grad_weight_over_copies(p, x.element_size, /*aligned_x=*/false, /*deinterleaved=*/true);
-      const auto over = plan_on(q, x, copy_facts(grad_y.element_size), /*q_bias=*/false);
-      if (over && padded_mma_work(*over) < padded_mma_work(*gemm)) {
-        gemm = over;
-        plan.grad_weight.deinterleaved_grad_y = true;
-        plan.grad_weight.problem = q;
-      }
-    }
-    // Else over grad_y unrolled by taps (§5.6) where that at least halves the MMA work, padding and
-    // the copy included: narrow outputs with several taps, whose tiles' padded channels then take the
-    // taps (any stride and dilation); x aligned where that makes it pipelined
-    if (gemm && unrolls(p, grad_y.element_size)) {
-      // (padded_mma_work counts items of kGradWPositions positions)
-      const double copy_work =
-          double(kCopyElementMacs) * p.batch * p.out_channels * p.kernel_size * unrolled_row_length(p) / kGradWPositions;
-      const bool can_pipeline = one_pass && limits.wgmma && limits.tma;
-      std::optional<WeightGradPlan> best;
-      for (const bool align : {false, true}) {
-        if (align && (!can_pipeline || (best && best->stages > 0))) continue;
-        const ConvTParams q = grad_weight_over_unrolled(p, x.element_size, align);
-        const auto over = plan_on(q, align ? copy_facts(x.element_size) : x, copy_facts(grad_y.element_size), /*q_bias=*/false);
-        if (over && (!align || over->stages > 0) && 2 * (padded_mma_work(*over) + copy_work) <= padded_mma_work(*gemm)) {
-          best = over;
-          plan.grad_weight.aligned_x = align, plan.grad_weight.deinterleaved_grad_y = false;
-          plan.grad_weight.unrolled_grad_y = true;
-          plan.grad_weight.problem = q;
-        }
-      }
-      if (best) gemm = best;
-    }
-    if (gemm) {
-      plan.grad_weight.kernel = gemm->warpgroups ? Kernel::kGradWeightWgmma : Kernel::kGradWeightGemm;
-      plan.grad_weight.gemm = *gemm;
-    } else if (depthwise) {
-      plan.grad_weight.kernel = Kernel::kDepthwise;
-      plan.grad_weight.depthwise_slices = depthwise_grad_weight_slices(p, limits);
-    } else {
-      plan.grad_weight.kernel = Kernel::kDirect;
-    }
-  }
+  if (grad_weight) plan.grad_weight = plan_grad_weight_pass(p, x, grad_y, math, grad_bias, limits);
   // the one place that decides who sums grad_bias
   if (grad_bias) {
     const bool by_grad_weight = (plan.grad_weight.kernel == Kernel::kGradWeightGemm ||
@@ -1478,6 +1625,7 @@ const char* kernel_name(Kernel kernel) {
     case Kernel::kDirect: return "direct";
     case Kernel::kGradWeightGemm: return "grad_weight_gemm";
     case Kernel::kGradWeightWgmma: return "grad_weight_wgmma";
+    case Kernel::kGradWeightBoxes: return "grad_weight_boxes";
     case Kernel::kGradBiasRowSums: return "row_sums";
     case Kernel::kGradBiasFromGradWeight: return "with_grad_weight";
   }
@@ -1533,7 +1681,13 @@ std::string describe(const DataPlan& plan) {
 
 std::string describe(const WeightPlan& plan) {
   std::string text = std::string("kernel=") + kernel_name(plan.kernel);
-  if (plan.kernel == Kernel::kGradWeightGemm || plan.kernel == Kernel::kGradWeightWgmma) {
+  if (plan.kernel == Kernel::kGradWeightBoxes) {
+    const WeightGradPlan& g = plan.gemm;
+    text += key_values({{"aligned_x", plan.aligned_x}, {"channels_last_grad_y", plan.channels_last_grad_y}, {"block_ci", g.block_ci}, {"block_co", g.block_co},
+                        {"box_columns", g.box_columns}, {"box_slots", g.box_slots}, {"tap_groups", g.tap_groups},
+                        {"stages", g.stages}, {"slices", g.slices}, {"tiles", g.tiles}, {"sums_bias", g.sums_bias},
+                        {"smem_bytes", int64_t(g.smem_bytes)}});
+  } else if (plan.kernel == Kernel::kGradWeightGemm || plan.kernel == Kernel::kGradWeightWgmma) {
     const WeightGradPlan& g = plan.gemm;
     text += key_values({{"aligned_x", plan.aligned_x}, {"deinterleaved_grad_y", plan.deinterleaved_grad_y},
                         {"unrolled_grad_y", plan.unrolled_grad_y}, {"block_ci", g.block_ci}, {"block_co", g.block_co}, {"group_taps", g.group_taps},

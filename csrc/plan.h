@@ -286,6 +286,20 @@ int64_t aligned_row_length(int64_t length, int element_size);
 // taps over the copy, whose weight (C_in, C_out/groups * P, taps), contiguous, holds W's tap t*stride
 // + r at channel co*P + r, tap t (docs/design.md §5.5).
 ConvTParams grad_weight_over_copies(const ConvTParams& p, int element_size, bool aligned_x, bool deinterleaved);
+// ... and over grad_y copied channels-last: (N, L_out, C_out rounded up to 16 bytes), read as (N, C_out,
+// L_out) with channel stride 1
+int64_t channels_last_row_length(int64_t channels, int element_size);
+ConvTParams grad_weight_over_channels_last_grad_y(const ConvTParams& p, int element_size);
+// The box tiles of grad_weight (grad_weight_boxes.cuh; docs/design.md §5.7): a 16-bit stride-1 problem
+// over x with a tensor map and grad_y copied channels-last (grad_weight_over_channels_last_grad_y),
+// C_in per group above 64, at most kMaxBoxTaps taps. Each item is 128 bytes of x positions
+// (kBoxItemBytes); a tile is 128 ci (two consumer warpgroups, x's boxes as wgmma's K-major A) x
+// box_columns columns (box_slots taps x block_co co: boxes of 64 positions x kBoxSlotCo co at each
+// tap's shift, wgmma's N-major B), each tap through a map whose positions end where its x positions do.
+constexpr int kMaxBoxTaps = 32, kMaxBoxSlots = 4, kMaxBoxStages = 6;
+constexpr int kBoxItemBytes = 128, kBoxBlockCi = 128;
+constexpr int kBoxSlotCo = 64;  // a grad_y box's co: 128 bytes, the swizzle's row (a slot holds whole boxes)
+constexpr int kBoxColumnChoices[] = {64, 128, 256};  // (wgmma's N, one instruction a k-step)
 // The forward over `batch` elements of x copied into rows of 16-byte multiples (DataPlan::copy_batch)
 ConvTParams forward_over_aligned_x(const ConvTParams& p, int element_size, int64_t batch);
 // ... and over `batch` elements of x copied channels-last: (batch, L_in, C_in) contiguous, read as
@@ -369,7 +383,14 @@ struct WeightGradPlan {
   int phase_origin;
   // pipelined warpgroup tiles (0: not): the ring's stages; x by TMA, boxes of 64 channels x 128 bytes
   int stages;
+  // the box tiles (grad_weight_boxes.cuh; box_columns 0: not them): 128 ci x box_columns columns, tap
+  // slot t of box_slots and co c at column t * block_co + c; tap k in tap group k / box_slots
+  int box_columns, box_slots;
 };
+
+// The box tiles of a stride-1 problem (above kMaxBoxTaps), or nullopt
+std::optional<WeightGradPlan> plan_grad_weight_boxes(const ConvTParams& q, const TensorFacts& x, const TensorFacts& grad_y,
+                                                     const DeviceLimits& limits);
 
 // ---- depthwise (docs/design.md §6) -----------------------------------------------------------------
 
@@ -395,6 +416,7 @@ enum class Kernel {
   kDirect,            // direct.cuh: one thread per output (float64, and where no tensor-core form exists)
   kGradWeightGemm,    // grad_weight_gemm.cuh (mma.sync)
   kGradWeightWgmma,   // grad_weight_wgmma.cuh
+  kGradWeightBoxes,   // grad_weight_boxes.cuh
   kGradBiasRowSums,   // grad_bias from row sums of grad_y, then a fixed-order pass
   kGradBiasFromGradWeight,  // grad_bias summed by the grad_weight kernel
 };
@@ -429,6 +451,7 @@ struct WeightPlan {
   // (16-byte chunks of one phase). `problem` is the problem the kernels solve: p, or p over copies.
   bool aligned_x = false, deinterleaved_grad_y = false;
   bool unrolled_grad_y = false;  // grad_y unrolled by taps (grad_weight_over_unrolled)
+  bool channels_last_grad_y = false;  // grad_y copied channels-last (grad_weight_over_channels_last_grad_y)
   ConvTParams problem{};
 };
 struct BackwardPlan {

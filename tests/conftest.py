@@ -381,6 +381,25 @@ GRAD_WEIGHT_TILE_CASES = [
     Case(2, 144, 4, 10, 1500, stride=3, padding=4, output_padding=2, dilation=2, groups=2),
 ]
 
+# The box tiles (sm_90a, 16-bit, stride 1; C_in per group above 64, C_out per group above 32): 128 ci x up
+# to 256 (tap slot, co) columns, x's and each tap's channels-last grad_y rows by TMA boxes; on CUDA the
+# cases above run with them turned off (CONVT_GRAD_WEIGHT_BOXES=never) so that the other kernels keep
+# their cover.
+BOX_TILE_CASES = [
+    Case(3, 136, 72, 3, 2000),                          # two ci tiles, the last 8 ci (one warpgroup empty); a
+                                                        # part-empty last item
+    Case(2, 100, 48, 4, 1000, padding=2),               # the second warpgroup 36 ci
+    Case(2, 96, 40, 3, 1024, padding=1, layout="transposed"),  # x's batch stride below its channels'
+    Case(2, 160, 80, 5, 600, padding=2, groups=2),      # two groups of 80 ci x 40 co
+    Case(2, 80, 70, 7, 1001, padding=5),                # grad_y's copy in rows of 72 channels; x rows of 1001 aligned
+    Case(2, 768, 512, 9, 300, padding=4),               # 9 taps in tap groups, several co tiles
+    Case(2, 144, 48, 5, 700, padding=7, dilation=3),    # dilated: shifts from -7 to 5
+    Case(2, 72, 40, 3, 5, padding=12, dilation=10),     # taps whose x positions all lie outside grad_y
+    Case(2, 72, 40, 32, 400, padding=10),               # 32 taps (kMaxBoxTaps) of 40 co: several slots a tile
+    Case(3, 200, 264, 1, 700),                          # one tap, 256 co a tile and 8 in the next
+    Case(4, 128, 128, 3, 20000, padding=1),             # slices of many items
+]
+
 
 # Input layouts (see relaid): a transposed (N, L, C) view, every other position of a longer row, rows
 # not 16-byte aligned, rows padded to a 16-byte multiple.

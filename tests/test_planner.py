@@ -127,7 +127,7 @@ def test_tensor_cores_for_every_shape(card, dtype, tf32):
         forward_depthwise = depthwise and (cig == 1 or cig <= 4 and cog <= 2)
         for name, on_depthwise in (("forward", forward_depthwise), ("grad_input", depthwise)):
             assert plan[name]["kernel"] == ("depthwise" if on_depthwise else "gemm"), (shape, name, plan[name])
-        assert plan["grad_weight"]["kernel"] in (("depthwise",) if depthwise else ("grad_weight_gemm", "grad_weight_wgmma"))
+        assert plan["grad_weight"]["kernel"] in (("depthwise",) if depthwise else ("grad_weight_gemm", "grad_weight_wgmma", "grad_weight_boxes"))
 
 
 @pytest.mark.parametrize("card", CARDS)
@@ -459,11 +459,14 @@ def test_dilated_grad_input_reads_grad_y_deinterleaved():
             assert g["deinterleaved"] == 0 and g["zero_taps"] == 0, (shape, g)
 
 
-def test_grad_weight_runs_pipelined_over_copies():
+def test_grad_weight_runs_pipelined_over_copies(monkeypatch):
     """On sm_90a in TF32 and 16-bit, grad_weight runs on the pipelined warpgroup kernel over copies
     where it does not plan on the tensors as they are: x in aligned rows where its rows are not
     16-byte multiples (no tensor map), grad_y deinterleaved where its phases do not merge (dilation
-    1; grad_bias then from its own row sums). Elsewhere no copies."""
+    1; grad_bias then from its own row sums). Elsewhere no copies. (With the box tiles off: wide 16-bit
+    layers take them, test_grad_weight_box_tiles_where_wide.)"""
+    monkeypatch.setenv("CONVT_GRAD_WEIGHT_BOXES", "never")
+
     def weight(shape, dtype=torch.float32, tf32=True, card="h100"):
         plan = plans(shape, dtype, tf32, card)
         return plan["grad_weight"], plan["grad_bias"]["kernel"]
@@ -505,13 +508,16 @@ def test_narrow_outputs_grad_weight_over_grad_y_deinterleaved(card, dtype, tf32)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_grad_weight_warpgroup_tap_slots_and_slices(dtype):
+def test_grad_weight_warpgroup_tap_slots_and_slices(dtype, monkeypatch):
     """Pipelined warpgroup grad_weight tiles take the tap slots (1-4, every group of a plan with as
     many) whose tiles do the least work, a tile a tap's work more: K 5 at stride 1 in groups of 3 + 2,
     not 4 + 1; K 9 in 3 x 3; K 7 in 4 + 3; 5 merged taps (K 10 at stride 2) in 3 + 2. Unpipelined ones
     the most taps a phase has (2 to 3 taps a phase: 3; 17 or 18: 4). Pipelined slices make about two
     waves of blocks on the H100's 132 SMs, more where two waves leave one part-empty: 192 tiles in 2
-    slices (3 waves of half tiles), 100 in 5; 128 tiles keep 2 (256 blocks: two waves all but full)."""
+    slices (3 waves of half tiles), 100 in 5; 128 tiles keep 2 (256 blocks: two waves all but full).
+    (With the box tiles off.)"""
+    monkeypatch.setenv("CONVT_GRAD_WEIGHT_BOXES", "never")
+
     def weight(shape):
         g = plans(shape, dtype, True, "h100")["grad_weight"]
         assert g["kernel"] == "grad_weight_wgmma", g
@@ -573,6 +579,31 @@ def test_merged_phases_only_where_they_merge():
             padded = k > stride and ((c_out // groups) * stride <= 64 or 2 * -(-k // stride) * stride <= 3 * k)
             assert k % stride == 0 or k < stride or padded, (shape, plan)
             assert plan["zero_taps"] == (k > stride and k % stride != 0) == ("exact_family" in plan), (shape, plan)
+
+
+def test_grad_weight_box_tiles_where_wide(monkeypatch):
+    """On sm_90a, 16-bit stride-1 grad_weight of wide layers (C_in and C_out per group 256 or more, at
+    least 8e9 MACs) takes the box tiles over grad_y copied channels-last: 128 ci x up to 256 (tap slot,
+    co) columns, a slot whole 64-co boxes. Not float32
+    (grad_y N-major is 16-bit only), not strided, not narrower or smaller layers, not without
+    wgmma; CONVT_GRAD_WEIGHT_BOXES=always takes them wherever they apply, `never` nowhere."""
+    wide = (8, 1280, 1280, 5, 1159, 1, 2, 0, 1, 1)
+    for dtype in (torch.bfloat16, torch.float16):
+        g = plans(wide, dtype, True, "h100")["grad_weight"]
+        assert g["kernel"] == "grad_weight_boxes" and g["channels_last_grad_y"] == 1 and g["aligned_x"] == 1, g
+        assert g["box_columns"] in (64, 128, 256) and g["block_co"] % 64 == 0, g
+        assert g["box_columns"] == g["block_co"] * g["box_slots"] and g["tap_groups"] == -(-5 // g["box_slots"]), g
+        assert plans(wide, dtype, True, "h100")["grad_bias"]["kernel"] == "row_sums"
+    assert plans(wide, torch.float32, True, "h100")["grad_weight"]["kernel"] == "grad_weight_wgmma"
+    assert plans(wide, torch.bfloat16, True, "a100")["grad_weight"]["kernel"] != "grad_weight_boxes"
+    for shape in ((8, 1280, 1280, 5, 1159, 2, 2, 0, 1, 1),   # strided
+                  (8, 256, 64, 3, 4000, 1, 1, 0, 1, 1),      # narrow, 1.6e9 MACs
+                  NAMED["kb64"]):                            # 128 x 128 channels
+        assert plans(shape, torch.bfloat16, True, "h100")["grad_weight"]["kernel"] != "grad_weight_boxes", shape
+    monkeypatch.setenv("CONVT_GRAD_WEIGHT_BOXES", "always")
+    assert plans((8, 256, 64, 3, 4000, 1, 1, 0, 1, 1), torch.bfloat16, True, "h100")["grad_weight"]["kernel"] == "grad_weight_boxes"
+    monkeypatch.setenv("CONVT_GRAD_WEIGHT_BOXES", "never")
+    assert plans(wide, torch.bfloat16, True, "h100")["grad_weight"]["kernel"] == "grad_weight_wgmma"
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

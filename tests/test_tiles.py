@@ -5,8 +5,9 @@ the CUDA kernels' tiles."""
 import pytest
 import torch
 
-from conftest import (CPU_TILE_CASES, CPU_TILE_SCALE, DTYPES, GRAD_WEIGHT_TILE_CASES, WIDE_TILE_CASES,
+from conftest import (BOX_TILE_CASES, CPU_TILE_CASES, CPU_TILE_SCALE, DTYPES, GRAD_WEIGHT_TILE_CASES, WIDE_TILE_CASES,
                       assert_backward_matches_reference, assert_gradients_deterministic, quick, requires_cuda)
+from torch_convt_op.planner import explain
 
 # Math modes, (dtype, TF32 allowed), per device. CUDA: float32 with and without TF32, and the 16-bit types.
 # The CPU computes float16 and bfloat16 in its float32 kernel and float64 in a kernel of its own: the
@@ -56,6 +57,22 @@ def test_tiles_forward_and_backward(device, case, dtype, tf32):
 
 @pytest.mark.parametrize("device,case,dtype,tf32", device_params(GRAD_WEIGHT_TILE_CASES, CPU_MODES, CUDA_MODES),
                          indirect=["tf32"])
-def test_grad_weight_tiles(device, case, dtype, tf32):
+def test_grad_weight_tiles(device, case, dtype, tf32, monkeypatch):
+    monkeypatch.setenv("CONVT_GRAD_WEIGHT_BOXES", "never")
     x, w, b = assert_backward_matches_reference(case, dtype, device)
+    assert_gradients_deterministic(x, w, b, case)
+
+
+@requires_cuda
+@pytest.mark.parametrize("case", BOX_TILE_CASES, ids=str)
+@pytest.mark.parametrize("dtype,tf32", CUDA_MODES, ids=lambda v: str(v).removeprefix("torch."), indirect=["tf32"])
+def test_grad_weight_box_tiles(case, dtype, tf32, monkeypatch):
+    """The box tiles (forced on: CONVT_GRAD_WEIGHT_BOXES=always) on an H100 or H200 in 16-bit, against
+    float64, deterministic; float32 on the kernels it plans."""
+    monkeypatch.setenv("CONVT_GRAD_WEIGHT_BOXES", "always")
+    plan = explain(case.n, case.c_in, case.c_out, case.k, case.l_in, case.stride, case.padding, case.output_padding,
+                   case.dilation, case.groups, dtype=dtype, tf32=tf32, device="cuda")["grad_weight"]
+    if torch.cuda.get_device_capability() == (9, 0) and dtype != torch.float32:
+        assert plan["kernel"] == "grad_weight_boxes", plan
+    x, w, b = assert_backward_matches_reference(case, dtype, "cuda")
     assert_gradients_deterministic(x, w, b, case)

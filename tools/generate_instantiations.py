@@ -20,6 +20,8 @@ GRAD_WEIGHT_GEMM = """template void launch_grad_weight_gemm<{t}, {m}>(const Weig
                                                   Launch);"""
 GRAD_WEIGHT_WGMMA = """template void launch_grad_weight_wgmma<{t}, {pipelined}, {merged}>(const WeightGradPlan&, const CUtensorMap*,
                                                                 const {t}*, const {t}*, float*, float*, Launch);"""
+GRAD_WEIGHT_BOXES = """template void launch_grad_weight_boxes<{t}>(const WeightGradPlan&, const CUtensorMap*, const CUtensorMap*, float*,
+                                             Launch);"""
 DIRECT = """template void launch_forward_direct<{t}>(const ConvTParams&, const {t}*, const {t}*, const {t}*, {t}*, Launch);
 template void launch_depthwise_forward<{t}>(const ConvTParams&, const DepthwisePlan&, const {t}*, const {t}*, const {t}*,
                                             {t}*, Launch);
@@ -54,6 +56,8 @@ def files():
                     name = f"grad_weight_wgmma_{'pipelined_' if pipelined == 'true' else ''}" \
                            f"{'merged_' if merged == 'true' else ''}{suffix}.cu"
                     yield name, "grad_weight_launch.cuh", GRAD_WEIGHT_WGMMA.format(t=t, pipelined=pipelined, merged=merged)
+            if m == "Math::k16Bit":  # (grad_y N-major: 16-bit only)
+                yield f"grad_weight_boxes_{suffix}.cu", "grad_weight_boxes_launch.cuh", GRAD_WEIGHT_BOXES.format(t=t)
     for suffix, t in CUDA_CORE:
         yield f"direct_{suffix}.cu", "direct_launch.cuh", DIRECT.format(t=t)
 

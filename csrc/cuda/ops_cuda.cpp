@@ -199,10 +199,11 @@ at::Tensor nonfinite_flag(const ConvTParams& p, const at::Tensor& x, Launch laun
   return flag;
 }
 
-// x in rows of 16-byte multiples (WeightPlan::aligned_x): a view (N, C_in, L_in) of the copy
-at::Tensor aligned_x_copy(const ConvTParams& p, const at::Tensor& x) {
-  const int64_t row_length = aligned_row_length(p.length_in, int(x.element_size()));
-  return at::empty({p.batch, p.in_channels, row_length}, x.options()).narrow(2, 0, p.length_in).copy_(x);
+// t (N, C, L) in rows of 16-byte multiples (WeightPlan::aligned_x, aligned_grad_y): a view (N, C, L)
+// of the copy
+at::Tensor aligned_rows_copy(const at::Tensor& t) {
+  const int64_t length = t.size(2), row_length = aligned_row_length(length, int(t.element_size()));
+  return at::empty({t.size(0), t.size(1), row_length}, t.options()).narrow(2, 0, length).copy_(t);
 }
 
 // x channels-last (DataPlan::copy_channels_last): a view (N, C_in, L_in) of the copy (N, L_in, C_in)
@@ -213,6 +214,21 @@ at::Tensor channels_last_x_copy(const ConvTParams& p, const at::Tensor& x, Launc
     launch_channels_last_x<scalar_t>(p, data_of<scalar_t>(x), data_of<scalar_t>(copy), launch);
   });
   return copy.transpose(1, 2);
+}
+
+// grad_y channels-last (WeightPlan::channels_last_grad_y): (N, L_out, q.y_length_stride), rows of C_out
+// rounded up to 16 bytes whose channels past C_out are never read (the maps end at C_out); by the
+// channels-last kernel where the rows need no rounding
+at::Tensor channels_last_grad_y(const ConvTParams& p, const ConvTParams& q, const at::Tensor& grad_y, Launch launch) {
+  if (q.y_length_stride == p.out_channels) {
+    ConvTParams rows = p;  // grad_y's (C_out, L_out) rows as x's
+    rows.in_channels = p.out_channels, rows.length_in = p.length_out;
+    rows.x_batch_stride = p.y_batch_stride, rows.x_channel_stride = p.y_channel_stride, rows.x_length_stride = p.y_length_stride;
+    return channels_last_x_copy(rows, grad_y, launch);
+  }
+  const at::Tensor copy = at::empty({p.batch, p.length_out, q.y_length_stride}, grad_y.options());
+  copy.narrow(2, 0, p.out_channels).copy_(grad_y.transpose(1, 2));
+  return copy;
 }
 
 // What a GEMM plan reads as `in`: the tensor itself, or grad_y deinterleaved (made once: *copy keeps it)
@@ -366,11 +382,38 @@ void run_data(DataPlan plan, const ConvTParams& p, const at::Tensor& in_tensor, 
   });
 }
 
+// The box tiles' grad_y maps (WeightBoxProblem::grad_y_maps) over grad_y channels-last: tap k's
+// positions end at min(L_out, L_in + shift_k) (at least 1: a tap past every position reads zeros at
+// negative ones), boxes of 64 co x 64 positions
+void encode_grad_y_maps(CUtensorMap* maps, const WeightGradPlan& g, const at::Tensor& grad_y, const ConvTParams& p) {
+  const int positions = kBoxItemBytes / int(grad_y.element_size());
+  for (int k = 0; k < g.taps; ++k) {
+    const int64_t length = std::max<int64_t>(1, std::min<int64_t>(p.length_out, p.length_in + g.group_tap_shift[k]));
+    TORCH_CHECK(encode_tensor_map(maps[k], grad_y, {p.out_channels, length, p.batch}, {p.y_length_stride, p.y_batch_stride},
+                                  {kBoxSlotCo, positions, 1}, CU_TENSOR_MAP_SWIZZLE_128B, /*tf32=*/false),
+                "convt: the driver refused grad_output's tensor map");
+  }
+}
+
 // grad_weight as planned, and grad_bias too where the plan sums it
 // (x_map: x's tensor map where the plan has stages)
 void run_grad_weight(const WeightPlan& plan, const ConvTParams& p, const at::Tensor& x, const at::Tensor& grad_y,
                      const at::Tensor& grad_w, const at::Tensor& grad_bias, Math math, const CUtensorMap& x_map,
                      const Launch& launch) {
+  if (plan.kernel == Kernel::kGradWeightBoxes) {
+    const WeightGradPlan& g = plan.gemm;
+    const at::Tensor partial = at::empty({g.slices * grad_w.numel()}, grad_w.options().dtype(at::kFloat));
+    CUtensorMap grad_y_maps[kMaxBoxTaps];
+    encode_grad_y_maps(grad_y_maps, g, grad_y, p);
+    dispatch_dtype(x.scalar_type(), [&](auto element) {
+      using scalar_t = decltype(element);
+      if constexpr (sizeof(scalar_t) == 2) {
+        launch_grad_weight_boxes<scalar_t>(g, &x_map, grad_y_maps, data_of<float>(partial), launch);
+      }
+    });
+    sum_slices(partial, grad_w, g.slices, launch);
+    return;
+  }
   if (plan.kernel == Kernel::kGradWeightGemm || plan.kernel == Kernel::kGradWeightWgmma) {
     const WeightGradPlan& g = plan.gemm;
     const int64_t elements = grad_w.numel();
@@ -452,7 +495,7 @@ void forward(const at::Tensor& x, const at::Tensor& w, const std::optional<at::T
     ConvTParams chunk_params = p;  // (x's strides: the chunk is a view of x)
     chunk_params.batch = count;
     const at::Tensor x_rows = plan.copy_channels_last ? channels_last_x_copy(chunk_params, x_chunk, launch_for(limits))
-                                                      : aligned_x_copy(chunk_params, x_chunk);
+                                                      : aligned_rows_copy(x_chunk);
     const at::Tensor y_part = y.narrow(0, first, count);
     const ConvTParams q = make_params(x_rows, w, y_part, args);
     if (count == plan.copy_batch) {
@@ -473,7 +516,7 @@ void backward(const at::Tensor& grad_y, const at::Tensor& x, const at::Tensor& w
   DeviceLimits limits = device_limits();
   BackwardPlan plan = plan_backward(p, facts_of(x), facts_of(grad_y), math, grad_x.defined(), grad_w.defined(),
                                     grad_bias.defined(), limits);
-  at::Tensor weight_x = plan.grad_weight.aligned_x ? aligned_x_copy(p, x) : x;  // grad_weight's x
+  at::Tensor weight_x = plan.grad_weight.aligned_x ? aligned_rows_copy(x) : x;  // grad_weight's x
   CUtensorMap x_map{};
   if (plan.grad_weight.gemm.stages > 0 && !encode_x_map(x_map, weight_x, plan.grad_weight.problem)) {  // the driver refused
     limits = without_tma(limits);
@@ -502,6 +545,9 @@ void backward(const at::Tensor& grad_y, const at::Tensor& x, const at::Tensor& w
           .view({p.in_channels, p.out_channels_per_group, whole_runs, phases})
           .copy_(by_tap.narrow(2, 0, whole_runs));
       if (rest > 0) grad_w.narrow(2, whole_runs * phases, rest).copy_(by_tap.select(2, whole_runs).narrow(2, 0, rest));
+    } else if (weight.channels_last_grad_y) {
+      run_grad_weight(weight, weight.problem, weight_x, channels_last_grad_y(p, weight.problem, grad_y, launch), grad_w,
+                      grad_bias, math, x_map, launch);
     } else if (weight.unrolled_grad_y) {
       // the one-tap problem's weight (C_in, C_out/groups * K, 1) is grad_w's memory (grad_weight_over_unrolled)
       run_grad_weight(weight, weight.problem, weight_x, unrolled_grad_y(p, grad_y, launch), grad_w, grad_bias, math, x_map, launch);

@@ -54,6 +54,16 @@ __device__ __forceinline__ uint64_t swizzled_descriptor(const void* b) {
          | uint64_t(kRowBytes == 128 ? 1 : 2) << 62;         // 128- or 64-byte swizzle
 }
 
+// A 16-bit B (K x N) N-major in shared memory as TMA boxes of 64 N values x K rows land with
+// 128-byte swizzling: a row a k (its 64 N values, 128 bytes), 8-row atoms 1024 bytes apart along K
+// (+ 2048 bytes per k-step of 16 rows), the next 64 N values `block_bytes` further on (the
+// descriptor's leading-dimension offset; its stride offset the atoms')
+__device__ __forceinline__ uint64_t mn_major_descriptor(const void* b, uint32_t block_bytes) {
+  const uint32_t address = static_cast<uint32_t>(__cvta_generic_to_shared(b));
+  return uint64_t((address & 0x3FFFF) >> 4) | uint64_t((block_bytes >> 4) & 0x3FFF) << 16 | uint64_t(1024 >> 4) << 32 |
+         uint64_t(1) << 62;
+}
+
 // Ordering: registers (A, accumulators) written before a wgmma need wgmma_fence(); a batch of wgmma
 // is committed as one group and waited for before its accumulators are read, B's shared memory is
 // overwritten or its A registers are reused (ptxas does not keep them: loading the next batch's A
@@ -196,6 +206,8 @@ struct Tf32 {};
 #define CONVT_WGMMA_D64 "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
 #define CONVT_WGMMA_D128_TEXT "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
 #define CONVT_WGMMA_D128 "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+#define CONVT_WGMMA_D256_TEXT "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}"
+#define CONVT_WGMMA_D256 "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
 #define CONVT_WGMMA_D72_TEXT "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35}"
 #define CONVT_WGMMA_D72 "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(extra[0]), "+f"(extra[1]), "+f"(extra[2]), "+f"(extra[3])
 
@@ -222,6 +234,7 @@ struct Tf32 {};
 #define CONVT_WGMMA_RS_N32(SHAPE, TAIL) CONVT_WGMMA_RS(SHAPE, CONVT_WGMMA_D32_TEXT, "16", "17", "18", "19", "20", "21", TAIL, CONVT_WGMMA_D32)
 #define CONVT_WGMMA_RS_N16(SHAPE, TAIL) CONVT_WGMMA_RS(SHAPE, CONVT_WGMMA_D16_TEXT, "8", "9", "10", "11", "12", "13", TAIL, CONVT_WGMMA_D16)
 #define CONVT_WGMMA_RS_N72(SHAPE, TAIL) CONVT_WGMMA_RS(SHAPE, CONVT_WGMMA_D72_TEXT, "36", "37", "38", "39", "40", "41", TAIL, CONVT_WGMMA_D72)
+#define CONVT_WGMMA_SS_N256(SHAPE, TAIL) CONVT_WGMMA_SS(SHAPE, CONVT_WGMMA_D256_TEXT, "128", "129", "130", TAIL, CONVT_WGMMA_D256)
 #define CONVT_WGMMA_SS_N128(SHAPE, TAIL) CONVT_WGMMA_SS(SHAPE, CONVT_WGMMA_D128_TEXT, "64", "65", "66", TAIL, CONVT_WGMMA_D128)
 #define CONVT_WGMMA_SS_N64(SHAPE, TAIL) CONVT_WGMMA_SS(SHAPE, CONVT_WGMMA_D64_TEXT, "32", "33", "34", TAIL, CONVT_WGMMA_D64)
 #define CONVT_WGMMA_SS_N32(SHAPE, TAIL) CONVT_WGMMA_SS(SHAPE, CONVT_WGMMA_D32_TEXT, "16", "17", "18", TAIL, CONVT_WGMMA_D32)
@@ -259,15 +272,39 @@ struct KMajorA {
 
 // `a`: this thread's A fragment (uint32_t[4], the layout above), or A in shared memory (MnMajorA,
 // KMajorA); d's layout the same
-template <typename Kind, int kN, typename A>
+// kMnMajorB: B N-major (16-bit, A K-major in shared memory: mn_major_descriptor). kN = 256: A from
+// shared memory only, K-major.
+template <typename Kind, int kN, typename A, bool kMnMajorB = false>
 __device__ __forceinline__ void wgmma_kstep(float (&d)[kN / 2], const A& a, uint64_t b) {
-  static_assert(kN == 16 || kN == 32 || kN == 64 || kN == 128);
+  static_assert(kN == 16 || kN == 32 || kN == 64 || kN == 128 || kN == 256);
   constexpr bool kMnMajorA = std::is_same_v<A, MnMajorA>, kKMajorA = std::is_same_v<A, KMajorA>;
   static_assert(!kMnMajorA || !std::is_same_v<Kind, Tf32>);  // (TF32's A is K-major only)
+  static_assert(kN != 256 || kKMajorA);
+  static_assert(!kMnMajorB || (kKMajorA && !std::is_same_v<Kind, Tf32> && kN >= 64));
 #if CONVT_WGMMA_AVAILABLE
   uint64_t a_descriptor = 0;
   if constexpr (kMnMajorA || kKMajorA) a_descriptor = a.descriptor;
-  if constexpr (kN == 128) {
+  if constexpr (kMnMajorB) {
+    constexpr bool kBf16 = std::is_same_v<Kind, __nv_bfloat16>;
+    if constexpr (kN == 256) {
+      if constexpr (kBf16) { CONVT_WGMMA_SS_N256("m64n256k16.f32.bf16.bf16", ", 0, 1"); }
+      else { CONVT_WGMMA_SS_N256("m64n256k16.f32.f16.f16", ", 0, 1"); }
+    } else if constexpr (kN == 128) {
+      if constexpr (kBf16) { CONVT_WGMMA_SS_N128("m64n128k16.f32.bf16.bf16", ", 0, 1"); }
+      else { CONVT_WGMMA_SS_N128("m64n128k16.f32.f16.f16", ", 0, 1"); }
+    } else {
+      if constexpr (kBf16) { CONVT_WGMMA_SS_N64("m64n64k16.f32.bf16.bf16", ", 0, 1"); }
+      else { CONVT_WGMMA_SS_N64("m64n64k16.f32.f16.f16", ", 0, 1"); }
+    }
+  } else if constexpr (kN == 256) {
+    if constexpr (std::is_same_v<Kind, Tf32>) {
+      CONVT_WGMMA_SS_N256("m64n256k8.f32.tf32.tf32", "");
+    } else if constexpr (std::is_same_v<Kind, __nv_bfloat16>) {
+      CONVT_WGMMA_SS_N256("m64n256k16.f32.bf16.bf16", ", 0, 0");
+    } else {
+      CONVT_WGMMA_SS_N256("m64n256k16.f32.f16.f16", ", 0, 0");
+    }
+  } else if constexpr (kN == 128) {
     CONVT_WGMMA_KSTEP(128)
   } else if constexpr (kN == 64) {
     CONVT_WGMMA_KSTEP(64)
@@ -301,6 +338,7 @@ __device__ __forceinline__ void wgmma_kstep_n72(float (&d)[32], float (&extra)[4
 #undef CONVT_WGMMA_RS_N32
 #undef CONVT_WGMMA_RS_N16
 #undef CONVT_WGMMA_RS_N72
+#undef CONVT_WGMMA_SS_N256
 #undef CONVT_WGMMA_SS_N128
 #undef CONVT_WGMMA_SS_N64
 #undef CONVT_WGMMA_SS_N32
@@ -313,6 +351,8 @@ __device__ __forceinline__ void wgmma_kstep_n72(float (&d)[32], float (&extra)[4
 #undef CONVT_WGMMA_D32
 #undef CONVT_WGMMA_D64_TEXT
 #undef CONVT_WGMMA_D64
+#undef CONVT_WGMMA_D256_TEXT
+#undef CONVT_WGMMA_D256
 #undef CONVT_WGMMA_D128_TEXT
 #undef CONVT_WGMMA_D128
 #undef CONVT_WGMMA_D72_TEXT

@@ -1,0 +1,220 @@
+// grad_weight by box tiles (sm_90a, 16-bit; docs/design.md §5.7). For a stride-1 problem, tap k at
+// shift s_k = k * dilation - padding:
+//
+//   grad_w[g*Cig + ci, co, k] = sum over n, i in [0, L_in) of x[n, g*Cig + ci, i] * gy[n, g*Cog + co, i + s_k]
+//
+// one GEMM whose M is ci (A = x, K-major: positions contiguous), whose N is (tap slot, co) (B = gy
+// channels-last, N-major: each tap's rows read at that tap's shift) and whose reduction runs over
+// the items (n, 64 x positions). Both operands come by TMA boxes straight into wgmma's swizzled
+// layouts: x as 64 ci x 64 positions per consumer warpgroup, gy (a channels-last copy: a tap's shift
+// is an outer coordinate, which TMA takes at any value, while an inner one must be 16-byte aligned)
+// as 64 positions x 64 co per box, a slot's block_co / 64 boxes back to back, so that one wgmma
+// covers every tap of the tile. A tap's boxes are read through its own
+// tensor map, whose positions end at L_in + s_k (at most L_out), where the tap's x positions do:
+// positions past L_in give zeros on both sides, so Inf or NaN in gy stays where torch puts it.
+//
+// A block owns one tile (group, 128 ci, block_co co x box_slots taps) and one slice of the items;
+// its fp32 sums go to partial[slice], added by sum_slices_kernel in a fixed order (§8). Pieces:
+//   BoxTile      the block's tile and slice (scheduler)
+//   BoxStages    the ring of stages in shared memory and its mbarriers
+//   BoxProducer  one thread: per item the x boxes and each tap slot's gy boxes into a free stage (loader)
+//   BoxMainloop  each consumer warpgroup: per item 4 k-steps of wgmma over the stage, one item in flight
+//   BoxEpilogue  the accumulators -> partial[slice]
+#pragma once
+
+#include <cuda.h>  // CUtensorMap
+
+#include "plan.h"
+#include "cuda/gemm_problem.cuh"
+#include "cuda/wgmma.cuh"
+
+namespace convt::cuda {
+
+// The kernel's parameters: the plan and the tensor maps the launcher encodes (ops_cuda.cpp)
+struct WeightBoxProblem : WeightGradPlan {
+  CUtensorMap x_map;                     // x as (position, channel, batch): boxes of 64 ci x 64 positions
+  CUtensorMap grad_y_maps[kMaxBoxTaps];  // tap k: gy as (channel, position < min(L_out, L_in + s_k), batch)
+};
+
+constexpr int kBoxHalfCi = kBoxBlockCi / 2;  // a consumer warpgroup's ci (wgmma's M)
+constexpr int kBoxXBytes = kBoxBlockCi * kBoxItemBytes;
+constexpr int kBoxBoxBytes = kBoxSlotCo * kBoxItemBytes;  // a gy box: 64 positions x 64 co
+
+// The block's tile and slice, from blockIdx.x = slice * tiles + tile (the blocks of a wave walk the
+// same items: their boxes come from L2), tile = ((group * ci_tiles + ci_tile) * co_tiles + co_tile)
+// * tap_groups + tap_group
+struct BoxTile {
+  int group, first_ci, first_co, first_tap, taps;  // taps: the tap group's (box_slots, or fewer in the last)
+  int64_t slice, begin, end;                       // the slice's items [begin, end)
+  __device__ __forceinline__ explicit BoxTile(const WeightGradPlan& p) {
+    const int64_t tile = int64_t(blockIdx.x) % p.tiles;
+    slice = int64_t(blockIdx.x) / p.tiles;
+    const int tap_group = int(tile % p.tap_groups), co_tile = int(tile / p.tap_groups % p.co_tiles);
+    const int64_t ci_tiles_of_groups = tile / p.tap_groups / p.co_tiles;
+    group = int(ci_tiles_of_groups / p.ci_tiles);
+    first_ci = int(ci_tiles_of_groups % p.ci_tiles) * kBoxBlockCi;
+    first_co = co_tile * p.block_co;
+    first_tap = tap_group * p.box_slots;
+    taps = min(p.box_slots, p.taps - first_tap);
+    begin = slice * p.items / p.slices;
+    end = (slice + 1) * p.items / p.slices;
+  }
+};
+
+// Stage s: x_s (two 64-ci boxes) then gy_s (kColumns / 64 boxes of 64 positions x 64 co), kBoxXBytes +
+// kColumns * 128 bytes (a multiple of the 1024-byte swizzle atom); after the stages, full[s] (the producer's arrival and the
+// boxes' bytes) and empty[s] (the consumers' 8 warps)
+template <int kColumns>
+struct BoxStages {
+  static constexpr int kStageBytes = kBoxXBytes + kColumns * kBoxItemBytes;
+  unsigned char* base;
+  uint64_t* full;
+  uint64_t* empty;
+  int count;
+  __device__ __forceinline__ BoxStages(unsigned char* smem, int stages)
+      : base(smem),
+        full(reinterpret_cast<uint64_t*>(smem + stages * kStageBytes)),
+        empty(reinterpret_cast<uint64_t*>(smem + stages * kStageBytes) + stages),
+        count(stages) {}
+  __device__ __forceinline__ unsigned char* x_s(int stage) const { return base + stage * kStageBytes; }
+  __device__ __forceinline__ unsigned char* gy_s(int stage) const { return x_s(stage) + kBoxXBytes; }
+  // by thread 0, before a block barrier
+  __device__ __forceinline__ void init() const {
+    for (int s = 0; s < count; ++s) {
+      mbarrier_init(full + s, 1);
+      mbarrier_init(empty + s, kPipelineConsumerThreads / 32);
+    }
+    mbarrier_init_fence();
+  }
+};
+
+// A walker's place in the ring: stage, and the parity of its mbarriers' current phase
+struct BoxRingPosition {
+  int stage = 0;
+  uint32_t parity = 0;
+  __device__ __forceinline__ void advance(int stages) {
+    if (++stage == stages) stage = 0, parity ^= 1;
+  }
+};
+
+// One thread: for each item (n, x positions [i0, i0 + 64)) of the slice, once its stage is free, the
+// two x boxes at (i0, ci) and each tap slot's gy boxes at (co, i0 + s_k) of tap k's map
+template <typename T, int kColumns>
+struct BoxProducer {
+  static constexpr int kPositions = kBoxItemBytes / int(sizeof(T));
+  const WeightBoxProblem& p;
+  const BoxTile& tile;
+  const BoxStages<kColumns>& stages;
+  __device__ __forceinline__ void run() const {
+    const int x_channel = tile.group * int(p.in_channels_per_group) + tile.first_ci;
+    const int grad_y_channel = tile.group * int(p.out_channels_per_group) + tile.first_co;
+    const uint32_t bytes = kBoxXBytes + uint32_t(tile.taps * p.block_co * kBoxItemBytes);
+    BoxRingPosition at;
+    for (int64_t item = tile.begin; item < tile.end; ++item) {
+      mbarrier_wait(stages.empty + at.stage, at.parity ^ 1);
+      uint64_t* const full = stages.full + at.stage;
+      const int n = int(item / p.chunks_per_row), i0 = int(item % p.chunks_per_row) * kPositions;
+      mbarrier_expect_bytes(full, bytes);
+      for (int half = 0; half < 2; ++half)
+        tensor_copy_to_shared(stages.x_s(at.stage) + half * kBoxHalfCi * kBoxItemBytes, &p.x_map, i0,
+                              x_channel + half * kBoxHalfCi, n, full);
+      for (int slot = 0; slot < tile.taps; ++slot) {
+        const int k = tile.first_tap + slot;
+        for (int co = 0; co < p.block_co; co += kBoxSlotCo)
+          tensor_copy_to_shared(stages.gy_s(at.stage) + (slot * p.block_co + co) * kBoxItemBytes, &p.grad_y_maps[k],
+                                grad_y_channel + co, i0 + p.group_tap_shift[k], n, full);
+      }
+      mbarrier_arrive(full);
+      at.advance(stages.count);
+    }
+  }
+};
+
+// Consumer warpgroup wg (ci 64 * wg on): per item, wait for its stage, 4 k-steps of 16 positions
+// (32 bytes along x's rows, 16 rows of 128 bytes of gy's boxes), commit;
+// the previous item's stage goes back to the producer once that item's wgmma are done (one group in flight)
+template <typename T, int kColumns>
+struct BoxMainloop {
+  static_assert(sizeof(T) == 2, "gy N-major: 16-bit only");
+  using Kind = T;
+  const BoxTile& tile;
+  const BoxStages<kColumns>& stages;
+  int wg, lane;
+  __device__ __forceinline__ void run(float (&acc)[kColumns / 2]) const {
+    BoxRingPosition at;
+    int held = -1;  // the stage whose wgmma may still run
+    for (int64_t item = tile.begin; item < tile.end; ++item) {
+      mbarrier_wait(stages.full + at.stage, at.parity);
+      const uint64_t a0 = swizzled_descriptor<kBoxItemBytes>(stages.x_s(at.stage) + wg * kBoxHalfCi * kBoxItemBytes);
+      const uint64_t b0 = mn_major_descriptor(stages.gy_s(at.stage), kBoxBoxBytes);
+      wgmma_fence_accumulators(acc);
+      wgmma_fence();
+#pragma unroll
+      for (int step = 0; step < kBoxItemBytes / 32; ++step)  // (A: 32 bytes a k-step, 2 in the address field; B: 2048, 128)
+        wgmma_kstep<Kind, kColumns, KMajorA, /*kMnMajorB=*/true>(acc, KMajorA{a0 + uint64_t(2 * step)}, b0 + uint64_t(128 * step));
+      wgmma_commit();
+      wgmma_fence_accumulators(acc);
+      wgmma_wait<1>();
+      if (held >= 0 && lane == 0) mbarrier_arrive(stages.empty + held);
+      held = at.stage;
+      at.advance(stages.count);
+    }
+    wgmma_wait<0>();
+    wgmma_fence_accumulators(acc);
+  }
+};
+
+// The accumulators -> partial[slice] (grad_w's layout (C_in, C_out/groups, K)): d[4j + e] is ci row
+// 16 * warp + lane / 4 + 8 * (e / 2) of the warpgroup's 64, column 8j + 2 * (lane % 4) + e % 2, in
+// tap slot 8j / block_co (block_co a multiple of 8: a column group lies in one slot)
+template <int kColumns>
+struct BoxEpilogue {
+  const WeightGradPlan& p;
+  const BoxTile& tile;
+  float* partial;
+  int wg, warp, lane;
+  __device__ __forceinline__ void store(const float (&acc)[kColumns / 2]) const {
+    const int64_t weight_elements = int64_t(p.groups) * p.in_channels_per_group * p.out_channels_per_group * p.taps;
+    float* const out = partial + tile.slice * weight_elements;
+    const int ci_base = tile.first_ci + wg * kBoxHalfCi + 16 * warp + lane / 4;
+#pragma unroll
+    for (int j = 0; j < kColumns / 8; ++j) {
+      const int slot = 8 * j / p.block_co;
+      const int k = tile.first_tap + slot;
+      const int co_base = tile.first_co + 8 * j - slot * p.block_co + 2 * (lane % 4);
+      if (slot >= tile.taps) continue;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int ci = ci_base + 8 * (e / 2), co = co_base + e % 2;
+        if (ci < p.in_channels_per_group && co < p.out_channels_per_group)
+          out[((int64_t(tile.group) * p.in_channels_per_group + ci) * p.out_channels_per_group + co) * p.taps + k] = acc[4 * j + e];
+      }
+    }
+  }
+};
+
+template <typename T, int kColumns>
+__global__ void __launch_bounds__(kPipelineThreads, 1)
+    grad_weight_boxes_kernel(float* __restrict__ partial, const __grid_constant__ WeightBoxProblem p) {
+#if CONVT_WGMMA_AVAILABLE  // (sm_90a only: other archs get an empty kernel)
+  extern __shared__ __align__(kMaxSwizzleAtomBytes) unsigned char box_smem[];
+  const BoxStages<kColumns> stages(box_smem, p.stages);
+  const BoxTile tile(p);
+  if (threadIdx.x == 0) stages.init();
+  __syncthreads();
+  if (threadIdx.x >= kPipelineConsumerThreads) {  // ---- the producer warpgroup: one thread copies ----
+    set_max_registers<kProducerRegisters, false>();
+    if (threadIdx.x == kPipelineConsumerThreads) BoxProducer<T, kColumns>{p, tile, stages}.run();
+    return;
+  }
+  set_max_registers<kConsumerRegisters, true>();  // ---- the consumer warpgroups ----
+  const int wg = threadIdx.x / 128, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
+  float acc[kColumns / 2];
+#pragma unroll
+  for (int e = 0; e < kColumns / 2; ++e) acc[e] = 0.0f;
+  BoxMainloop<T, kColumns>{tile, stages, wg, lane}.run(acc);
+  BoxEpilogue<kColumns>{p, tile, partial, wg, warp, lane}.store(acc);
+#endif
+}
+
+}  // namespace convt::cuda
