@@ -1197,16 +1197,8 @@ std::optional<WeightGradPlan> plan_grad_weight_boxes(const ConvTParams& q, const
     }
   }
   if (g.box_columns == 0) return std::nullopt;
-  // taps k = 0 .. K-1 at shift k * dilation - padding, in tap groups of box_slots consecutive taps
-  for (int k = 0; k < g.taps; ++k) {
-    g.group_tap[k] = k;
-    g.group_tap_shift[k] = int(k * q.dilation - q.padding);
-  }
-  for (int t = 0; t < g.tap_groups; ++t) {
-    g.group_first[t] = t * g.box_slots;
-    g.group_count[t] = std::min(g.box_slots, g.taps - t * g.box_slots);
-  }
-  g.warpgroups = true;
+  // tap k (tap group k / box_slots) at shift k * dilation - padding
+  for (int k = 0; k < g.taps; ++k) g.group_tap_shift[k] = int(k * q.dilation - q.padding);
   const int64_t stage_bytes = int64_t(kBoxBlockCi + g.box_columns) * kBoxItemBytes;
   g.stages = int(std::min<int64_t>(kMaxBoxStages, (limits.smem_one_block() - 2 * 8 * kMaxBoxStages) / stage_bytes));
   if (g.stages < 2) return std::nullopt;

@@ -357,7 +357,7 @@ struct WeightGradPlan {
   int tap_groups, group_taps;  // group_taps: the most taps of a group, the kernel's kGroupTaps
   int group_phase[kMaxGemmTaps], group_first[kMaxGemmTaps], group_count[kMaxGemmTaps];
   int group_shift_max[kMaxGemmTaps], group_span[kMaxGemmTaps];  // the largest shift, and largest - smallest
-  int group_tap[kMaxGemmTaps], group_tap_shift[kMaxGemmTaps];  // tap group_tap[i] has shift group_tap_shift[i]
+  int group_tap[kMaxGemmTaps], group_tap_shift[kMaxGemmTaps];  // tap group_tap[i] has shift group_tap_shift[i] (box tiles: tap i)
   // The window of group q (x_s; gy_s in the warpgroup kernel) takes group_window_copy_count[q] copies
   // per row, starting group_lead[q] positions early so that its copies stay aligned.
   int group_lead[kMaxGemmTaps], group_window_copy_count[kMaxGemmTaps];
