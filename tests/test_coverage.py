@@ -48,6 +48,7 @@ CASES = [
     Case(32, 48, 80, 4, 20, stride=2, padding=1),  # one row block, more batch blocks: grad_input packs w once
     Case(2, 24, 256, 4, 20, stride=2, padding=1),  # weight rows of 4 KB: the streamed forward copies B's blocks
     Case(1, 256, 128, 4, 40, stride=2, padding=1),  # wide on few positions: the planner's grad_input is unrolled
+    Case(3, 64, 48, 24, 32, stride=8, padding=8),   # a long filter on short rows: unrolled too (AVX-512)
 ]
 QUICK_CASES = [CASES[0], CASES[1], CASES[7], CASES[10], CASES[12], CASES[14]]
 
