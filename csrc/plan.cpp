@@ -709,12 +709,10 @@ ConvTParams grad_weight_over_copies(const ConvTParams& p, int element_size, bool
   return q;
 }
 
-int64_t channels_last_row_length(int64_t channels, int element_size) { return aligned_row_length(channels, element_size); }
-
 ConvTParams grad_weight_over_channels_last_grad_y(const ConvTParams& p, int element_size) {
   ConvTParams q = p;
   q.y_channel_stride = 1;
-  q.y_length_stride = channels_last_row_length(p.out_channels, element_size);
+  q.y_length_stride = aligned_row_length(p.out_channels, element_size);
   q.y_batch_stride = p.length_out * q.y_length_stride;
   return q;
 }
@@ -1138,8 +1136,8 @@ double padded_mma_work(const WeightGradPlan& g) {
 
 // ---- grad_weight by box tiles (docs/design.md §5.7) ---------------------------------------------------
 
-// The box tiles' cost, in units of one column of one item (128 ci x 128 bytes of positions: about 4
-// clocks of an SM's tensor cores in 16-bit or TF32 alike): an item costs its columns plus
+// The box tiles' cost, in units of one column of one item (128 ci x 64 positions: about 4 clocks of
+// an SM's 16-bit tensor cores): an item costs its columns plus
 // kBoxItemColumns (A's reads, the boxes' issue and barriers); a block its slice's items plus
 // kBoxBlockItems items (filling the ring, the epilogue's stores); a launch its waves of blocks; each
 // slice's partial sums kBoxPartialUnitsPerElement a weight element (written, then added up).

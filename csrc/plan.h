@@ -288,7 +288,6 @@ int64_t aligned_row_length(int64_t length, int element_size);
 ConvTParams grad_weight_over_copies(const ConvTParams& p, int element_size, bool aligned_x, bool deinterleaved);
 // ... and over grad_y copied channels-last: (N, L_out, C_out rounded up to 16 bytes), read as (N, C_out,
 // L_out) with channel stride 1
-int64_t channels_last_row_length(int64_t channels, int element_size);
 ConvTParams grad_weight_over_channels_last_grad_y(const ConvTParams& p, int element_size);
 // The box tiles of grad_weight (grad_weight_boxes.cuh; docs/design.md §5.7): a 16-bit stride-1 problem
 // over x with a tensor map and grad_y copied channels-last (grad_weight_over_channels_last_grad_y),
@@ -388,7 +387,7 @@ struct WeightGradPlan {
   int box_columns, box_slots;
 };
 
-// The box tiles of a stride-1 problem (above kMaxBoxTaps), or nullopt
+// The box tiles of a stride-1 problem (the constants beside kMaxBoxTaps), or nullopt
 std::optional<WeightGradPlan> plan_grad_weight_boxes(const ConvTParams& q, const TensorFacts& x, const TensorFacts& grad_y,
                                                      const DeviceLimits& limits);
 

@@ -199,8 +199,8 @@ at::Tensor nonfinite_flag(const ConvTParams& p, const at::Tensor& x, Launch laun
   return flag;
 }
 
-// t (N, C, L) in rows of 16-byte multiples (WeightPlan::aligned_x, aligned_grad_y): a view (N, C, L)
-// of the copy
+// t (N, C, L) in rows of 16-byte multiples (WeightPlan::aligned_x, DataPlan::copy_batch): a view (N,
+// C, L) of the copy
 at::Tensor aligned_rows_copy(const at::Tensor& t) {
   const int64_t length = t.size(2), row_length = aligned_row_length(length, int(t.element_size()));
   return at::empty({t.size(0), t.size(1), row_length}, t.options()).narrow(2, 0, length).copy_(t);
@@ -409,6 +409,8 @@ void run_grad_weight(const WeightPlan& plan, const ConvTParams& p, const at::Ten
       using scalar_t = decltype(element);
       if constexpr (sizeof(scalar_t) == 2) {
         launch_grad_weight_boxes<scalar_t>(g, &x_map, grad_y_maps, data_of<float>(partial), launch);
+      } else {
+        TORCH_INTERNAL_ASSERT(false, "convt: box tiles planned for a ", sizeof(scalar_t), "-byte dtype");
       }
     });
     sum_slices(partial, grad_w, g.slices, launch);
