@@ -345,6 +345,50 @@ void set_launches(GemmPlan& g, const TensorFacts& in, Math math, const DeviceLim
   }
 }
 
+// CONVT_GEMM_SPLITS: the reduction split (set_splits) where it applies (read_plan_override). Read at
+// every plan: the tests force it on small layers.
+PlanOverride gemm_splits_override() { return read_plan_override("CONVT_GEMM_SPLITS"); }
+
+// The reduction split (GemmPlan::splits, docs/design.md §3.8) of a plan of implicit_gemm_kernel's warp
+// tiles in one launch with direct stores, every out phase reached (the slices then hold every out
+// position) and no merged phases, where its parts do not fill the
+// SMs: the split whose waves of parts take the least time by tile_time (a part: its share of an out
+// phase's steps and a tile's fixed work; the slices' sum a tile's fixed work more), within the
+// workspace bound together with the packed weight; taken where that is at most kSplitMargin of the
+// unsplit time (`always`: the best split of two or more wherever one applies).
+constexpr double kSplitMargin = 0.75;
+void set_splits(GemmPlan& g, Math math, const DeviceLimits& limits) {
+  const PlanOverride override = gemm_splits_override();
+  const int phase_steps = g.in_phases * g.chunks;
+  if (override == PlanOverride::kNever || kGemmTileShapes[g.tile_shape].family != GemmFamily::kWarpTiles || g.stage_output ||
+      g.out_phases != g.out_step || g.row_phases != 1 || g.channel_phases != 1 || g.launch_row_tiles != g.row_tiles ||
+      g.launch_chunks != g.chunks || phase_steps < 2) {
+    return;
+  }
+  const int64_t blocks = limits.sm_count * std::max<int64_t>(1, limits.blocks_per_sm(int64_t(g.smem_bytes)));
+  if (g.parts >= blocks && override != PlanOverride::kAlways) return;
+  const int64_t slice_bytes = 4 * g.batch * g.groups * g.rows_per_group * int64_t(g.out_length);  // (split_sums_bytes)
+  const int64_t room = kMaxPackedWeightBytes - 4 * packed_weight_words(g);
+  const double phase_work = (tile_time(g, g.chunks, false, math) - kTileFixedWork) / g.out_phases;
+  auto time = [&](int split_steps) {
+    const int64_t splits = (phase_steps + split_steps - 1) / split_steps;
+    const int64_t waves = (g.parts * splits + blocks - 1) / blocks;
+    return double(waves) * (phase_work * split_steps / phase_steps + kTileFixedWork) + (splits > 1 ? kTileFixedWork : 0.0);
+  };
+  int best_steps = phase_steps;
+  double best_time = override == PlanOverride::kAlways ? std::numeric_limits<double>::infinity() : kSplitMargin * time(phase_steps);
+  for (int split_steps = phase_steps - 1; split_steps >= 1; --split_steps) {
+    const int64_t splits = (phase_steps + split_steps - 1) / split_steps;
+    if (splits * slice_bytes > room || g.parts * splits >= kGemmIndexLimit) break;
+    if (time(split_steps) < best_time) best_steps = split_steps, best_time = time(split_steps);
+  }
+  if (best_steps == phase_steps) return;
+  g.split_steps = best_steps;
+  g.splits = (phase_steps + best_steps - 1) / best_steps;
+  g.tile_parts = g.out_phases * g.splits;
+  g.parts = g.tiles * g.tile_parts;
+}
+
 // The waves of whole tiles that a plan's launches as set_launches makes them take as long as
 double planned_launch_waves(GemmPlan g, const TensorFacts& in, Math math, const DeviceLimits& limits) {
   set_launches(g, in, math, limits);
@@ -861,6 +905,10 @@ bool bias_first(const GemmPlan& g) {
          (pipelined && g.out_phases > 1 && g.out_phases < g.out_step);
 }
 
+int64_t split_sums_bytes(const GemmPlan& g) {
+  return g.splits > 1 ? 4 * g.splits * g.batch * g.groups * g.rows_per_group * int64_t(g.out_length) : 0;
+}
+
 int64_t packed_weight_words(const GemmPlan& g) {
   return g.groups * g.row_tiles * g.chunks * int64_t(g.weight_parts) * g.taps * g.slot_words;
 }
@@ -1337,6 +1385,7 @@ DataPlan plan_data(const ConvTParams& p, const TensorFacts& in, Math math, bool 
       if (gemm) {
         plan.kernel = Kernel::kGemm;
         plan.gemm = *gemm;
+        set_splits(plan.gemm, math, limits);  // (the main plan only: the exact one runs gated, over every position)
         plan.weight = gemm_weight(p, forward);
         if (gemm->zero_taps) plan.exact = plan_exact;
         return plan;
@@ -1652,10 +1701,10 @@ std::string describe(const DataPlan& plan) {
                         {"stage_output", g.stage_output}, {"resident", g.resident},
                         {"tensor_rows", g.tensor_rows}, {"map_row_phases", g.map_row_phases}, {"tap_boxes", g.tap_boxes}, {"position_rows", g.position_rows},
                         {"bias_first", bias_first(g)}, {"tiles", g.tiles}, {"parts", g.parts},
-                        {"row_tiles", g.row_tiles}, {"launch_row_tiles", g.launch_row_tiles}, {"launch_chunks", g.launch_chunks},
+                        {"row_tiles", g.row_tiles}, {"launch_row_tiles", g.launch_row_tiles}, {"launch_chunks", g.launch_chunks}, {"splits", g.splits},
                         {"copy_batch", plan.copy_batch}, {"copy_channels_last", plan.copy_channels_last},
                         // (the x copy of a batch chunk: copy_elements elements make 16 bytes on these plans)
-                        {"workspace_bytes", 4 * packed_weight_words(first_launch(g)) +
+                        {"workspace_bytes", 4 * packed_weight_words(first_launch(g)) + split_sums_bytes(g) +
                                                 plan.copy_batch * g.in_batch_stride * (g.position_rows ? 2 : 16 / std::max(g.copy_elements, 1))},
                         {"smem_bytes", int64_t(g.smem_bytes)}});
     if (g.zero_taps) {

@@ -233,9 +233,16 @@ struct GemmPlan {
   int first_chunk, launch_chunks;
   int64_t tiles;
   // Blocks walk parts of tiles: with direct stores each out_phase is a part of its own
-  // (tile_parts = out_phases); staged output keeps a tile whole. part = tile * tile_parts + out_phase.
+  // (tile_parts = out_phases * splits); staged output keeps a tile whole. part = (tile * out_phases +
+  // out_phase) * splits + split.
   int tile_parts;
   int64_t parts;
+  // The reduction split of implicit_gemm_kernel's warp tiles (set_splits; docs/design.md §3.8): where
+  // a launch has fewer parts than the SMs hold, each out phase's steps (in_phases * chunks) go in
+  // runs of split_steps to `splits` parts, each storing its fp32 sums, without the bias, into slice
+  // `split` of a workspace of out's shape; a second kernel adds the slices in order plus the bias
+  // (deterministic). 1: no split.
+  int splits = 1, split_steps = 0;
   size_t smem_bytes;
   int stages;  // the pipelined kernel's ring; 0 for implicit_gemm_kernel
   // The pipelined kernel's x_s by TMA (without merged channels): each consumer warpgroup's
@@ -321,6 +328,8 @@ GemmWeight gemm_weight(const ConvTParams& p, bool forward);
 std::optional<GemmPlan> plan_gemm(const GemmPlan& problem, const std::optional<GemmPlan>& merged, const TensorFacts& in,
                                   Math math, const DeviceLimits& limits);
 int64_t packed_weight_words(const GemmPlan& g);
+// The reduction split's fp32 slices (GemmPlan::splits; 0 without one), within kMaxPackedWeightBytes with the packed weight
+int64_t split_sums_bytes(const GemmPlan& g);
 // Whether the launcher writes the bias (or zero) over all of out before a plan's launches: where
 // some positions no tap reaches are stored by no kernel (merged rows of a short filter's phases
 // without a tap; a pipelined tile's unreached out phases beside several reached ones, whose

@@ -400,6 +400,19 @@ BOX_TILE_CASES = [
     Case(4, 128, 128, 3, 20000, padding=1),             # slices of many items
 ]
 
+# The reduction split (GemmPlan::splits: warp tiles whose parts leave SMs idle over a long reduction,
+# each out phase's steps over several parts, fp32 slices added in order with the bias): the model
+# takes it on the first three on an H100 or H200; test_tiles forces it (CONVT_GEMM_SPLITS=always)
+# on all of them.
+SPLIT_TILE_CASES = [
+    Case(3, 8, 1536, 16, 90, stride=8, padding=4),      # grad_input: 3 tiles of 96 steps, 1536 channels
+    Case(2, 1024, 24, 5, 60, padding=2),                # forward: 2 tiles of 24 rows, 32 chunks, the bias
+    Case(2, 768, 20, 4, 50, stride=2, padding=1),       # forward: two out phases, strided slice stores
+    Case(3, 4, 600, 9, 80, stride=4, padding=3),        # grad_input deinterleaved with zero taps
+    Case(2, 12, 600, 6, 64, stride=3, groups=2),        # grad_input: two groups
+    Case(1, 3, 520, 7, 200, padding=3, dilation=2),     # grad_input: dilated, runs of uneven length
+]
+
 
 # Input layouts (see relaid): a transposed (N, L, C) view, every other position of a longer row, rows
 # not 16-byte aligned, rows padded to a 16-byte multiple.

@@ -581,6 +581,33 @@ def test_merged_phases_only_where_they_merge():
             assert plan["zero_taps"] == (k > stride and k % stride != 0) == ("exact_family" in plan), (shape, plan)
 
 
+def test_reduction_split_where_few_parts_reduce_long(monkeypatch):
+    """A warp-tile plan whose parts leave the SMs idle over a long reduction splits each out phase's
+    steps over parts that fill them, fp32 slices within the 16 MB workspace bound: grad_input of 8 input
+    channels under 1536 output channels, 16 taps, 90 positions (3 tiles, 96 steps each). Plans that fill
+    the SMs do not split, nor pipelined or staged-output ones; CONVT_GEMM_SPLITS=never turns it off,
+    `always` splits wherever it applies."""
+    narrow_in = (3, 8, 1536, 16, 90, 8, 4, 0, 1, 1)
+    for dtype, tf32 in MATHS:
+        g = plans(narrow_in, dtype, tf32, "h100")["grad_input"]
+        assert g["family"] == "warp" and g["splits"] >= 8 and g["parts"] == g["tiles"] * g["splits"], (dtype, tf32, g)
+        assert g["parts"] <= 2 * 132 and g["workspace_bytes"] <= 16 << 20, g
+    forward = plans((2, 1024, 24, 5, 60, 1, 2, 0, 1, 1), torch.bfloat16, True, "h100")["forward"]  # 2 tiles, 32 chunks
+    assert forward["family"] == "warp" and forward["splits"] > 1, forward
+    for shape in NAMED.values():
+        for dtype, tf32 in MATHS:
+            plan = plans(shape, dtype, tf32, "h100")
+            for name in ("forward", "grad_input"):
+                g = plan[name]
+                if g["kernel"] == "gemm" and (g["parts"] >= 132 or g["family"] != "warp" or g["stage_output"]):
+                    assert g["splits"] == 1, (shape, name, g)
+    monkeypatch.setenv("CONVT_GEMM_SPLITS", "never")
+    assert plans(narrow_in, torch.float32, True, "h100")["grad_input"]["splits"] == 1
+    monkeypatch.setenv("CONVT_GEMM_SPLITS", "always")
+    g = plans((2, 12, 600, 6, 64, 3, 0, 0, 1, 2), torch.bfloat16, True, "h100")["grad_input"]
+    assert g["family"] == "warp" and g["splits"] > 1, g
+
+
 def test_grad_weight_box_tiles_where_wide(monkeypatch):
     """On sm_90a, 16-bit stride-1 grad_weight of wide layers (C_in and C_out per group 256 or more, at
     least 8e9 MACs) takes the box tiles over grad_y copied channels-last: 128 ci x up to 256 (tap slot,

@@ -152,6 +152,16 @@ def test_box_tiles_keep_grad_output_values_in_place(dtype, value, device, monkey
 
 
 @pytest.mark.parametrize(**VALUES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("tf32", [True, False], ids=["tf32", "strict"], indirect=True)
+def test_reduction_split_keeps_values_in_place(dtype, value, device, tf32, monkeypatch):
+    """The reduction split (forced on: CONVT_GEMM_SPLITS=always) of a grad_input with zero taps, whose
+    exact plan runs unsplit over the split's sums where grad_output holds Inf or NaN."""
+    monkeypatch.setenv("CONVT_GEMM_SPLITS", "always")
+    _assert_gradients_propagate(Case(3, 4, 600, 9, 80, stride=4, padding=3), dtype, value, device, position=7)
+
+
+@pytest.mark.parametrize(**VALUES)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("tf32", [True, False], ids=["tf32", "strict"], indirect=True)
 def test_mid_row_gradients_propagate_like_torch(dtype, value, device, tf32):

@@ -5,8 +5,9 @@ the CUDA kernels' tiles."""
 import pytest
 import torch
 
-from conftest import (BOX_TILE_CASES, CPU_TILE_CASES, CPU_TILE_SCALE, DTYPES, GRAD_WEIGHT_TILE_CASES, WIDE_TILE_CASES,
-                      assert_backward_matches_reference, assert_gradients_deterministic, quick, requires_cuda)
+from conftest import (BOX_TILE_CASES, CPU_TILE_CASES, CPU_TILE_SCALE, DTYPES, GRAD_WEIGHT_TILE_CASES, SPLIT_TILE_CASES,
+                      WIDE_TILE_CASES, assert_backward_matches_reference, assert_gradients_deterministic, quick,
+                      requires_cuda)
 from torch_convt_op.planner import explain
 
 # Math modes, (dtype, TF32 allowed), per device. CUDA: float32 with and without TF32, and the 16-bit types.
@@ -75,4 +76,18 @@ def test_grad_weight_box_tiles(case, dtype, tf32, monkeypatch):
     if torch.cuda.get_device_capability() == (9, 0) and dtype != torch.float32:
         assert plan["kernel"] == "grad_weight_boxes", plan
     x, w, b = assert_backward_matches_reference(case, dtype, "cuda")
+    assert_gradients_deterministic(x, w, b, case)
+
+
+@requires_cuda
+@pytest.mark.parametrize("case", SPLIT_TILE_CASES, ids=str)
+@pytest.mark.parametrize("dtype,tf32", CUDA_MODES, ids=lambda v: str(v).removeprefix("torch."), indirect=["tf32"])
+def test_reduction_split(case, dtype, tf32, monkeypatch):
+    """The reduction split (forced on: CONVT_GEMM_SPLITS=always) of the forward and grad_input in every
+    math mode: y and the gradients against float64, deterministic."""
+    monkeypatch.setenv("CONVT_GEMM_SPLITS", "always")
+    plan = explain(case.n, case.c_in, case.c_out, case.k, case.l_in, case.stride, case.padding, case.output_padding,
+                   case.dilation, case.groups, dtype=dtype, tf32=tf32, device="cuda")
+    assert max(plan[name].get("splits", 1) for name in ("forward", "grad_input")) > 1, plan
+    x, w, b = assert_backward_matches_reference(case, dtype, "cuda", check_forward=True)
     assert_gradients_deterministic(x, w, b, case)

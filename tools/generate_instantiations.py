@@ -13,7 +13,7 @@ CUDA_CORE = [("fp32", "float"), ("fp64", "double"), ("fp16", "c10::Half"), ("bf1
 
 PACK = """template void pack_gemm_weight<{t}, {m}>(const GemmPlan&, const GemmWeight&, const {t}*, uint32_t*, Launch);"""
 IMPLICIT = """template void launch_implicit_gemm<{t}, {m}, GemmFamily::{f}>(const GemmPlan&, const {t}*, const uint32_t*, const {t}*,
-                                                              {t}*, Launch);"""
+                                                              {t}*, float*, Launch);"""
 PIPELINED = """template void launch_pipelined_gemm<{t}, {m}, PipelineForm::{form}>(const GemmPlan&, const CUtensorMap*,
                                                                   const {t}*, const uint32_t*, const {t}*, {t}*, Launch);"""
 GRAD_WEIGHT_GEMM = """template void launch_grad_weight_gemm<{t}, {m}>(const WeightGradPlan&, const {t}*, const {t}*, float*, float*,
@@ -36,7 +36,7 @@ template void launch_deinterleave_grad_y<{t}>(const ConvTParams&, const {t}*, {t
 template void launch_flag_nonfinite_x<{t}>(const ConvTParams&, const {t}*, int*, Launch);
 template void launch_unroll_grad_y<{t}>(const ConvTParams&, const {t}*, {t}*, Launch);
 template void launch_channels_last_x<{t}>(const ConvTParams&, const {t}*, {t}*, Launch);
-template void launch_sum_slices<{t}>(const acc_type<{t}>*, {t}*, int64_t, int64_t, Launch);"""
+template void launch_sum_slices<{t}>(const acc_type<{t}>*, {t}*, int64_t, int64_t, Launch, const {t}*, int64_t, int64_t);"""
 
 
 def files():

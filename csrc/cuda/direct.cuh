@@ -285,8 +285,9 @@ __global__ void grad_y_row_sums_kernel(const scalar_t* __restrict__ grad_y, acc_
   }
 }
 
-// out[e] = the sum of partial[slice][e] over slices in a fixed order (the second pass of the sliced
-// grad_weight reductions and of grad_bias: deterministic, docs/design.md §8). A block's kSumWarps
+// out[e] = the sum of partial[slice][e] over slices in a fixed order, plus bias[(e / length) mod
+// channels] where there is a bias (the second pass of the sliced grad_weight reductions, of grad_bias
+// and of the GEMMs' reduction splits: deterministic, docs/design.md §8). A block's kSumWarps
 // warps take groups of 32 consecutive elements, a lane each, kSliceWarps warps a group
 // (sum_slice_warps: up to kSumWarps loads in flight per element, where one thread summing every
 // slice would be a chain of dependent loads, and no warp without a slice): warp w of a group adds
@@ -299,7 +300,8 @@ inline int sum_slice_warps(int64_t slices) {
 }
 template <typename T, typename acc_t, int kSliceWarps>
 __global__ void __launch_bounds__(32 * kSumWarps)
-    sum_slices_kernel(const acc_t* __restrict__ partial, T* __restrict__ out, int64_t elements, int64_t slices) {
+    sum_slices_kernel(const acc_t* __restrict__ partial, const T* __restrict__ bias, T* __restrict__ out, int64_t elements,
+                      int64_t slices, int64_t length, int64_t channels) {
   __shared__ acc_t warp_sums[kSumWarps][32];
   constexpr int kBlockElements = 32 * (kSumWarps / kSliceWarps);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -315,6 +317,7 @@ __global__ void __launch_bounds__(32 * kSumWarps)
       acc_t total = acc_t(0);
 #pragma unroll
       for (int w = 0; w < kSliceWarps; ++w) total += warp_sums[warp + w][lane];
+      if (bias != nullptr) total += acc_t(bias[e / length % channels]);
       out[e] = T(total);
     }
     __syncthreads();  // warp_sums is read before the next elements overwrite it

@@ -138,12 +138,13 @@ void launch_channels_last_x(const ConvTParams& p, const scalar_t* x, scalar_t* o
 }
 
 template <typename scalar_t>
-void launch_sum_slices(const acc_type<scalar_t>* partial, scalar_t* out, int64_t elements, int64_t slices, Launch launch) {
+void launch_sum_slices(const acc_type<scalar_t>* partial, scalar_t* out, int64_t elements, int64_t slices, Launch launch,
+                       const scalar_t* bias, int64_t length, int64_t channels) {
   auto run = [&](auto slice_warps) {
     constexpr int kSliceWarps = decltype(slice_warps)::value;
     sum_slices_kernel<scalar_t, acc_type<scalar_t>, kSliceWarps>
-        <<<grid_size(elements, 32 * (kSumWarps / kSliceWarps), launch), 32 * kSumWarps, 0, launch.stream>>>(partial, out, elements,
-                                                                                                         slices);
+        <<<grid_size(elements, 32 * (kSumWarps / kSliceWarps), launch), 32 * kSumWarps, 0, launch.stream>>>(partial, bias, out, elements,
+                                                                                                         slices, length, channels);
   };
   switch (sum_slice_warps(slices)) {
     case 1: run(std::integral_constant<int, 1>{}); break;

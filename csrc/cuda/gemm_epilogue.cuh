@@ -232,6 +232,30 @@ struct ImplicitGemmEpilogue : ImplicitGemmOutput<T, kBlockMOf<kWarpTilesM, kWarp
     }
   }
 
+  // A split part's sums (GemmPlan::splits; warp tiles with direct stores only: set_splits) to its
+  // slice of the fp32 split sums, out's layout, without the bias (the second kernel adds it)
+  __device__ __forceinline__ void store_split(const GemmTile& tile, int out_phase, int split, const Accumulators& acc) const {
+    if constexpr (!kWarpgroups) {
+      const int phase = p.out_phase_value[out_phase];
+      const int columns = p.out_length > phase ? (p.out_length - phase + p.out_step - 1) / p.out_step : 0;
+      float* const slice = p.split_sums + int64_t(split) * p.batch * p.groups * p.rows_per_group * p.out_length;
+#pragma unroll
+      for (int mt = 0; mt < kWarpTilesM; ++mt)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int row = tile.row_tile * kBlockM + (warp_mtile + mt) * 16 + lane / 4 + half * 8;
+          if (row >= p.rows_per_group) continue;
+          float* const row_sums = slice + ((tile.n * p.groups + tile.g) * p.rows_per_group + row) * p.out_length + phase;
+#pragma unroll
+          for (int nt = 0; nt < kWarpTilesN; ++nt) {
+            const int col = tile.col_tile * kBlockN + warp_col + nt * 8 + 2 * (lane % 4);
+            if (col < columns) row_sums[int64_t(col) * p.out_step] = acc[mt][nt].value(half * 2);
+            if (col + 1 < columns) row_sums[int64_t(col + 1) * p.out_step] = acc[mt][nt].value(half * 2 + 1);
+          }
+        }
+    }
+  }
+
   // wg.acc[0][4j + e] is row 8j + 2c + e % 2, column (this warp's 16) g + 8 * (e / 2): per row, two
   // columns. Row pointers and bounds from this thread's first row (64-bit math once, not per row).
   __device__ __forceinline__ void store_warpgroup_phase(const GemmTile& tile, int phase, int columns, const Warpgroup& wg) const {

@@ -37,11 +37,15 @@ auto as_cuda(scalar_t* pointer) {
                                              cuda_type<scalar_t>>*>(pointer);
 }
 
-// The kernels' parameters: the plan, its dividers, and `in`'s tensor map (tensor_rows)
-inline GemmProblem make_gemm_problem(const GemmPlan& plan, const CUtensorMap* in_map, const int* gate = nullptr) {
+// The kernels' parameters: the plan, its dividers, `in`'s tensor map (tensor_rows) and the split sums
+// (splits > 1)
+inline GemmProblem make_gemm_problem(const GemmPlan& plan, const CUtensorMap* in_map, const int* gate = nullptr,
+                                     float* split_sums = nullptr) {
   GemmProblem g{};
   static_cast<GemmPlan&>(g) = plan;
   g.gate = gate;
+  g.split_sums = split_sums;
+  g.div_splits = Divider(unsigned(g.splits));
   g.div_col_tiles = Divider(unsigned(g.col_tiles));
   g.div_row_tiles = Divider(unsigned(g.row_tiles));
   g.div_batch = Divider(unsigned(g.batch));
@@ -102,10 +106,12 @@ void pack_gemm_weight(const GemmPlan& plan, const GemmWeight& weight, const scal
 // sit at offsets
 template <typename scalar_t, Math kMath, GemmFamily kFamily>
 void launch_implicit_gemm(const GemmPlan& plan, const scalar_t* in, const uint32_t* packed_w, const scalar_t* bias,
-                          scalar_t* out, Launch launch) {
+                          scalar_t* out, float* split_sums, Launch launch) {
   using T = cuda_type<scalar_t>;
-  const GemmProblem g = make_gemm_problem(plan, nullptr, launch.gate);
+  const GemmProblem g = make_gemm_problem(plan, nullptr, launch.gate, split_sums);
   TORCH_INTERNAL_ASSERT(kGemmTileShapes[plan.tile_shape].family == kFamily, "convt: a tile shape of another family");
+  TORCH_INTERNAL_ASSERT(plan.splits == 1 || (kFamily == GemmFamily::kWarpTiles && split_sums != nullptr && launch.gate == nullptr),
+                        "convt: a reduction split off the warp tiles, ungated, with its sums");
   with_tile_shape(plan.tile_shape, [&](auto shape_index) {
     constexpr GemmTileShape kShape = kGemmTileShapes[decltype(shape_index)::value];
     constexpr int kWarpsM = 256 / kShape.block_n, kWarpTilesM = kShape.block_m / (16 * kWarpsM);

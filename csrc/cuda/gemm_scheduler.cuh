@@ -59,7 +59,8 @@ struct GemmStep {
 //   every other tile of the block's sequence (a first(consumer) and a next() of twice the stride)
 //   while the producer still walks all of them in order.
 // - implicit_gemm_kernel walks parts (GemmProblem::tile_parts: one out_phase's steps of a tile each,
-//   or the whole tile) step by step, and stages a step ahead: after() is the step that follows.
+//   a run of split_steps of them with a reduction split, or the whole tile) step by step, and stages
+//   a step ahead: after() is the step that follows.
 struct GemmScheduler {
   const GemmProblem& p;
   __device__ __forceinline__ explicit GemmScheduler(const GemmProblem& problem) : p(problem) {}
@@ -71,10 +72,22 @@ struct GemmScheduler {
 
   __device__ __forceinline__ bool has_part(unsigned part) const { return part < p.parts; }
   __device__ __forceinline__ GemmTile tile_of(unsigned part) const { return GemmTile(p.div_tile_parts.div(part), p); }
-  // A part's first step; part_steps: the steps of a part (every step of the tile, or one out_phase's)
+  // A part's first step; part_steps: the steps of a part without a split (every step of the tile, or
+  // one out_phase's). With one, part (tile, out_phase, split) starts split_steps * split steps into
+  // its out phase.
   __device__ __forceinline__ int first_step_of(unsigned part, int part_steps) const {
-    return int(p.div_tile_parts.mod(part)) * part_steps;
+    const unsigned in_tile = p.div_tile_parts.mod(part);
+    if (p.splits == 1) return int(in_tile) * part_steps;
+    const auto phase_split = p.div_splits.divmod(in_tile);
+    return int(phase_split.div) * p.in_phases * p.chunks + int(phase_split.mod) * p.split_steps;
   }
+  // With a split: the last step of the part that starts at `first` (its run's, or its out phase's)
+  // and the part's slice of the split sums
+  __device__ __forceinline__ int last_step_of(int first) const {
+    const int phase_steps = p.in_phases * p.chunks;
+    return min(first + p.split_steps, (first / phase_steps + 1) * phase_steps) - 1;
+  }
+  __device__ __forceinline__ int split_of(unsigned part) const { return int(p.div_splits.mod(p.div_tile_parts.mod(part))); }
   // The step after (part, step): the part's next step, or the first step of the block's next part
   // when this one ends (`valid`: there is one; `new_tile`: it belongs to another tile, tile_of(part))
   struct Next {

@@ -13,7 +13,8 @@
 //   ImplicitGemmLoader    gemm_loader.cuh     a step's x window and weight slots -> shared, cp.async,
 //                                             double-buffered (the weight resident where it fits)
 //   ImplicitGemmMainloop  gemm_mainloop.cuh   mma.sync warp tiles, or wgmma warpgroup tiles (WarpgroupMma)
-//   ImplicitGemmEpilogue  gemm_epilogue.cuh   per out_phase to y_s or out, per tile y_s -> out
+//   ImplicitGemmEpilogue  gemm_epilogue.cuh   per out_phase to y_s or out (a split part: to its
+//                                             fp32 slice, §3.8), per tile y_s -> out
 // pack_gemm_weight_kernel packs A once per call into the layout the MMA reads.
 #pragma once
 
@@ -153,11 +154,14 @@ __global__ void __launch_bounds__(kGemmThreads, kMath == Math::k3xTF32 ? 1 : 2) 
     if (!scheduler.has_part(part)) return;
     GemmTile tile = scheduler.tile_of(part);
     int step_index = scheduler.first_step_of(part, part_steps), phase_step = 0, buffer = 0;  // phase_step: of step_index's out_phase
+    int part_last = p.splits > 1 ? scheduler.last_step_of(step_index) : 0;  // (a split part's last step)
     loader.stage(tile, GemmStep(step_index, p), 0);
     cp_async_commit();
     mainloop.clear(acc, wg);
     while (true) {
-      const bool phase_ends = phase_step == phase_steps - 1, tile_ends = step_index == steps - 1;
+      // (with a split, a part ends where its run of steps does, and its sums go to its slice)
+      const bool phase_ends = p.splits > 1 ? step_index == part_last : phase_step == phase_steps - 1;
+      const bool tile_ends = step_index == steps - 1;
       loader.load_resident_weight(tile, resident_key);
       // the next step, prefetched into the other buffer while this one computes
       const GemmScheduler::Next next = scheduler.after(part, step_index, phase_ends, tile_ends, part_steps);
@@ -172,7 +176,11 @@ __global__ void __launch_bounds__(kGemmThreads, kMath == Math::k3xTF32 ? 1 : 2) 
       const GemmStep step(step_index, p);
       mainloop.run_step(tile, step, loader.w_s(buffer), loader.x_s(buffer), acc, wg);
       if (phase_ends) {
-        epilogue.store_phase(tile, step.out_phase, acc, wg);
+        if (p.splits > 1) {
+          epilogue.store_split(tile, step.out_phase, scheduler.split_of(part), acc);
+        } else {
+          epilogue.store_phase(tile, step.out_phase, acc, wg);
+        }
         mainloop.clear(acc, wg);
       }
       if (tile_ends) {
@@ -183,6 +191,7 @@ __global__ void __launch_bounds__(kGemmThreads, kMath == Math::k3xTF32 ? 1 : 2) 
       if (!next.valid) break;
       part = next.part;
       step_index = next.step;
+      if (p.splits > 1 && phase_ends) part_last = scheduler.last_step_of(step_index);
       phase_step = phase_ends ? 0 : phase_step + 1;  // parts start with an out_phase
       tile = next_tile;
       buffer ^= 1;

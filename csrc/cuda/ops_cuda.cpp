@@ -256,6 +256,12 @@ void run_gemm(const GemmPlan& gemm, const GemmWeight& weight, const at::Tensor& 
   const at::Tensor packed =
       packed_once.defined() ? packed_once : at::empty({packed_weight_words(first_launch(gemm))}, w.options().dtype(at::kInt));
   const at::Tensor partial = launch_chunks < gemm.chunks ? at::zeros_like(out) : at::Tensor();
+  // a reduction split's fp32 slices (one launch: set_splits), added in order with the bias by sum_slices
+  TORCH_INTERNAL_ASSERT(gemm.splits == 1 || (launch_row_tiles == gemm.row_tiles && launch_chunks == gemm.chunks && gemm.batch * gemm.groups * gemm.rows_per_group *
+                                                                          gemm.out_length == out.numel()),
+                        "convt: a reduction split over several launches, or of another output");
+  const at::Tensor split_sums = gemm.splits > 1 ? at::empty({split_sums_bytes(gemm) / 4}, out.options().dtype(at::kFloat)) : at::Tensor();
+  float* split_data = gemm.splits > 1 ? split_sums.data_ptr<float>() : nullptr;
   auto* packed_w = reinterpret_cast<uint32_t*>(packed.data_ptr());
   std::vector<GemmPlan> launches;
   for (int first = 0; first < gemm.row_tiles; first += launch_row_tiles)
@@ -289,13 +295,18 @@ void run_gemm(const GemmPlan& gemm, const GemmWeight& weight, const at::Tensor& 
         }
         case GemmFamily::kWarpgroupTiles:
           launch_implicit_gemm<scalar_t, kMath, GemmFamily::kWarpgroupTiles>(part, in_data, packed_w, bias_data, out_data,
-                                                                             launch);
+                                                                             split_data, launch);
           break;
         case GemmFamily::kWarpTiles:
-          launch_implicit_gemm<scalar_t, kMath, GemmFamily::kWarpTiles>(part, in_data, packed_w, bias_data, out_data, launch);
+          launch_implicit_gemm<scalar_t, kMath, GemmFamily::kWarpTiles>(part, in_data, packed_w, bias_data, out_data, split_data,
+                                                                        launch);
           break;
       }
       if (later_chunks) out.add_(partial);
+      if (part.splits > 1) {
+        launch_sum_slices<scalar_t>(split_data, data_of<scalar_t>(out), out.numel(), part.splits, launch, bias_data,
+                                    part.out_length, part.groups * part.rows_per_group);
+      }
     }
   });
 }

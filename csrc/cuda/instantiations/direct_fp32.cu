@@ -16,5 +16,5 @@ template void launch_deinterleave_grad_y<float>(const ConvTParams&, const float*
 template void launch_flag_nonfinite_x<float>(const ConvTParams&, const float*, int*, Launch);
 template void launch_unroll_grad_y<float>(const ConvTParams&, const float*, float*, Launch);
 template void launch_channels_last_x<float>(const ConvTParams&, const float*, float*, Launch);
-template void launch_sum_slices<float>(const acc_type<float>*, float*, int64_t, int64_t, Launch);
+template void launch_sum_slices<float>(const acc_type<float>*, float*, int64_t, int64_t, Launch, const float*, int64_t, int64_t);
 }  // namespace convt::cuda

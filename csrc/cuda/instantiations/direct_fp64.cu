@@ -16,5 +16,5 @@ template void launch_deinterleave_grad_y<double>(const ConvTParams&, const doubl
 template void launch_flag_nonfinite_x<double>(const ConvTParams&, const double*, int*, Launch);
 template void launch_unroll_grad_y<double>(const ConvTParams&, const double*, double*, Launch);
 template void launch_channels_last_x<double>(const ConvTParams&, const double*, double*, Launch);
-template void launch_sum_slices<double>(const acc_type<double>*, double*, int64_t, int64_t, Launch);
+template void launch_sum_slices<double>(const acc_type<double>*, double*, int64_t, int64_t, Launch, const double*, int64_t, int64_t);
 }  // namespace convt::cuda

@@ -4,5 +4,5 @@
 namespace convt::cuda {
 template void pack_gemm_weight<float, Math::k3xTF32>(const GemmPlan&, const GemmWeight&, const float*, uint32_t*, Launch);
 template void launch_implicit_gemm<float, Math::k3xTF32, GemmFamily::kWarpTiles>(const GemmPlan&, const float*, const uint32_t*, const float*,
-                                                              float*, Launch);
+                                                              float*, float*, Launch);
 }  // namespace convt::cuda

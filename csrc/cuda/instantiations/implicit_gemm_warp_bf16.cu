@@ -4,5 +4,5 @@
 namespace convt::cuda {
 template void pack_gemm_weight<c10::BFloat16, Math::k16Bit>(const GemmPlan&, const GemmWeight&, const c10::BFloat16*, uint32_t*, Launch);
 template void launch_implicit_gemm<c10::BFloat16, Math::k16Bit, GemmFamily::kWarpTiles>(const GemmPlan&, const c10::BFloat16*, const uint32_t*, const c10::BFloat16*,
-                                                              c10::BFloat16*, Launch);
+                                                              c10::BFloat16*, float*, Launch);
 }  // namespace convt::cuda

@@ -4,5 +4,5 @@
 namespace convt::cuda {
 template void pack_gemm_weight<c10::Half, Math::k16Bit>(const GemmPlan&, const GemmWeight&, const c10::Half*, uint32_t*, Launch);
 template void launch_implicit_gemm<c10::Half, Math::k16Bit, GemmFamily::kWarpTiles>(const GemmPlan&, const c10::Half*, const uint32_t*, const c10::Half*,
-                                                              c10::Half*, Launch);
+                                                              c10::Half*, float*, Launch);
 }  // namespace convt::cuda

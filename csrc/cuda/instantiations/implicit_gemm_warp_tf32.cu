@@ -4,5 +4,5 @@
 namespace convt::cuda {
 template void pack_gemm_weight<float, Math::kTF32>(const GemmPlan&, const GemmWeight&, const float*, uint32_t*, Launch);
 template void launch_implicit_gemm<float, Math::kTF32, GemmFamily::kWarpTiles>(const GemmPlan&, const float*, const uint32_t*, const float*,
-                                                              float*, Launch);
+                                                              float*, float*, Launch);
 }  // namespace convt::cuda

@@ -3,5 +3,5 @@
 
 namespace convt::cuda {
 template void launch_implicit_gemm<float, Math::k3xTF32, GemmFamily::kWarpgroupTiles>(const GemmPlan&, const float*, const uint32_t*, const float*,
-                                                              float*, Launch);
+                                                              float*, float*, Launch);
 }  // namespace convt::cuda

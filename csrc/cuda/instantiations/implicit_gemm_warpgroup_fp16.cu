@@ -3,5 +3,5 @@
 
 namespace convt::cuda {
 template void launch_implicit_gemm<c10::Half, Math::k16Bit, GemmFamily::kWarpgroupTiles>(const GemmPlan&, const c10::Half*, const uint32_t*, const c10::Half*,
-                                                              c10::Half*, Launch);
+                                                              c10::Half*, float*, Launch);
 }  // namespace convt::cuda
