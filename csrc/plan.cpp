@@ -306,13 +306,30 @@ double tile_time(const GemmPlan& g, int chunks, bool later_chunks, Math math) {
   return double(chunks) * g.taps * g.chunk_channels * math_cost + kTileFixedWork * (later_chunks ? 2 : 1);
 }
 
+// CONVT_GEMM_SPLITS: the reduction split (set_splits) where it applies (read_plan_override); `never`
+// also keeps 16-bit outs off chunk ranges (no fp32 sums at all). Read at every plan: the tests force
+// it on small layers.
+PlanOverride gemm_splits_override() { return read_plan_override("CONVT_GEMM_SPLITS"); }
+
+// Whether a plan's parts can store fp32 sums into slices of out's shape (GemmPlan::float_sums):
+// implicit_gemm_kernel's warp tiles with direct stores of every out phase (the slices then hold every
+// out position) and no merged phases
+bool sums_in_slices(const GemmPlan& g) {
+  return kGemmTileShapes[g.tile_shape].family == GemmFamily::kWarpTiles && !g.stage_output && g.out_phases == g.out_step &&
+         g.row_phases == 1 && g.channel_phases == 1;
+}
+int64_t out_elements(const GemmPlan& g) { return g.batch * g.groups * g.rows_per_group * int64_t(g.out_length); }
+
 // Chunks a launch of chunk ranges takes (GemmPlan::launch_chunks): the most within the workspace
 // bound, each over every row tile; 0 where ranges of chunks do not apply: a 16-bit out (a rounding a
-// launch), zero taps (the gate's exact plan), one chunk, or one chunk over every row tile above the bound.
+// launch) unless its sums can go to an fp32 slice (sums_in_slices, the slice within the bound too),
+// zero taps (the gate's exact plan), one chunk, or one chunk over every row tile above the bound.
 int chunk_range_size(const GemmPlan& g, const TensorFacts& in) {
-  if (in.element_size != 4 || g.zero_taps || g.chunks == 1) return 0;
+  if (g.zero_taps || g.chunks == 1) return 0;
+  if (in.element_size != 4 && (!sums_in_slices(g) || gemm_splits_override() == PlanOverride::kNever)) return 0;
+  const int64_t room = kMaxPackedWeightBytes - (in.element_size != 4 ? 4 * out_elements(g) : 0);
   const int64_t chunk_bytes = 4 * packed_weight_words(g) / g.chunks;
-  return int(std::min<int64_t>(kMaxPackedWeightBytes / chunk_bytes, g.chunks));
+  return int(std::clamp<int64_t>(room / chunk_bytes, 0, g.chunks));
 }
 
 // The time of launches of row-tile ranges: waves of whole tiles
@@ -335,23 +352,19 @@ double chunk_range_time(const GemmPlan& g, int launch_chunks, Math math, const D
 // kChunkRangeMargin of the time.
 void set_launches(GemmPlan& g, const TensorFacts& in, Math math, const DeviceLimits& limits) {
   g.launch_row_tiles = fewest_wave_launch_row_tiles(g, limits);
-  g.first_chunk = 0, g.launch_chunks = g.chunks;
+  g.first_chunk = 0, g.launch_chunks = g.chunks, g.float_sums = false;
   const int launch_chunks = chunk_range_size(g, in);
   if (4 * packed_weight_words(g) <= kMaxPackedWeightBytes || launch_chunks == 0) return;  // (one launch, or row ranges only)
   const bool row_tile_fits = 4 * packed_weight_words(g) / g.row_tiles <= kMaxPackedWeightBytes;
   if (!row_tile_fits ||
       chunk_range_time(g, launch_chunks, math, limits) <= kChunkRangeMargin * row_range_time(g, g.launch_row_tiles, math, limits)) {
     g.launch_row_tiles = g.row_tiles, g.launch_chunks = launch_chunks;
+    g.float_sums = in.element_size != 4;  // (a 16-bit out: the launches' sums in one fp32 slice)
   }
 }
 
-// CONVT_GEMM_SPLITS: the reduction split (set_splits) where it applies (read_plan_override). Read at
-// every plan: the tests force it on small layers.
-PlanOverride gemm_splits_override() { return read_plan_override("CONVT_GEMM_SPLITS"); }
-
-// The reduction split (GemmPlan::splits, docs/design.md §3.8) of a plan of implicit_gemm_kernel's warp
-// tiles in one launch with direct stores, every out phase reached (the slices then hold every out
-// position) and no merged phases, where its parts do not fill the
+// The reduction split (GemmPlan::splits, docs/design.md §3.8) of a plan in one launch whose sums can
+// go to fp32 slices (sums_in_slices), where its parts do not fill the
 // SMs: the split whose waves of parts take the least time by tile_time (a part: its share of an out
 // phase's steps and a tile's fixed work; the slices' sum a tile's fixed work more), within the
 // workspace bound together with the packed weight; taken where that is at most kSplitMargin of the
@@ -360,14 +373,13 @@ constexpr double kSplitMargin = 0.75;
 void set_splits(GemmPlan& g, Math math, const DeviceLimits& limits) {
   const PlanOverride override = gemm_splits_override();
   const int phase_steps = g.in_phases * g.chunks;
-  if (override == PlanOverride::kNever || kGemmTileShapes[g.tile_shape].family != GemmFamily::kWarpTiles || g.stage_output ||
-      g.out_phases != g.out_step || g.row_phases != 1 || g.channel_phases != 1 || g.launch_row_tiles != g.row_tiles ||
+  if (override == PlanOverride::kNever || !sums_in_slices(g) || g.launch_row_tiles != g.row_tiles ||
       g.launch_chunks != g.chunks || phase_steps < 2) {
     return;
   }
   const int64_t blocks = limits.sm_count * std::max<int64_t>(1, limits.blocks_per_sm(int64_t(g.smem_bytes)));
   if (g.parts >= blocks && override != PlanOverride::kAlways) return;
-  const int64_t slice_bytes = 4 * g.batch * g.groups * g.rows_per_group * int64_t(g.out_length);  // (split_sums_bytes)
+  const int64_t slice_bytes = 4 * out_elements(g);
   const int64_t room = kMaxPackedWeightBytes - 4 * packed_weight_words(g);
   const double phase_work = (tile_time(g, g.chunks, false, math) - kTileFixedWork) / g.out_phases;
   auto time = [&](int split_steps) {
@@ -383,6 +395,7 @@ void set_splits(GemmPlan& g, Math math, const DeviceLimits& limits) {
     if (time(split_steps) < best_time) best_steps = split_steps, best_time = time(split_steps);
   }
   if (best_steps == phase_steps) return;
+  g.float_sums = true;
   g.split_steps = best_steps;
   g.splits = (phase_steps + best_steps - 1) / best_steps;
   g.tile_parts = g.out_phases * g.splits;
@@ -906,7 +919,7 @@ bool bias_first(const GemmPlan& g) {
 }
 
 int64_t split_sums_bytes(const GemmPlan& g) {
-  return g.splits > 1 ? 4 * g.splits * g.batch * g.groups * g.rows_per_group * int64_t(g.out_length) : 0;
+  return g.float_sums ? 4 * g.splits * g.batch * g.groups * g.rows_per_group * int64_t(g.out_length) : 0;
 }
 
 int64_t packed_weight_words(const GemmPlan& g) {
@@ -1701,7 +1714,7 @@ std::string describe(const DataPlan& plan) {
                         {"stage_output", g.stage_output}, {"resident", g.resident},
                         {"tensor_rows", g.tensor_rows}, {"map_row_phases", g.map_row_phases}, {"tap_boxes", g.tap_boxes}, {"position_rows", g.position_rows},
                         {"bias_first", bias_first(g)}, {"tiles", g.tiles}, {"parts", g.parts},
-                        {"row_tiles", g.row_tiles}, {"launch_row_tiles", g.launch_row_tiles}, {"launch_chunks", g.launch_chunks}, {"splits", g.splits},
+                        {"row_tiles", g.row_tiles}, {"launch_row_tiles", g.launch_row_tiles}, {"launch_chunks", g.launch_chunks}, {"float_sums", g.float_sums}, {"splits", g.splits},
                         {"copy_batch", plan.copy_batch}, {"copy_channels_last", plan.copy_channels_last},
                         // (the x copy of a batch chunk: copy_elements elements make 16 bytes on these plans)
                         {"workspace_bytes", 4 * packed_weight_words(first_launch(g)) + split_sums_bytes(g) +

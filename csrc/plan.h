@@ -228,8 +228,9 @@ struct GemmPlan {
   int first_row_tile, launch_row_tiles;
   // Or, where that leaves launches of too few tiles, launches take ranges of chunks (the reduction
   // split): chunks [first_chunk, first_chunk + chunks) of the problem's, launch_chunks at a time, every
-  // row tile; a launch after the first takes no bias and its sums are added to out (run_gemm).
-  // Only where out is float (4-byte sums: one rounding a launch) and the plan has no zero taps.
+  // row tile; a launch after the first takes no bias and its sums are added to out (run_gemm). Only
+  // where the plan has no zero taps, and out is float (4-byte sums: one rounding a launch) or the
+  // sums go to an fp32 slice (float_sums: a 16-bit out on warp tiles).
   int first_chunk, launch_chunks;
   int64_t tiles;
   // Blocks walk parts of tiles: with direct stores each out_phase is a part of its own
@@ -237,11 +238,14 @@ struct GemmPlan {
   // out_phase) * splits + split.
   int tile_parts;
   int64_t parts;
-  // The reduction split of implicit_gemm_kernel's warp tiles (set_splits; docs/design.md §3.8): where
-  // a launch has fewer parts than the SMs hold, each out phase's steps (in_phases * chunks) go in
-  // runs of split_steps to `splits` parts, each storing its fp32 sums, without the bias, into slice
-  // `split` of a workspace of out's shape; a second kernel adds the slices in order plus the bias
-  // (deterministic). 1: no split.
+  // fp32 sums (docs/design.md §3.8; implicit_gemm_kernel's warp tiles with direct stores of every out
+  // phase, no merged phases: sums_in_slices): the parts store their sums, without the bias, into
+  // fp32 slices of out's shape (a launch after the first of chunk ranges adds to them), which a second
+  // kernel adds in order plus the bias (deterministic). Set by set_splits (a reduction split: where a
+  // launch has fewer parts than the SMs hold, each out phase's steps, in_phases * chunks, go in runs
+  // of split_steps to `splits` parts, part `split` to slice `split`) and by set_launches (chunk
+  // ranges of a 16-bit out, one slice).
+  bool float_sums = false;
   int splits = 1, split_steps = 0;
   size_t smem_bytes;
   int stages;  // the pipelined kernel's ring; 0 for implicit_gemm_kernel
@@ -328,7 +332,7 @@ GemmWeight gemm_weight(const ConvTParams& p, bool forward);
 std::optional<GemmPlan> plan_gemm(const GemmPlan& problem, const std::optional<GemmPlan>& merged, const TensorFacts& in,
                                   Math math, const DeviceLimits& limits);
 int64_t packed_weight_words(const GemmPlan& g);
-// The reduction split's fp32 slices (GemmPlan::splits; 0 without one), within kMaxPackedWeightBytes with the packed weight
+// The fp32 slices of a plan with float_sums (0 without), within kMaxPackedWeightBytes with the packed weight
 int64_t split_sums_bytes(const GemmPlan& g);
 // Whether the launcher writes the bias (or zero) over all of out before a plan's launches: where
 // some positions no tap reaches are stored by no kernel (merged rows of a short filter's phases

@@ -413,6 +413,13 @@ SPLIT_TILE_CASES = [
     Case(1, 3, 520, 7, 200, padding=3, dilation=2),     # grad_input: dilated, runs of uneven length
 ]
 
+# Weights that pack to more than 16 MB on few warp tiles: launches of chunk ranges over every row tile,
+# a 16-bit out's sums accumulated in one fp32 slice (GemmPlan::float_sums), a float out's added to it.
+CHUNK_RANGE_CASES = [
+    Case(1, 1024, 640, 32, 90, padding=16),             # 42 MB in bf16: 3 launches of 12 chunks, 10 tiles
+    Case(2, 640, 1024, 24, 60, stride=2, padding=8),    # two out phases; grad_input deinterleaved, 2 launches
+]
+
 
 # Input layouts (see relaid): a transposed (N, L, C) view, every other position of a longer row, rows
 # not 16-byte aligned, rows padded to a 16-byte multiple.

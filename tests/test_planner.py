@@ -608,6 +608,21 @@ def test_reduction_split_where_few_parts_reduce_long(monkeypatch):
     assert g["family"] == "warp" and g["splits"] > 1, g
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_16_bit_chunk_ranges_sum_in_fp32(dtype):
+    """A 16-bit weight of more than 16 MB over few warp tiles (1 x 768 -> 384, K = 92 at 7,391
+    positions: 54 MB; 64-row tiles of 9 MB, a launch of 58 tiles each) launches ranges of chunks over
+    every row tile, their sums accumulated in one fp32 slice of out's shape that the packed weight
+    shares the 16 MB with (float_sums); pipelined plans keep ranges of row tiles."""
+    g = plans((1, 768, 384, 92, 7391, 1, 45, 0, 1, 1), dtype, True, "h100")["forward"]
+    assert g["family"] == "warp" and g["float_sums"] == 1 and g["splits"] == 1, g
+    assert g["launch_row_tiles"] == g["row_tiles"] and 1 <= g["launch_chunks"] < g["chunks"], g
+    assert g["workspace_bytes"] <= 16 << 20, g
+    pipelined = plans((1, 768, 768, 64, 4731, 1, 31, 0, 1, 1), dtype, True, "h100")["forward"]
+    assert pipelined["family"] == "pipelined" and pipelined["float_sums"] == 0, pipelined
+    assert pipelined["launch_chunks"] == pipelined["chunks"] and pipelined["launch_row_tiles"] < pipelined["row_tiles"], pipelined
+
+
 def test_grad_weight_box_tiles_where_wide(monkeypatch):
     """On sm_90a, 16-bit stride-1 grad_weight of wide layers (C_in and C_out per group 256 or more, at
     least 8e9 MACs) takes the box tiles over grad_y copied channels-last: 128 ci x up to 256 (tap slot,

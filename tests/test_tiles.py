@@ -5,8 +5,8 @@ the CUDA kernels' tiles."""
 import pytest
 import torch
 
-from conftest import (BOX_TILE_CASES, CPU_TILE_CASES, CPU_TILE_SCALE, DTYPES, GRAD_WEIGHT_TILE_CASES, SPLIT_TILE_CASES,
-                      WIDE_TILE_CASES, assert_backward_matches_reference, assert_gradients_deterministic, quick,
+from conftest import (BOX_TILE_CASES, CHUNK_RANGE_CASES, CPU_TILE_CASES, CPU_TILE_SCALE, DTYPES, GRAD_WEIGHT_TILE_CASES,
+                      SPLIT_TILE_CASES, WIDE_TILE_CASES, assert_backward_matches_reference, assert_gradients_deterministic, quick,
                       requires_cuda)
 from torch_convt_op.planner import explain
 
@@ -91,3 +91,17 @@ def test_reduction_split(case, dtype, tf32, monkeypatch):
     assert max(plan[name].get("splits", 1) for name in ("forward", "grad_input")) > 1, plan
     x, w, b = assert_backward_matches_reference(case, dtype, "cuda", check_forward=True)
     assert_gradients_deterministic(x, w, b, case)
+
+
+@requires_cuda
+@pytest.mark.parametrize("case", CHUNK_RANGE_CASES, ids=str)
+@pytest.mark.parametrize("dtype,tf32", CUDA_MODES, ids=lambda v: str(v).removeprefix("torch."), indirect=["tf32"])
+def test_chunk_range_launches(case, dtype, tf32):
+    """Launches of chunk ranges (a weight of more than 16 MB over few tiles): 16-bit sums accumulated in
+    an fp32 slice, float ones added to out; y and the gradients against float64."""
+    plan = explain(case.n, case.c_in, case.c_out, case.k, case.l_in, case.stride, case.padding, case.output_padding,
+                   case.dilation, case.groups, dtype=dtype, tf32=tf32, device="cuda")
+    for name in ("forward", "grad_input"):
+        assert plan[name]["launch_chunks"] < plan[name]["chunks"], plan[name]
+        assert plan[name]["float_sums"] == (dtype.itemsize == 2), plan[name]
+    assert_backward_matches_reference(case, dtype, "cuda", check_forward=True)

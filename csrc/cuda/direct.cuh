@@ -301,7 +301,8 @@ inline int sum_slice_warps(int64_t slices) {
 template <typename T, typename acc_t, int kSliceWarps>
 __global__ void __launch_bounds__(32 * kSumWarps)
     sum_slices_kernel(const acc_t* __restrict__ partial, const T* __restrict__ bias, T* __restrict__ out, int64_t elements,
-                      int64_t slices, int64_t length, int64_t channels) {
+                      int64_t slices, int64_t length, int64_t channels, const int* gate) {
+  if (gate != nullptr && *gate == 0) return;  // (Launch::gate: the slices of a gated GEMM)
   __shared__ acc_t warp_sums[kSumWarps][32];
   constexpr int kBlockElements = 32 * (kSumWarps / kSliceWarps);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;

@@ -144,7 +144,7 @@ void launch_sum_slices(const acc_type<scalar_t>* partial, scalar_t* out, int64_t
     constexpr int kSliceWarps = decltype(slice_warps)::value;
     sum_slices_kernel<scalar_t, acc_type<scalar_t>, kSliceWarps>
         <<<grid_size(elements, 32 * (kSumWarps / kSliceWarps), launch), 32 * kSumWarps, 0, launch.stream>>>(partial, bias, out, elements,
-                                                                                                         slices, length, channels);
+                                                                                                         slices, length, channels, launch.gate);
   };
   switch (sum_slice_warps(slices)) {
     case 1: run(std::integral_constant<int, 1>{}); break;

@@ -232,13 +232,16 @@ struct ImplicitGemmEpilogue : ImplicitGemmOutput<T, kBlockMOf<kWarpTilesM, kWarp
     }
   }
 
-  // A split part's sums (GemmPlan::splits; warp tiles with direct stores only: set_splits) to its
-  // slice of the fp32 split sums, out's layout, without the bias (the second kernel adds it)
+  // A part's sums (GemmPlan::float_sums; warp tiles with direct stores only: sums_in_slices) to its
+  // fp32 slice, out's layout, without the bias (the second kernel adds it); a launch after the first
+  // of chunk ranges adds them to the slice's
   __device__ __forceinline__ void store_split(const GemmTile& tile, int out_phase, int split, const Accumulators& acc) const {
     if constexpr (!kWarpgroups) {
       const int phase = p.out_phase_value[out_phase];
       const int columns = p.out_length > phase ? (p.out_length - phase + p.out_step - 1) / p.out_step : 0;
       float* const slice = p.split_sums + int64_t(split) * p.batch * p.groups * p.rows_per_group * p.out_length;
+      const bool accumulate = p.first_chunk > 0;
+      auto store_sum = [accumulate](float* sum, float value) { *sum = accumulate ? *sum + value : value; };
 #pragma unroll
       for (int mt = 0; mt < kWarpTilesM; ++mt)
 #pragma unroll
@@ -249,8 +252,8 @@ struct ImplicitGemmEpilogue : ImplicitGemmOutput<T, kBlockMOf<kWarpTilesM, kWarp
 #pragma unroll
           for (int nt = 0; nt < kWarpTilesN; ++nt) {
             const int col = tile.col_tile * kBlockN + warp_col + nt * 8 + 2 * (lane % 4);
-            if (col < columns) row_sums[int64_t(col) * p.out_step] = acc[mt][nt].value(half * 2);
-            if (col + 1 < columns) row_sums[int64_t(col + 1) * p.out_step] = acc[mt][nt].value(half * 2 + 1);
+            if (col < columns) store_sum(row_sums + int64_t(col) * p.out_step, acc[mt][nt].value(half * 2));
+            if (col + 1 < columns) store_sum(row_sums + int64_t(col + 1) * p.out_step, acc[mt][nt].value(half * 2 + 1));
           }
         }
     }

@@ -37,8 +37,8 @@ auto as_cuda(scalar_t* pointer) {
                                              cuda_type<scalar_t>>*>(pointer);
 }
 
-// The kernels' parameters: the plan, its dividers, `in`'s tensor map (tensor_rows) and the split sums
-// (splits > 1)
+// The kernels' parameters: the plan, its dividers, `in`'s tensor map (tensor_rows) and the fp32 slices
+// (float_sums)
 inline GemmProblem make_gemm_problem(const GemmPlan& plan, const CUtensorMap* in_map, const int* gate = nullptr,
                                      float* split_sums = nullptr) {
   GemmProblem g{};
@@ -110,8 +110,8 @@ void launch_implicit_gemm(const GemmPlan& plan, const scalar_t* in, const uint32
   using T = cuda_type<scalar_t>;
   const GemmProblem g = make_gemm_problem(plan, nullptr, launch.gate, split_sums);
   TORCH_INTERNAL_ASSERT(kGemmTileShapes[plan.tile_shape].family == kFamily, "convt: a tile shape of another family");
-  TORCH_INTERNAL_ASSERT(plan.splits == 1 || (kFamily == GemmFamily::kWarpTiles && split_sums != nullptr && launch.gate == nullptr),
-                        "convt: a reduction split off the warp tiles, ungated, with its sums");
+  TORCH_INTERNAL_ASSERT(!plan.float_sums || (kFamily == GemmFamily::kWarpTiles && split_sums != nullptr),
+                        "convt: fp32 sums off the warp tiles, or without their slices");
   with_tile_shape(plan.tile_shape, [&](auto shape_index) {
     constexpr GemmTileShape kShape = kGemmTileShapes[decltype(shape_index)::value];
     constexpr int kWarpsM = 256 / kShape.block_n, kWarpTilesM = kShape.block_m / (16 * kWarpsM);

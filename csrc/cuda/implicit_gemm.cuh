@@ -176,7 +176,7 @@ __global__ void __launch_bounds__(kGemmThreads, kMath == Math::k3xTF32 ? 1 : 2) 
       const GemmStep step(step_index, p);
       mainloop.run_step(tile, step, loader.w_s(buffer), loader.x_s(buffer), acc, wg);
       if (phase_ends) {
-        if (p.splits > 1) {
+        if (p.float_sums) {
           epilogue.store_split(tile, step.out_phase, scheduler.split_of(part), acc);
         } else {
           epilogue.store_phase(tile, step.out_phase, acc, wg);

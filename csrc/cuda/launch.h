@@ -36,7 +36,7 @@ struct Launch {
 template <typename scalar_t, Math kMath>
 void pack_gemm_weight(const GemmPlan& plan, const GemmWeight& weight, const scalar_t* w, uint32_t* packed, Launch launch);
 // implicit_gemm_kernel: kGemmTileShapes of the warp or the warpgroup family; split_sums: the fp32
-// slices of a reduction split (plan.splits > 1: split_sums_bytes), which launch_sum_slices then adds
+// slices where plan.float_sums (split_sums_bytes), which launch_sum_slices then adds
 template <typename scalar_t, Math kMath, GemmFamily kFamily>
 void launch_implicit_gemm(const GemmPlan& plan, const scalar_t* in, const uint32_t* packed_w, const scalar_t* bias,
                           scalar_t* out, float* split_sums, Launch launch);
@@ -100,7 +100,7 @@ void launch_flag_nonfinite_x(const ConvTParams& p, const scalar_t* x, int* nonfi
 template <typename scalar_t>
 void launch_grad_y_row_sums(const ConvTParams& p, const scalar_t* grad_y, acc_type<scalar_t>* row_sums, Launch launch);
 // out[e] = the sum over s of partial[s][e], in order of s (deterministic), plus bias[(e / length) mod
-// channels] where bias is not null (out as (N, channels, length))
+// channels] where bias is not null (out as (N, channels, length)); nothing where launch.gate is set and 0
 template <typename scalar_t>
 void launch_sum_slices(const acc_type<scalar_t>* partial, scalar_t* out, int64_t elements, int64_t slices, Launch launch,
                        const scalar_t* bias = nullptr, int64_t length = 1, int64_t channels = 1);

@@ -246,22 +246,24 @@ void run_gemm(const GemmPlan& gemm, const GemmWeight& weight, const at::Tensor& 
   // the packed weight of one launch at a time (row_tile_range or chunk_range), within
   // kMaxPackedWeightBytes. Launches after the first of a chunk split store their sums, without the
   // bias, into `partial` (out's shape; zero where no launch stores) and add it to out: the kernels'
-  // epilogues only ever store (a float out: one rounding a launch)
+  // epilogues only ever store (a float out: one rounding a launch). A plan with float_sums stores its
+  // parts' sums into fp32 slices of out's shape instead (a later chunk range's launch adds to them),
+  // which sum_slices then adds in order with the bias (docs/design.md §3.8).
   const int launch_row_tiles = gemm.launch_row_tiles, launch_chunks = gemm.launch_chunks;
+  const bool float_sums = gemm.float_sums;
   TORCH_INTERNAL_ASSERT(launch_row_tiles >= 1 && launch_chunks >= 1, "convt: a GEMM plan without its launches (plan_gemm sets them)");
-  TORCH_INTERNAL_ASSERT(launch_chunks == gemm.chunks || (launch_row_tiles == gemm.row_tiles && out.element_size() == 4),
-                        "convt: a chunk split of a float output over every row tile");
+  TORCH_INTERNAL_ASSERT(launch_chunks == gemm.chunks || (launch_row_tiles == gemm.row_tiles && (out.element_size() == 4 || float_sums)),
+                        "convt: a chunk split of a float output, or into fp32 slices, over every row tile");
   TORCH_INTERNAL_ASSERT(!packed_once.defined() || (launch_row_tiles == gemm.row_tiles && launch_chunks == gemm.chunks),
                         "convt: a weight packed once for a plan of several launches");
+  TORCH_INTERNAL_ASSERT(!float_sums || (launch_row_tiles == gemm.row_tiles && (gemm.splits == 1 || launch_chunks == gemm.chunks) &&
+                                        gemm.batch * gemm.groups * gemm.rows_per_group * gemm.out_length == out.numel()),
+                        "convt: fp32 slices over row ranges, split over chunk ranges, or of another output");
   const at::Tensor packed =
       packed_once.defined() ? packed_once : at::empty({packed_weight_words(first_launch(gemm))}, w.options().dtype(at::kInt));
-  const at::Tensor partial = launch_chunks < gemm.chunks ? at::zeros_like(out) : at::Tensor();
-  // a reduction split's fp32 slices (one launch: set_splits), added in order with the bias by sum_slices
-  TORCH_INTERNAL_ASSERT(gemm.splits == 1 || (launch_row_tiles == gemm.row_tiles && launch_chunks == gemm.chunks && gemm.batch * gemm.groups * gemm.rows_per_group *
-                                                                          gemm.out_length == out.numel()),
-                        "convt: a reduction split over several launches, or of another output");
-  const at::Tensor split_sums = gemm.splits > 1 ? at::empty({split_sums_bytes(gemm) / 4}, out.options().dtype(at::kFloat)) : at::Tensor();
-  float* split_data = gemm.splits > 1 ? split_sums.data_ptr<float>() : nullptr;
+  const at::Tensor partial = launch_chunks < gemm.chunks && !float_sums ? at::zeros_like(out) : at::Tensor();
+  const at::Tensor slices = float_sums ? at::empty({split_sums_bytes(gemm) / 4}, out.options().dtype(at::kFloat)) : at::Tensor();
+  float* slices_data = float_sums ? slices.data_ptr<float>() : nullptr;
   auto* packed_w = reinterpret_cast<uint32_t*>(packed.data_ptr());
   std::vector<GemmPlan> launches;
   for (int first = 0; first < gemm.row_tiles; first += launch_row_tiles)
@@ -273,9 +275,9 @@ void run_gemm(const GemmPlan& gemm, const GemmWeight& weight, const at::Tensor& 
     constexpr Math kMath = decltype(math_mode)::value;
     const scalar_t* in_data = data_of<scalar_t>(in);
     for (const GemmPlan& part : launches) {
-      const bool later_chunks = part.first_chunk > 0;
+      const bool later_chunks = part.first_chunk > 0, into_partial = later_chunks && !float_sums;
       const scalar_t* bias_data = later_chunks ? nullptr : data_of<scalar_t>(bias);
-      scalar_t* out_data = later_chunks ? data_of<scalar_t>(partial) : data_of<scalar_t>(out);
+      scalar_t* out_data = into_partial ? data_of<scalar_t>(partial) : data_of<scalar_t>(out);
       if (!packed_once.defined()) pack_gemm_weight<scalar_t, kMath>(part, weight, data_of<scalar_t>(w), packed_w, launch);
       switch (kGemmTileShapes[part.tile_shape].family) {
         case GemmFamily::kPipelined: {
@@ -295,18 +297,18 @@ void run_gemm(const GemmPlan& gemm, const GemmWeight& weight, const at::Tensor& 
         }
         case GemmFamily::kWarpgroupTiles:
           launch_implicit_gemm<scalar_t, kMath, GemmFamily::kWarpgroupTiles>(part, in_data, packed_w, bias_data, out_data,
-                                                                             split_data, launch);
+                                                                             slices_data, launch);
           break;
         case GemmFamily::kWarpTiles:
-          launch_implicit_gemm<scalar_t, kMath, GemmFamily::kWarpTiles>(part, in_data, packed_w, bias_data, out_data, split_data,
+          launch_implicit_gemm<scalar_t, kMath, GemmFamily::kWarpTiles>(part, in_data, packed_w, bias_data, out_data, slices_data,
                                                                         launch);
           break;
       }
-      if (later_chunks) out.add_(partial);
-      if (part.splits > 1) {
-        launch_sum_slices<scalar_t>(split_data, data_of<scalar_t>(out), out.numel(), part.splits, launch, bias_data,
-                                    part.out_length, part.groups * part.rows_per_group);
-      }
+      if (into_partial) out.add_(partial);
+    }
+    if (float_sums) {
+      launch_sum_slices<scalar_t>(slices_data, data_of<scalar_t>(out), out.numel(), gemm.splits, launch, data_of<scalar_t>(bias),
+                                  gemm.out_length, gemm.groups * gemm.rows_per_group);
     }
   });
 }
