@@ -273,14 +273,16 @@ CONVT_TARGET void gemm_blocks(int64_t rows, int64_t cols, int64_t depth, const f
       for (int64_t j = 0; j < cols; j += step) run(kc, a_block, panel, b_steps, column + j, c + j, ldc, add);
       continue;
     }
-    // Where several panels read a column step's B block (kc rows x step floats), it is copied contiguous
-    // first ([kk][step]): in place, rows off 64-byte alignment span two cache lines each, and rows a
-    // multiple of 4 KB apart fall in the same L1 sets. Where B's steps are distinct rows pages apart
-    // (a weight's rows, channels' rows; not a row at each tap's shift, which stays in L1), the blocks
+    // Where several panels read a column step's B block (kc rows x step floats) whose steps are distinct
+    // rows (inner 1), it is copied contiguous first ([kk][step]): in place, rows off 64-byte alignment
+    // span two cache lines each, and rows a multiple of 4 KB apart fall in the same L1 sets. Steps that
+    // are one row at several shifts (inner > 1: a channel's taps) touch few lines, which stay in L1, so
+    // they are read in place (docs/perf/2026-11-30-cpu-b-in-place.md). Where B's steps are distinct rows
+    // pages apart (a weight's rows, channels' rows; not a row at each tap's shift), the blocks
     // of all column steps are copied at once, each row read once along its columns, for any number of
     // panels: reading 64 bytes of each of kc such rows per column step defeats the hardware prefetcher.
     const bool whole_rows = b.inner == 1 && b.outer_stride >= 1024;  // (B's steps rows pages apart)
-    const bool copy_b = rows > 12 || whole_rows;
+    const bool copy_b = (rows > 12 && b.inner == 1) || whole_rows;
     const int64_t blocks_copied = whole_rows ? (cols + step - 1) / step : 1;
     thread_local std::vector<float> b_buffer;
     if (copy_b && static_cast<int64_t>(b_buffer.size()) < blocks_copied * kDepthBlock * step + 8) {
