@@ -918,7 +918,7 @@ bool bias_first(const GemmPlan& g) {
          (pipelined && g.out_phases > 1 && g.out_phases < g.out_step);
 }
 
-int64_t split_sums_bytes(const GemmPlan& g) {
+int64_t float_sums_bytes(const GemmPlan& g) {
   return g.float_sums ? 4 * g.splits * g.batch * g.groups * g.rows_per_group * int64_t(g.out_length) : 0;
 }
 
@@ -1717,7 +1717,7 @@ std::string describe(const DataPlan& plan) {
                         {"row_tiles", g.row_tiles}, {"launch_row_tiles", g.launch_row_tiles}, {"launch_chunks", g.launch_chunks}, {"float_sums", g.float_sums}, {"splits", g.splits},
                         {"copy_batch", plan.copy_batch}, {"copy_channels_last", plan.copy_channels_last},
                         // (the x copy of a batch chunk: copy_elements elements make 16 bytes on these plans)
-                        {"workspace_bytes", 4 * packed_weight_words(first_launch(g)) + split_sums_bytes(g) +
+                        {"workspace_bytes", 4 * packed_weight_words(first_launch(g)) + float_sums_bytes(g) +
                                                 plan.copy_batch * g.in_batch_stride * (g.position_rows ? 2 : 16 / std::max(g.copy_elements, 1))},
                         {"smem_bytes", int64_t(g.smem_bytes)}});
     if (g.zero_taps) {

@@ -333,7 +333,7 @@ std::optional<GemmPlan> plan_gemm(const GemmPlan& problem, const std::optional<G
                                   Math math, const DeviceLimits& limits);
 int64_t packed_weight_words(const GemmPlan& g);
 // The fp32 slices of a plan with float_sums (0 without), within kMaxPackedWeightBytes with the packed weight
-int64_t split_sums_bytes(const GemmPlan& g);
+int64_t float_sums_bytes(const GemmPlan& g);
 // Whether the launcher writes the bias (or zero) over all of out before a plan's launches: where
 // some positions no tap reaches are stored by no kernel (merged rows of a short filter's phases
 // without a tap; a pipelined tile's unreached out phases beside several reached ones, whose

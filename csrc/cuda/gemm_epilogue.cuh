@@ -235,11 +235,11 @@ struct ImplicitGemmEpilogue : ImplicitGemmOutput<T, kBlockMOf<kWarpTilesM, kWarp
   // A part's sums (GemmPlan::float_sums; warp tiles with direct stores only: sums_in_slices) to its
   // fp32 slice, out's layout, without the bias (the second kernel adds it); a launch after the first
   // of chunk ranges adds them to the slice's
-  __device__ __forceinline__ void store_split(const GemmTile& tile, int out_phase, int split, const Accumulators& acc) const {
+  __device__ __forceinline__ void store_slice(const GemmTile& tile, int out_phase, int split, const Accumulators& acc) const {
     if constexpr (!kWarpgroups) {
       const int phase = p.out_phase_value[out_phase];
       const int columns = p.out_length > phase ? (p.out_length - phase + p.out_step - 1) / p.out_step : 0;
-      float* const slice = p.split_sums + int64_t(split) * p.batch * p.groups * p.rows_per_group * p.out_length;
+      float* const slice = p.slices + int64_t(split) * p.batch * p.groups * p.rows_per_group * p.out_length;
       const bool accumulate = p.first_chunk > 0;
       auto store_sum = [accumulate](float* sum, float value) { *sum = accumulate ? *sum + value : value; };
 #pragma unroll

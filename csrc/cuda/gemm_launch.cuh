@@ -40,11 +40,11 @@ auto as_cuda(scalar_t* pointer) {
 // The kernels' parameters: the plan, its dividers, `in`'s tensor map (tensor_rows) and the fp32 slices
 // (float_sums)
 inline GemmProblem make_gemm_problem(const GemmPlan& plan, const CUtensorMap* in_map, const int* gate = nullptr,
-                                     float* split_sums = nullptr) {
+                                     float* slices = nullptr) {
   GemmProblem g{};
   static_cast<GemmPlan&>(g) = plan;
   g.gate = gate;
-  g.split_sums = split_sums;
+  g.slices = slices;
   g.div_splits = Divider(unsigned(g.splits));
   g.div_col_tiles = Divider(unsigned(g.col_tiles));
   g.div_row_tiles = Divider(unsigned(g.row_tiles));
@@ -106,11 +106,11 @@ void pack_gemm_weight(const GemmPlan& plan, const GemmWeight& weight, const scal
 // sit at offsets
 template <typename scalar_t, Math kMath, GemmFamily kFamily>
 void launch_implicit_gemm(const GemmPlan& plan, const scalar_t* in, const uint32_t* packed_w, const scalar_t* bias,
-                          scalar_t* out, float* split_sums, Launch launch) {
+                          scalar_t* out, float* slices, Launch launch) {
   using T = cuda_type<scalar_t>;
-  const GemmProblem g = make_gemm_problem(plan, nullptr, launch.gate, split_sums);
+  const GemmProblem g = make_gemm_problem(plan, nullptr, launch.gate, slices);
   TORCH_INTERNAL_ASSERT(kGemmTileShapes[plan.tile_shape].family == kFamily, "convt: a tile shape of another family");
-  TORCH_INTERNAL_ASSERT(!plan.float_sums || (kFamily == GemmFamily::kWarpTiles && split_sums != nullptr),
+  TORCH_INTERNAL_ASSERT(!plan.float_sums || (kFamily == GemmFamily::kWarpTiles && slices != nullptr),
                         "convt: fp32 sums off the warp tiles, or without their slices");
   with_tile_shape(plan.tile_shape, [&](auto shape_index) {
     constexpr GemmTileShape kShape = kGemmTileShapes[decltype(shape_index)::value];

@@ -13,7 +13,7 @@
 //   ImplicitGemmLoader    gemm_loader.cuh     a step's x window and weight slots -> shared, cp.async,
 //                                             double-buffered (the weight resident where it fits)
 //   ImplicitGemmMainloop  gemm_mainloop.cuh   mma.sync warp tiles, or wgmma warpgroup tiles (WarpgroupMma)
-//   ImplicitGemmEpilogue  gemm_epilogue.cuh   per out_phase to y_s or out (a split part: to its
+//   ImplicitGemmEpilogue  gemm_epilogue.cuh   per out_phase to y_s or out (float_sums: to an
 //                                             fp32 slice, §3.8), per tile y_s -> out
 // pack_gemm_weight_kernel packs A once per call into the layout the MMA reads.
 #pragma once
@@ -177,7 +177,7 @@ __global__ void __launch_bounds__(kGemmThreads, kMath == Math::k3xTF32 ? 1 : 2) 
       mainloop.run_step(tile, step, loader.w_s(buffer), loader.x_s(buffer), acc, wg);
       if (phase_ends) {
         if (p.float_sums) {
-          epilogue.store_split(tile, step.out_phase, scheduler.split_of(part), acc);
+          epilogue.store_slice(tile, step.out_phase, scheduler.split_of(part), acc);
         } else {
           epilogue.store_phase(tile, step.out_phase, acc, wg);
         }

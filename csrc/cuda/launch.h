@@ -35,11 +35,11 @@ struct Launch {
 // Packs A into the mma fragment order of the plan's tiles: packed_weight_words(plan) words.
 template <typename scalar_t, Math kMath>
 void pack_gemm_weight(const GemmPlan& plan, const GemmWeight& weight, const scalar_t* w, uint32_t* packed, Launch launch);
-// implicit_gemm_kernel: kGemmTileShapes of the warp or the warpgroup family; split_sums: the fp32
-// slices where plan.float_sums (split_sums_bytes), which launch_sum_slices then adds
+// implicit_gemm_kernel: kGemmTileShapes of the warp or the warpgroup family; slices: the fp32
+// slices where plan.float_sums (float_sums_bytes), which launch_sum_slices then adds
 template <typename scalar_t, Math kMath, GemmFamily kFamily>
 void launch_implicit_gemm(const GemmPlan& plan, const scalar_t* in, const uint32_t* packed_w, const scalar_t* bias,
-                          scalar_t* out, float* split_sums, Launch launch);
+                          scalar_t* out, float* slices, Launch launch);
 // pipelined_gemm_kernel: the pipelined family; in_map: `in` as a tensor map where plan.tensor_rows;
 // kForm: pipeline_form(plan) (pipelined_gemm.cuh; no kPhasePair in 3xTF32)
 template <typename scalar_t, Math kMath, PipelineForm kForm>

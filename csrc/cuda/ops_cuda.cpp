@@ -262,7 +262,7 @@ void run_gemm(const GemmPlan& gemm, const GemmWeight& weight, const at::Tensor& 
   const at::Tensor packed =
       packed_once.defined() ? packed_once : at::empty({packed_weight_words(first_launch(gemm))}, w.options().dtype(at::kInt));
   const at::Tensor partial = launch_chunks < gemm.chunks && !float_sums ? at::zeros_like(out) : at::Tensor();
-  const at::Tensor slices = float_sums ? at::empty({split_sums_bytes(gemm) / 4}, out.options().dtype(at::kFloat)) : at::Tensor();
+  const at::Tensor slices = float_sums ? at::empty({float_sums_bytes(gemm) / 4}, out.options().dtype(at::kFloat)) : at::Tensor();
   float* slices_data = float_sums ? slices.data_ptr<float>() : nullptr;
   auto* packed_w = reinterpret_cast<uint32_t*>(packed.data_ptr());
   std::vector<GemmPlan> launches;
