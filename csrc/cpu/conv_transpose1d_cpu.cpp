@@ -785,7 +785,8 @@ void forward_avx2_streamed(const float* x, const float* w, const float* bias, fl
     const int64_t units = p.groups * blocks * (by_batch ? (n1 - n0) * segments : 1);
     parallel(units, double(n1 - n0) * p.in_channels * p.out_channels_per_group * p.kernel_size * p.length_in,
              [&](int64_t begin, int64_t end) {
-      std::vector<float> tile(kStreamedPositions * avx2::round_up_columns(channels * K, 1)), tail;
+      // (a tile: the rows of a gemm call at its widest width, column steps of the panel it runs)
+      std::vector<float> tile(kStreamedPositions * avx2::round_up_columns(channels * K, panel)), tail;
       for (int64_t task = begin; task < end; ++task) {
         int64_t rest = task;
         const int64_t q = by_batch ? rest % segments : 0;
