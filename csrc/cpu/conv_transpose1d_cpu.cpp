@@ -758,6 +758,8 @@ void pack_x_transposed(Jobs& jobs, const float* x, const ConvTParams& p, int64_t
   }
 }
 
+constexpr int64_t kCol2imChannels = 32;  // (forward_avx2_streamed's col2im)
+
 void forward_avx2_streamed(const float* x, const float* w, const float* bias, float* y, const ConvTParams& p) {
   const int64_t Cig = p.in_channels_per_group, Cog = p.out_channels_per_group, K = p.kernel_size, R = Cog * K;
   const int64_t span = (K - 1) * p.dilation;
@@ -824,16 +826,21 @@ void forward_avx2_streamed(const float* x, const float* w, const float* bias, fl
           const int64_t rows = std::min(kStreamedPositions, last - r0);
           avx2::gemm(rows, cols, Cig, packed + g * group_size + r0 * Cig, panel, panel * Cig, b_rows, 0, tile.data(), width,
                      false);
-          for (int64_t r = std::max<int64_t>(0, first - r0); r < rows; ++r) {
-            const float* z = tile.data() + r * width;
-            const int64_t n = n0 + (r0 + r) / p.length_in, i = (r0 + r) % p.length_in;
-            const int64_t origin = i * p.stride - p.padding;
-            float* y_rows = y + (n * p.out_channels + g * Cog + co0) * p.length_out;
-            for (int64_t k = 0; k < K; ++k) {
-              const int64_t j = origin + k * p.dilation;
-              if (j < j0 || j >= j1) continue;
-              float* out = y_rows + j;
-              for (int64_t c = 0; c < count; ++c) out[c * p.length_out] += z[c * K + k];
+          // col2im by blocks of kCol2imChannels output channels: a block's y lines stay in L1 across the
+          // tile's consecutive positions (every channel at once, each add would touch a line of its own)
+          for (int64_t c0 = 0; c0 < count; c0 += kCol2imChannels) {
+            const int64_t c1 = std::min(count, c0 + kCol2imChannels);
+            for (int64_t r = std::max<int64_t>(0, first - r0); r < rows; ++r) {
+              const float* z = tile.data() + r * width;
+              const int64_t n = n0 + (r0 + r) / p.length_in, i = (r0 + r) % p.length_in;
+              const int64_t origin = i * p.stride - p.padding;
+              float* y_rows = y + (n * p.out_channels + g * Cog + co0) * p.length_out;
+              for (int64_t k = 0; k < K; ++k) {
+                const int64_t j = origin + k * p.dilation;
+                if (j < j0 || j >= j1) continue;
+                float* out = y_rows + j;
+                for (int64_t c = c0; c < c1; ++c) out[c * p.length_out] += z[c * K + k];
+              }
             }
           }
         }
