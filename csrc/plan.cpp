@@ -392,7 +392,8 @@ void set_splits(GemmPlan& g, Math math, const DeviceLimits& limits) {
   for (int split_steps = phase_steps - 1; split_steps >= 1; --split_steps) {
     const int64_t splits = (phase_steps + split_steps - 1) / split_steps;
     if (splits * slice_bytes > room || g.parts * splits >= kGemmIndexLimit) break;
-    if (time(split_steps) < best_time) best_steps = split_steps, best_time = time(split_steps);
+    const double split_time = time(split_steps);
+    if (split_time < best_time) best_steps = split_steps, best_time = split_time;
   }
   if (best_steps == phase_steps) return;
   g.float_sums = true;
@@ -919,7 +920,7 @@ bool bias_first(const GemmPlan& g) {
 }
 
 int64_t float_sums_bytes(const GemmPlan& g) {
-  return g.float_sums ? 4 * g.splits * g.batch * g.groups * g.rows_per_group * int64_t(g.out_length) : 0;
+  return g.float_sums ? 4 * g.splits * out_elements(g) : 0;
 }
 
 int64_t packed_weight_words(const GemmPlan& g) {

@@ -18,6 +18,12 @@ CPU_MODES = [(torch.float64, False), (torch.float32, False)]
 ALL_CPU_MODES = [(dtype, False) for dtype in DTYPES]
 
 
+def _cuda_plans(case, dtype, tf32):
+    """The planner's choice for a case on this GPU (torch_convt_op.planner.explain)."""
+    return explain(case.n, case.c_in, case.c_out, case.k, case.l_in, case.stride, case.padding, case.output_padding,
+                   case.dilation, case.groups, dtype=dtype, tf32=tf32, device="cuda")
+
+
 def _mode_id(device, dtype, tf32):
     name = str(dtype).removeprefix("torch.")
     if device == "cuda" and dtype == torch.float32:
@@ -71,8 +77,7 @@ def test_grad_weight_box_tiles(case, dtype, tf32, monkeypatch):
     """The box tiles (forced on: CONVT_GRAD_WEIGHT_BOXES=always) on an H100 or H200 in 16-bit, against
     float64, deterministic; float32 on the kernels it plans."""
     monkeypatch.setenv("CONVT_GRAD_WEIGHT_BOXES", "always")
-    plan = explain(case.n, case.c_in, case.c_out, case.k, case.l_in, case.stride, case.padding, case.output_padding,
-                   case.dilation, case.groups, dtype=dtype, tf32=tf32, device="cuda")["grad_weight"]
+    plan = _cuda_plans(case, dtype, tf32)["grad_weight"]
     if torch.cuda.get_device_capability() == (9, 0) and dtype != torch.float32:
         assert plan["kernel"] == "grad_weight_boxes", plan
     x, w, b = assert_backward_matches_reference(case, dtype, "cuda")
@@ -86,8 +91,7 @@ def test_reduction_split(case, dtype, tf32, monkeypatch):
     """The reduction split (forced on: CONVT_GEMM_SPLITS=always) of the forward and grad_input in every
     math mode: y and the gradients against float64, deterministic."""
     monkeypatch.setenv("CONVT_GEMM_SPLITS", "always")
-    plan = explain(case.n, case.c_in, case.c_out, case.k, case.l_in, case.stride, case.padding, case.output_padding,
-                   case.dilation, case.groups, dtype=dtype, tf32=tf32, device="cuda")
+    plan = _cuda_plans(case, dtype, tf32)
     assert max(plan[name].get("splits", 1) for name in ("forward", "grad_input")) > 1, plan
     x, w, b = assert_backward_matches_reference(case, dtype, "cuda", check_forward=True)
     assert_gradients_deterministic(x, w, b, case)
@@ -99,8 +103,7 @@ def test_reduction_split(case, dtype, tf32, monkeypatch):
 def test_chunk_range_launches(case, dtype, tf32):
     """Launches of chunk ranges (a weight of more than 16 MB over few tiles): 16-bit sums accumulated in
     an fp32 slice, float ones added to out; y and the gradients against float64."""
-    plan = explain(case.n, case.c_in, case.c_out, case.k, case.l_in, case.stride, case.padding, case.output_padding,
-                   case.dilation, case.groups, dtype=dtype, tf32=tf32, device="cuda")
+    plan = _cuda_plans(case, dtype, tf32)
     for name in ("forward", "grad_input"):
         assert plan[name]["launch_chunks"] < plan[name]["chunks"], plan[name]
         assert plan[name]["float_sums"] == (dtype.itemsize == 2), plan[name]

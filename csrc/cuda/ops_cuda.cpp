@@ -257,7 +257,7 @@ void run_gemm(const GemmPlan& gemm, const GemmWeight& weight, const at::Tensor& 
   TORCH_INTERNAL_ASSERT(!packed_once.defined() || (launch_row_tiles == gemm.row_tiles && launch_chunks == gemm.chunks),
                         "convt: a weight packed once for a plan of several launches");
   TORCH_INTERNAL_ASSERT(!float_sums || (launch_row_tiles == gemm.row_tiles && (gemm.splits == 1 || launch_chunks == gemm.chunks) &&
-                                        gemm.batch * gemm.groups * gemm.rows_per_group * gemm.out_length == out.numel()),
+                                        float_sums_bytes(gemm) == 4 * gemm.splits * out.numel()),
                         "convt: fp32 slices over row ranges, split over chunk ranges, or of another output");
   const at::Tensor packed =
       packed_once.defined() ? packed_once : at::empty({packed_weight_words(first_launch(gemm))}, w.options().dtype(at::kInt));
