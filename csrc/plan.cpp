@@ -1194,6 +1194,30 @@ double padded_mma_work(const WeightGradPlan& g) {
   return double(g.groups) * g.ci_tiles * g.block_ci * g.co_tiles * g.block_co * g.taps * g.items;
 }
 
+// A grad_weight plan's time in padded_mma_work's units (an item's MACs over its kGradWPositions
+// positions): its MMA work plus its tiles' reads (a tile stages its ci rows of x and co rows of
+// grad_y for each item, each tap group again), an element read from L2 kGradWReadElementMacs, and
+// on unpipelined tiles kGradWUnpipelinedPace times that (their threads stage each item and wait on
+// it). Fitted on an H200 to 26 narrow-output, grouped and long-filter layers timed with and without
+// grad_y unrolled (docs/perf/2026-11-30-grad-weight-unrolled.md).
+constexpr double kGradWReadElementMacs = kCopyElementMacs / 4.0;  // (L2 about twice HBM's bandwidth; a copy passes HBM twice)
+constexpr double kGradWUnpipelinedPace = 2;
+constexpr double kUnrolledMargin = 1.1;  // (the fit's close call: 9,557,499,9,121,s6 at 1.05x the model's time, 1.1-1.4x slower)
+double grad_weight_time(const WeightGradPlan& g) {
+  const double work = padded_mma_work(g) + kGradWReadElementMacs * double(g.tiles) * g.items * (g.block_ci + g.block_co);
+  return g.stages > 0 ? work : kGradWUnpipelinedPace * work;
+}
+
+// The copy of grad_y that a grad_weight plan reads (deinterleaved or unrolled) in the same units:
+// kCopyElementMacs a copied element. (Copies of x in aligned rows are left out: the pipelined plans
+// of both sides take the same one.)
+double grad_y_copy_time(const ConvTParams& p, bool deinterleaved, bool unrolled) {
+  double elements = 0;
+  if (deinterleaved) elements += double(p.batch) * p.out_channels * deinterleaved_phases(p) * deinterleaved_row_length(p);
+  if (unrolled) elements += double(p.batch) * p.out_channels * p.kernel_size * unrolled_row_length(p);
+  return double(kCopyElementMacs) * elements / kGradWPositions;
+}
+
 }  // namespace
 
 // ---- grad_weight by box tiles (docs/design.md §5.7) ---------------------------------------------------
@@ -1539,6 +1563,10 @@ constexpr int64_t kBoxLeastChannels = 256;
 // tiles' small cases with `always`.
 PlanOverride grad_weight_boxes_override() { return read_plan_override("CONVT_GRAD_WEIGHT_BOXES"); }
 
+// CONVT_GRAD_WEIGHT_UNROLLED: grad_weight over grad_y unrolled by taps (§5.6) wherever it plans, or
+// nowhere (read_plan_override), else as the work model has it. Read at every plan.
+PlanOverride grad_weight_unrolled_override() { return read_plan_override("CONVT_GRAD_WEIGHT_UNROLLED"); }
+
 // The box tiles over x (aligned where it has no tensor map) and grad_y copied channels-last, for a
 // stride-1 problem: the plan, or nullopt
 std::optional<WeightGradPlan> plan_boxes_over_copies(const ConvTParams& p, const TensorFacts& x, const TensorFacts& grad_y,
@@ -1619,20 +1647,24 @@ WeightPlan plan_grad_weight_pass(const ConvTParams& p, const TensorFacts& x, con
       weight.problem = q;
     }
   }
-  // Else over grad_y unrolled by taps (§5.6) where that at least halves the MMA work, padding and
-  // the copy included: narrow outputs with several taps, whose tiles' padded channels then take the
-  // taps (any stride and dilation); x aligned where that makes it pipelined
-  if (gemm && unrolls(p, grad_y.element_size)) {
-    // (padded_mma_work counts items of kGradWPositions positions)
-    const double copy_work =
-        double(kCopyElementMacs) * p.batch * p.out_channels * p.kernel_size * unrolled_row_length(p) / kGradWPositions;
+  // Else over grad_y unrolled by taps (§5.6) where that takes at most 1 / kUnrolledMargin of the
+  // time (grad_weight_time, the copies included): narrow outputs with several taps, whose tiles' padded
+  // channels then take the taps and whose tap groups stop staging x again each (any stride and
+  // dilation); x aligned where that makes it pipelined. Not merged plans, whose tiles hold the phases
+  // of a few co (all six measured lost 1.1-2.8x unrolled)
+  const PlanOverride unrolled = grad_weight_unrolled_override();
+  if (gemm && (!gemm->merged || unrolled == PlanOverride::kAlways) && unrolls(p, grad_y.element_size) &&
+      unrolled != PlanOverride::kNever) {
+    const double current_time = grad_weight_time(*gemm) + grad_y_copy_time(p, weight.deinterleaved_grad_y, false);
     const bool can_pipeline = one_pass && limits.wgmma && limits.tma;
     std::optional<WeightGradPlan> best;
     for (const bool align : {false, true}) {
       if (align && (!can_pipeline || (best && best->stages > 0))) continue;
       const ConvTParams q = grad_weight_over_unrolled(p, x.element_size, align);
       const auto over = plan_on(q, align ? copy_facts(x.element_size) : x, copy_facts(grad_y.element_size), /*q_bias=*/false);
-      if (over && (!align || over->stages > 0) && 2 * (padded_mma_work(*over) + copy_work) <= padded_mma_work(*gemm)) {
+      if (over && (!align || over->stages > 0) &&
+          (unrolled == PlanOverride::kAlways ||
+           kUnrolledMargin * (grad_weight_time(*over) + grad_y_copy_time(p, false, true)) <= current_time)) {
         best = over;
         weight.aligned_x = align, weight.deinterleaved_grad_y = false;
         weight.unrolled_grad_y = true;
@@ -1745,7 +1777,8 @@ std::string describe(const WeightPlan& plan) {
     text += key_values({{"aligned_x", plan.aligned_x}, {"deinterleaved_grad_y", plan.deinterleaved_grad_y},
                         {"unrolled_grad_y", plan.unrolled_grad_y}, {"block_ci", g.block_ci}, {"block_co", g.block_co}, {"group_taps", g.group_taps},
                         {"tap_groups", g.tap_groups}, {"merged", g.merged}, {"stages", g.stages}, {"slices", g.slices},
-                        {"tiles", g.tiles}, {"sums_bias", g.sums_bias}, {"smem_bytes", int64_t(g.smem_bytes)}});
+                        {"tiles", g.tiles}, {"items", g.items}, {"taps", g.taps}, {"sums_bias", g.sums_bias},
+                        {"smem_bytes", int64_t(g.smem_bytes)}});
   } else if (plan.kernel == Kernel::kDepthwise) {
     text += key_values({{"slices", plan.depthwise_slices}});
   }

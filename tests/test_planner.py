@@ -493,7 +493,9 @@ def test_grad_weight_runs_pipelined_over_copies(monkeypatch):
 def test_narrow_outputs_grad_weight_over_grad_y_deinterleaved(card, dtype, tf32):
     """Where grad_y deinterleaved takes less MMA work, padding included, grad_weight runs over it on
     any kernel: a narrow output's tile pads its channels to 32, which the phases then fill, with
-    ceil(K / stride) taps instead of K. A wide output pads nothing and keeps its own plan."""
+    ceil(K / stride) taps instead of K; or over grad_y unrolled by taps where that takes less time
+    still (a tap a row: half the MMA work of 2 or 4 deinterleaved taps). A wide output pads nothing
+    and keeps its own plan."""
     for shape in ((10, 768, 1, 16, 104445, 8, 4, 0, 1, 1), (1, 1024, 3, 3, 976562, 4, 0, 1, 1, 1),
                   (2, 128, 2, 16, 297665, 4, 6, 0, 1, 1)):  # 2, 1 and 4 taps: one tap group, not one a phase
         plan = plans(shape, dtype, tf32, card)
@@ -501,7 +503,9 @@ def test_narrow_outputs_grad_weight_over_grad_y_deinterleaved(card, dtype, tf32)
         if card == "h100" and not (dtype == torch.float32 and not tf32):  # pipelined warpgroup tiles
             assert g["kernel"] == "grad_weight_wgmma" and g["stages"] > 0, g
             continue
-        assert g["deinterleaved_grad_y"] == 1 and g["tap_groups"] == 1 and plan["grad_bias"]["kernel"] == "row_sums", g
+        one_tap = shape[3] <= shape[5]  # K <= stride: one deinterleaved tap, which unrolling would not thin
+        assert g["deinterleaved_grad_y"] + g["unrolled_grad_y"] == 1 and (g["deinterleaved_grad_y"] == 1 or not one_tap), g
+        assert g["tap_groups"] == 1 and plan["grad_bias"]["kernel"] == "row_sums", g
     if card != "h100" or (dtype == torch.float32 and not tf32):  # (h100 TF32, 16-bit: pipelined over copies)
         g = plans((8, 512, 256, 7, 2000, 2, 3, 1, 1, 1), dtype, tf32, card)["grad_weight"]
         assert g["deinterleaved_grad_y"] == 0, g
@@ -551,6 +555,27 @@ def test_narrow_outputs_take_grad_weight_over_grad_y_unrolled(dtype, tf32, card)
     for shape in ((16, 1536, 512, 5, 1300, 1, 2, 0, 1, 1), (14, 256, 64, 127, 6496, 8, 122, 0, 2, 1),
                   (5, 128, 32, 90, 49875, 8, 122, 7, 3, 1), (4, 256, 1, 1, 5000, 1, 0, 0, 1, 1)):
         assert plans(shape, dtype, tf32, card)["grad_weight"].get("unrolled_grad_y", 0) == 0, shape
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_grad_weight_unrolls_where_tap_groups_restage_x(dtype, monkeypatch):
+    """grad_weight's choice of grad_y unrolled by taps weighs time, not MMA work alone: the tiles'
+    reads count, each tap group staging x again, and unpipelined tiles run at half the pace. Narrow
+    outputs whose taps spread over several tap groups (stride and dilation putting each in its own
+    phase) take the unrolled copy, one tile reading x once (measured on an H200, 4-8x faster on the
+    first three); so does a wider layer whose unrolled copy pipelines. Plans with merged phases keep
+    them, and so does a short wide layer whose unrolled tiles would come in more waves (both
+    measured slower unrolled)."""
+    for shape in ((3, 64, 3, 7, 388877, 8, 5, 0, 3, 1), (3, 64, 4, 16, 116357, 10, 18, 0, 3, 1),
+                  (9, 64, 4, 9, 337481, 1, 4, 0, 1, 1), (14, 555, 224, 12, 3355, 6, 9, 4, 3, 1)):
+        with monkeypatch.context() as env:
+            env.setenv("CONVT_GRAD_WEIGHT_UNROLLED", "never")
+            never = plans(shape, dtype, True, "h100")["grad_weight"]
+        g = plans(shape, dtype, True, "h100")["grad_weight"]
+        assert never["tap_groups"] > 1 and g["unrolled_grad_y"] == 1 and g["tap_groups"] == 1, (shape, never, g)
+    for shape in ((2, 256, 2, 32, 77818, 8, 10, 6, 1, 1), (10, 128, 1, 20, 162619, 10, 5, 0, 1, 1),
+                  (9, 557, 499, 9, 121, 6, 13, 0, 4, 1)):
+        assert plans(shape, dtype, True, "h100")["grad_weight"]["unrolled_grad_y"] == 0, shape
 
 
 def test_depthwise_forward_splits_wide_channel_multipliers():
