@@ -323,9 +323,10 @@ int64_t out_elements(const GemmPlan& g) { return g.batch * g.groups * g.rows_per
 // Chunks a launch of chunk ranges takes (GemmPlan::launch_chunks): the most within the workspace
 // bound, each over every row tile; 0 where ranges of chunks do not apply: a 16-bit out (a rounding a
 // launch) unless its sums can go to an fp32 slice (sums_in_slices, the slice within the bound too),
-// zero taps (the gate's exact plan), one chunk, or one chunk over every row tile above the bound.
+// one chunk, or one chunk over every row tile above the bound. (Zero taps too: the launches' sums
+// are whole before the gated exact plan runs over them, and a gated-off launch adds nothing.)
 int chunk_range_size(const GemmPlan& g, const TensorFacts& in) {
-  if (g.zero_taps || g.chunks == 1) return 0;
+  if (g.chunks == 1) return 0;
   if (in.element_size != 4 && (!sums_in_slices(g) || gemm_splits_override() == PlanOverride::kNever)) return 0;
   const int64_t room = kMaxPackedWeightBytes - (in.element_size != 4 ? 4 * out_elements(g) : 0);
   const int64_t chunk_bytes = 4 * packed_weight_words(g) / g.chunks;

@@ -420,6 +420,12 @@ CHUNK_RANGE_CASES = [
     Case(2, 640, 1024, 24, 60, stride=2, padding=8),    # two out phases; grad_input deinterleaved, 2 launches
 ]
 
+# Chunk ranges of plans with zero taps (the exact plan gated behind them): grad_input deinterleaved with
+# zero taps in every CUDA mode (16-bit into an fp32 slice), the TF32 forward merged with zero taps
+ZERO_TAP_CHUNK_RANGE_CASES = [
+    Case(1, 384, 384, 69, 300, stride=10, padding=27, output_padding=6),
+]
+
 
 # Input layouts (see relaid): a transposed (N, L, C) view, every other position of a longer row, rows
 # not 16-byte aligned, rows padded to a 16-byte multiple.

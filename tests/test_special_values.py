@@ -4,7 +4,7 @@ forward and backward, in every math mode (TF32 and 3xTF32 included)."""
 import pytest
 import torch
 
-from conftest import DTYPES, Case, case_id, make_inputs, ours, quick_params, reference
+from conftest import DTYPES, ZERO_TAP_CHUNK_RANGE_CASES, Case, case_id, make_inputs, ours, quick_params, reference
 from torch_convt_op.planner import explain
 
 TENSOR_CORES = [
@@ -159,6 +159,22 @@ def test_reduction_split_keeps_values_in_place(dtype, value, device, tf32, monke
     exact plan runs unsplit over the split's sums where grad_output holds Inf or NaN."""
     monkeypatch.setenv("CONVT_GEMM_SPLITS", "always")
     _assert_gradients_propagate(Case(3, 4, 600, 9, 80, stride=4, padding=3), dtype, value, device, position=7)
+
+
+@pytest.mark.parametrize(**VALUES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("tf32", [True, False], ids=["tf32", "strict"], indirect=True)
+def test_chunk_ranges_keep_values_in_place(dtype, value, device, tf32):
+    """Chunk ranges of a grad_input with zero taps (ZERO_TAP_CHUNK_RANGE_CASES), whose exact plan runs
+    over the ranges' sums where grad_output holds Inf or NaN; and of the TF32 forward where x does."""
+    if device != "cuda":
+        pytest.skip("a CUDA plan")
+    case = ZERO_TAP_CHUNK_RANGE_CASES[0]
+    _assert_gradients_propagate(case, dtype, value, device, position=7)
+    x, w, b = _inputs(case, dtype, device)
+    x = _plant(x, value, position=5)
+    expected, _ = reference(x, w, b, case)
+    assert torch.equal(_classes(ours(x, w, b, case)), _classes(expected))
 
 
 @pytest.mark.parametrize(**VALUES)

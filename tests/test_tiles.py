@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from conftest import (BOX_TILE_CASES, CHUNK_RANGE_CASES, CPU_TILE_CASES, CPU_TILE_SCALE, DTYPES, GRAD_WEIGHT_TILE_CASES,
-                      SPLIT_TILE_CASES, WIDE_TILE_CASES, assert_backward_matches_reference, assert_gradients_deterministic, quick,
-                      requires_cuda)
+                      SPLIT_TILE_CASES, WIDE_TILE_CASES, ZERO_TAP_CHUNK_RANGE_CASES, assert_backward_matches_reference,
+                      assert_gradients_deterministic, quick, requires_cuda)
 from torch_convt_op.planner import explain
 
 # Math modes, (dtype, TF32 allowed), per device. CUDA: float32 with and without TF32, and the 16-bit types.
@@ -107,4 +107,17 @@ def test_chunk_range_launches(case, dtype, tf32):
     for name in ("forward", "grad_input"):
         assert plan[name]["launch_chunks"] < plan[name]["chunks"], plan[name]
         assert plan[name]["float_sums"] == (dtype.itemsize == 2), plan[name]
+    assert_backward_matches_reference(case, dtype, "cuda", check_forward=True)
+
+
+@requires_cuda
+@pytest.mark.parametrize("case", ZERO_TAP_CHUNK_RANGE_CASES, ids=str)
+@pytest.mark.parametrize("dtype,tf32", CUDA_MODES, ids=lambda v: str(v).removeprefix("torch."), indirect=["tf32"])
+def test_chunk_range_launches_with_zero_taps(case, dtype, tf32):
+    """Chunk ranges of a plan with zero taps (a long filter at stride 10, its weight over 16 MB once
+    packed): grad_input's launches, and the TF32 forward's; y and the gradients against float64."""
+    plan = _cuda_plans(case, dtype, tf32)
+    names = ("forward", "grad_input") if dtype == torch.float32 and tf32 else ("grad_input",)
+    for name in names:
+        assert plan[name]["zero_taps"] == 1 and plan[name]["launch_chunks"] < plan[name]["chunks"], plan[name]
     assert_backward_matches_reference(case, dtype, "cuda", check_forward=True)
