@@ -1209,14 +1209,11 @@ double grad_weight_time(const WeightGradPlan& g) {
   return g.stages > 0 ? work : kGradWUnpipelinedPace * work;
 }
 
-// The copy of grad_y that a grad_weight plan reads (deinterleaved or unrolled) in the same units:
-// kCopyElementMacs a copied element. (Copies of x in aligned rows are left out: the pipelined plans
-// of both sides take the same one.)
-double grad_y_copy_time(const ConvTParams& p, bool deinterleaved, bool unrolled) {
-  double elements = 0;
-  if (deinterleaved) elements += double(p.batch) * p.out_channels * deinterleaved_phases(p) * deinterleaved_row_length(p);
-  if (unrolled) elements += double(p.batch) * p.out_channels * p.kernel_size * unrolled_row_length(p);
-  return double(kCopyElementMacs) * elements / kGradWPositions;
+// The copy of grad_y that a grad_weight problem over copies reads (q: grad_weight_over_copies'
+// deinterleaved or grad_weight_over_unrolled's, whose grad_y is that copy, contiguous) in the same
+// units: kCopyElementMacs a copied element
+double grad_y_copy_time(const ConvTParams& q) {
+  return double(kCopyElementMacs) * double(q.batch) * q.y_batch_stride / kGradWPositions;
 }
 
 }  // namespace
@@ -1656,7 +1653,7 @@ WeightPlan plan_grad_weight_pass(const ConvTParams& p, const TensorFacts& x, con
   const PlanOverride unrolled = grad_weight_unrolled_override();
   if (gemm && (!gemm->merged || unrolled == PlanOverride::kAlways) && unrolls(p, grad_y.element_size) &&
       unrolled != PlanOverride::kNever) {
-    const double current_time = grad_weight_time(*gemm) + grad_y_copy_time(p, weight.deinterleaved_grad_y, false);
+    const double current_time = grad_weight_time(*gemm) + (weight.deinterleaved_grad_y ? grad_y_copy_time(weight.problem) : 0.0);
     const bool can_pipeline = one_pass && limits.wgmma && limits.tma;
     std::optional<WeightGradPlan> best;
     for (const bool align : {false, true}) {
@@ -1665,7 +1662,7 @@ WeightPlan plan_grad_weight_pass(const ConvTParams& p, const TensorFacts& x, con
       const auto over = plan_on(q, align ? copy_facts(x.element_size) : x, copy_facts(grad_y.element_size), /*q_bias=*/false);
       if (over && (!align || over->stages > 0) &&
           (unrolled == PlanOverride::kAlways ||
-           kUnrolledMargin * (grad_weight_time(*over) + grad_y_copy_time(p, false, true)) <= current_time)) {
+           kUnrolledMargin * (grad_weight_time(*over) + grad_y_copy_time(q)) <= current_time)) {
         best = over;
         weight.aligned_x = align, weight.deinterleaved_grad_y = false;
         weight.unrolled_grad_y = true;
