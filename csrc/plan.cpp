@@ -1140,7 +1140,13 @@ std::optional<WeightGradPlan> plan_grad_weight_tiles(const ConvTParams& p, const
                          limits.smem_one_block() / stage_bytes >= 2 && x_map;
   g.block_ci = pipelined ? 2 * kWgmmaBlockCi : g.in_channels_per_group > 32 ? 64 : 32;
   g.ci_tiles = int((g.in_channels_per_group + g.block_ci - 1) / g.block_ci);
-  g.tiles = g.groups * g.ci_tiles * g.co_tiles * g.tap_groups;
+  // mma.sync tiles over small groups take several (a group's ci and co each at most half a tile's):
+  // fewer tiles, each staging only real rows, the padding of one group's tile taken by its neighbours
+  g.packed_groups = g.warpgroups ? 1
+                                 : int(std::clamp<int64_t>(std::min(g.block_ci / g.in_channels_per_group,
+                                                                    g.block_co / g.out_channels_per_group),
+                                                           1, g.groups));
+  g.tiles = (g.groups + g.packed_groups - 1) / g.packed_groups * g.ci_tiles * g.co_tiles * g.tap_groups;
   // items: chunks of the phase positions m (of the longest phase), in warpgroup tiles of the x positions
   const int64_t item_positions = g.warpgroups ? p.length_in : phase_length(0, p.length_out, p.stride);
   g.chunks_per_row = (item_positions + kGradWPositions - 1) / kGradWPositions;
@@ -1192,7 +1198,7 @@ std::optional<WeightGradPlan> plan_grad_weight(const ConvTParams& p, const Tenso
 // The MMA work of a grad_weight plan, padding included: every tile's channels, each tap over every
 // item's positions
 double padded_mma_work(const WeightGradPlan& g) {
-  return double(g.groups) * g.ci_tiles * g.block_ci * g.co_tiles * g.block_co * g.taps * g.items;
+  return double(g.tiles / g.tap_groups) * g.block_ci * g.block_co * g.taps * g.items;
 }
 
 // A grad_weight plan's time in padded_mma_work's units (an item's MACs over its kGradWPositions
@@ -1247,7 +1253,7 @@ std::optional<WeightGradPlan> plan_grad_weight_boxes(const ConvTParams& q, const
   g.chunks_per_row = (q.length_in + positions - 1) / positions;
   g.items = g.batch * g.chunks_per_row;
   if (g.items >= kGemmIndexLimit) return std::nullopt;
-  g.block_ci = kBoxBlockCi;
+  g.block_ci = kBoxBlockCi, g.packed_groups = 1;
   g.ci_tiles = int((g.in_channels_per_group + kBoxBlockCi - 1) / kBoxBlockCi);
   const int64_t weight_elements = g.groups * g.in_channels_per_group * g.out_channels_per_group * g.taps;
   const int64_t most_slices = std::max<int64_t>(1, std::min(g.items, kGradWScratchBytes / 4 / weight_elements));
@@ -1775,7 +1781,8 @@ std::string describe(const WeightPlan& plan) {
     text += key_values({{"aligned_x", plan.aligned_x}, {"deinterleaved_grad_y", plan.deinterleaved_grad_y},
                         {"unrolled_grad_y", plan.unrolled_grad_y}, {"block_ci", g.block_ci}, {"block_co", g.block_co}, {"group_taps", g.group_taps},
                         {"tap_groups", g.tap_groups}, {"merged", g.merged}, {"stages", g.stages}, {"slices", g.slices},
-                        {"tiles", g.tiles}, {"items", g.items}, {"taps", g.taps}, {"sums_bias", g.sums_bias},
+                        {"packed_groups", g.packed_groups}, {"tiles", g.tiles}, {"items", g.items}, {"taps", g.taps},
+                        {"sums_bias", g.sums_bias},
                         {"smem_bytes", int64_t(g.smem_bytes)}});
   } else if (plan.kernel == Kernel::kDepthwise) {
     text += key_values({{"slices", plan.depthwise_slices}});

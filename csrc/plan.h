@@ -379,8 +379,12 @@ struct WeightGradPlan {
   int x_copy_elements, gy_copy_elements;
   bool warpgroups;            // grad_weight_wgmma_kernel's tiles (64 x 64, items of x positions)
   int block_ci, block_co;     // ci and co per tile
-  int ci_tiles, co_tiles;
-  int64_t tiles;
+  // groups a tile takes (1, or on mma.sync tiles over groups of at most half their ci and co: that
+  // many consecutive groups, whose ci and co rows are consecutive; the products across groups are
+  // computed and not stored, docs/design.md §5.1)
+  int packed_groups;
+  int ci_tiles, co_tiles;     // per tile's groups
+  int64_t tiles;              // ceil(groups / packed_groups) * ci_tiles * co_tiles * tap_groups
   // items per batch element: ceil(longest phase / kGradWPositions); warpgroups: ceil(L_in / kGradWPositions)
   int64_t chunks_per_row;
   int64_t items;               // batch * chunks_per_row (< kGemmIndexLimit)

@@ -320,6 +320,10 @@ GRAD_WEIGHT_TILE_CASES = [
     Case(1, 80, 24, 10, 20, stride=2, padding=3),       # one item: fewer than the turns
     Case(3, 40, 24, 2, 500, stride=3, output_padding=2),  # a phase without taps
     Case(3, 24, 40, 5, 999, stride=3, padding=2),       # x rows of odd length: 16-bit element copies in batches
+    # groups of a few channels: several groups a tile (packed_groups), the products across them not stored
+    Case(2, 64, 64, 5, 700, stride=2, padding=2, groups=8),    # 8 ci x 8 co a group: four a tile, two tiles
+    Case(3, 72, 36, 7, 500, padding=9, dilation=3, groups=9),  # 8 x 4: four a tile, the last tile one group
+    Case(2, 96, 96, 3, 600, stride=3, output_padding=1, groups=6),  # 16 x 16: two a tile; three phases of a tap
     # warpgroup tiles (sm_90; C_in and C_out per group above 32): 64 co x 64 ci, items of x positions
     Case(3, 40, 72, 3, 902, padding=1),                 # part-empty tiles; x in 8-byte copies (float) or pairs;
                                                         # gy in chunks from windows at every offset (16-bit: odd ones)

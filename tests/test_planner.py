@@ -578,6 +578,21 @@ def test_grad_weight_unrolls_where_tap_groups_restage_x(dtype, monkeypatch):
         assert plans(shape, dtype, True, "h100")["grad_weight"]["unrolled_grad_y"] == 0, shape
 
 
+@pytest.mark.parametrize("dtype,tf32", MATHS)
+def test_grad_weight_tiles_take_several_small_groups(dtype, tf32):
+    """grad_weight's mma.sync tiles (32 ci x 32 co) over groups of at most 16 ci and 16 co take as
+    many consecutive groups as fit (their products across groups computed, not stored): a quarter of
+    the tiles at 8 x 8 channels a group. Groups that fill a tile, and warpgroup tiles, take one."""
+    for shape, packed in (((1, 256, 256, 9, 226993, 1, 12, 0, 3, 32), 4), ((12, 128, 64, 7, 96165, 1, 9, 0, 3, 16), 4),
+                          ((4, 512, 512, 3, 6405, 3, 2, 1, 2, 32), 2), ((16, 128, 128, 5, 16384, 2, 2, 1, 1, 4), 1)):
+        g = plans(shape, dtype, tf32, "h100")["grad_weight"]
+        assert g["kernel"] == "grad_weight_gemm" and g["packed_groups"] == packed, (shape, g)
+        groups = shape[9]
+        assert g["tiles"] == -(-groups // packed) * g["tap_groups"], (shape, g)
+    g = plans((8, 512, 256, 7, 2000, 2, 3, 1, 1, 1), dtype, tf32, "h100")["grad_weight"]
+    assert g["packed_groups"] == 1, g
+
+
 def test_depthwise_forward_splits_wide_channel_multipliers():
     """One input channel with a wide channel multiplier on short rows (a narrow input): the depthwise
     forward's blocks take a share of a row's output channels, so that the blocks fill the SMs; a

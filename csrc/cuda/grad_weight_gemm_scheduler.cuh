@@ -8,10 +8,12 @@
 namespace convt::cuda {
 
 // Where block blockIdx.x works (both grad_weight kernels): block = slice * tiles + tile, tile =
-// ((g * ci_tiles + ci_tile) * co_tiles + co_tile) * tap_groups + tap_group; the tile's first ci and
-// co, and how many of its block_ci x block_co rows and columns lie inside the group
+// ((pack * ci_tiles + ci_tile) * co_tiles + co_tile) * tap_groups + tap_group, a pack the groups
+// [pack * packed_groups, + packed_groups) (one group but on mma.sync tiles over small groups); the
+// tile's first ci and co, and how many of its block_ci x block_co rows and columns lie inside the
+// pack's groups
 struct WeightGradTile {
-  int64_t slice, g, first_ci, first_co;
+  int64_t slice, pack, first_ci, first_co;
   int tap_group, ci_tile, ci_count, co_count;
   __device__ __forceinline__ WeightGradTile(const WeightGradProblem& p, int block_ci, int block_co) {
     const int64_t tile = blockIdx.x % p.tiles;
@@ -19,15 +21,24 @@ struct WeightGradTile {
     tap_group = int(tile % p.tap_groups);
     const int co_tile = int(tile / p.tap_groups % p.co_tiles);
     ci_tile = int(tile / p.tap_groups / p.co_tiles % p.ci_tiles);
-    g = tile / p.tap_groups / p.co_tiles / p.ci_tiles;
-    first_ci = g * p.in_channels_per_group + int64_t(ci_tile) * block_ci, first_co = g * p.out_channels_per_group + int64_t(co_tile) * block_co;
-    const int64_t ci_left = p.in_channels_per_group - int64_t(ci_tile) * block_ci, co_left = p.out_channels_per_group - int64_t(co_tile) * block_co;
+    pack = tile / p.tap_groups / p.co_tiles / p.ci_tiles;
+    const int64_t first_group = pack * p.packed_groups;
+    const int64_t groups = p.groups - first_group < p.packed_groups ? p.groups - first_group : p.packed_groups;
+    first_ci = first_group * p.in_channels_per_group + int64_t(ci_tile) * block_ci;
+    first_co = first_group * p.out_channels_per_group + int64_t(co_tile) * block_co;
+    const int64_t ci_left = groups * p.in_channels_per_group - int64_t(ci_tile) * block_ci;
+    const int64_t co_left = groups * p.out_channels_per_group - int64_t(co_tile) * block_co;
     ci_count = ci_left < block_ci ? int(ci_left) : block_ci;
     co_count = co_left < block_co ? int(co_left) : block_co;
   }
-  // partial's index of (ci, co) of the tile, tap k (partial[slice][(g*Cig + ci) * Cog + co][k])
+  // Whether the tile's (ci, co) is a weight: both in one group (always, but in a pack of several)
+  __device__ __forceinline__ bool same_group(const WeightGradProblem& p, int ci, int co) const {
+    return p.packed_groups == 1 || (first_ci + ci) / p.in_channels_per_group == (first_co + co) / p.out_channels_per_group;
+  }
+  // partial's index of (ci, co) of the tile, tap k (partial[slice][(g*Cig + ci) * Cog + co][k]; co's
+  // place in its group: first_co is a group's first co plus whole co tiles)
   __device__ __forceinline__ int64_t partial_index(const WeightGradProblem& p, int ci, int co, int k) const {
-    return ((first_ci + ci) * p.out_channels_per_group + (first_co - g * p.out_channels_per_group + co)) * p.taps + k;
+    return ((first_ci + ci) * p.out_channels_per_group + (first_co + co) % p.out_channels_per_group) * p.taps + k;
   }
 };
 
