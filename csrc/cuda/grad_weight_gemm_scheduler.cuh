@@ -15,6 +15,7 @@ namespace convt::cuda {
 struct WeightGradTile {
   int64_t slice, pack, first_ci, first_co;
   int tap_group, ci_tile, ci_count, co_count;
+  int ci_offset, co_offset;  // the tile's first ci and co inside its pack
   __device__ __forceinline__ WeightGradTile(const WeightGradProblem& p, int block_ci, int block_co) {
     const int64_t tile = blockIdx.x % p.tiles;
     slice = blockIdx.x / p.tiles;
@@ -24,8 +25,8 @@ struct WeightGradTile {
     pack = tile / p.tap_groups / p.co_tiles / p.ci_tiles;
     const int64_t first_group = pack * p.packed_groups;
     const int64_t groups = p.groups - first_group < p.packed_groups ? p.groups - first_group : p.packed_groups;
-    first_ci = first_group * p.in_channels_per_group + int64_t(ci_tile) * block_ci;
-    first_co = first_group * p.out_channels_per_group + int64_t(co_tile) * block_co;
+    ci_offset = ci_tile * block_ci, co_offset = co_tile * block_co;
+    first_ci = first_group * p.in_channels_per_group + ci_offset, first_co = first_group * p.out_channels_per_group + co_offset;
     const int64_t ci_left = groups * p.in_channels_per_group - int64_t(ci_tile) * block_ci;
     const int64_t co_left = groups * p.out_channels_per_group - int64_t(co_tile) * block_co;
     ci_count = ci_left < block_ci ? int(ci_left) : block_ci;
@@ -33,12 +34,13 @@ struct WeightGradTile {
   }
   // Whether the tile's (ci, co) is a weight: both in one group (always, but in a pack of several)
   __device__ __forceinline__ bool same_group(const WeightGradProblem& p, int ci, int co) const {
-    return p.packed_groups == 1 || (first_ci + ci) / p.in_channels_per_group == (first_co + co) / p.out_channels_per_group;
+    return p.packed_groups == 1 || (ci_offset + ci) / int(p.in_channels_per_group) == (co_offset + co) / int(p.out_channels_per_group);
   }
   // partial's index of (ci, co) of the tile, tap k (partial[slice][(g*Cig + ci) * Cog + co][k]; co's
-  // place in its group: first_co is a group's first co plus whole co tiles)
+  // place in its group in 32-bit arithmetic, the modulo only in a pack of several groups)
   __device__ __forceinline__ int64_t partial_index(const WeightGradProblem& p, int ci, int co, int k) const {
-    return ((first_ci + ci) * p.out_channels_per_group + (first_co + co) % p.out_channels_per_group) * p.taps + k;
+    const int pack_co = co_offset + co, group_co = p.packed_groups == 1 ? pack_co : pack_co % int(p.out_channels_per_group);
+    return ((first_ci + ci) * p.out_channels_per_group + group_co) * p.taps + k;
   }
 };
 
