@@ -8,6 +8,7 @@
 #include <initializer_list>
 #include <limits>
 #include <numeric>
+#include <stdexcept>
 #include <vector>
 
 namespace convt {
@@ -83,6 +84,7 @@ bool tensor_map_fits(const TensorFacts& t, int64_t length, int64_t channels, int
 // run, and a step reads the in phase's positions for just the run's taps. Tap t is at offset
 // tap_offset[t], out phase out_phase_value[tap_out_phase[t]] and in phase value tap_in_value[t].
 void set_steps(GemmPlan& g, const int* tap_offset, const int* tap_out_phase, const int* tap_in_value, int step_taps) {
+  if (g.taps > kMaxGemmTaps) throw std::logic_error("convt: a GEMM problem of more than kMaxGemmTaps taps (a planner bug)");
   int values[kMaxGemmTaps], value_count = 0, runs[kMaxGemmTaps] = {};
   int rank[kMaxGemmTaps];  // of tap t among the earlier taps of its (out phase, in phase value)
   for (int t = 0; t < g.taps; ++t) {
@@ -654,7 +656,7 @@ bool narrow_merged_rows(const ConvTParams& p) { return p.out_channels_per_group 
 int64_t phases_reached(const ConvTParams& p) { return std::min(p.kernel_size, p.stride / std::gcd(p.dilation, p.stride)); }
 int64_t zero_tap_merged_taps(const ConvTParams& p) { return ((p.kernel_size - 1) * p.dilation + p.stride) / p.stride; }
 bool merges_with_zero_taps(const ConvTParams& p) {
-  if (p.stride == 1 || p.out_channels_per_group * p.stride >= kGemmIndexLimit) return false;
+  if (p.stride == 1 || p.out_channels_per_group * p.stride >= kGemmIndexLimit || zero_tap_merged_taps(p) > kMaxGemmTaps) return false;
   if (p.dilation > 1) return narrow_merged_rows(p) && phases_reached(p) > 1;
   const int64_t padded_taps = zero_tap_merged_taps(p) * p.stride;
   return p.kernel_size > p.stride && p.kernel_size % p.stride != 0 &&

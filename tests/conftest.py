@@ -424,6 +424,16 @@ CHUNK_RANGE_CASES = [
     Case(2, 640, 1024, 24, 60, stride=2, padding=8),    # two out phases; grad_input deinterleaved, 2 launches
 ]
 
+# Float outs in chunk ranges on the pipelined tiles (every later launch's sums added to out's): one out
+# phase at stride 1, three unmerged out phases (strict fp32's pairs form), rows
+# merged over 8 phases, and grad_input with zero taps (TF32's forward merged with zero taps).
+FLOAT_CHUNK_RANGE_CASES = [
+    Case(2, 256, 768, 24, 1024, padding=11),
+    Case(2, 256, 768, 32, 1024, stride=3, padding=14),
+    Case(1, 256, 384, 48, 256, stride=8, padding=20),
+    Case(2, 768, 128, 48, 1024, stride=5, padding=21),
+]
+
 # Chunk ranges of plans with zero taps (the exact plan gated behind them): grad_input deinterleaved with
 # zero taps in every CUDA mode (16-bit into an fp32 slice), the TF32 forward merged with zero taps
 ZERO_TAP_CHUNK_RANGE_CASES = [

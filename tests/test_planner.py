@@ -148,6 +148,22 @@ def test_long_filters_run_in_steps_of_few_taps(card):
     assert plans((2, 64, 64, 129, 500, 1, 0, 0, 1, 1), torch.float32, True, card)["forward"]["kernel"] == "direct"
 
 
+@pytest.mark.parametrize("card", CARDS)
+def test_dilated_merges_stay_within_the_tap_limit(card):
+    """A narrow output's dilated filter merges its phases with zero taps, ceil(((K - 1) * dilation + 1) /
+    stride) of them: only up to 128 (GemmPlan's tap arrays); dilation 256 at stride 5 would take 154,
+    so those phases stay apart (found by the fuzz: the planner wrote past its arrays)."""
+    for shape in [(3, 69, 36, 4, 17, 5, 8, 45, 256, 3), (1, 16, 1, 3, 20000, 2, 0, 0, 150, 1), (2, 4, 4, 9, 33, 3, 4, 0, 397, 1)]:
+        for dtype, tf32 in MATHS:
+            plan = plans(shape, dtype, tf32, card)
+            for name in ("forward", "grad_input"):
+                assert plan[name]["kernel"] != "gemm" or plan[name]["taps"] <= 128, (shape, name, plan[name])
+    if card == "a100":  # (no pipelined tiles: the phases stay apart there)
+        return
+    merged = plans((1, 16, 1, 3, 20000, 2, 0, 0, 63, 1), torch.float32, True, card)["forward"]  # 64 merged taps
+    assert merged["row_phases"] == 2 and merged["zero_taps"] == 1 and merged["taps"] == 64, merged
+
+
 def test_narrow_outputs():
     """A waveform decoder (C_out 1-4): on sm_90a merged into rows on pipelined tiles (x, the large
     operand, read once rather than once a phase; K not a multiple of stride with zero taps), else

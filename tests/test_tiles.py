@@ -5,9 +5,9 @@ the CUDA kernels' tiles."""
 import pytest
 import torch
 
-from conftest import (BOX_TILE_CASES, CHUNK_RANGE_CASES, CPU_TILE_CASES, CPU_TILE_SCALE, DTYPES, GRAD_WEIGHT_TILE_CASES,
-                      SPLIT_TILE_CASES, WIDE_TILE_CASES, ZERO_TAP_CHUNK_RANGE_CASES, assert_backward_matches_reference,
-                      assert_gradients_deterministic, quick, requires_cuda)
+from conftest import (BOX_TILE_CASES, CHUNK_RANGE_CASES, CPU_TILE_CASES, CPU_TILE_SCALE, DTYPES, FLOAT_CHUNK_RANGE_CASES,
+                      GRAD_WEIGHT_TILE_CASES, SPLIT_TILE_CASES, WIDE_TILE_CASES, ZERO_TAP_CHUNK_RANGE_CASES,
+                      assert_backward_matches_reference, assert_gradients_deterministic, quick, requires_cuda)
 from torch_convt_op.planner import explain
 
 # Math modes, (dtype, TF32 allowed), per device. CUDA: float32 with and without TF32, and the 16-bit types.
@@ -107,6 +107,19 @@ def test_chunk_range_launches(case, dtype, tf32):
     for name in ("forward", "grad_input"):
         assert plan[name]["launch_chunks"] < plan[name]["chunks"], plan[name]
         assert plan[name]["float_sums"] == (dtype.itemsize == 2), plan[name]
+    assert_backward_matches_reference(case, dtype, "cuda", check_forward=True)
+
+
+@requires_cuda
+@pytest.mark.parametrize("case", FLOAT_CHUNK_RANGE_CASES, ids=str)
+@pytest.mark.parametrize("dtype,tf32", CUDA_MODES[:2], ids=lambda v: str(v).removeprefix("torch."), indirect=["tf32"])
+def test_float_chunk_range_launches(case, dtype, tf32):
+    """A float out's launches of chunk ranges (every later launch's sums added to out's), on the
+    pipelined tiles in most of these plans; y and the gradients against float64."""
+    plan = _cuda_plans(case, dtype, tf32)
+    split = [name for name in ("forward", "grad_input")
+             if plan[name]["launch_chunks"] < plan[name]["chunks"] and not plan[name]["float_sums"]]
+    assert split, plan
     assert_backward_matches_reference(case, dtype, "cuda", check_forward=True)
 
 
