@@ -624,10 +624,24 @@ quick = pytest.mark.quick
 
 
 def pytest_configure(config):
-    """Registers the marker where pyproject.toml is not read (the tests run from a copy, as .ci/run does
+    """Registers the markers where pyproject.toml is not read (the tests run from a copy, as .ci/run does
     against the wheel)."""
     if not any(line.startswith("quick:") for line in config.getini("markers")):
         config.addinivalue_line("markers", "quick: a representative subset, under 2 minutes on 2 CPU cores")
+    if not any(line.startswith("cuda:") for line in config.getini("markers")):
+        config.addinivalue_line("markers", CUDA_MARKER)
+
+
+CUDA_MARKER = "cuda: runs on a CUDA device (requires_cuda tests, and the fuzz where it draws cuda): -m cuda or -k cuda"
+
+
+def pytest_collection_modifyitems(config, items):
+    """Every test that needs a GPU carries the `cuda` marker, so that `-k cuda` (or `-m cuda`) selects
+    it whether or not its id names the device (a CUDA-only test's parameters seldom do)."""
+    for item in items:
+        if any(mark.name == "skipif" and mark.kwargs.get("reason") in (NEEDS_CUDA, NEEDS_TWO_GPUS)
+               for mark in item.iter_markers()):
+            item.add_marker(pytest.mark.cuda)
 
 
 def quick_params(values, chosen):
