@@ -148,6 +148,44 @@ def test_long_filters_run_in_steps_of_few_taps(card):
     assert plans((2, 64, 64, 129, 500, 1, 0, 0, 1, 1), torch.float32, True, card)["forward"]["kernel"] == "direct"
 
 
+def extreme_shapes(count, seed):
+    """Layers at the edges of every argument (the GPU fuzz's, and past them): channels 1 to 1,536 a
+    group, K up to 200, strides and dilations up to 500, output padding up to either, up to 32 groups."""
+    rng = random.Random(seed)
+    shapes = []
+    while len(shapes) < count:
+        groups = rng.choice([1, 1, 2, 3, 4, 8, 32])
+        per_group = lambda: rng.choice([rng.randint(1, 8), rng.randint(1, 64), rng.randint(1, 400), 768, 1536])
+        c_in, c_out = groups * per_group(), groups * per_group()
+        k = rng.choice([rng.randint(1, 9), rng.randint(1, 40), rng.randint(100, 200)])
+        stride = rng.choice([rng.randint(1, 9), rng.randint(10, 64), rng.randint(65, 500)])
+        dilation = rng.choice([1, rng.randint(1, 4), rng.randint(5, 500)])
+        output_padding = rng.randint(0, max(stride, dilation) - 1)
+        padding = rng.randint(0, dilation * (k - 1))
+        l_in = rng.choice([1, rng.randint(1, 64), rng.randint(65, 5000), rng.randint(5001, 400000)])
+        n = rng.choice([1, 2, rng.randint(1, 64)])
+        if (l_in - 1) * stride - 2 * padding + dilation * (k - 1) + output_padding + 1 >= 1:
+            shapes.append((n, c_in, c_out, k, l_in, stride, padding, output_padding, dilation, groups))
+    return shapes
+
+
+@pytest.mark.parametrize("card", CARDS)
+def test_every_layer_plans_within_the_plan_limits(card):
+    """The planner (host code, run before every CUDA call) plans any valid layer without error, and
+    its GEMM plans stay within the plan's fixed arrays (at most 128 taps, 2 * taps + 1 phase pairs)
+    and the card's shared memory: the CPU suite's guard for what the GPU fuzz found (a plan of 154
+    merged taps written into 128-entry arrays)."""
+    for shape in extreme_shapes(2000, seed=zlib.crc32(card.encode())):
+        for dtype, tf32 in MATHS:
+            plan = plans(shape, dtype, tf32, card)
+            for name in ("forward", "grad_input"):
+                g = plan[name]
+                if g["kernel"] == "gemm":
+                    assert 1 <= g["taps"] <= 128 and g["out_phases"] * g["in_phases"] <= 2 * g["taps"] + 1, (shape, name, g)
+            for name in ("forward", "grad_input", "grad_weight"):
+                assert plan[name].get("smem_bytes", 0) <= SMEM_PER_BLOCK[card], (shape, name, plan[name])
+
+
 @pytest.mark.parametrize("card", CARDS)
 def test_dilated_merges_stay_within_the_tap_limit(card):
     """A narrow output's dilated filter merges its phases with zero taps, ceil(((K - 1) * dilation + 1) /
