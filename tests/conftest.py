@@ -424,9 +424,9 @@ CHUNK_RANGE_CASES = [
     Case(2, 640, 1024, 24, 60, stride=2, padding=8),    # two out phases; grad_input deinterleaved, 2 launches
 ]
 
-# Float outs in chunk ranges on the pipelined tiles (every later launch's sums added to out's): one out
-# phase at stride 1, three unmerged out phases (strict fp32's pairs form), rows
-# merged over 8 phases, and grad_input with zero taps (TF32's forward merged with zero taps).
+# Float outs in chunk ranges, on the pipelined tiles in most (every later launch's sums added to out's):
+# one out phase at stride 1, three unmerged out phases (strict fp32's pairs form), rows merged over 8
+# phases, and grad_input with zero taps (TF32's forward merged with zero taps).
 FLOAT_CHUNK_RANGE_CASES = [
     Case(2, 256, 768, 24, 1024, padding=11),
     Case(2, 256, 768, 32, 1024, stride=3, padding=14),
