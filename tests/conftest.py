@@ -636,11 +636,15 @@ CUDA_MARKER = "cuda: runs on a CUDA device (requires_cuda tests, and the fuzz wh
 
 
 def pytest_collection_modifyitems(config, items):
-    """Every test that needs a GPU carries the `cuda` marker, so that `-k cuda` (or `-m cuda`) selects
-    it whether or not its id names the device (a CUDA-only test's parameters seldom do)."""
+    """Every test that needs a GPU carries the `cuda` marker, so that `-m cuda` selects it whether or
+    not its id names the device: the CUDA-only tests (behind requires_cuda, whose parameters seldom name
+    the device) and the cases of a test parametrized over DEVICES whose device is CUDA."""
     for item in items:
-        if any(mark.name == "skipif" and mark.kwargs.get("reason") in (NEEDS_CUDA, NEEDS_TWO_GPUS)
-               for mark in item.iter_markers()):
+        needs_gpu = any(mark.name == "skipif" and mark.kwargs.get("reason") in (NEEDS_CUDA, NEEDS_TWO_GPUS)
+                        for mark in item.iter_markers())
+        callspec = getattr(item, "callspec", None)
+        on_gpu = callspec is not None and any(str(value).startswith("cuda") for value in callspec.params.values())
+        if needs_gpu or on_gpu:
             item.add_marker(pytest.mark.cuda)
 
 
