@@ -1224,6 +1224,12 @@ double grad_y_copy_time(const ConvTParams& q) {
   return double(kCopyElementMacs) * double(q.batch) * q.y_batch_stride / kGradWPositions;
 }
 
+// The copy of x in aligned rows that such a problem reads (grad_weight_over_copies' aligned_x, whose
+// x strides are the copy's), in the same units
+double x_copy_time(const ConvTParams& q) {
+  return double(kCopyElementMacs) * double(q.batch) * q.x_batch_stride / kGradWPositions;
+}
+
 }  // namespace
 
 // ---- grad_weight by box tiles (docs/design.md §5.7) ---------------------------------------------------
@@ -1624,7 +1630,9 @@ WeightPlan plan_grad_weight_pass(const ConvTParams& p, const TensorFacts& x, con
   // The pipelined warpgroup kernel over copies where it does not plan on the tensors as they are
   // (docs/design.md §5.5): x in aligned rows where it has no tensor map; then grad_y deinterleaved
   // too where its phases are read element by element. The copies cost a pass over x and grad_y;
-  // the unpipelined kernels run at a fraction of the pipelined one's rate.
+  // the unpipelined kernels run at a fraction of the pipelined one's rate: over copies where their
+  // time and the copies' (grad_weight_time's units) is at most the unpipelined plan's (narrow
+  // outputs over a long x take little MMA work, and the copy of x is most of theirs).
   if (!depthwise && one_pass && limits.wgmma && limits.tma && !(gemm && gemm->stages > 0)) {
     const bool align = p.x_length_stride != 1 || !tensor_map_fits(x, p.length_in, p.in_channels, p.batch,
                                                                   p.x_channel_stride, p.x_batch_stride);
@@ -1634,7 +1642,8 @@ WeightPlan plan_grad_weight_pass(const ConvTParams& p, const TensorFacts& x, con
       // (grad_y deinterleaved need not hold every position of grad_y: grad_bias from its row sums)
       auto over = plan_on(q, align ? copy_facts(x.element_size) : x, deinterleave ? copy_facts(grad_y.element_size) : grad_y,
                           with_bias && !deinterleave);
-      if (over && over->stages > 0) {
+      const double copies_time = (align ? x_copy_time(q) : 0.0) + (deinterleave ? grad_y_copy_time(q) : 0.0);
+      if (over && over->stages > 0 && (!gemm || grad_weight_time(*over) + copies_time <= grad_weight_time(*gemm))) {
         gemm = over;
         weight.aligned_x = align, weight.deinterleaved_grad_y = deinterleave;
         weight.problem = q;

@@ -555,7 +555,8 @@ def test_narrow_outputs_grad_weight_over_grad_y_deinterleaved(card, dtype, tf32)
         plan = plans(shape, dtype, tf32, card)
         g = plan["grad_weight"]
         if card == "h100" and not (dtype == torch.float32 and not tf32):  # pipelined warpgroup tiles
-            assert g["kernel"] == "grad_weight_wgmma" and g["stages"] > 0, g
+            # (over copies, or unpipelined on x as it is where the copy of x costs more: the next test)
+            assert g["kernel"] == "grad_weight_wgmma" and (g["stages"] > 0 or not g["aligned_x"]), g
             continue
         one_tap = shape[3] <= shape[5]  # K <= stride: one deinterleaved tap, which unrolling would not thin
         assert g["deinterleaved_grad_y"] + g["unrolled_grad_y"] == 1 and (g["deinterleaved_grad_y"] == 1 or not one_tap), g
@@ -563,6 +564,18 @@ def test_narrow_outputs_grad_weight_over_grad_y_deinterleaved(card, dtype, tf32)
     if card != "h100" or (dtype == torch.float32 and not tf32):  # (h100 TF32, 16-bit: pipelined over copies)
         g = plans((8, 512, 256, 7, 2000, 2, 3, 1, 1, 1), dtype, tf32, card)["grad_weight"]
         assert g["deinterleaved_grad_y"] == 0, g
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_grad_weight_copies_x_where_the_pipelined_kernel_pays_for_it(dtype):
+    """grad_weight runs the pipelined kernel over x copied into aligned rows only where that kernel's
+    time and the copy's are at most the unpipelined plan's on x as it is: a narrow output of few taps
+    over a long x (C_out 3, K 1: little MMA work a position, the copy of x is most of the time) keeps
+    x as it is; 16 taps over 128 channels copy it (more MMA work a position of x)."""
+    keeps = plans((1, 1024, 3, 1, 976562, 1, 0, 0, 1, 1), dtype, True, "h100")["grad_weight"]
+    assert keeps["kernel"] == "grad_weight_wgmma" and keeps["aligned_x"] == 0 and keeps["stages"] == 0, keeps
+    copies = plans((2, 128, 2, 16, 297665, 4, 6, 0, 1, 1), dtype, True, "h100")["grad_weight"]
+    assert copies["kernel"] == "grad_weight_wgmma" and copies["aligned_x"] == 1 and copies["stages"] > 0, copies
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
