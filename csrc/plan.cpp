@@ -774,9 +774,11 @@ ConvTParams grad_weight_over_channels_last_grad_y(const ConvTParams& p, int elem
   ConvTParams q = p;
   q.y_channel_stride = 1;
   q.y_length_stride = aligned_row_length(p.out_channels, element_size);
-  q.y_batch_stride = p.length_out * q.y_length_stride;
+  q.y_batch_stride = p.stride * channels_last_phase_length(p) * q.y_length_stride;
   return q;
 }
+
+int64_t channels_last_phase_length(const ConvTParams& p) { return (p.length_out + p.stride - 1) / p.stride; }
 
 ConvTParams forward_over_aligned_x(const ConvTParams& p, int element_size, int64_t batch) {
   ConvTParams q = grad_weight_over_copies(p, element_size, /*aligned_x=*/true, /*deinterleaved=*/false);
@@ -1002,6 +1004,11 @@ int64_t warpgroup_slices(int64_t tiles, int64_t items, int64_t resident, bool pi
   return best;
 }
 
+// grad_w's elements (every group's)
+int64_t grad_weight_elements(const WeightGradPlan& g) {
+  return g.groups * g.in_channels_per_group * g.out_channels_per_group * g.taps;
+}
+
 // with_bias: grad_bias may come along (in warpgroup tiles, else in TF32 only; grad_weight_gemm.cuh);
 // one_pass: the math is TF32 or 16-bit, not 3xTF32, so tap groups of up to kGradWWideGroupTaps and
 // warpgroup tiles may be planned; merge: the plan with merged phases (warpgroup tiles only), or none;
@@ -1164,7 +1171,7 @@ std::optional<WeightGradPlan> plan_grad_weight_tiles(const ConvTParams& p, const
   if (smem_bytes > limits.smem_one_block()) return std::nullopt;  // wide tap groups (dilation in the hundreds)
   // Slices, within the scratch budget: about six blocks per SM in all (twelve of the two-warp 32 x 32
   // tiles); warpgroup tiles as warpgroup_slices has them
-  const int64_t weight_elements = g.groups * g.in_channels_per_group * g.out_channels_per_group * g.taps;
+  const int64_t weight_elements = grad_weight_elements(g);
   if (g.warpgroups) {
     const int64_t resident =
         limits.sm_count * (g.stages > 0 ? 1 : std::min<int64_t>(wgmma_min_blocks(g.group_taps), limits.blocks_per_sm(smem_bytes)));
@@ -1243,10 +1250,20 @@ constexpr double kBoxItemColumns = 48;
 constexpr double kBoxBlockItems = 4;
 constexpr double kBoxPartialUnitsPerElement = 0.05;
 
+namespace {
+// The box tiles' cost of `tiles` tiles of `columns` columns in `slices` slices of `items` items
+double box_cost(int64_t tiles, int columns, int64_t slices, int64_t items, int64_t weight_elements, const DeviceLimits& limits) {
+  const int64_t waves = (tiles * slices + limits.sm_count - 1) / limits.sm_count;
+  const double block_items = double((items + slices - 1) / slices) + kBoxBlockItems;
+  return double(waves) * block_items * (columns + kBoxItemColumns) +
+         kBoxPartialUnitsPerElement * double(slices) * double(weight_elements) / limits.sm_count;
+}
+}  // namespace
+
 std::optional<WeightGradPlan> plan_grad_weight_boxes(const ConvTParams& q, const TensorFacts& x, const TensorFacts& grad_y,
                                                      const DeviceLimits& limits) {
   const int element_size = x.element_size;
-  if (!limits.wgmma || !limits.tma || q.stride != 1 || element_size != 2 || q.in_channels_per_group <= kBoxBlockCi / 2 ||
+  if (!limits.wgmma || !limits.tma || element_size != 2 || q.in_channels_per_group <= kBoxBlockCi / 2 ||
       q.kernel_size > kMaxBoxTaps || !gemm_applies(q, element_size) || q.x_length_stride != 1 || q.y_channel_stride != 1 ||
       !tensor_map_fits(x, q.length_in, q.in_channels, q.batch, q.x_channel_stride, q.x_batch_stride) ||
       !tensor_map_fits(grad_y, q.out_channels, q.length_out, q.batch, q.y_length_stride, q.y_batch_stride))
@@ -1263,7 +1280,7 @@ std::optional<WeightGradPlan> plan_grad_weight_boxes(const ConvTParams& q, const
   if (g.items >= kGemmIndexLimit) return std::nullopt;
   g.block_ci = kBoxBlockCi, g.packed_groups = 1;
   g.ci_tiles = int((g.in_channels_per_group + kBoxBlockCi - 1) / kBoxBlockCi);
-  const int64_t weight_elements = g.groups * g.in_channels_per_group * g.out_channels_per_group * g.taps;
+  const int64_t weight_elements = grad_weight_elements(g);
   const int64_t most_slices = std::max<int64_t>(1, std::min(g.items, kGradWScratchBytes / 4 / weight_elements));
   // every (columns, slots, slices): the least cost
   double best_cost = std::numeric_limits<double>::infinity();
@@ -1274,16 +1291,11 @@ std::optional<WeightGradPlan> plan_grad_weight_boxes(const ConvTParams& q, const
       const int co_tiles = int((g.out_channels_per_group + block_co - 1) / block_co);
       const int tap_groups = (g.taps + slots - 1) / slots;
       const int64_t tiles = g.groups * g.ci_tiles * co_tiles * tap_groups;
-      const double item_units = columns + kBoxItemColumns;
       // (up to about four waves of blocks: more slices only add waves)
       const int64_t slice_bound = std::min(most_slices, (4 * limits.sm_count + tiles - 1) / tiles);
       for (int64_t slices = 1; slices <= slice_bound; ++slices) {
-        const int64_t blocks = tiles * slices;
-        if (blocks >= kGemmIndexLimit) break;
-        const int64_t waves = (blocks + limits.sm_count - 1) / limits.sm_count;
-        const double block_items = double((g.items + slices - 1) / slices) + kBoxBlockItems;
-        const double cost = double(waves) * block_items * item_units +
-                            kBoxPartialUnitsPerElement * double(slices) * double(weight_elements) / limits.sm_count;
+        if (tiles * slices >= kGemmIndexLimit) break;
+        const double cost = box_cost(tiles, columns, slices, g.items, weight_elements, limits);
         if (cost < best_cost) {
           best_cost = cost;
           g.box_columns = columns, g.box_slots = slots, g.block_co = block_co;
@@ -1293,8 +1305,8 @@ std::optional<WeightGradPlan> plan_grad_weight_boxes(const ConvTParams& q, const
     }
   }
   if (g.box_columns == 0) return std::nullopt;
-  // tap k (tap group k / box_slots) at shift k * dilation - padding
-  for (int k = 0; k < g.taps; ++k) g.group_tap_shift[k] = int(k * q.dilation - q.padding);
+  // tap k (tap group k / box_slots) at its shift in its phase's rows (at stride 1, k * dilation - padding)
+  for (int k = 0; k < g.taps; ++k) g.group_tap_shift[k] = int(tap_of(k, q.stride, q.padding, q.dilation).shift);
   const int64_t stage_bytes = int64_t(kBoxBlockCi + g.box_columns) * kBoxItemBytes;
   g.stages = int(std::min<int64_t>(kMaxBoxStages, (limits.smem_one_block() - 2 * 8 * kMaxBoxStages) / stage_bytes));
   if (g.stages < 2) return std::nullopt;
@@ -1579,11 +1591,10 @@ PlanOverride grad_weight_boxes_override() { return read_plan_override("CONVT_GRA
 // nowhere (read_plan_override), else as the work model has it. Read at every plan.
 PlanOverride grad_weight_unrolled_override() { return read_plan_override("CONVT_GRAD_WEIGHT_UNROLLED"); }
 
-// The box tiles over x (aligned where it has no tensor map) and grad_y copied channels-last, for a
-// stride-1 problem: the plan, or nullopt
+// The box tiles over x (aligned where it has no tensor map) and grad_y copied channels-last (by phase
+// at stride > 1): the plan, or nullopt
 std::optional<WeightGradPlan> plan_boxes_over_copies(const ConvTParams& p, const TensorFacts& x, const TensorFacts& grad_y,
                                                       const DeviceLimits& limits, WeightPlan& weight) {
-  if (p.stride != 1) return std::nullopt;
   const bool align_x = p.x_length_stride != 1 ||
                        !tensor_map_fits(x, p.length_in, p.in_channels, p.batch, p.x_channel_stride, p.x_batch_stride);
   const ConvTParams q = grad_weight_over_channels_last_grad_y(
@@ -1595,23 +1606,60 @@ std::optional<WeightGradPlan> plan_boxes_over_copies(const ConvTParams& p, const
   return boxes;
 }
 
-// grad_weight's pass (plan_backward)
+// The box tiles against the other grad_weight kernels at stride > 1 (§5.7), in seconds on an H200 in
+// 16-bit, fitted to 24 wide strided layers timed both ways (docs/perf/2026-12-01-strided-box-tiles.md):
+// the box tiles kBoxUnitSeconds a unit of their cost (box_cost), twice that where their tiles number
+// at most half the SMs (a wave's blocks then walk several slices' items, whose boxes no other block
+// of the wave reads: 13-17 ns a unit measured, against 5.5-10 elsewhere); the others
+// kGradWUnitSeconds a unit of grad_weight_time (their copies included), each x row
+// kGradWRowPositions positions longer (each row's items' fixed work: 0.26-0.42 ps a unit on rows of
+// thousands of positions, 0.65-1.16 on rows of 120-700).
+constexpr double kBoxUnitSeconds = 7e-9;
+constexpr double kGradWUnitSeconds = 0.33e-12;
+constexpr double kGradWRowPositions = 300;
+double box_tiles_seconds(const WeightGradPlan& g, const DeviceLimits& limits) {
+  const bool few_tiles = 2 * g.tiles <= limits.sm_count;
+  return (few_tiles ? 2 : 1) * kBoxUnitSeconds * box_cost(g.tiles, g.box_columns, g.slices, g.items, grad_weight_elements(g), limits);
+}
+// (grad_y_shared: grad_input deinterleaves grad_y, and a plan over that copy reads it at no cost)
+double grad_weight_tiles_seconds(const WeightPlan& weight, const ConvTParams& p, bool grad_y_shared) {
+  const ConvTParams& q = weight.problem;
+  const double copies = (weight.aligned_x ? x_copy_time(q) : 0.0) +
+                        ((weight.deinterleaved_grad_y && !grad_y_shared) || weight.unrolled_grad_y ? grad_y_copy_time(q) : 0.0);
+  return kGradWUnitSeconds * (grad_weight_time(weight.gemm) + copies) * (1 + kGradWRowPositions / double(p.length_in));
+}
+
+WeightPlan plan_grad_weight_tiles_pass(const ConvTParams& p, const TensorFacts& x, const TensorFacts& grad_y, Math math,
+                                       bool grad_bias, const DeviceLimits& limits);
+
+// grad_weight's pass (plan_backward): the box tiles where they apply (C_out per group filling at least
+// half a slot) on wide layers with MACs enough to pay for their host work, at stride > 1 only where
+// they take less time than the other kernels' plan (box_tiles_seconds; grad_y_shared: that plan's
+// copy of grad_y deinterleaved is grad_input's); `always`: wherever they apply
 WeightPlan plan_grad_weight_pass(const ConvTParams& p, const TensorFacts& x, const TensorFacts& grad_y, Math math,
-                                 bool grad_bias, const DeviceLimits& limits) {
-  WeightPlan weight;
-  // The box tiles where they apply (C_out per group filling at least half a slot) on wide layers with
-  // MACs enough to pay for their host work; `always`: wherever they apply
+                                 bool grad_bias, bool grad_y_shared, const DeviceLimits& limits) {
   const PlanOverride boxes_override = grad_weight_boxes_override();
   const double macs = double(p.batch) * p.length_in * p.in_channels * p.out_channels_per_group * p.kernel_size;
   const bool wide = p.in_channels_per_group >= kBoxLeastChannels && p.out_channels_per_group >= kBoxLeastChannels;
-  if (math != Math::k3xTF32 && p.out_channels_per_group > 32 && boxes_override != PlanOverride::kNever &&
-      ((wide && macs >= kBoxLeastMacs) || boxes_override == PlanOverride::kAlways)) {
-    if (const auto boxes = plan_boxes_over_copies(p, x, grad_y, limits, weight)) {
-      weight.kernel = Kernel::kGradWeightBoxes;
-      weight.gemm = *boxes;
-      return weight;
-    }
+  if (math == Math::k3xTF32 || p.out_channels_per_group <= 32 || boxes_override == PlanOverride::kNever ||
+      (!(wide && macs >= kBoxLeastMacs) && boxes_override != PlanOverride::kAlways)) {
+    return plan_grad_weight_tiles_pass(p, x, grad_y, math, grad_bias, limits);
   }
+  WeightPlan boxes;
+  const auto box_plan = plan_boxes_over_copies(p, x, grad_y, limits, boxes);
+  if (!box_plan) return plan_grad_weight_tiles_pass(p, x, grad_y, math, grad_bias, limits);
+  boxes.kernel = Kernel::kGradWeightBoxes;
+  boxes.gemm = *box_plan;
+  if (p.stride == 1 || boxes_override == PlanOverride::kAlways) return boxes;
+  const WeightPlan tiles = plan_grad_weight_tiles_pass(p, x, grad_y, math, grad_bias, limits);
+  const bool gemm_tiles = tiles.kernel == Kernel::kGradWeightGemm || tiles.kernel == Kernel::kGradWeightWgmma;
+  return !gemm_tiles || box_tiles_seconds(boxes.gemm, limits) <= grad_weight_tiles_seconds(tiles, p, grad_y_shared) ? boxes : tiles;
+}
+
+// grad_weight's pass on the mma.sync or warpgroup tiles (or the depthwise or direct kernels)
+WeightPlan plan_grad_weight_tiles_pass(const ConvTParams& p, const TensorFacts& x, const TensorFacts& grad_y, Math math,
+                                       bool grad_bias, const DeviceLimits& limits) {
+  WeightPlan weight;
   // merged phases where they plan, else per phase; 3xTF32: no wide tap groups, no warpgroup tiles
   const bool one_pass = math != Math::k3xTF32;
   const bool with_bias = grad_bias && one_pass;
@@ -1706,7 +1754,8 @@ BackwardPlan plan_backward(const ConvTParams& p, const TensorFacts& x, const Ten
                            bool grad_input, bool grad_weight, bool grad_bias, const DeviceLimits& limits) {
   BackwardPlan plan;
   if (grad_input) plan.grad_input = plan_grad_input(p, grad_y, math, limits);
-  if (grad_weight) plan.grad_weight = plan_grad_weight_pass(p, x, grad_y, math, grad_bias, limits);
+  const bool grad_y_deinterleaved = plan.grad_input.kernel == Kernel::kGemm && plan.grad_input.gemm.deinterleaved;
+  if (grad_weight) plan.grad_weight = plan_grad_weight_pass(p, x, grad_y, math, grad_bias, grad_y_deinterleaved, limits);
   // the one place that decides who sums grad_bias
   if (grad_bias) {
     const bool by_grad_weight = (plan.grad_weight.kernel == Kernel::kGradWeightGemm ||

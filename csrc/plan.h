@@ -297,15 +297,18 @@ int64_t aligned_row_length(int64_t length, int element_size);
 // taps over the copy, whose weight (C_in, C_out/groups * P, taps), contiguous, holds W's tap t*stride
 // + r at channel co*P + r, tap t (docs/design.md §5.5).
 ConvTParams grad_weight_over_copies(const ConvTParams& p, int element_size, bool aligned_x, bool deinterleaved);
-// ... and over grad_y copied channels-last: (N, L_out, C_out rounded up to 16 bytes), read as (N, C_out,
-// L_out) with channel stride 1
+// ... and over grad_y copied channels-last by phase: G[n, r, m, co] = gy[n, co, m * stride + r], (N,
+// stride, channels_last_phase_length, C_out rounded up to 16 bytes); q's y strides are those of one
+// phase's rows, read as (N, C_out, positions) with channel stride 1 (at stride 1: (N, L_out, C_out))
 ConvTParams grad_weight_over_channels_last_grad_y(const ConvTParams& p, int element_size);
-// The box tiles of grad_weight (grad_weight_boxes.cuh; docs/design.md §5.7): a 16-bit stride-1 problem
-// over x with a tensor map and grad_y copied channels-last (grad_weight_over_channels_last_grad_y),
+int64_t channels_last_phase_length(const ConvTParams& p);  // ceil(L_out / stride): rows a phase of the copy
+// The box tiles of grad_weight (grad_weight_boxes.cuh; docs/design.md §5.7): a 16-bit problem of any
+// stride over x with a tensor map and grad_y copied channels-last (grad_weight_over_channels_last_grad_y),
 // C_in per group above 64, at most kMaxBoxTaps taps. Each item is 128 bytes of x positions
 // (kBoxItemBytes); a tile is 128 ci (two consumer warpgroups, x's boxes as wgmma's K-major A) x
 // box_columns columns (box_slots taps x block_co co: boxes of 64 positions x kBoxSlotCo co at each
-// tap's shift, wgmma's N-major B), each tap through a map whose positions end where its x positions do.
+// tap's shift in its phase's rows, wgmma's N-major B), each tap through a map whose positions end where
+// its x positions do.
 constexpr int kMaxBoxTaps = 32, kMaxBoxSlots = 4, kMaxBoxStages = 6;
 constexpr int kBoxItemBytes = 128, kBoxBlockCi = 128;
 constexpr int kBoxSlotCo = 64;  // a grad_y box's co: 128 bytes, the swizzle's row (a slot holds whole boxes)

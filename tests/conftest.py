@@ -385,8 +385,9 @@ GRAD_WEIGHT_TILE_CASES = [
     Case(2, 144, 4, 10, 1500, stride=3, padding=4, output_padding=2, dilation=2, groups=2),
 ]
 
-# The box tiles (sm_90a, 16-bit, stride 1; C_in per group above 64, C_out per group above 32): 128 ci x up
-# to 256 (tap slot, co) columns, x's and each tap's channels-last grad_y rows by TMA boxes; on CUDA the
+# The box tiles (sm_90a, 16-bit; C_in per group above 64, C_out per group above 32): 128 ci x up to 256
+# (tap slot, co) columns, x's and each tap's channels-last grad_y rows (by phase at stride > 1) by TMA
+# boxes; on CUDA the
 # cases above run with them turned off (CONVT_GRAD_WEIGHT_BOXES=never) so that the other kernels keep
 # their cover.
 BOX_TILE_CASES = [
@@ -402,6 +403,13 @@ BOX_TILE_CASES = [
     Case(2, 72, 40, 32, 400, padding=10),               # 32 taps (kMaxBoxTaps) of 40 co: several slots a tile
     Case(3, 200, 264, 1, 700),                          # one tap, 256 co a tile and 8 in the next
     Case(4, 128, 128, 3, 20000, padding=1),             # slices of many items
+    Case(2, 136, 72, 4, 700, stride=2, padding=1),      # stride 2: two taps a phase
+    Case(2, 100, 80, 7, 501, stride=3, padding=2, output_padding=1),  # phases of unequal length
+    Case(2, 128, 96, 16, 300, stride=8, padding=4),     # 8 phases of 2 taps, two co tiles
+    Case(2, 72, 40, 6, 50, stride=5, padding=9, dilation=2),  # dilated at stride: taps past both ends
+    Case(2, 80, 40, 3, 1, stride=5, output_padding=1),  # L_out 4 < stride: a phase without positions
+    Case(2, 160, 96, 4, 333, stride=2, padding=1, groups=2),  # two groups at stride 2
+    Case(2, 96, 40, 4, 1024, stride=4, layout="transposed"),  # strided, x's batch stride below its channels'
 ]
 
 # The reduction split (GemmPlan::splits: warp tiles whose parts leave SMs idle over a long reduction,

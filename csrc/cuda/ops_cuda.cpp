@@ -218,8 +218,23 @@ at::Tensor channels_last_x_copy(const ConvTParams& p, const at::Tensor& x, Launc
 
 // grad_y channels-last (WeightPlan::channels_last_grad_y): (N, L_out, q.y_length_stride), rows of C_out
 // rounded up to 16 bytes whose channels past C_out are never read (the maps end at C_out); by the
-// channels-last kernel where the rows need no rounding
+// channels-last kernel where the rows need no rounding. At stride > 1 by phase (N, stride,
+// channels_last_phase_length, q.y_length_stride): phase r's rows m = 0 .. phase_length(r) - 1 hold
+// positions m * stride + r (the maps end there; where L_out < stride, the phases without positions
+// are zeros, which their maps' one row reads)
 at::Tensor channels_last_grad_y(const ConvTParams& p, const ConvTParams& q, const at::Tensor& grad_y, Launch launch) {
+  if (p.stride > 1) {  // (two copies: the rows every phase has, then the last row of the first L_out mod stride)
+    const int64_t whole_rows = p.length_out / p.stride, rest = p.length_out % p.stride;
+    const std::vector<int64_t> sizes{p.batch, p.stride, channels_last_phase_length(p), q.y_length_stride};
+    const at::Tensor copy = whole_rows == 0 ? at::zeros(sizes, grad_y.options()) : at::empty(sizes, grad_y.options());
+    const at::Tensor channels = copy.narrow(3, 0, p.out_channels);
+    if (whole_rows > 0) {
+      channels.narrow(2, 0, whole_rows)
+          .copy_(grad_y.narrow(2, 0, whole_rows * p.stride).unflatten(2, {whole_rows, p.stride}).permute({0, 3, 2, 1}));
+    }
+    if (rest > 0) channels.narrow(1, 0, rest).select(2, whole_rows).copy_(grad_y.narrow(2, whole_rows * p.stride, rest).transpose(1, 2));
+    return copy;
+  }
   if (q.y_length_stride == p.out_channels) {
     ConvTParams rows = p;  // grad_y's (C_out, L_out) rows as x's
     rows.in_channels = p.out_channels, rows.length_in = p.length_out;
@@ -395,14 +410,19 @@ void run_data(DataPlan plan, const ConvTParams& p, const at::Tensor& in_tensor, 
   });
 }
 
-// The box tiles' grad_y maps (WeightBoxProblem::grad_y_maps) over grad_y channels-last: tap k's
-// positions end at min(L_out, L_in + shift_k) (at least 1: a tap past every position reads zeros at
-// negative ones), boxes of 64 co x 64 positions
+// The box tiles' grad_y maps (WeightBoxProblem::grad_y_maps) over grad_y channels-last (by phase,
+// channels_last_grad_y): tap k's over its phase's rows, which end at min(phase_length, L_in + shift_k)
+// (at least 1: a tap past every position reads zeros at negative ones), boxes of 64 co x 64 positions
 void encode_grad_y_maps(CUtensorMap* maps, const WeightGradPlan& g, const at::Tensor& grad_y, const ConvTParams& p) {
   const int positions = kBoxItemBytes / int(grad_y.element_size());
+  const int64_t phase_rows = channels_last_phase_length(p);
   for (int k = 0; k < g.taps; ++k) {
-    const int64_t length = std::max<int64_t>(1, std::min<int64_t>(p.length_out, p.length_in + g.group_tap_shift[k]));
-    TORCH_CHECK(encode_tensor_map(maps[k], grad_y, {p.out_channels, length, p.batch}, {p.y_length_stride, p.y_batch_stride},
+    const Tap tap = tap_of(k, p.stride, p.padding, p.dilation);
+    TORCH_INTERNAL_ASSERT(tap.shift == g.group_tap_shift[k], "convt: a box tap's shift differs from its plan's");
+    const int64_t rows = phase_length(tap.phase, p.length_out, p.stride);
+    const int64_t length = std::max<int64_t>(1, std::min<int64_t>(rows, p.length_in + tap.shift));
+    const at::Tensor phase = grad_y.as_strided({1}, {1}, grad_y.storage_offset() + tap.phase * phase_rows * p.y_length_stride);
+    TORCH_CHECK(encode_tensor_map(maps[k], phase, {p.out_channels, length, p.batch}, {p.y_length_stride, p.y_batch_stride},
                                   {kBoxSlotCo, positions, 1}, CU_TENSOR_MAP_SWIZZLE_128B, /*tf32=*/false),
                 "convt: the driver refused grad_output's tensor map");
   }
