@@ -1698,9 +1698,9 @@ bool wide_layer(const ConvTParams& p) {
 // It ran 1.1-1.6x faster than the planner's AVX2 form on 30 such layers of 1-32 batch elements, rows
 // of 36-2000 (short rows most: a batch element's GEMM there is a narrow one); narrow outputs (C_out/g
 // 4, its GEMM skinny, col2im the larger part) and 96 taps a phase ran slower, and C_in/g 128 as fast
-// or slower (docs/perf/2026-11-30-cpu-folded-forward.md). Since CPU v30's AVX2 GEMM, filters of 8 taps
-// or more (Z holds every tap's rows: K = 8-64 at stride 1-10 measured) run 1.2-1.7x slower folded,
-// and up to 7 taps within about 10 % either way (docs/perf/2026-12-01-cpu-folded-taps.md).
+// or slower (docs/perf/2026-11-30-cpu-folded-forward.md). With CPU v30's AVX2 GEMM, filters of 8 taps
+// or more (Z holds every tap's rows: K = 8-64 at stride 1-10) ran 1.2-1.7x slower folded on a Zen 4
+// core, and up to 7 taps within about 10 % either way (docs/perf/2026-12-01-cpu-folded-taps.md).
 constexpr int64_t kFoldedLeastColumns = 256;
 constexpr int64_t kFoldedMostTaps = 7;
 bool forward_folded_applies(const ConvTParams& p) {
