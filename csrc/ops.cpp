@@ -26,7 +26,8 @@ void check_backward_op(const at::Tensor& grad_output, const at::Tensor& input, c
 
 // What the planner picks for a problem of contiguous tensors (sizes: N, C_in, C_out, K, L_in,
 // stride, padding, output_padding, dilation, groups) on a card ("h100", "h200", "a100", or "cuda":
-// the current device): [forward, grad_input, grad_weight, grad_bias], each "kernel=... key=value ...".
+// the current device) or on this process's CPU ("cpu": cpu::describe_plan): [forward, grad_input,
+// grad_weight, grad_bias], each "kernel=... key=value ...".
 std::vector<std::string> plan_op(at::IntArrayRef sizes, at::ScalarType dtype, bool tf32, c10::string_view device) {
   TORCH_CHECK(sizes.size() == 10, "_plan: sizes must be [N, C_in, C_out, K, L_in, stride, padding, output_padding, dilation, groups]");
   const int64_t n = sizes[0], c_in = sizes[1], c_out = sizes[2], k = sizes[3], l_in = sizes[4];
@@ -36,21 +37,22 @@ std::vector<std::string> plan_op(at::IntArrayRef sizes, at::ScalarType dtype, bo
               "_plan: sizes out of range");
   const ConvTArgs args = make_args({stride}, {padding}, {output_padding}, groups, {dilation});
   TORCH_CHECK(output_length(l_in, k, args) >= 1, "_plan: the output would be empty");
+  // contiguous meta tensors of these sizes: the op's own validation and params, no data
+  const auto meta = at::TensorOptions().device(at::kMeta).dtype(dtype);
+  const at::Tensor x = at::empty({n, c_in, l_in}, meta), w = at::empty({c_in, c_out / groups, k}, meta);
+  const at::Tensor y = at::empty(C10_AS_INTARRAYREF_SLOW(conv_transpose1d_output_size(x, w, std::nullopt, args)), meta);
+  const ConvTParams p = make_params(x, w, y, args);
+  if (device == "cpu") return cpu::describe_plan(p, dtype);
   DeviceLimits limits{};
   if (device == "h100" || device == "h200") {
     limits = DeviceLimits::h100();
   } else if (device == "a100") {
     limits = DeviceLimits::a100();
   } else {
-    TORCH_CHECK(device == "cuda", "_plan: device must be h100, h200, a100 or cuda, not ", device);
+    TORCH_CHECK(device == "cuda", "_plan: device must be h100, h200, a100, cuda or cpu, not ", device);
     TORCH_CHECK(current_cuda_device_limits != nullptr, "_plan: this build of torch_convt_op has no CUDA kernels");
     limits = current_cuda_device_limits();
   }
-  // contiguous meta tensors of these sizes: the op's own validation and params, no data
-  const auto meta = at::TensorOptions().device(at::kMeta).dtype(dtype);
-  const at::Tensor x = at::empty({n, c_in, l_in}, meta), w = at::empty({c_in, c_out / groups, k}, meta);
-  const at::Tensor y = at::empty(C10_AS_INTARRAYREF_SLOW(conv_transpose1d_output_size(x, w, std::nullopt, args)), meta);
-  const ConvTParams p = make_params(x, w, y, args);
   const TensorFacts facts{int(c10::elementSize(dtype)), 256};
   const Math math = math_for(facts.element_size, tf32);
   const BackwardPlan backward = plan_backward(p, facts, facts, math, true, true, true, limits);

@@ -1,5 +1,6 @@
 """Which kernels the CUDA planner (csrc/plan.cpp) picks for a problem, on a named card or the current
-GPU. Pure: it asks the planner, it launches nothing, so it works on a CPU-only build too.
+GPU, and which forms this process's CPU runs (device="cpu": csrc/cpu/conv_transpose1d_cpu.cpp's plan).
+Pure: it asks the planner, it launches nothing, so it works on a CPU-only build too.
 
     >>> from torch_convt_op.planner import explain
     >>> explain(8, 512, 256, 16, 862, stride=8, padding=4, dtype=torch.bfloat16, device="h100")["forward"]
@@ -11,6 +12,8 @@ import torch
 
 PASSES = ("forward", "grad_input", "grad_weight", "grad_bias")
 CARDS = ("h100", "h200", "a100", "cuda")  # "cuda": the current device (needs the CUDA kernels)
+# device="cpu": each pass's CPU form, {"kernel": a CONVT_CPU_FORMS name, "vector_bits": the AVX2 forms'
+# vector width (256 or 512; 0 where they do not run)}, CONVT_CPU_FORMS applied
 
 
 def _parse(text: str) -> Dict[str, Union[str, int]]:

@@ -1621,6 +1621,7 @@ void grad_weight_direct(const at::Tensor& grad_y, const at::Tensor& x, const Con
 struct Plans {
   Form forward, grad_input, grad_weight;
   bool padded_copy = false;  // forward kPacked: x from one padded copy rather than in place (forward_avx2)
+  int vector_bits = 0;        // the AVX2 forms' vector width where they run (float32 on an AVX2 CPU), else 0
 };
 
 Form blas_form(const ConvTParams& p) {
@@ -1692,8 +1693,8 @@ bool wide_layer(const ConvTParams& p) {
   return p.in_channels_per_group >= 256 && p.out_channels_per_group >= 128 && blas_form(p) == Form::kTaps;
 }
 
-// The forward with the batch folded into one at::mm (forward_folded) on an AVX-512 CPU, where at::mm
-// runs 16-float vectors nearer their peak than the micro-kernel does: wide layers (C_in/g >= 256,
+// The forward with the batch folded into one at::mm (forward_folded), where at::mm runs nearer the
+// CPU's peak than the micro-kernel does: wide layers (C_in/g >= 256 on AVX-512,
 // C_out/g >= 64) of at most kFoldedMostTaps taps whose Z rows of one batch element fit kFoldedBuffer.
 // It ran 1.1-1.6x faster than the planner's AVX2 form on 30 such layers of 1-32 batch elements, rows
 // of 36-2000 (short rows most: a batch element's GEMM there is a narrow one); narrow outputs (C_out/g
@@ -1701,10 +1702,14 @@ bool wide_layer(const ConvTParams& p) {
 // or slower (docs/perf/2026-11-30-cpu-folded-forward.md). With CPU v30's AVX2 GEMM, filters of 8 taps
 // or more (Z holds every tap's rows: K = 8-64 at stride 1-10) ran 1.2-1.7x slower folded on a Zen 4
 // core, and up to 7 taps within about 10 % either way (docs/perf/2026-12-01-cpu-folded-taps.md).
+// On 8-float vectors (AVX2 only) at::mm's lead over the micro-kernel needs a deeper reduction: from
+// C_in/g 384 the folded form ran 0.92x the AVX2 forms' time on a Zen 1 core (fresh draws), at 256-383
+// mixed, 0.8-1.3x (docs/perf/2026-12-01-cpu-folded-avx2.md).
 constexpr int64_t kFoldedLeastColumns = 256;
 constexpr int64_t kFoldedMostTaps = 7;
+int64_t folded_least_inputs() { return avx2::wide_vectors() ? 256 : 384; }
 bool forward_folded_applies(const ConvTParams& p) {
-  return avx2::wide_vectors() && p.in_channels_per_group >= 256 && p.out_channels_per_group >= 64 &&
+  return p.in_channels_per_group >= folded_least_inputs() && p.out_channels_per_group >= 64 &&
          p.kernel_size <= kFoldedMostTaps && p.batch * p.length_in >= kFoldedLeastColumns &&
          p.out_channels_per_group * p.kernel_size * p.length_in <= kFoldedBuffer;
 }
@@ -1757,6 +1762,7 @@ Plans plan(const ConvTParams& p, at::ScalarType dtype) {
   const bool avx2_float = dtype == at::kFloat && avx2::available() && !override.portable;
   Plans plans{blas_form(p), blas_form(p), blas_form(p)};
   if (avx2_float) {
+    plans.vector_bits = avx2::wide_vectors() ? 512 : 256;
     // At one or two channels a group (C_in/g x C_out/g <= 2: depthwise, a multiplier of 2 or two
     // inputs a group) the micro-kernels' reduction, C_in/g x taps a phase, is too short to pay for
     // their tiles, and the direct loops, vectorized along the row, do less work.
@@ -1779,7 +1785,31 @@ Plans plan(const ConvTParams& p, at::ScalarType dtype) {
   return plans;
 }
 
+// A form's CONVT_CPU_FORMS name.
+const char* form_name(Form form, bool padded_copy) {
+  switch (form) {
+    case Form::kDirect: return "direct";
+    case Form::kTaps: return "taps";
+    case Form::kUnrolled: return "unrolled";
+    case Form::kFolded: return "folded";
+    case Form::kPacked: return padded_copy ? "packed_copy" : "packed";
+    case Form::kStreamed: return "streamed";
+    case Form::kScatter: return "scatter";
+    case Form::kDot: return "dot";
+    case Form::kPositions: return "positions";
+  }
+  return "?";
+}
+
 }  // namespace
+
+std::vector<std::string> describe_plan(const ConvTParams& p, at::ScalarType dtype) {
+  const Plans plans = plan(p, compute_type(dtype));
+  const std::string bits = " vector_bits=" + std::to_string(plans.vector_bits);
+  return {std::string("kernel=") + form_name(plans.forward, plans.padded_copy) + bits,
+          std::string("kernel=") + form_name(plans.grad_input, false) + bits,
+          std::string("kernel=") + form_name(plans.grad_weight, false) + bits, "kernel=sum"};
+}
 
 void forward(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& bias, const at::Tensor& y,
              const ConvTArgs& args) {
