@@ -1629,33 +1629,6 @@ double grad_weight_tiles_seconds(const WeightPlan& weight, const ConvTParams& p,
   return kGradWUnitSeconds * (grad_weight_time(weight.gemm) + copies) * (1 + kGradWRowPositions / double(p.length_in));
 }
 
-WeightPlan plan_grad_weight_tiles_pass(const ConvTParams& p, const TensorFacts& x, const TensorFacts& grad_y, Math math,
-                                       bool grad_bias, const DeviceLimits& limits);
-
-// grad_weight's pass (plan_backward): the box tiles where they apply (C_out per group filling at least
-// half a slot) on wide layers with MACs enough to pay for their host work, at stride > 1 only where
-// they take less time than the other kernels' plan (box_tiles_seconds; grad_y_shared: that plan's
-// copy of grad_y deinterleaved is grad_input's); `always`: wherever they apply
-WeightPlan plan_grad_weight_pass(const ConvTParams& p, const TensorFacts& x, const TensorFacts& grad_y, Math math,
-                                 bool grad_bias, bool grad_y_shared, const DeviceLimits& limits) {
-  const PlanOverride boxes_override = grad_weight_boxes_override();
-  const double macs = double(p.batch) * p.length_in * p.in_channels * p.out_channels_per_group * p.kernel_size;
-  const bool wide = p.in_channels_per_group >= kBoxLeastChannels && p.out_channels_per_group >= kBoxLeastChannels;
-  if (math == Math::k3xTF32 || p.out_channels_per_group <= 32 || boxes_override == PlanOverride::kNever ||
-      (!(wide && macs >= kBoxLeastMacs) && boxes_override != PlanOverride::kAlways)) {
-    return plan_grad_weight_tiles_pass(p, x, grad_y, math, grad_bias, limits);
-  }
-  WeightPlan boxes;
-  const auto box_plan = plan_boxes_over_copies(p, x, grad_y, limits, boxes);
-  if (!box_plan) return plan_grad_weight_tiles_pass(p, x, grad_y, math, grad_bias, limits);
-  boxes.kernel = Kernel::kGradWeightBoxes;
-  boxes.gemm = *box_plan;
-  if (p.stride == 1 || boxes_override == PlanOverride::kAlways) return boxes;
-  const WeightPlan tiles = plan_grad_weight_tiles_pass(p, x, grad_y, math, grad_bias, limits);
-  const bool gemm_tiles = tiles.kernel == Kernel::kGradWeightGemm || tiles.kernel == Kernel::kGradWeightWgmma;
-  return !gemm_tiles || box_tiles_seconds(boxes.gemm, limits) <= grad_weight_tiles_seconds(tiles, p, grad_y_shared) ? boxes : tiles;
-}
-
 // grad_weight's pass on the mma.sync or warpgroup tiles (or the depthwise or direct kernels)
 WeightPlan plan_grad_weight_tiles_pass(const ConvTParams& p, const TensorFacts& x, const TensorFacts& grad_y, Math math,
                                        bool grad_bias, const DeviceLimits& limits) {
@@ -1746,6 +1719,30 @@ WeightPlan plan_grad_weight_tiles_pass(const ConvTParams& p, const TensorFacts& 
     weight.kernel = Kernel::kDirect;
   }
   return weight;
+}
+
+// grad_weight's pass (plan_backward): the box tiles where they apply (C_out per group filling at least
+// half a slot) on wide layers with MACs enough to pay for their host work, at stride > 1 only where
+// they take less time than the other kernels' plan (box_tiles_seconds; grad_y_shared: that plan's
+// copy of grad_y deinterleaved is grad_input's); `always`: wherever they apply
+WeightPlan plan_grad_weight_pass(const ConvTParams& p, const TensorFacts& x, const TensorFacts& grad_y, Math math,
+                                 bool grad_bias, bool grad_y_shared, const DeviceLimits& limits) {
+  const PlanOverride boxes_override = grad_weight_boxes_override();
+  const double macs = double(p.batch) * p.length_in * p.in_channels * p.out_channels_per_group * p.kernel_size;
+  const bool wide = p.in_channels_per_group >= kBoxLeastChannels && p.out_channels_per_group >= kBoxLeastChannels;
+  if (math == Math::k3xTF32 || p.out_channels_per_group <= 32 || boxes_override == PlanOverride::kNever ||
+      (!(wide && macs >= kBoxLeastMacs) && boxes_override != PlanOverride::kAlways)) {
+    return plan_grad_weight_tiles_pass(p, x, grad_y, math, grad_bias, limits);
+  }
+  WeightPlan boxes;
+  const auto box_plan = plan_boxes_over_copies(p, x, grad_y, limits, boxes);
+  if (!box_plan) return plan_grad_weight_tiles_pass(p, x, grad_y, math, grad_bias, limits);
+  boxes.kernel = Kernel::kGradWeightBoxes;
+  boxes.gemm = *box_plan;
+  if (p.stride == 1 || boxes_override == PlanOverride::kAlways) return boxes;
+  const WeightPlan tiles = plan_grad_weight_tiles_pass(p, x, grad_y, math, grad_bias, limits);
+  const bool gemm_tiles = tiles.kernel == Kernel::kGradWeightGemm || tiles.kernel == Kernel::kGradWeightWgmma;
+  return !gemm_tiles || box_tiles_seconds(boxes.gemm, limits) <= grad_weight_tiles_seconds(tiles, p, grad_y_shared) ? boxes : tiles;
 }
 
 }  // namespace

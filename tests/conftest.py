@@ -640,7 +640,7 @@ def pytest_configure(config):
         config.addinivalue_line("markers", CUDA_MARKER)
 
 
-CUDA_MARKER = "cuda: runs on a CUDA device (requires_cuda tests, and the fuzz where it draws cuda): -m cuda or -k cuda"
+CUDA_MARKER = "cuda: runs on a CUDA device (requires_cuda tests, DEVICES cases on cuda, the fuzz where it draws cuda): -m cuda"
 
 
 def pytest_collection_modifyitems(config, items):
