@@ -32,8 +32,8 @@ inline unsigned grid_size(int64_t items, int threads, const Launch& launch) {
 }
 
 template <typename Kernel>
-dim3 depthwise_grid(int64_t rows, int64_t length, Kernel kernel, size_t smem, int co_blocks) {
-  C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+dim3 depthwise_grid(int64_t rows, int64_t length, Kernel kernel, int co_blocks, const Launch& launch) {
+  C10_CUDA_CHECK(allow_dynamic_smem(kernel, launch));
   return dim3(unsigned((length + kDwSegment - 1) / kDwSegment), unsigned(std::min<int64_t>(rows, 65535)), unsigned(co_blocks));
 }
 
@@ -50,7 +50,7 @@ void launch_depthwise_forward(const ConvTParams& p, const DepthwisePlan& plan, c
                               const scalar_t* bias, scalar_t* y, Launch launch) {
   auto kernel = p.in_channels_per_group == 1 ? depthwise_forward_kernel<scalar_t, acc_type<scalar_t>, true>
                                              : depthwise_forward_kernel<scalar_t, acc_type<scalar_t>, false>;
-  const dim3 grid = depthwise_grid(p.batch * p.groups, p.length_out, kernel, plan.smem_bytes, plan.co_blocks);
+  const dim3 grid = depthwise_grid(p.batch * p.groups, p.length_out, kernel, plan.co_blocks, launch);
   kernel<<<grid, kDwThreads, plan.smem_bytes, launch.stream>>>(x, w, bias, y, p, plan);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
@@ -67,7 +67,7 @@ template <typename scalar_t>
 void launch_depthwise_grad_input(const ConvTParams& p, const DepthwisePlan& plan, const scalar_t* grad_y, const scalar_t* w,
                                  scalar_t* grad_x, acc_type<scalar_t>* partial, Launch launch) {
   auto kernel = depthwise_grad_input_kernel<scalar_t, acc_type<scalar_t>>;
-  const dim3 grid = depthwise_grid(p.batch * p.in_channels, p.length_in, kernel, plan.smem_bytes, plan.co_blocks);
+  const dim3 grid = depthwise_grid(p.batch * p.in_channels, p.length_in, kernel, plan.co_blocks, launch);
   kernel<<<grid, kDwThreads, plan.smem_bytes, launch.stream>>>(grad_y, w, grad_x, partial, p, plan);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }

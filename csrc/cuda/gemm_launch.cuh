@@ -75,7 +75,7 @@ void with_tile_shape(int index, F&& f) {
 template <typename Kernel, typename T>
 void launch_persistent(Kernel kernel, int threads, const GemmProblem& g, const T* in, const uint32_t* packed_w,
                        const T* bias, T* out, Launch launch) {
-  C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(g.smem_bytes)));
+  C10_CUDA_CHECK(allow_dynamic_smem(kernel, launch));
   int blocks_per_sm = 0;
   C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, kernel, threads, g.smem_bytes));
   const int64_t resident_blocks = int64_t(std::max(blocks_per_sm, 1)) * launch.sm_count;

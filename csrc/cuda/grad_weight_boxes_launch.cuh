@@ -21,7 +21,7 @@ void launch_grad_weight_boxes(const WeightGradPlan& plan, const CUtensorMap* x_m
   auto run = [&](auto columns) {
     constexpr int kColumns = decltype(columns)::value;
     const auto kernel = grad_weight_boxes_kernel<T, kColumns>;
-    C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(g.smem_bytes)));
+    C10_CUDA_CHECK(allow_dynamic_smem(kernel, launch));
     kernel<<<unsigned(g.tiles * g.slices), kPipelineThreads, g.smem_bytes, launch.stream>>>(partial, g);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   };

@@ -22,7 +22,7 @@ inline WeightGradProblem make_weight_grad_problem(const WeightGradPlan& plan, co
 template <typename Kernel, typename T>
 void launch_grad_weight_kernel(Kernel kernel, int threads, const WeightGradProblem& g, const T* x, const T* grad_y,
                                float* partial, float* bias_partial, Launch launch) {
-  C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(g.smem_bytes)));
+  C10_CUDA_CHECK(allow_dynamic_smem(kernel, launch));
   kernel<<<unsigned(g.tiles * g.slices), threads, g.smem_bytes, launch.stream>>>(x, grad_y, partial, bias_partial, g);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }

@@ -21,14 +21,30 @@ namespace convt::cuda {
 template <typename scalar_t>
 using acc_type = std::conditional_t<std::is_same_v<scalar_t, double>, double, float>;
 
-// The device's SMs and the stream: what a launch needs besides the plan and the pointers
+// The device's SMs, its shared memory a block and the stream: what a launch needs besides the plan
+// and the pointers
 struct Launch {
   int sm_count;
   cudaStream_t stream;
+  int smem_limit;  // sharedMemPerBlockOptin (allow_dynamic_smem)
   // The GEMM kernels of this launch run only where *gate is non-zero (a device flag; nullptr: always),
   // so that a plan's exact fallback is decided on the device (DataPlan::exact)
   const int* gate = nullptr;
 };
+
+// Lets `kernel` take all the dynamic shared memory a block may have beside its static arrays. The
+// attribute is the process's, not the call's: were it set to each call's own size, a thread could
+// lower it between another thread's setting and launch of the same kernel with more
+// (cudaErrorInvalidValue). One value a kernel for every call keeps concurrent launches on any streams
+// valid; a launch takes what it names.
+template <typename Kernel>
+cudaError_t allow_dynamic_smem(Kernel kernel, const Launch& launch) {
+  cudaFuncAttributes attributes{};
+  const cudaError_t error = cudaFuncGetAttributes(&attributes, kernel);
+  if (error != cudaSuccess) return error;
+  return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                              launch.smem_limit - int(attributes.sharedSizeBytes));
+}
 
 // ---- implicit GEMM (forward and grad_input) ----------------------------------------------------------
 

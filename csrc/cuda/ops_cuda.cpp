@@ -37,7 +37,9 @@ TensorFacts facts_of(const at::Tensor& t) {
 }
 
 // Launches go to the current stream; persistent grids size themselves by the SMs the planner saw
-Launch launch_for(const DeviceLimits& limits) { return {limits.sm_count, at::cuda::getCurrentCUDAStream()}; }
+Launch launch_for(const DeviceLimits& limits) {
+  return {limits.sm_count, at::cuda::getCurrentCUDAStream(), int(limits.smem_per_block_optin)};
+}
 
 // float32 follows PyTorch's convolution setting: TF32 when cuDNN may use it, else 3xTF32.
 Math math_of(const at::Tensor& t) { return math_for(int(t.element_size()), at::globalContext().allowTF32CuDNN()); }
