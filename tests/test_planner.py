@@ -819,6 +819,21 @@ def test_bench_explain_prints_every_pass():
     assert "gemm warp 128x128" in table and "depthwise" in table
 
 
+def test_bench_explain_names_this_cpus_forms(monkeypatch, capsys):
+    from torch_convt_op import bench
+    monkeypatch.delenv("CONVT_CPU_FORMS", raising=False)
+    bench.main(["--explain", "cpu", "--shapes", "kb64,depthwise", "--dtypes", "fp32,fp64"])
+    table = capsys.readouterr().out
+    assert "plans for cpu" in table and table.count("\n") == 2 + 4, table
+    forms = {"direct", "taps", "unrolled", "folded", "packed", "packed_copy", "streamed", "scatter", "dot",
+             "positions", "sum"}
+    for line in table.splitlines()[2:]:
+        named = [cell.split()[0].removeprefix("kernel=") for cell in line.split(None, 2)[2].split("|")]
+        assert len(named) == 4 and set(named) <= forms, line
+    with pytest.raises(SystemExit):
+        bench.main(["--explain", "cpu", "--dtypes", "tf32"])
+
+
 def test_busy_grad_input_reads_grad_y_deinterleaved_rather_than_in_place():
     """Phases merged in place load fragments at a stride in shared memory, a cost that grows with the
     MMA work: where a grad_y element feeds at least 1024 MACs (C_in/groups * K/stride; 1536 for

@@ -428,7 +428,7 @@ def run_check(shapes: List[Case], dtype_names: List[str], device: str) -> bool:
 
 
 def explain_table(shapes: List[Case], dtype_names: List[str], card: str) -> str:
-    """The planner's choice per shape, dtype and pass (torch_convt_op.planner)."""
+    """The planner's choice per shape, dtype and pass (torch_convt_op.planner); card "cpu": this CPU's forms."""
     from .planner import PASSES, explain, summary
     lines = [f"plans for {card}:", f"{'shape':12s} {'dtype':5s} " + " | ".join(f"{name:40s}" for name in PASSES)]
     for shape in shapes:
@@ -456,9 +456,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, help="torch.set_num_threads for CPU runs")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     parser.add_argument("--png", metavar="PATH", help="also draw the speedups (needs matplotlib)")
-    parser.add_argument("--explain", nargs="?", const="auto", choices=["auto", "h100", "h200", "a100", "cuda"],
+    parser.add_argument("--explain", nargs="?", const="auto", choices=["auto", "h100", "h200", "a100", "cuda", "cpu"],
                         help="print which kernel the planner picks for each shape, pass and dtype, on this GPU "
-                             "(auto, the default: cuda when available, else h100) or a named card; runs nothing")
+                             "(auto, the default: cuda when available, else h100), a named card, or cpu (the "
+                             "forms this CPU runs); runs nothing")
     parser.add_argument("--check", action="store_true",
                         help="run the correctness self-check (shapes scaled small) instead of the benchmark")
     sweep = parser.add_argument_group("sweep (torch_convt_op/sweep.py)")
@@ -505,7 +506,7 @@ def main(argv=None) -> None:
         torch.set_num_threads(args.threads)
     if args.explain:
         card = args.explain if args.explain != "auto" else "cuda" if torch.cuda.is_available() else "h100"
-        print(explain_table(shapes, resolve_dtypes(args.dtypes, "cuda"), card))
+        print(explain_table(shapes, resolve_dtypes(args.dtypes, "cpu" if card == "cpu" else "cuda"), card))
         return
     if args.check:
         dtype_names = resolve_dtypes(args.dtypes or CHECK_DTYPES[device], device)
