@@ -278,12 +278,12 @@ std::optional<GemmPlan> plan_gemm_tiles(GemmPlan g, const TensorFacts& in, int t
   return std::nullopt;
 }
 
-// Row tiles a launch takes: within the workspace bound (kMaxPackedWeightBytes of packed weight), the
-// count whose launches take the fewest waves (launch_waves), the largest of those (each launch packs
-// its weight first and costs a launch's latency).
+// Row tiles a launch takes: within the workspace bound (workspace_bound), the count whose launches
+// take the fewest waves (launch_waves), the largest of those (each launch packs its weight first and
+// costs a launch's latency).
 int fewest_wave_launch_row_tiles(const GemmPlan& g, const DeviceLimits& limits) {
   const int64_t row_tile_bytes = 4 * packed_weight_words(g) / g.row_tiles;
-  const int most = int(std::clamp<int64_t>(kMaxPackedWeightBytes / row_tile_bytes, 1, g.row_tiles));
+  const int most = int(std::clamp<int64_t>(workspace_bound(g) / row_tile_bytes, 1, g.row_tiles));
   if (most == g.row_tiles) return most;  // one launch
   int best = most;
   int64_t best_waves = launch_waves(g, most, limits);
@@ -330,7 +330,7 @@ int64_t out_elements(const GemmPlan& g) { return g.batch * g.groups * g.rows_per
 int chunk_range_size(const GemmPlan& g, const TensorFacts& in) {
   if (g.chunks == 1) return 0;
   if (in.element_size != 4 && (!sums_in_slices(g) || gemm_splits_override() == PlanOverride::kNever)) return 0;
-  const int64_t room = kMaxPackedWeightBytes - (in.element_size != 4 ? 4 * out_elements(g) : 0);
+  const int64_t room = workspace_bound(g) - (in.element_size != 4 ? 4 * out_elements(g) : 0);
   const int64_t chunk_bytes = 4 * packed_weight_words(g) / g.chunks;
   return int(std::clamp<int64_t>(room / chunk_bytes, 0, g.chunks));
 }
@@ -349,7 +349,7 @@ double chunk_range_time(const GemmPlan& g, int launch_chunks, Math math, const D
   return double(launch_waves(g, g.row_tiles, limits)) * tile_times;
 }
 
-// The launches of a plan whose packed weight exceeds kMaxPackedWeightBytes (docs/design.md §4.5):
+// The launches of a plan whose packed weight exceeds workspace_bound (docs/design.md §4.5):
 // ranges of row tiles (fewest_wave_launch_row_tiles), or ranges of chunks over every row tile
 // (chunk_range_size) where a single row tile packs more than the bound or those take at most
 // kChunkRangeMargin of the time.
@@ -357,8 +357,8 @@ void set_launches(GemmPlan& g, const TensorFacts& in, Math math, const DeviceLim
   g.launch_row_tiles = fewest_wave_launch_row_tiles(g, limits);
   g.first_chunk = 0, g.launch_chunks = g.chunks, g.float_sums = false;
   const int launch_chunks = chunk_range_size(g, in);
-  if (4 * packed_weight_words(g) <= kMaxPackedWeightBytes || launch_chunks == 0) return;  // (one launch, or row ranges only)
-  const bool row_tile_fits = 4 * packed_weight_words(g) / g.row_tiles <= kMaxPackedWeightBytes;
+  if (4 * packed_weight_words(g) <= workspace_bound(g) || launch_chunks == 0) return;  // (one launch, or row ranges only)
+  const bool row_tile_fits = 4 * packed_weight_words(g) / g.row_tiles <= workspace_bound(g);
   if (!row_tile_fits ||
       chunk_range_time(g, launch_chunks, math, limits) <= kChunkRangeMargin * row_range_time(g, g.launch_row_tiles, math, limits)) {
     g.launch_row_tiles = g.row_tiles, g.launch_chunks = launch_chunks;
@@ -383,7 +383,7 @@ void set_splits(GemmPlan& g, Math math, const DeviceLimits& limits) {
   const int64_t blocks = limits.sm_count * std::max<int64_t>(1, limits.blocks_per_sm(int64_t(g.smem_bytes)));
   if (g.parts >= blocks && override != PlanOverride::kAlways) return;
   const int64_t slice_bytes = 4 * out_elements(g);
-  const int64_t room = kMaxPackedWeightBytes - 4 * packed_weight_words(g);
+  const int64_t room = workspace_bound(g) - 4 * packed_weight_words(g);
   const double phase_work = (tile_time(g, g.chunks, false, math) - kTileFixedWork) / g.out_phases;
   auto time = [&](int split_steps) {
     const int64_t splits = (phase_steps + split_steps - 1) / split_steps;
@@ -551,7 +551,7 @@ std::optional<GemmPlan> plan_pipelined_tiles(const GemmPlan& problem, const Tens
     if (run_taps < kMaxGemmTaps) split_steps(runs, run_taps);
     auto plan = plan_pipelined_steps(runs, in, tile_shape, math, limits);
     // (a row tile's weight above the workspace bound: only where launches take ranges of chunks)
-    if (plan && 4 * packed_weight_words(*plan) / plan->row_tiles > kMaxPackedWeightBytes && chunk_range_size(*plan, in) == 0) {
+    if (plan && 4 * packed_weight_words(*plan) / plan->row_tiles > workspace_bound(*plan) && chunk_range_size(*plan, in) == 0) {
       return std::nullopt;
     }
     if (plan) return plan;
@@ -930,6 +930,21 @@ int64_t float_sums_bytes(const GemmPlan& g) {
 
 int64_t packed_weight_words(const GemmPlan& g) {
   return g.groups * g.row_tiles * g.chunks * int64_t(g.weight_parts) * g.taps * g.slot_words;
+}
+
+// By default the whole packed weight (the weight's size, twice in 3xTF32's two parts, and its tiles'
+// padding) is within the bound: one launch, whose waves the plan's tiles fill as launches of ranges
+// cannot (12 launches of 40 tiles on 132 SMs for a 768 → 768, K 95 layer's 112 MB of bf16 weight).
+int64_t workspace_bound(const GemmPlan& g) {
+  const char* text = std::getenv("CONVT_MAX_WORKSPACE_MB");
+  if (text == nullptr || *text == '\0') return 4 * packed_weight_words(g) + kWorkspaceBesideWeightBytes;
+  char* end = nullptr;
+  const long long megabytes = std::strtoll(text, &end, 10);
+  if (*end != '\0' || megabytes < 1 || megabytes > (int64_t(1) << 40)) {
+    throw std::invalid_argument(std::string("convt: CONVT_MAX_WORKSPACE_MB must be a whole number of megabytes, 1 or more; got '") +
+                                text + "'");
+  }
+  return int64_t(megabytes) << 20;
 }
 
 int64_t launch_waves(const GemmPlan& g, int launch_row_tiles, const DeviceLimits& limits) {
@@ -1517,7 +1532,7 @@ bool one_pipelined_launch(const DataPlan& plan) {
 // The forward over x as it is, or over copies of x in aligned rows (channels-last where the channels
 // allow) a batch chunk at a time (DataPlan::copy_batch): where the plan on x would stage its rows one
 // by one, the plan on the copy takes TMA boxes in one launch a chunk, the copy of a chunk and the
-// packed weight stay within the workspace bound (kMaxPackedWeightBytes), and the chunks' waves of
+// packed weight stay within the workspace bound (workspace_bound), and the chunks' waves of
 // tiles and copies take at most kAlignedCopyMargin of the plan on x's waves (pipelined_tile_seconds;
 // copies_override). 16-bit only unless overridden: the model is fitted to bf16, and TF32's copies
 // lost on most layers measured (docs/perf/2026-11-30-position-rows.md).
@@ -1530,7 +1545,7 @@ DataPlan plan_forward(const ConvTParams& p, const TensorFacts& x, Math math, con
   }
   const int element_size = x.element_size;
   const int64_t element_bytes = p.in_channels * aligned_row_length(p.length_in, element_size) * element_size;
-  const int64_t room = kMaxPackedWeightBytes - 4 * packed_weight_words(plan.gemm);  // (the copy's plan packs the same weight)
+  const int64_t room = workspace_bound(plan.gemm) - 4 * packed_weight_words(plan.gemm);  // (the copy's plan packs the same weight)
   const int64_t batch = std::min<int64_t>(p.batch, room / element_bytes);
   if (batch < 1) return plan;
   DataPlan over = plan_data(forward_over_aligned_x(p, element_size, batch), copy_facts(element_size), math, /*forward=*/true, limits);
@@ -1548,7 +1563,7 @@ DataPlan plan_forward(const ConvTParams& p, const TensorFacts& x, Math math, con
     }
   }
   const GemmPlan& g = over.gemm;
-  if (!one_pipelined_launch(over) || !g.tensor_rows || 4 * packed_weight_words(g) + batch * element_bytes > kMaxPackedWeightBytes) {
+  if (!one_pipelined_launch(over) || !g.tensor_rows || 4 * packed_weight_words(g) + batch * element_bytes > workspace_bound(g)) {
     return plan;
   }
   // (a last, smaller chunk: its share of the parts, which go by batch element)
@@ -1811,6 +1826,7 @@ std::string describe(const DataPlan& plan) {
                         {"row_tiles", g.row_tiles}, {"launch_row_tiles", g.launch_row_tiles}, {"launch_chunks", g.launch_chunks}, {"float_sums", g.float_sums}, {"splits", g.splits},
                         {"copy_batch", plan.copy_batch}, {"copy_channels_last", plan.copy_channels_last},
                         // (the x copy of a batch chunk: copy_elements elements make 16 bytes on these plans)
+                        {"packed_weight_bytes", 4 * packed_weight_words(first_launch(g))},
                         {"workspace_bytes", 4 * packed_weight_words(first_launch(g)) + float_sums_bytes(g) +
                                                 plan.copy_batch * g.in_batch_stride * (g.position_rows ? 2 : 16 / std::max(g.copy_elements, 1))},
                         {"smem_bytes", int64_t(g.smem_bytes)}});

@@ -335,7 +335,7 @@ GemmWeight gemm_weight(const ConvTParams& p, bool forward);
 std::optional<GemmPlan> plan_gemm(const GemmPlan& problem, const std::optional<GemmPlan>& merged, const TensorFacts& in,
                                   Math math, const DeviceLimits& limits);
 int64_t packed_weight_words(const GemmPlan& g);
-// The fp32 slices of a plan with float_sums (0 without), within kMaxPackedWeightBytes with the packed weight
+// The fp32 slices of a plan with float_sums (0 without), within workspace_bound with the packed weight
 int64_t float_sums_bytes(const GemmPlan& g);
 // Whether the launcher writes the bias (or zero) over all of out before a plan's launches: where
 // some positions no tap reaches are stored by no kernel (merged rows of a short filter's phases
@@ -348,11 +348,15 @@ bool bias_first(const GemmPlan& g);
 // each column's two positions adjacent (TF32 and 16-bit strided forwards whose phases do not merge).
 enum class PipelineForm { kOnePair, kPairs, kPhasePair };
 PipelineForm pipeline_form(const GemmPlan& g);
-// The workspace of the forward and of grad_input, the packed weight of one launch, is bounded: where
-// the whole weight packs to more than kMaxPackedWeightBytes, launches take ranges of row tiles (each
-// packing its own rows into the same buffer, in stream order), GemmPlan::launch_row_tiles of them
-// (at least one). row_tile_range: the plan of the launch of row tiles [first, first + count).
-constexpr int64_t kMaxPackedWeightBytes = int64_t(16) << 20;
+// The workspace of the forward and of grad_input (docs/design.md §8, Memory): the packed weight of
+// one launch, and beside it a reduction split's fp32 slices or a batch chunk's copy of x.
+// workspace_bound: the whole packed weight (one launch) and kWorkspaceBesideWeightBytes, or
+// CONVT_MAX_WORKSPACE_MB (read at every plan) for callers short of memory. Where the whole weight
+// packs to more than the bound, launches take ranges of row tiles (each packing its own rows into the
+// same buffer, in stream order), GemmPlan::launch_row_tiles of them (at least one), or of chunks.
+// row_tile_range: the plan of the launch of row tiles [first, first + count).
+constexpr int64_t kWorkspaceBesideWeightBytes = int64_t(16) << 20;
+int64_t workspace_bound(const GemmPlan& g);
 GemmPlan row_tile_range(const GemmPlan& g, int first, int count);
 // The plan of the launch of chunks [first, first + count) (GemmPlan::launch_chunks): every row tile
 GemmPlan chunk_range(const GemmPlan& g, int first, int count);

@@ -207,8 +207,8 @@ WIDE_TILE_CASES = [
     # grad_input of a dilated filter over grad_y deinterleaved (dilation 3, stride 5: every phase),
     # 10 shifts x 5 phases holding 16 taps, the rest zero: a narrow output
     Case(4, 96, 2, 16, 20001, stride=5, padding=2, dilation=3),
-    # weights packing to more than 16 MB over few tiles: launches of chunk ranges over every row tile,
-    # the second adding to out (float; 16-bit in ranges of row tiles), stride 1 and 2
+    # weights packing to more than 16 MB over few tiles: one launch (under a 16 MB workspace bound,
+    # test_tiles' chunk ranges), stride 1 and 2
     Case(1, 512, 512, 17, 300, padding=8),
     Case(1, 512, 512, 17, 300, stride=2, padding=8),
     # long filters: runs of a phase pair's taps, one step each (64 taps of one phase; 100 taps at
@@ -425,8 +425,9 @@ SPLIT_TILE_CASES = [
     Case(1, 3, 520, 7, 200, padding=3, dilation=2),     # grad_input: dilated, runs of uneven length
 ]
 
-# Weights that pack to more than 16 MB on few warp tiles: launches of chunk ranges over every row tile,
-# a 16-bit out's sums accumulated in one fp32 slice (GemmPlan::float_sums), a float out's added to it.
+# Weights that pack to more than 16 MB on few warp tiles, under a 16 MB workspace bound (the tests' fixture
+# workspace_16mb): launches of chunk ranges over every row tile, a 16-bit out's sums accumulated in one
+# fp32 slice (GemmPlan::float_sums), a float out's added to it.
 CHUNK_RANGE_CASES = [
     Case(1, 1024, 640, 32, 90, padding=16),             # 42 MB in bf16: 3 launches of 12 chunks, 10 tiles
     Case(2, 640, 1024, 24, 60, stride=2, padding=8),    # two out phases; grad_input deinterleaved, 2 launches
@@ -624,6 +625,13 @@ def tf32(request):
 @pytest.fixture(params=DEVICES)
 def device(request):
     return request.param
+
+
+@pytest.fixture
+def workspace_16mb(monkeypatch):
+    """The forward's and grad_input's workspace bound at 16 MB (CONVT_MAX_WORKSPACE_MB): a weight that
+    packs to more takes launches of row-tile or chunk ranges instead of one launch."""
+    monkeypatch.setenv("CONVT_MAX_WORKSPACE_MB", "16")
 
 
 # ---- the quick subset (python -m pytest tests -q -m quick) ---------------------------------------

@@ -90,8 +90,9 @@ def test_strict_float32_is_float32_accurate(case, tf32):
     assert_close(y, reference(x, w, b, case)[0], torch.float32, "cuda", case=case)  # no TF32: float32's bound
 
 
-# Weights that pack to more than 16 MB (32 MB in TF32 and 16-bit, 64 MB in 3xTF32's two parts):
-# launches of row-tile ranges, each packing its own rows into one buffer; two groups in each launch
+# Weights that pack to more than 16 MB (32 MB in TF32 and 16-bit, 64 MB in 3xTF32's two parts): one
+# launch, or under a 16 MB workspace bound launches of row-tile ranges, each packing its own rows into
+# one buffer; two groups in each launch
 PACKED_IN_LAUNCHES_CASES = [
     Case(1, 1024, 1024, 8, 40, stride=2, padding=3),
     Case(2, 1024, 1536, 8, 30, stride=4, padding=2, groups=2),
@@ -101,7 +102,10 @@ PACKED_IN_LAUNCHES_CASES = [
 @pytest.mark.parametrize("dtype, tf32", [(torch.float32, True), (torch.float32, False), (torch.bfloat16, True)],
                          ids=str, indirect=["tf32"])
 @pytest.mark.parametrize("case", PACKED_IN_LAUNCHES_CASES, ids=str)
-def test_weight_packed_in_launches(case, dtype, tf32):
+@pytest.mark.parametrize("max_workspace_mb", [None, "16"], ids=["default", "16mb"])
+def test_weight_packed_in_launches(case, dtype, tf32, max_workspace_mb, monkeypatch):
+    if max_workspace_mb is not None:
+        monkeypatch.setenv("CONVT_MAX_WORKSPACE_MB", max_workspace_mb)
     assert_backward_matches_reference(case, dtype, "cuda", check_forward=True)
 
 

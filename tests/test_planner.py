@@ -66,6 +66,11 @@ def tile(plan):
     return plan["family"], plan["block_m"], plan["block_n"]
 
 
+def beside_weight(plan):
+    """A forward or grad_input plan's workspace beside its packed weight (at most 16 MB)"""
+    return plan["workspace_bytes"] - plan["packed_weight_bytes"]
+
+
 @pytest.mark.parametrize("card", CARDS)
 @pytest.mark.parametrize("dtype,tf32", MATHS)
 def test_every_plan_fits_the_card(card, dtype, tf32):
@@ -77,8 +82,10 @@ def test_every_plan_fits_the_card(card, dtype, tf32):
             if plan[name]["kernel"] == "gemm":
                 assert plan[name]["tiles"] >= 1 and plan[name]["parts"] >= plan[name]["tiles"], (shape, plan[name])
                 assert 2 <= plan[name]["stages"] <= 4 or plan[name]["family"] != "pipelined", (shape, plan[name])
-                # the workspace (one launch's packed weight) within 16 MB, unless one row tile packs more
-                assert plan[name]["workspace_bytes"] <= 16 << 20 or plan[name]["launch_row_tiles"] == 1, (shape, plan[name])
+                # one launch, whatever the weight's size; beside its packed weight, at most 16 MB
+                assert plan[name]["launch_row_tiles"] == plan[name]["row_tiles"], (shape, plan[name])
+                assert plan[name]["launch_chunks"] == plan[name]["chunks"], (shape, plan[name])
+                assert plan[name]["workspace_bytes"] - plan[name]["packed_weight_bytes"] <= 16 << 20, (shape, plan[name])
 
 
 @pytest.mark.parametrize("dtype,tf32", MATHS)
@@ -231,7 +238,7 @@ def test_long_filters_run_pipelined_in_runs_of_taps():
             forward = plans(shape, dtype, tf32, "h100")["forward"]
             assert forward["family"] == "pipelined" and forward["in_phases"] > 1, (shape, forward)
             assert forward["step_taps"] * forward["in_phases"] >= forward["taps"], (shape, forward)
-            assert forward["workspace_bytes"] <= 16 << 20, (shape, forward)
+            assert beside_weight(forward) <= 16 << 20, (shape, forward)
             assert plans(shape, dtype, tf32, "a100")["forward"]["family"] == "warp"
 
 
@@ -248,7 +255,7 @@ def test_strided_forwards_run_pipelined_phase_by_phase():
         forward = plans(shape, torch.float32, False, "h100")["forward"]
         assert forward["family"] == "pipelined" and forward["out_phases"] == shape[5], (shape, forward)
         assert forward["in_phases"] > 1 or not runs, (shape, forward)
-        assert forward["workspace_bytes"] <= 16 << 20, (shape, forward)
+        assert beside_weight(forward) <= 16 << 20, (shape, forward)
         for dtype in (torch.float32, torch.bfloat16):
             forward = plans(shape, dtype, True, "h100")["forward"]
             if shape[5] == 2:  # a phase pair
@@ -351,8 +358,8 @@ def test_forward_copies_channels_last_for_position_rows():
     K = 1), nor where the channels do not allow it, nor in float (no copies there)."""
     for c_in, channels_last in ((1024, True), (1020, False)):
         forward = plans((16, c_in, 512, 3, 1300, 2, 0, 0, 1, 1), torch.bfloat16, False, "h100")["forward"]
-        assert forward["copy_batch"] == 5 and forward["copy_channels_last"] == int(channels_last), forward
-        assert forward["position_rows"] == int(channels_last) and forward["workspace_bytes"] <= 16 << 20, forward
+        assert forward["copy_batch"] == 6 and forward["copy_channels_last"] == int(channels_last), forward
+        assert forward["position_rows"] == int(channels_last) and beside_weight(forward) <= 16 << 20, forward
     k1 = plans((12, 1536, 768, 1, 1300, 1, 0, 0, 1, 1), torch.bfloat16, False, "h100")["forward"]
     assert k1["copy_batch"] > 0 and k1["copy_channels_last"] == 0 and k1["tap_boxes"] == 1, k1
     assert plans((16, 1024, 512, 3, 1300, 2, 0, 0, 1, 1), torch.float32, True, "h100")["forward"]["copy_channels_last"] == 0
@@ -367,7 +374,7 @@ def test_forward_copies_where_row_staging_adds_to_the_mma():
     for shape in ((16, 1024, 512, 7, 1300, 2, 0, 0, 1, 1), (7, 1280, 640, 7, 485, 2, 2, 0, 1, 1)):
         forward = plans(shape, torch.bfloat16, False, "h100")["forward"]
         assert forward["copy_batch"] > 0 and forward["copy_channels_last"] == 1 and forward["position_rows"] == 1, forward
-        assert forward["workspace_bytes"] <= 16 << 20, forward
+        assert beside_weight(forward) <= 16 << 20, forward
     for shape in ((13, 128, 64, 2, 11503, 2, 0, 0, 1, 1), (22, 256, 256, 5, 10188, 2, 1, 0, 1, 1)):
         forward = plans(shape, torch.bfloat16, False, "h100")["forward"]
         assert forward["copy_batch"] == 0 and forward["family"] == "pipelined" and forward["tensor_rows"] == 0, forward
@@ -378,20 +385,20 @@ def test_forward_copies_where_row_staging_adds_to_the_mma():
 def test_forward_over_aligned_x_copies(dtype, tf32):
     """Where the pipelined forward would stage x's rows one by one (no 16-byte multiple, no channel-phase
     boxes), it runs over copies of x in aligned rows, a batch chunk at a time (copy_batch), where the
-    copy plans TMA boxes in one launch, a chunk's copy and the packed weight stay within 16 MB, and the
+    copy plans TMA boxes in one launch, a chunk's copy takes at most 16 MB beside the packed weight, and the
     cost model (the row copies' steps against the chunks' waves and the copies) gives the copies at
     most 0.9 of the time: wide 16-bit layers of long reductions. Not where x's rows are aligned
     already, nor on narrow layers (few steps an element of x), nor in TF32 (half the MMA rate: the row
     copies hide behind it), nor without TMA."""
     unit = 16 // dtype.itemsize
-    for n, c_in, c_out, k, stride, chunk in ((12, 1536, 768, 1, 1, 3), (16, 1024, 512, 3, 2, 5)):
+    for n, c_in, c_out, k, stride, chunk in ((12, 1536, 768, 1, 1, 4), (16, 1024, 512, 3, 2, 6)):
         aligned = plans((n, c_in, c_out, k, 1296, stride, 0, 0, 1, 1), dtype, tf32, "h100")["forward"]
         assert aligned["copy_batch"] == 0 and aligned["tensor_rows"] == 1, aligned
         forward = plans((n, c_in, c_out, k, 1296 + unit // 2, stride, 0, 0, 1, 1), dtype, tf32, "h100")["forward"]
         assert forward["copy_batch"] == (chunk if dtype.itemsize == 2 else 0), forward
         if forward["copy_batch"]:
             assert forward["family"] == "pipelined" and forward["tensor_rows"] == 1, forward
-            assert forward["workspace_bytes"] <= 16 << 20, forward
+            assert beside_weight(forward) <= 16 << 20, forward
         assert plans((n, c_in, c_out, k, 1296 + unit // 2, stride, 0, 0, 1, 1), dtype, tf32, "a100")["forward"]["copy_batch"] == 0
     # 16-bit: more chunks (one batch element each) would add waves of tiles
     assert plans((11, 256, 128, 5, 18442, 2, 1, 0, 1, 1), dtype, tf32, "h100")["forward"]["copy_batch"] == 0
@@ -416,8 +423,8 @@ def test_pipelined_width_by_waves(dtype):
     assert tile(in_between) == ("pipelined", 128, 128) and in_between["tiles"] == 896, in_between
 
 
-def test_launches_of_a_split_weight_take_the_fewest_waves():
-    """Where the packed weight is split over launches (over 16 MB), the planner takes the launch
+def test_launches_of_a_split_weight_take_the_fewest_waves(workspace_16mb):
+    """Where the packed weight is split over launches (over the 16 MB bound), the planner takes the launch
     size with the fewest waves in all, not the largest that fits: 16 x 1536 -> 1536, K = 1, strict
     fp32 (3xTF32, two weight parts): 12 row tiles of 176 tiles each, at most 10 a launch; 10 + 2 row
     tiles take 14 + 3 waves, 9 + 3 take 12 + 4."""
@@ -426,7 +433,7 @@ def test_launches_of_a_split_weight_take_the_fewest_waves():
     assert plan["workspace_bytes"] <= 16 << 20
 
 
-def test_split_weights_over_few_tiles_launch_ranges_of_chunks():
+def test_split_weights_over_few_tiles_launch_ranges_of_chunks(workspace_16mb):
     """Where launches of row tiles would hold few tiles each (1 x 768 -> 768, K = 64 at 4,731
     positions: 37 tiles a row tile), or a single row tile packs more than 16 MB (a pipelined 128-row
     tile of it: 25 MB in TF32), a float output's launches take ranges of chunks over every row tile,
@@ -699,7 +706,7 @@ def test_reduction_split_where_few_parts_reduce_long(monkeypatch):
     for dtype, tf32 in MATHS:
         g = plans(narrow_in, dtype, tf32, "h100")["grad_input"]
         assert g["family"] == "warp" and g["splits"] >= 8 and g["parts"] == g["tiles"] * g["splits"], (dtype, tf32, g)
-        assert g["parts"] <= 2 * 132 and g["workspace_bytes"] <= 16 << 20, g
+        assert g["parts"] <= 2 * 132 and beside_weight(g) <= 16 << 20, g
     forward = plans((2, 1024, 24, 5, 60, 1, 2, 0, 1, 1), torch.bfloat16, True, "h100")["forward"]  # 2 tiles, 32 chunks
     assert forward["family"] == "warp" and forward["splits"] > 1, forward
     for shape in NAMED.values():
@@ -717,7 +724,7 @@ def test_reduction_split_where_few_parts_reduce_long(monkeypatch):
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_16_bit_chunk_ranges_sum_in_fp32(dtype):
+def test_16_bit_chunk_ranges_sum_in_fp32(dtype, workspace_16mb):
     """A 16-bit weight of more than 16 MB over few warp tiles (1 x 768 -> 384, K = 92 at 7,391
     positions: 54 MB; 64-row tiles of 9 MB, a launch of 58 tiles each) launches ranges of chunks over
     every row tile, their sums accumulated in one fp32 slice of out's shape that the packed weight
@@ -787,15 +794,31 @@ def test_h100_named_shapes(dtype):
 
 @pytest.mark.parametrize("card", CARDS)
 @pytest.mark.parametrize("dtype,tf32", MATHS)
-def test_forward_workspace_is_at_most_16_mb(card, dtype, tf32):
-    """A 1536 -> 768, K 16, stride 8 upsampler's weight packs to 72 MB (TF32), 144 MB (3xTF32): its
-    launches take ranges of row tiles or of chunks, each packing at most 16 MB."""
+def test_workspace_bound_splits_the_weight_over_launches(card, dtype, tf32, monkeypatch):
+    """A 1536 -> 768, K 16, stride 8 upsampler's weight packs to 72 MB (TF32), 144 MB (3xTF32): by
+    default in one launch, the workspace that packed weight and at most 16 MB beside it; under
+    CONVT_MAX_WORKSPACE_MB=16 its launches take ranges of row tiles or of chunks, each within 16 MB."""
+    weight_bytes = dtype.itemsize  # (3xTF32 on pipelined tiles packs two parts)
     for shape in [(4, 1536, 768, 16, 200, 8, 4, 0, 1, 1), (1, 1024, 1024, 64, 100, 1, 0, 0, 1, 1)]:
-        plan = plans(shape, dtype, tf32, card)
-        for name in ("forward", "grad_input"):
-            g = plan[name]
-            assert g["kernel"] == "gemm" and g["workspace_bytes"] <= 16 << 20, (shape, name, g)
-            assert 1 <= g["launch_row_tiles"] < g["row_tiles"] or 1 <= g["launch_chunks"] < g["chunks"], (shape, name, g)
+        _, c_in, c_out, k = shape[:4]
+        monkeypatch.delenv("CONVT_MAX_WORKSPACE_MB", raising=False)
+        for name, g in plans(shape, dtype, tf32, card).items():
+            if name in ("forward", "grad_input"):
+                assert g["kernel"] == "gemm" and g["launch_row_tiles"] == g["row_tiles"] and g["launch_chunks"] == g["chunks"], g
+                assert weight_bytes * c_in * c_out * k <= g["packed_weight_bytes"] <= g["workspace_bytes"], (shape, name, g)
+                assert g["workspace_bytes"] - g["packed_weight_bytes"] <= 16 << 20, (shape, name, g)
+        monkeypatch.setenv("CONVT_MAX_WORKSPACE_MB", "16")
+        for name, g in plans(shape, dtype, tf32, card).items():
+            if name in ("forward", "grad_input"):
+                assert g["kernel"] == "gemm" and g["workspace_bytes"] <= 16 << 20, (shape, name, g)
+                assert 1 <= g["launch_row_tiles"] < g["row_tiles"] or 1 <= g["launch_chunks"] < g["chunks"], (shape, name, g)
+
+
+@pytest.mark.parametrize("value", ["0", "-4", "16MB", "1.5", "lots"])
+def test_workspace_bound_names_a_bad_value(value, monkeypatch):
+    monkeypatch.setenv("CONVT_MAX_WORKSPACE_MB", value)
+    with pytest.raises(Exception, match="CONVT_MAX_WORKSPACE_MB must be a whole number of megabytes"):
+        plans((4, 1536, 768, 16, 200, 8, 4, 0, 1, 1), torch.bfloat16, True, "h100")
 
 
 def test_h200_plans_as_h100():
@@ -984,7 +1007,7 @@ def test_forward_x_copies_override():
               "print([explain(*shape, dtype=torch.bfloat16, tf32=False, device='h100')['forward']['copy_batch'] "
               "for shape in ((11, 256, 128, 5, 18442, 2, 1, 0, 1, 1), (12, 1536, 768, 1, 1300, 1, 0, 0, 1, 1), "
               "(12, 1536, 768, 1, 1296, 1, 0, 0, 1, 1))])")
-    expected = {"always": [1, 3, 0], "never": [0, 0, 0], "model": [0, 3, 0]}
+    expected = {"always": [1, 4, 0], "never": [0, 0, 0], "model": [0, 4, 0]}
     for setting, copy_batches in expected.items():
         env = dict(os.environ, CONVT_FORWARD_X_COPIES=setting)
         output = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)

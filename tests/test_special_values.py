@@ -164,7 +164,7 @@ def test_reduction_split_keeps_values_in_place(dtype, value, device, tf32, monke
 @pytest.mark.parametrize(**VALUES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("tf32", [True, False], ids=["tf32", "strict"], indirect=True)
-def test_chunk_ranges_keep_values_in_place(dtype, value, device, tf32):
+def test_chunk_ranges_keep_values_in_place(dtype, value, device, tf32, workspace_16mb):
     """Chunk ranges of a grad_input with zero taps (ZERO_TAP_CHUNK_RANGE_CASES), whose exact plan runs
     over the ranges' sums where grad_output holds Inf or NaN; and of the TF32 forward where x does."""
     if device != "cuda":

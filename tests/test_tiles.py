@@ -100,8 +100,8 @@ def test_reduction_split(case, dtype, tf32, monkeypatch):
 @requires_cuda
 @pytest.mark.parametrize("case", CHUNK_RANGE_CASES, ids=str)
 @pytest.mark.parametrize("dtype,tf32", CUDA_MODES, ids=lambda v: str(v).removeprefix("torch."), indirect=["tf32"])
-def test_chunk_range_launches(case, dtype, tf32):
-    """Launches of chunk ranges (a weight of more than 16 MB over few tiles): 16-bit sums accumulated in
+def test_chunk_range_launches(case, dtype, tf32, workspace_16mb):
+    """Launches of chunk ranges (a weight of more than the 16 MB bound over few tiles): 16-bit sums accumulated in
     an fp32 slice, float ones added to out; y and the gradients against float64."""
     plan = _cuda_plans(case, dtype, tf32)
     for name in ("forward", "grad_input"):
@@ -113,7 +113,7 @@ def test_chunk_range_launches(case, dtype, tf32):
 @requires_cuda
 @pytest.mark.parametrize("case", FLOAT_CHUNK_RANGE_CASES, ids=str)
 @pytest.mark.parametrize("dtype,tf32", CUDA_MODES[:2], ids=lambda v: str(v).removeprefix("torch."), indirect=["tf32"])
-def test_float_chunk_range_launches(case, dtype, tf32):
+def test_float_chunk_range_launches(case, dtype, tf32, workspace_16mb):
     """A float out's launches of chunk ranges (every later launch's sums added to out's), on the
     pipelined tiles in most of these plans; y and the gradients against float64."""
     plan = _cuda_plans(case, dtype, tf32)
@@ -126,9 +126,9 @@ def test_float_chunk_range_launches(case, dtype, tf32):
 @requires_cuda
 @pytest.mark.parametrize("case", ZERO_TAP_CHUNK_RANGE_CASES, ids=str)
 @pytest.mark.parametrize("dtype,tf32", CUDA_MODES, ids=lambda v: str(v).removeprefix("torch."), indirect=["tf32"])
-def test_chunk_range_launches_with_zero_taps(case, dtype, tf32):
-    """Chunk ranges of a plan with zero taps (a long filter at stride 10, its weight over 16 MB once
-    packed): grad_input's launches, and the TF32 forward's; y and the gradients against float64."""
+def test_chunk_range_launches_with_zero_taps(case, dtype, tf32, workspace_16mb):
+    """Chunk ranges of a plan with zero taps (a long filter at stride 10, its weight over the 16 MB bound
+    once packed): grad_input's launches, and the TF32 forward's; y and the gradients against float64."""
     plan = _cuda_plans(case, dtype, tf32)
     names = ("forward", "grad_input") if dtype == torch.float32 and tf32 else ("grad_input",)
     for name in names:

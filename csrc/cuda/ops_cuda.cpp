@@ -261,7 +261,7 @@ void run_gemm(const GemmPlan& gemm, const GemmWeight& weight, const at::Tensor& 
               const at::Tensor& w, const at::Tensor& bias, const at::Tensor& out, Math math, Launch launch,
               const at::Tensor& packed_once = at::Tensor()) {
   // the packed weight of one launch at a time (row_tile_range or chunk_range), within
-  // kMaxPackedWeightBytes. Launches after the first of a chunk split store their sums, without the
+  // workspace_bound. Launches after the first of a chunk split store their sums, without the
   // bias, into `partial` (out's shape; zero where no launch stores) and add it to out: the kernels'
   // epilogues only ever store (a float out: one rounding a launch). A plan with float_sums stores its
   // parts' sums into fp32 slices of out's shape instead (a later chunk range's launch adds to them),
