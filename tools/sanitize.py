@@ -58,6 +58,7 @@ SHAPES = [
     (2, 40, 24, 300, 97, 300, 7, 0, 1, 1, False),  # a deinterleave copy of 300 phases, one position a block
     (4, 400, 40, 5, 3001, 2, 2, 0, 1, 1, False),  # grad_input with zero taps, the exact plan behind the copy's flag
     (2, 64, 64, 5, 301, 3, 1, 2, 16, 1, False),  # groups of 4 x 4 channels: depthwise backward kernels
+    (1, 1024, 1024, 8, 40, 2, 3, 0, 1, 1, False),  # a weight packing to more than 16 MB, in one launch
     (2, 64, 64, 5, 301, 3, 1, 2, 32, 1, False),  # groups of 2 x 2 channels: every depthwise kernel
     (1, 1, 1536, 5, 575, 5, 2, 3, 1, 1, False),  # depthwise grad_input over co blocks summed in order
 ]
