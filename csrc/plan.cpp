@@ -1825,8 +1825,8 @@ std::string describe(const DataPlan& plan) {
                         {"bias_first", bias_first(g)}, {"tiles", g.tiles}, {"parts", g.parts},
                         {"row_tiles", g.row_tiles}, {"launch_row_tiles", g.launch_row_tiles}, {"launch_chunks", g.launch_chunks}, {"float_sums", g.float_sums}, {"splits", g.splits},
                         {"copy_batch", plan.copy_batch}, {"copy_channels_last", plan.copy_channels_last},
-                        // (the x copy of a batch chunk: copy_elements elements make 16 bytes on these plans)
                         {"packed_weight_bytes", 4 * packed_weight_words(first_launch(g))},
+                        // (the x copy of a batch chunk: copy_elements elements make 16 bytes on these plans)
                         {"workspace_bytes", 4 * packed_weight_words(first_launch(g)) + float_sums_bytes(g) +
                                                 plan.copy_batch * g.in_batch_stride * (g.position_rows ? 2 : 16 / std::max(g.copy_elements, 1))},
                         {"smem_bytes", int64_t(g.smem_bytes)}});
