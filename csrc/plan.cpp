@@ -1333,6 +1333,27 @@ namespace {
 
 // ---- depthwise ----------------------------------------------------------------------------------------
 
+// CONVT_DEPTHWISE_PHASE_TAPS: the depthwise forward over its phases' taps only (DepthwisePlan::tap_step)
+// wherever the stride and dilation leave taps to skip, or nowhere (read_plan_override). Read at every plan.
+PlanOverride depthwise_phase_taps_override() { return read_plan_override("CONVT_DEPTHWISE_PHASE_TAPS"); }
+// The phase walk costs each output a table lookup and a loop of unknown step: it paid where it skipped
+// 8 or more of an output's taps (H200: 1 x 1 -> 512, K = 16, stride 8 and 10 x 1 -> 64, K = 10,
+// stride 5 at 0.47-0.62x the time; 512 -> 1024 in 512 groups, K = 16, stride 2 at 0.86-0.95x) and
+// lost 1.02-1.2x where it skipped 2.5-3 (K = 4-5 at strides 2-4;
+// docs/perf/2026-12-01-depthwise-phase-taps.md)
+constexpr double kDwLeastSkippedTaps = 4;
+
+// Taps a depthwise forward's output skips (DepthwisePlan::tap_step): 1, or stride / gcd(dilation,
+// stride) where that skips at least kDwLeastSkippedTaps of an output's taps (two taps share a phase
+// iff their distance times the dilation is a multiple of the stride)
+int depthwise_tap_step(const ConvTParams& p) {
+  const int64_t tap_step = p.stride / std::gcd(p.dilation, p.stride);
+  const PlanOverride phase_taps = depthwise_phase_taps_override();
+  if (tap_step == 1 || phase_taps == PlanOverride::kNever) return 1;
+  const double skipped = double(p.kernel_size) - double(p.kernel_size) / double(tap_step);
+  return phase_taps == PlanOverride::kAlways || skipped >= kDwLeastSkippedTaps ? int(tap_step) : 1;
+}
+
 // The staged row segment of the forward (x) or grad_input (grad_y) kernel; nullopt when the
 // depthwise kernels do not apply or the segment does not fit in a block's shared memory (grad_input
 // stages about kDwSegment * stride elements).
@@ -1369,6 +1390,7 @@ std::optional<DepthwisePlan> plan_depthwise(const ConvTParams& p, bool forward, 
   const int64_t smem_bytes = a.weights * acc_size + staged_rows * a.staged * element_size;
   if (smem_bytes > limits.smem_one_block()) return std::nullopt;
   a.smem_bytes = size_t(smem_bytes);
+  a.tap_step = forward ? depthwise_tap_step(p) : 1;
   return a;
 }
 
@@ -1534,26 +1556,25 @@ bool one_pipelined_launch(const DataPlan& plan) {
 // by one, the plan on the copy takes TMA boxes in one launch a chunk, the copy of a chunk and the
 // packed weight stay within the workspace bound (workspace_bound), and the chunks' waves of
 // tiles and copies take at most kAlignedCopyMargin of the plan on x's waves (pipelined_tile_seconds;
-// copies_override). 16-bit only unless overridden: the model is fitted to bf16, and TF32's copies
-// lost on most layers measured (docs/perf/2026-11-30-position-rows.md).
+// copies_override). Every math: the model, fitted to bf16, scales the MMA time by the math's rate
+// (TF32 and 3xTF32 forwards chosen by it ran 0.77x and 0.85x the row path's time on 54 and 43 sweep
+// layers, docs/perf/2026-12-01-float-x-copies.md).
 DataPlan plan_forward(const ConvTParams& p, const TensorFacts& x, Math math, const DeviceLimits& limits) {
   DataPlan plan = plan_data(p, x, math, /*forward=*/true, limits);
   const PlanOverride copies = copies_override();
-  if (!limits.tma || !one_pipelined_launch(plan) || plan.gemm.tensor_rows || copies == PlanOverride::kNever ||
-      (math != Math::k16Bit && copies != PlanOverride::kAlways)) {
-    return plan;
-  }
+  if (!limits.tma || !one_pipelined_launch(plan) || plan.gemm.tensor_rows || copies == PlanOverride::kNever) return plan;
   const int element_size = x.element_size;
   const int64_t element_bytes = p.in_channels * aligned_row_length(p.length_in, element_size) * element_size;
   const int64_t room = workspace_bound(plan.gemm) - 4 * packed_weight_words(plan.gemm);  // (the copy's plan packs the same weight)
   const int64_t batch = std::min<int64_t>(p.batch, room / element_bytes);
   if (batch < 1) return plan;
   DataPlan over = plan_data(forward_over_aligned_x(p, element_size, batch), copy_facts(element_size), math, /*forward=*/true, limits);
-  // 16-bit x whose channels make rows of 16-byte multiples: the copies channels-last (the same bytes
-  // at most, x's rows unpadded), on position rows, whose tiles take kPositionRowsTimeShare of the
-  // boxes' time; not where the aligned copies take tap boxes
+  // x whose channels make rows of 16-byte multiples: the copies channels-last (the same bytes at
+  // most, x's rows unpadded), on position rows (16-bit and TF32: 3xTF32 splits its A in registers),
+  // whose tiles take kPositionRowsTimeShare of the boxes' time; not where the aligned copies take tap
+  // boxes
   double tile_share = 1.0;
-  if (element_size == 2 && p.in_channels * element_size % 16 == 0 && !over.gemm.tap_boxes) {  // (tap boxes: as fast)
+  if (p.in_channels * element_size % 16 == 0 && !over.gemm.tap_boxes) {  // (tap boxes: as fast)
     DataPlan channels_last =
         plan_data(forward_over_channels_last_x(p, batch), copy_facts(element_size), math, /*forward=*/true, limits);
     if (one_pipelined_launch(channels_last) && channels_last.gemm.position_rows) {
@@ -1835,7 +1856,7 @@ std::string describe(const DataPlan& plan) {
               " exact_bias_first=" + std::to_string(int(bias_first(plan.exact)));
     }
   } else if (plan.kernel == Kernel::kDepthwise) {
-    text += key_values({{"staged", plan.depthwise.staged}, {"co_blocks", plan.depthwise.co_blocks},
+    text += key_values({{"staged", plan.depthwise.staged}, {"co_blocks", plan.depthwise.co_blocks}, {"tap_step", plan.depthwise.tap_step},
                         {"smem_bytes", int64_t(plan.depthwise.smem_bytes)}});
   }
   return text;

@@ -427,6 +427,9 @@ struct DepthwisePlan {
   // adds them: sum_slices).
   int co_block, co_blocks;
   int weights;        // w[ci, co, :] staged per row: co_block * K values per input channel, then co_block biases in the forward
+  // The forward: 1, each output visits every tap (those of other phases skipped); above 1, only its
+  // phase's taps, tap_step = stride / gcd(dilation, stride) apart (plan_depthwise)
+  int tap_step;
   size_t smem_bytes;  // the weights (and biases), then the row segment
 };
 
@@ -460,8 +463,8 @@ struct DataPlan {
   GemmPlan exact{};
   // The forward over copies of x in rows of 16-byte multiples (forward_over_aligned_x), copy_batch
   // batch elements at a time within the forward's workspace bound; 0: over x as it is (plan_forward).
-  // copy_channels_last: the copies hold x channels-last (forward_over_channels_last_x, 16-bit: the
-  // pipelined kernel's position rows) instead.
+  // copy_channels_last: the copies hold x channels-last (forward_over_channels_last_x, 16-bit or
+  // TF32: the pipelined kernel's position rows) instead.
   int64_t copy_batch = 0;
   bool copy_channels_last = false;
 };

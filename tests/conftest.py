@@ -168,6 +168,11 @@ WIDE_TILE_CASES = [
     # 16-bit rows of no 16-byte multiple in a wide layer: the forward over aligned copies of x, 5
     # batch elements a chunk (the last chunk one), TMA boxes on each (float: row by row on x)
     Case(16, 1024, 512, 3, 1300, stride=2),
+    # float rows of no 16-byte multiple in a wide layer: TF32 over copies of x, channels-last (C_in a
+    # multiple of 4: position rows) or aligned (TMA boxes); strict float32 over aligned copies (3xTF32
+    # splits its A in registers: boxes); 16-bit over copies as above
+    Case(4, 1024, 512, 4, 189, stride=8),
+    Case(3, 1022, 512, 3, 402, stride=5),
     # 16-bit tap boxes (a TMA box a tap and 64-column subtile, wgmma's A by descriptor): K = 1 with a
     # part-empty last chunk (100 channels) on 64 x 256 tiles, forward and grad_input; two groups;
     # K <= stride (the merged short filter's one tap), padding and output_padding

@@ -4,6 +4,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import torch_convt_op
+
 from conftest import (Case, assert_backward_matches_reference, assert_close, assert_gradients_deterministic, make_inputs,
                       ours, reference, relative_error, requires_cuda, requires_two_gpus)
 
@@ -122,6 +124,33 @@ DEPTHWISE_LONG_ROW_CASES = [
 def test_depthwise_long_rows_backward(case, dtype):
     x, w, b = assert_backward_matches_reference(case, dtype, "cuda")
     assert_gradients_deterministic(x, w, b, case)
+
+
+# The depthwise forward over each output's phase's taps (tap_step = stride / gcd(dilation, stride)
+# apart) and over every tap: one input channel a group and several, phases with no tap, taps reaching
+# past the row's ends, strides above the block's phase table (kDwThreads = 256: the taps found by a
+# scan), K = 16 (kDwMaxTaps), against float64 in each walk.
+DEPTHWISE_PHASE_TAP_CASES = [
+    Case(2, 1, 48, 16, 3001, stride=8, padding=4),
+    Case(3, 1, 64, 10, 1777, stride=5, padding=2, output_padding=3),
+    Case(2, 12, 24, 12, 1500, stride=6, padding=7, dilation=4, groups=12),  # gcd 2: tap_step 3
+    Case(2, 8, 4, 8, 1200, stride=4, padding=2, groups=2),  # 4 input channels a group
+    Case(2, 32, 64, 16, 900, stride=2, padding=7, groups=32),
+    Case(2, 16, 16, 5, 700, stride=3, padding=2, output_padding=2, groups=16),
+    Case(2, 4, 8, 9, 40, stride=300, padding=5, output_padding=11, dilation=7, groups=4),
+]
+
+
+@pytest.mark.parametrize("walk", ["always", "never"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("case", DEPTHWISE_PHASE_TAP_CASES, ids=str)
+def test_depthwise_forward_phase_taps(case, dtype, walk, monkeypatch):
+    monkeypatch.setenv("CONVT_DEPTHWISE_PHASE_TAPS", walk)
+    plan = torch_convt_op.planner.explain(case.n, case.c_in, case.c_out, case.k, case.l_in, case.stride, case.padding,
+                                          case.output_padding, case.dilation, case.groups, dtype=dtype, device="cuda")
+    assert plan["forward"]["kernel"] == "depthwise", plan
+    assert (plan["forward"]["tap_step"] > 1) == (walk == "always"), plan
+    assert_backward_matches_reference(case, dtype, "cuda", check_forward=True)
 
 
 # grad_bias by row sums (16-bit, and float32 where some phase has no tap: here phase 0): 16-byte loads

@@ -352,25 +352,32 @@ def test_tap_boxes_where_every_tap_offset_is_aligned(dtype, tf32):
 
 
 def test_forward_copies_channels_last_for_position_rows():
-    """16-bit forwards over copies of x (copy_batch) copy x channels-last where its channels make
-    rows of 16-byte multiples (C_in a multiple of 8): the pipelined kernel then reads x as position
-    rows (a K-major A from each tap's row); not where the aligned copies take tap boxes (as fast:
-    K = 1), nor where the channels do not allow it, nor in float (no copies there)."""
+    """Forwards over copies of x (copy_batch) copy x channels-last where its channels make rows of
+    16-byte multiples (C_in a multiple of 8 in 16-bit, of 4 in float): the pipelined kernel then reads
+    x as position rows (a K-major A from each tap's row); not where the aligned copies take tap boxes
+    (as fast: K = 1), nor where the channels do not allow it, nor in strict float32 (3xTF32 splits
+    its A in registers: aligned copies, read as boxes)."""
     for c_in, channels_last in ((1024, True), (1020, False)):
         forward = plans((16, c_in, 512, 3, 1300, 2, 0, 0, 1, 1), torch.bfloat16, False, "h100")["forward"]
         assert forward["copy_batch"] == 6 and forward["copy_channels_last"] == int(channels_last), forward
         assert forward["position_rows"] == int(channels_last) and beside_weight(forward) <= 16 << 20, forward
     k1 = plans((12, 1536, 768, 1, 1300, 1, 0, 0, 1, 1), torch.bfloat16, False, "h100")["forward"]
     assert k1["copy_batch"] > 0 and k1["copy_channels_last"] == 0 and k1["tap_boxes"] == 1, k1
-    assert plans((16, 1024, 512, 3, 1300, 2, 0, 0, 1, 1), torch.float32, True, "h100")["forward"]["copy_channels_last"] == 0
+    for c_in, channels_last in ((1024, True), (1022, False)):
+        forward = plans((16, c_in, 512, 3, 1302, 2, 0, 0, 1, 1), torch.float32, True, "h100")["forward"]
+        assert forward["copy_batch"] > 0 and forward["copy_channels_last"] == int(channels_last), forward
+        assert forward["position_rows"] == int(channels_last) and forward["tensor_rows"] == 1, forward
+    strict = plans((10, 1280, 1280, 7, 299, 4, 1, 0, 1, 1), torch.float32, False, "h100")["forward"]
+    assert strict["copy_batch"] > 0 and strict["copy_channels_last"] == 0 and strict["position_rows"] == 0, strict
+    assert strict["tensor_rows"] == 1 and beside_weight(strict) <= 16 << 20, strict
 
 
 def test_forward_copies_where_row_staging_adds_to_the_mma():
     """The copies' model adds a row-staged step's row copies to its MMAs (they did not overlap on an
     H200): wide layers of 3-4 taps a step, whose MMAs the old model had hiding the row copies, run
     over copies (16 x 1024 -> 512, K = 7, stride 2 on 1300 positions: 0.92 -> 0.48 ms measured);
-    narrow ones stay on x's rows (the copy's bytes and launches outweigh a short reduction); TF32
-    forwards take no copies unless CONVT_FORWARD_X_COPIES says so."""
+    narrow ones stay on x's rows (the copy's bytes and launches outweigh a short reduction). TF32 as
+    well, its MMAs at half the rate."""
     for shape in ((16, 1024, 512, 7, 1300, 2, 0, 0, 1, 1), (7, 1280, 640, 7, 485, 2, 2, 0, 1, 1)):
         forward = plans(shape, torch.bfloat16, False, "h100")["forward"]
         assert forward["copy_batch"] > 0 and forward["copy_channels_last"] == 1 and forward["position_rows"] == 1, forward
@@ -378,7 +385,9 @@ def test_forward_copies_where_row_staging_adds_to_the_mma():
     for shape in ((13, 128, 64, 2, 11503, 2, 0, 0, 1, 1), (22, 256, 256, 5, 10188, 2, 1, 0, 1, 1)):
         forward = plans(shape, torch.bfloat16, False, "h100")["forward"]
         assert forward["copy_batch"] == 0 and forward["family"] == "pipelined" and forward["tensor_rows"] == 0, forward
-    assert plans((16, 1024, 512, 7, 1302, 2, 0, 0, 1, 1), torch.float32, True, "h100")["forward"]["copy_batch"] == 0
+    forward = plans((16, 1024, 512, 7, 1302, 2, 0, 0, 1, 1), torch.float32, True, "h100")["forward"]
+    assert forward["copy_batch"] > 0 and forward["copy_channels_last"] == 1, forward
+    assert plans((13, 128, 64, 2, 11503, 2, 0, 0, 1, 1), torch.float32, True, "h100")["forward"]["copy_batch"] == 0
 
 
 @pytest.mark.parametrize("dtype,tf32", [(torch.float32, True), (torch.bfloat16, False)])
@@ -387,15 +396,16 @@ def test_forward_over_aligned_x_copies(dtype, tf32):
     boxes), it runs over copies of x in aligned rows, a batch chunk at a time (copy_batch), where the
     copy plans TMA boxes in one launch, a chunk's copy takes at most 16 MB beside the packed weight, and the
     cost model (the row copies' steps against the chunks' waves and the copies) gives the copies at
-    most 0.9 of the time: wide 16-bit layers of long reductions. Not where x's rows are aligned
-    already, nor on narrow layers (few steps an element of x), nor in TF32 (half the MMA rate: the row
-    copies hide behind it), nor without TMA."""
+    most 0.9 of the time: wide layers of long reductions (TF32 too, but not with one tap: its MMAs
+    at half the rate hide more of the row copies). Not where x's rows are aligned already, nor on
+    narrow layers (few steps an element of x), nor without TMA."""
     unit = 16 // dtype.itemsize
-    for n, c_in, c_out, k, stride, chunk in ((12, 1536, 768, 1, 1, 4), (16, 1024, 512, 3, 2, 6)):
+    chunks = {2: (4, 6), 4: (0, 3)}[dtype.itemsize]  # (batch elements a chunk; 0: no copies)
+    for (n, c_in, c_out, k, stride), chunk in zip(((12, 1536, 768, 1, 1), (16, 1024, 512, 3, 2)), chunks):
         aligned = plans((n, c_in, c_out, k, 1296, stride, 0, 0, 1, 1), dtype, tf32, "h100")["forward"]
         assert aligned["copy_batch"] == 0 and aligned["tensor_rows"] == 1, aligned
         forward = plans((n, c_in, c_out, k, 1296 + unit // 2, stride, 0, 0, 1, 1), dtype, tf32, "h100")["forward"]
-        assert forward["copy_batch"] == (chunk if dtype.itemsize == 2 else 0), forward
+        assert forward["copy_batch"] == chunk, forward
         if forward["copy_batch"]:
             assert forward["family"] == "pipelined" and forward["tensor_rows"] == 1, forward
             assert beside_weight(forward) <= 16 << 20, forward
@@ -410,12 +420,12 @@ def test_forward_over_aligned_x_copies(dtype, tf32):
 def test_pipelined_width_by_waves(dtype):
     """Of 128 x 128 and 128 x 256 pipelined tiles the waves of their launches decide where their ratio
     is beyond what the wider tile's time (1.5-1.8 times the narrower one's, 1.6 at one tap a step)
-    can make up, the columns they pad in between. 5 x 1536 -> 1536, K = 3 on 563 positions: 300 tiles
+    can make up, the columns they pad in between. 5 x 1536 -> 1536, K = 3 on 564 positions: 300 tiles
     of 128 columns are 3 waves on 132 SMs, 180 of 256 columns 2 (3 / 2 <= 1.5): 128 columns.
     10 x 1536 -> 1536, K = 1 on 1300 positions: 10 waves against 6 (above 1.6 at one tap a step):
     256, though they pad 9 % more columns. HiFi-GAN's first upsampler: 7 waves against 4, in
     between; 256 columns would pad 14 % more: 128."""
-    few_tiles = plans((5, 1536, 1536, 3, 563, 1, 1, 0, 1, 1), dtype, True, "h100")["forward"]
+    few_tiles = plans((5, 1536, 1536, 3, 564, 1, 1, 0, 1, 1), dtype, True, "h100")["forward"]
     assert tile(few_tiles) == ("pipelined", 128, 128) and few_tiles["tiles"] == 300, few_tiles
     many_tiles = plans((10, 1536, 1536, 1, 1300, 1, 0, 0, 1, 1), dtype, True, "h100")["forward"]
     assert tile(many_tiles) == ("pipelined", 128, 256) and many_tiles["tiles"] == 720, many_tiles
@@ -885,6 +895,32 @@ def test_narrow_problems_with_few_taps_a_step_run_pipelined():
             assert (g["family"] == "pipelined" and g["block_m"] == 16) == pipelined, (shape, dtype, tf32, g)
     wider = plans((2, 200, 12, 1, 20001, 1, 0, 0, 1, 1), torch.float32, True, "h100")["forward"]  # 12 rows: warp tiles
     assert wider["family"] == "warp" and wider["block_m"] == 16, wider
+
+
+def test_depthwise_forward_walks_its_phase_taps_where_it_skips_enough():
+    """The depthwise forward visits only its output's phase's taps, tap_step = stride / gcd(dilation,
+    stride) apart, where that skips 4 or more of an output's K taps (the walk's own cost: a table
+    lookup and a loop of unknown step); else every tap (tap_step 1). CONVT_DEPTHWISE_PHASE_TAPS=
+    always / never take it wherever it skips any / nowhere; grad_input never."""
+    cases = {  # (N, C_in, C_out, K, L_in, stride, padding, output_padding, dilation, groups): tap_step
+        (1, 1, 512, 16, 23524, 8, 4, 0, 1, 1): 8,     # skips 14 of 16
+        (10, 1, 64, 10, 5435, 5, 2, 0, 1, 1): 5,      # 8 of 10
+        (11, 512, 1024, 16, 908, 2, 7, 0, 1, 512): 2,  # 8 of 16
+        (4, 64, 64, 12, 9000, 6, 3, 0, 4, 64): 3,     # gcd(4, 6) = 2: 8 of 12
+        (14, 192, 192, 5, 477, 2, 1, 0, 1, 192): 1,    # 2.5 of 5
+        (12, 768, 768, 4, 2740, 4, 1, 2, 1, 768): 1,   # 3 of 4
+        (4, 128, 128, 4, 22370, 2, 2, 0, 2, 128): 1,   # dilation 2 at stride 2: every tap in one phase
+        (16, 256, 256, 7, 16384, 1, 3, 0, 1, 256): 1,  # stride 1
+    }
+    for shape, tap_step in cases.items():
+        plan = plans(shape, torch.float32, True, "h100")
+        assert plan["forward"]["kernel"] == "depthwise" and plan["forward"]["tap_step"] == tap_step, (shape, plan)
+        assert plan["grad_input"]["kernel"] != "depthwise" or plan["grad_input"]["tap_step"] == 1, (shape, plan)
+    for setting, expected in (("always", 2), ("never", 1)):
+        with pytest.MonkeyPatch.context() as monkeypatch:
+            monkeypatch.setenv("CONVT_DEPTHWISE_PHASE_TAPS", setting)
+            assert plans((14, 192, 192, 5, 477, 2, 1, 0, 1, 192), torch.float32, True, "h100")["forward"]["tap_step"] == expected
+            assert plans((16, 256, 256, 7, 16384, 1, 3, 0, 1, 256), torch.float32, True, "h100")["forward"]["tap_step"] == 1
 
 
 def test_groups_of_few_channels_run_depthwise():

@@ -31,10 +31,12 @@ __device__ void stage_depthwise_weights(const scalar_t* w, const scalar_t* bias,
 // phase j mod stride of w[ci, co, k] * x[n, ci, j div stride - shift_k]
 // Block: outputs j0 + [0, kDwSegment) of output rows co_begin + [0, co_block) (blockIdx.z) of one
 // (n, g) group row. Per row, behind one barrier, it stages x_s[c*staged + q] = x[n, g*Cig + c, i_lo +
-// q] for the group's Cig input channels and those rows' weights and biases (w_s). A thread visits
-// every tap of every channel (Cig * K steps an output: planned only for Cig <= 4).
-// kOneInputChannel: Cig is 1 (a constant: the channel loop compiles away).
-template <typename scalar_t, typename acc_t, bool kOneInputChannel>
+// q] for the group's Cig input channels and those rows' weights and biases (w_s). kPhaseTaps
+// (DepthwisePlan::tap_step > 1): a thread visits the taps of its output's phase only, k0, k0 +
+// tap_step, ... (k0 from a per-phase table); else every tap, skipping those of other phases. Either
+// way in increasing k: the same sums. (Cig * K steps an output, or Cig * K / tap_step: planned only
+// for Cig <= 4.) kOneInputChannel: Cig is 1 (a constant: the channel loop compiles away).
+template <typename scalar_t, typename acc_t, bool kOneInputChannel, bool kPhaseTaps>
 __global__ void __launch_bounds__(kDwThreads, 4)
     depthwise_forward_kernel(const scalar_t* __restrict__ x, const scalar_t* __restrict__ w,
                              const scalar_t* __restrict__ bias, scalar_t* __restrict__ y, ConvTParams p, DepthwisePlan a) {
@@ -47,12 +49,26 @@ __global__ void __launch_bounds__(kDwThreads, 4)
   scalar_t* x_s = reinterpret_cast<scalar_t*>(w_s + a.weights);
   const int64_t j0 = int64_t(blockIdx.x) * kDwSegment, i_lo = floor_div(j0, p.stride) - a.shift_max;
   const int first_phase = int(j0 % p.stride), stride = int(p.stride);  // output j0 + t has phase (first_phase + t) mod stride
-  // per tap: phase, and x_s position of output m = j0 div stride, the same for every row
+  // per tap: phase, and x_s position of output m = j0 div stride, the same for every row; with
+  // kPhaseTaps, per phase below kDwThreads its first tap (kernel_size where none)
   __shared__ int tap_phase[kDwMaxTaps], tap_position[kDwMaxTaps];
-  if (threadIdx.x < p.kernel_size) {
+  __shared__ int phase_first_tap[kPhaseTaps ? kDwThreads : 1];
+  const int kernel_size = int(p.kernel_size);
+  if (threadIdx.x < kernel_size) {
     const Tap tap = tap_of(threadIdx.x, p.stride, p.padding, p.dilation);
     tap_phase[threadIdx.x] = int(tap.phase);
     tap_position[threadIdx.x] = int(a.shift_max - tap.shift);
+  }
+  // (the first tap_step taps hold one tap of each phase that has any)
+  auto first_tap_of = [&](int phase) {
+    int k = 0;
+    while (k < kernel_size && k < a.tap_step && tap_phase[k] != phase) ++k;
+    return k < kernel_size && k < a.tap_step ? k : kernel_size;
+  };
+  const bool phase_table = kPhaseTaps && stride <= kDwThreads;
+  if constexpr (kPhaseTaps) {
+    __syncthreads();  // (tap_phase)
+    if (phase_table && int(threadIdx.x) < stride) phase_first_tap[threadIdx.x] = first_tap_of(int(threadIdx.x));
   }
   // x_s positions [first_inside, end_inside) lie inside the row (both clamped to [0, staged])
   auto clamp_staged = [&](int64_t q) { return int(min(a.staged, max(int64_t(0), q))); };
@@ -81,12 +97,20 @@ __global__ void __launch_bounds__(kDwThreads, 4)
         const int steps = stride == 1 ? t : (first_phase + t) / stride;
         acc_t acc = bias_value;
         for (int c = 0; c < in_per_group; ++c) {
-          const acc_t* weight = w_s + (c * co_count + cc) * p.kernel_size;
+          const acc_t* weight = w_s + (c * co_count + cc) * kernel_size;
           const scalar_t* x_c = x_s + c * a.staged;
-          for (int k = 0; k < p.kernel_size; ++k) {
-            // x_s holds 0 outside the row, but such a product does not exist (0 x Inf or NaN is NaN)
-            const int q = tap_position[k] + steps;
-            if (tap_phase[k] == phase && q >= first_inside && q < end_inside) acc += weight[k] * acc_t(x_c[q]);
+          // x_s holds 0 outside the row, but such a product does not exist (0 x Inf or NaN is NaN)
+          if constexpr (kPhaseTaps) {
+            const int first_tap = phase_table ? phase_first_tap[phase] : first_tap_of(phase);
+            for (int k = first_tap; k < kernel_size; k += a.tap_step) {
+              const int q = tap_position[k] + steps;
+              if (q >= first_inside && q < end_inside) acc += weight[k] * acc_t(x_c[q]);
+            }
+          } else {
+            for (int k = 0; k < kernel_size; ++k) {
+              const int q = tap_position[k] + steps;
+              if (tap_phase[k] == phase && q >= first_inside && q < end_inside) acc += weight[k] * acc_t(x_c[q]);
+            }
           }
         }
         y_row[j0 + t] = scalar_t(acc);

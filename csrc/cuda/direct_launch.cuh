@@ -48,8 +48,12 @@ void launch_forward_direct(const ConvTParams& p, const scalar_t* x, const scalar
 template <typename scalar_t>
 void launch_depthwise_forward(const ConvTParams& p, const DepthwisePlan& plan, const scalar_t* x, const scalar_t* w,
                               const scalar_t* bias, scalar_t* y, Launch launch) {
-  auto kernel = p.in_channels_per_group == 1 ? depthwise_forward_kernel<scalar_t, acc_type<scalar_t>, true>
-                                             : depthwise_forward_kernel<scalar_t, acc_type<scalar_t>, false>;
+  using acc_t = acc_type<scalar_t>;
+  const bool one_input_channel = p.in_channels_per_group == 1, phase_taps = plan.tap_step > 1;
+  auto kernel = one_input_channel ? (phase_taps ? depthwise_forward_kernel<scalar_t, acc_t, true, true>
+                                                : depthwise_forward_kernel<scalar_t, acc_t, true, false>)
+                                  : (phase_taps ? depthwise_forward_kernel<scalar_t, acc_t, false, true>
+                                                : depthwise_forward_kernel<scalar_t, acc_t, false, false>);
   const dim3 grid = depthwise_grid(p.batch * p.groups, p.length_out, kernel, plan.co_blocks, launch);
   kernel<<<grid, kDwThreads, plan.smem_bytes, launch.stream>>>(x, w, bias, y, p, plan);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
