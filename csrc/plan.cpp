@@ -1336,10 +1336,10 @@ namespace {
 // CONVT_DEPTHWISE_PHASE_TAPS: the depthwise forward over its phases' taps only (DepthwisePlan::tap_step)
 // wherever the stride and dilation leave taps to skip, or nowhere (read_plan_override). Read at every plan.
 PlanOverride depthwise_phase_taps_override() { return read_plan_override("CONVT_DEPTHWISE_PHASE_TAPS"); }
-// The phase walk costs each output a table lookup and a loop of unknown step: it paid where it skipped
-// 8 or more of an output's taps (H200: 1 x 1 -> 512, K = 16, stride 8 and 10 x 1 -> 64, K = 10,
-// stride 5 at 0.47-0.62x the time; 512 -> 1024 in 512 groups, K = 16, stride 2 at 0.86-0.95x) and
-// lost 1.02-1.2x where it skipped 2.5-3 (K = 4-5 at strides 2-4;
+// The phase walk costs each output a table lookup and a loop of unknown step: taken everywhere, it ran
+// 1.02-1.2x slower where it skipped 2.5-3.3 of an output's taps (K = 4-5 at strides 2-4) and
+// 0.42-0.95x the time where it skipped 8 or more (H200; at this bound 0.898x over 55 strided sweep
+// layers in bf16 and TF32, 2 of 112 cells slower by 5 %, at most 1.08x;
 // docs/perf/2026-12-01-depthwise-phase-taps.md)
 constexpr double kDwLeastSkippedTaps = 4;
 
