@@ -1543,10 +1543,11 @@ PlanOverride copies_override() {
   return value;
 }
 
-// A plan of one pipelined launch without zero taps (what the copies' choice compares)
+// A plan of one pipelined launch (what the copies' choice compares; a zero-tap plan's exact plan,
+// gated, runs over the same tensor: x, or a chunk's copy)
 bool one_pipelined_launch(const DataPlan& plan) {
   const GemmPlan& g = plan.gemm;
-  return plan.kernel == Kernel::kGemm && kGemmTileShapes[g.tile_shape].family == GemmFamily::kPipelined && !g.zero_taps &&
+  return plan.kernel == Kernel::kGemm && kGemmTileShapes[g.tile_shape].family == GemmFamily::kPipelined &&
          g.launch_row_tiles == g.row_tiles && g.launch_chunks == g.chunks;
 }
 }  // namespace

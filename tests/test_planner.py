@@ -390,6 +390,16 @@ def test_forward_copies_where_row_staging_adds_to_the_mma():
     assert plans((13, 128, 64, 2, 11503, 2, 0, 0, 1, 1), torch.float32, True, "h100")["forward"]["copy_batch"] == 0
 
 
+def test_forward_copies_take_zero_tap_plans():
+    """A plan with zero taps (K = 7 merged at stride 4: two taps a phase, one of them zero) takes the
+    copies as any other pipelined plan, its exact plan (gated on a non-finite x) planned over the
+    copy too: TF32 and 16-bit, not strict fp32 (no zero taps there)."""
+    for dtype, tf32 in ((torch.float32, True), (torch.bfloat16, False)):
+        forward = plans((11, 1536, 1536, 7, 298, 4, 1, 0, 1, 1), dtype, tf32, "h100")["forward"]
+        assert forward["copy_batch"] > 0 and forward["zero_taps"] == 1 and forward["tensor_rows"] == 1, forward
+        assert forward["exact_family"] in ("warp", "warpgroup", "pipelined"), forward
+
+
 @pytest.mark.parametrize("dtype,tf32", [(torch.float32, True), (torch.bfloat16, False)])
 def test_forward_over_aligned_x_copies(dtype, tf32):
     """Where the pipelined forward would stage x's rows one by one (no 16-byte multiple, no channel-phase

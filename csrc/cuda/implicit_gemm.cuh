@@ -53,6 +53,7 @@ template <typename T, Math kMath>
 __global__ void pack_gemm_weight_kernel(const T* __restrict__ w, uint32_t* __restrict__ packed, GemmProblem p,
                                         GemmWeight a) {
   constexpr int kChannelsPerWord = kMath == Math::k16Bit ? 2 : 1;
+  if (p.gate != nullptr && *p.gate == 0) return;  // (a gated plan's weight: only where its GEMM runs, Launch::gate)
   const int in_slot = int(blockIdx.y * blockDim.x + threadIdx.x);
   if (in_slot >= p.slot_words) return;
   // (runtime divisors by the launcher's dividers: a thread packs few words, so its index math, not
