@@ -1543,12 +1543,17 @@ PlanOverride copies_override() {
   return value;
 }
 
+// CONVT_ZERO_TAP_COPIES=never: zero-tap plans take no copies (v78's planner; read_plan_override).
+// Read at every plan.
+PlanOverride zero_tap_copies_override() { return read_plan_override("CONVT_ZERO_TAP_COPIES"); }
+
 // A plan of one pipelined launch (what the copies' choice compares; a zero-tap plan's exact plan,
 // gated, runs over the same tensor: x, or a chunk's copy)
 bool one_pipelined_launch(const DataPlan& plan) {
   const GemmPlan& g = plan.gemm;
   return plan.kernel == Kernel::kGemm && kGemmTileShapes[g.tile_shape].family == GemmFamily::kPipelined &&
-         g.launch_row_tiles == g.row_tiles && g.launch_chunks == g.chunks;
+         g.launch_row_tiles == g.row_tiles && g.launch_chunks == g.chunks &&
+         (!g.zero_taps || zero_tap_copies_override() != PlanOverride::kNever);
 }
 }  // namespace
 
