@@ -61,6 +61,9 @@ SHAPES = [
     (1, 1024, 1024, 8, 40, 2, 3, 0, 1, 1, False),  # a weight packing to more than 16 MB, in one launch
     (2, 64, 64, 5, 301, 3, 1, 2, 32, 1, False),  # groups of 2 x 2 channels: every depthwise kernel
     (1, 1, 1536, 5, 575, 5, 2, 3, 1, 1, False),  # depthwise grad_input over co blocks summed in order
+    (2, 1, 48, 16, 301, 8, 4, 0, 1, 1, False),   # depthwise forward over its phase's taps (tap_step 8)
+    (2, 4, 8, 9, 40, 300, 5, 11, 4, 7, False),   # the same past the phase table (stride 300: taps by a scan)
+    (4, 1024, 512, 4, 189, 8, 0, 0, 1, 1, False),  # sm_90 float forward over copies of x (TF32 channels-last, 3xTF32 aligned)
 ]
 
 
