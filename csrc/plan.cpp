@@ -862,6 +862,16 @@ std::optional<GemmPlan> choose_gemm_plan(const GemmPlan& g, const std::optional<
   }
   if (half_filling) return half_filling;
   auto warp_tiles = [](int block_m, int block_n) { return gemm_tile_index(GemmFamily::kWarpTiles, block_m, block_n); };
+  // (trial, CONVT_STAGED_WARP_TILES=always: a wide strided problem some of whose out phases no tap
+  // reaches writes them from staged rows on warp tiles, whose y_s fits where the warpgroup tiles'
+  // 128 x 128 x out_step would not, rather than storing each phase out_step apart)
+  if (read_plan_override("CONVT_STAGED_WARP_TILES") == PlanOverride::kAlways && warpgroups && g.rows_per_group > 64 &&
+      g.out_step > 2 && g.out_phases < g.out_step) {
+    for (const int shape : {warp_tiles(64, 128), warp_tiles(32, 128)}) {
+      const auto staged = plan_gemm_tiles(g, in, shape, limits);
+      if (staged && staged->stage_output && staged->parts >= limits.sm_count) return staged;
+    }
+  }
   std::vector<int> shapes;
   if (warpgroups && g.rows_per_group > 64) shapes.push_back(warpgroup_tiles);
   if (g.rows_per_group <= 16) {  // (half the padded rows of 32-row tiles)
