@@ -653,7 +653,10 @@ bool merges_short_filter(const ConvTParams& p) {
 // merged tap t, row (co, r) holds tap (t*stride + r) / dilation where dilation divides it, else zero,
 // ceil(((K - 1) * dilation + 1) / stride) taps (x read once rather than once a phase reached).
 bool narrow_merged_rows(const ConvTParams& p) { return p.out_channels_per_group * p.stride <= 64; }
-int64_t phases_reached(const ConvTParams& p) { return std::min(p.kernel_size, p.stride / std::gcd(p.dilation, p.stride)); }
+// Taps k and k + tap_phase_period share a phase (their distance times the dilation is a multiple of
+// the stride); the first min(K, period) taps reach distinct phases
+int64_t tap_phase_period(const ConvTParams& p) { return p.stride / std::gcd(p.dilation, p.stride); }
+int64_t phases_reached(const ConvTParams& p) { return std::min(p.kernel_size, tap_phase_period(p)); }
 int64_t zero_tap_merged_taps(const ConvTParams& p) { return ((p.kernel_size - 1) * p.dilation + p.stride) / p.stride; }
 bool merges_with_zero_taps(const ConvTParams& p) {
   if (p.stride == 1 || p.out_channels_per_group * p.stride >= kGemmIndexLimit || zero_tap_merged_taps(p) > kMaxGemmTaps) return false;
@@ -1353,11 +1356,10 @@ PlanOverride depthwise_phase_taps_override() { return read_plan_override("CONVT_
 // docs/perf/2026-12-01-depthwise-phase-taps.md)
 constexpr double kDwLeastSkippedTaps = 4;
 
-// Taps a depthwise forward's output skips (DepthwisePlan::tap_step): 1, or stride / gcd(dilation,
-// stride) where that skips at least kDwLeastSkippedTaps of an output's taps (two taps share a phase
-// iff their distance times the dilation is a multiple of the stride)
+// Taps a depthwise forward's output steps by (DepthwisePlan::tap_step): 1, or tap_phase_period where
+// that skips at least kDwLeastSkippedTaps of an output's taps
 int depthwise_tap_step(const ConvTParams& p) {
-  const int64_t tap_step = p.stride / std::gcd(p.dilation, p.stride);
+  const int64_t tap_step = tap_phase_period(p);
   const PlanOverride phase_taps = depthwise_phase_taps_override();
   if (tap_step == 1 || phase_taps == PlanOverride::kNever) return 1;
   const double skipped = double(p.kernel_size) - double(p.kernel_size) / double(tap_step);

@@ -25,6 +25,7 @@ import torch_convt_op  # noqa: F401  (loads torch.ops.convt)
 if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
 from torch_convt_op import tolerances
+from torch_convt_op.planner import explain
 from torch_convt_op.shapes import Case  # one problem: sizes, arguments, input layout (shared with bench.py)
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
@@ -494,6 +495,12 @@ def relaid(t: torch.Tensor, layout: str) -> torch.Tensor:
         return spread[..., :length]
     spread[..., 1:] = t
     return spread[..., 1:]
+
+
+def cuda_plans(case: Case, dtype: torch.dtype, tf32: bool = False) -> dict:
+    """The planner's choice for a case on this GPU (torch_convt_op.planner.explain)."""
+    return explain(case.n, case.c_in, case.c_out, case.k, case.l_in, case.stride, case.padding, case.output_padding,
+                   case.dilation, case.groups, dtype=dtype, tf32=tf32, device="cuda")
 
 
 def make_inputs(case: Case, dtype: torch.dtype, device: str, requires_grad: bool = False, generator=None):

@@ -4,10 +4,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import torch_convt_op
-
-from conftest import (Case, assert_backward_matches_reference, assert_close, assert_gradients_deterministic, make_inputs,
-                      ours, reference, relative_error, requires_cuda, requires_two_gpus)
+from conftest import (Case, assert_backward_matches_reference, assert_close, assert_gradients_deterministic, cuda_plans,
+                      make_inputs, ours, reference, relative_error, requires_cuda, requires_two_gpus)
 
 pytestmark = requires_cuda
 
@@ -146,8 +144,7 @@ DEPTHWISE_PHASE_TAP_CASES = [
 @pytest.mark.parametrize("case", DEPTHWISE_PHASE_TAP_CASES, ids=str)
 def test_depthwise_forward_phase_taps(case, dtype, walk, monkeypatch):
     monkeypatch.setenv("CONVT_DEPTHWISE_PHASE_TAPS", walk)
-    plan = torch_convt_op.planner.explain(case.n, case.c_in, case.c_out, case.k, case.l_in, case.stride, case.padding,
-                                          case.output_padding, case.dilation, case.groups, dtype=dtype, device="cuda")
+    plan = cuda_plans(case, dtype)
     assert plan["forward"]["kernel"] == "depthwise", plan
     assert (plan["forward"]["tap_step"] > 1) == (walk == "always"), plan
     assert_backward_matches_reference(case, dtype, "cuda", check_forward=True)

@@ -7,8 +7,7 @@ import torch
 
 from conftest import (BOX_TILE_CASES, CHUNK_RANGE_CASES, CPU_TILE_CASES, CPU_TILE_SCALE, DTYPES, FLOAT_CHUNK_RANGE_CASES,
                       GRAD_WEIGHT_TILE_CASES, SPLIT_TILE_CASES, WIDE_TILE_CASES, ZERO_TAP_CHUNK_RANGE_CASES,
-                      assert_backward_matches_reference, assert_gradients_deterministic, quick, requires_cuda)
-from torch_convt_op.planner import explain
+                      assert_backward_matches_reference, assert_gradients_deterministic, cuda_plans, quick, requires_cuda)
 
 # Math modes, (dtype, TF32 allowed), per device. CUDA: float32 with and without TF32, and the 16-bit types.
 # The CPU computes float16 and bfloat16 in its float32 kernel and float64 in a kernel of its own: the
@@ -16,12 +15,6 @@ from torch_convt_op.planner import explain
 CUDA_MODES = [(torch.float32, True), (torch.float32, False), (torch.bfloat16, True), (torch.float16, True)]
 CPU_MODES = [(torch.float64, False), (torch.float32, False)]
 ALL_CPU_MODES = [(dtype, False) for dtype in DTYPES]
-
-
-def _cuda_plans(case, dtype, tf32):
-    """The planner's choice for a case on this GPU (torch_convt_op.planner.explain)."""
-    return explain(case.n, case.c_in, case.c_out, case.k, case.l_in, case.stride, case.padding, case.output_padding,
-                   case.dilation, case.groups, dtype=dtype, tf32=tf32, device="cuda")
 
 
 def _mode_id(device, dtype, tf32):
@@ -77,7 +70,7 @@ def test_grad_weight_box_tiles(case, dtype, tf32, monkeypatch):
     """The box tiles (forced on: CONVT_GRAD_WEIGHT_BOXES=always) on an H100 or H200 in 16-bit, against
     float64, deterministic; float32 on the kernels it plans."""
     monkeypatch.setenv("CONVT_GRAD_WEIGHT_BOXES", "always")
-    plan = _cuda_plans(case, dtype, tf32)["grad_weight"]
+    plan = cuda_plans(case, dtype, tf32)["grad_weight"]
     if torch.cuda.get_device_capability() == (9, 0) and dtype != torch.float32:
         assert plan["kernel"] == "grad_weight_boxes", plan
     x, w, b = assert_backward_matches_reference(case, dtype, "cuda")
@@ -91,7 +84,7 @@ def test_reduction_split(case, dtype, tf32, monkeypatch):
     """The reduction split (forced on: CONVT_GEMM_SPLITS=always) of the forward and grad_input in every
     math mode: y and the gradients against float64, deterministic."""
     monkeypatch.setenv("CONVT_GEMM_SPLITS", "always")
-    plan = _cuda_plans(case, dtype, tf32)
+    plan = cuda_plans(case, dtype, tf32)
     assert max(plan[name].get("splits", 1) for name in ("forward", "grad_input")) > 1, plan
     x, w, b = assert_backward_matches_reference(case, dtype, "cuda", check_forward=True)
     assert_gradients_deterministic(x, w, b, case)
@@ -103,7 +96,7 @@ def test_reduction_split(case, dtype, tf32, monkeypatch):
 def test_chunk_range_launches(case, dtype, tf32, workspace_16mb):
     """Launches of chunk ranges (a weight of more than the 16 MB bound over few tiles): 16-bit sums accumulated in
     an fp32 slice, float ones added to out; y and the gradients against float64."""
-    plan = _cuda_plans(case, dtype, tf32)
+    plan = cuda_plans(case, dtype, tf32)
     for name in ("forward", "grad_input"):
         assert plan[name]["launch_chunks"] < plan[name]["chunks"], plan[name]
         assert plan[name]["float_sums"] == (dtype.itemsize == 2), plan[name]
@@ -116,7 +109,7 @@ def test_chunk_range_launches(case, dtype, tf32, workspace_16mb):
 def test_float_chunk_range_launches(case, dtype, tf32, workspace_16mb):
     """A float out's launches of chunk ranges (every later launch's sums added to out's), on the
     pipelined tiles in most of these plans; y and the gradients against float64."""
-    plan = _cuda_plans(case, dtype, tf32)
+    plan = cuda_plans(case, dtype, tf32)
     split = [name for name in ("forward", "grad_input")
              if plan[name]["launch_chunks"] < plan[name]["chunks"] and not plan[name]["float_sums"]]
     assert split, plan
@@ -129,7 +122,7 @@ def test_float_chunk_range_launches(case, dtype, tf32, workspace_16mb):
 def test_chunk_range_launches_with_zero_taps(case, dtype, tf32, workspace_16mb):
     """Chunk ranges of a plan with zero taps (a long filter at stride 10, its weight over the 16 MB bound
     once packed): grad_input's launches, and the TF32 forward's; y and the gradients against float64."""
-    plan = _cuda_plans(case, dtype, tf32)
+    plan = cuda_plans(case, dtype, tf32)
     names = ("forward", "grad_input") if dtype == torch.float32 and tf32 else ("grad_input",)
     for name in names:
         assert plan[name]["zero_taps"] == 1 and plan[name]["launch_chunks"] < plan[name]["chunks"], plan[name]
