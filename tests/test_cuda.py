@@ -170,9 +170,7 @@ MERGED_GROUP_CASES = [
 @pytest.mark.parametrize("case", MERGED_GROUP_CASES, ids=str)
 def test_merged_groups(case, dtype, tf32, merge, monkeypatch):
     monkeypatch.setenv("CONVT_GROUP_MERGE", merge)
-    plan = torch_convt_op.planner.explain(case.n, case.c_in, case.c_out, case.k, case.l_in, case.stride, case.padding,
-                                          case.output_padding, case.dilation, case.groups, dtype=dtype, tf32=tf32,
-                                          device="cuda")
+    plan = cuda_plans(case, dtype, tf32)
     assert merge != "always" or plan["forward"]["merged_groups"] > 1, plan
     assert_backward_matches_reference(case, dtype, "cuda", check_forward=True)
 
