@@ -865,6 +865,16 @@ std::optional<GemmPlan> choose_gemm_plan(const GemmPlan& g, const std::optional<
   }
   if (half_filling) return half_filling;
   auto warp_tiles = [](int block_m, int block_n) { return gemm_tile_index(GemmFamily::kWarpTiles, block_m, block_n); };
+  // (trial, CONVT_STAGED_WARP_TILES=always: a wide strided problem some of whose out phases no tap
+  // reaches writes them from staged rows on warp tiles, whose y_s fits where the warpgroup tiles'
+  // 128 x 128 x out_step would not, rather than storing each phase out_step apart)
+  if (read_plan_override("CONVT_STAGED_WARP_TILES") == PlanOverride::kAlways && warpgroups && g.rows_per_group > 64 &&
+      g.out_step > 2 && g.out_phases < g.out_step) {
+    for (const int shape : {warp_tiles(64, 128), warp_tiles(32, 128)}) {
+      const auto staged = plan_gemm_tiles(g, in, shape, limits);
+      if (staged && staged->stage_output && staged->parts >= limits.sm_count) return staged;
+    }
+  }
   std::vector<int> shapes;
   if (warpgroups && g.rows_per_group > 64) shapes.push_back(warpgroup_tiles);
   if (g.rows_per_group <= 16) {  // (half the padded rows of 32-row tiles)
@@ -1406,8 +1416,9 @@ int64_t depthwise_grad_weight_slices(const ConvTParams& p, const DeviceLimits& l
   return std::clamp<int64_t>((target_blocks + weight_rows - 1) / weight_rows, 1, longest);
 }
 
-// The forward or grad_input: tensor cores where a plan fits, else depthwise, else direct
-DataPlan plan_data(const ConvTParams& p, const TensorFacts& in, Math math, bool forward, const DeviceLimits& limits) {
+// The forward or grad_input over the problem's own groups: tensor cores where a plan fits, else
+// depthwise, else direct
+DataPlan plan_data_over_groups(const ConvTParams& p, const TensorFacts& in, Math math, bool forward, const DeviceLimits& limits) {
   DataPlan plan;
   // one input channel per group, or a few (depthwise_channels): the depthwise kernels where they
   // plan (no channel padding)
@@ -1539,17 +1550,91 @@ double pipelined_tile_seconds(const GemmPlan& g, bool staged_by_rows, Math math)
   return g.chunks * chunk_seconds + kTileFixedSeconds;
 }
 
+// ---- groups merged into one GEMM group ------------------------------------------------------------
+
+// CONVT_GROUP_MERGE: groups merged wherever a merged plan applies (the best of them by the model), or
+// never (read_plan_override). Read at every plan.
+PlanOverride group_merge_override() { return read_plan_override("CONVT_GROUP_MERGE"); }
+// Merged rows and channels at most this many (the block-diagonal A's zeros are MMA work), and the
+// merged plan's share of the time at which it is taken (the model errs by up to 2x a layer)
+constexpr int64_t kMergedGroupMostChannels = 128;
+constexpr double kGroupMergeMargin = 0.9;
+
+// p with `merged` consecutive groups as one: x's and out's channels of a group are contiguous, so only
+// the weight changes (GemmWeight::group_rows)
+ConvTParams with_merged_groups(const ConvTParams& p, int64_t merged) {
+  ConvTParams q = p;
+  q.groups = p.groups / merged;
+  q.in_channels_per_group = p.in_channels_per_group * merged;
+  q.out_channels_per_group = p.out_channels_per_group * merged;
+  return q;
+}
+
+// A plan whose packed weight a merge can take: one launch, W's rows and channels as they are (no
+// merged phases, channel phases, tensor-map phases or copies of the input), no exact plan
+bool merge_packs(const DataPlan& plan) {
+  const GemmPlan& g = plan.gemm;
+  return plan.kernel == Kernel::kGemm && g.launch_row_tiles == g.row_tiles && g.launch_chunks == g.chunks && !g.zero_taps &&
+         !g.deinterleaved && g.row_phases == 1 && g.channel_phases == 1 && g.weight_channel_phases == 1 && g.map_row_phases == 1;
+}
+bool pipelined_plan(const DataPlan& plan) { return kGemmTileShapes[plan.gemm.tile_shape].family == GemmFamily::kPipelined; }
+
+double one_launch_seconds(const GemmPlan& g, Math math, const DeviceLimits& limits) {
+  return double(launch_waves(g, g.row_tiles, limits)) * pipelined_tile_seconds(g, !g.tensor_rows, math);
+}
+
+// The forward or grad_input; groups of few channels merged, G at a time, into one GEMM group whose
+// block-diagonal weight holds theirs (tiles of 16 rows and 32-64 channels would pad each group's few
+// rows and channels, and a group's tiles would repeat every fixed cost), over the divisors G of the
+// groups whose merged rows and channels stay within kMergedGroupMostChannels: where the unmerged plan
+// is pipelined, the pipelined merge with the fewest seconds by the model (waves x
+// pipelined_tile_seconds), taken at kGroupMergeMargin of the unmerged plan's; `always`: the largest
+// merge that plans, whatever the model. Not where the depthwise kernels take the groups.
+DataPlan plan_data(const ConvTParams& p, const TensorFacts& in, Math math, bool forward, const DeviceLimits& limits) {
+  DataPlan plan = plan_data_over_groups(p, in, math, forward, limits);
+  const PlanOverride merge = group_merge_override();
+  if (p.groups == 1 || merge == PlanOverride::kNever || plan.kernel != Kernel::kGemm) return plan;
+  const bool modelled = merge_packs(plan) && pipelined_plan(plan);
+  if (!modelled && merge != PlanOverride::kAlways) return plan;
+  std::optional<DataPlan> best;
+  double best_seconds = modelled ? kGroupMergeMargin * one_launch_seconds(plan.gemm, math, limits) : 0.0;
+  for (int64_t merged = 2; merged <= p.groups; ++merged) {
+    if (p.groups % merged != 0) continue;
+    if (p.in_channels_per_group * merged > kMergedGroupMostChannels || p.out_channels_per_group * merged > kMergedGroupMostChannels) break;
+    DataPlan candidate = plan_data_over_groups(with_merged_groups(p, merged), in, math, forward, limits);
+    if (!merge_packs(candidate)) continue;
+    if (merge != PlanOverride::kAlways) {
+      if (!pipelined_plan(candidate)) continue;
+      const double seconds = one_launch_seconds(candidate.gemm, math, limits);
+      if (seconds > best_seconds) continue;
+      best_seconds = seconds;
+    }
+    candidate.merged_groups = merged;
+    candidate.weight.group_rows = forward ? p.out_channels_per_group : p.in_channels_per_group;
+    candidate.weight.group_channels = forward ? p.in_channels_per_group : p.out_channels_per_group;
+    candidate.weight.co_rows = forward;
+    best = candidate;
+  }
+  return best ? *best : plan;
+}
+
 // CONVT_FORWARD_X_COPIES overrides the copies' cost model (read_plan_override). Read once a process.
 PlanOverride copies_override() {
   static const PlanOverride value = read_plan_override("CONVT_FORWARD_X_COPIES");
   return value;
 }
 
-// A plan of one pipelined launch without zero taps (what the copies' choice compares)
+// CONVT_ZERO_TAP_COPIES=never: zero-tap plans take no copies (v78's planner; read_plan_override).
+// Read at every plan.
+PlanOverride zero_tap_copies_override() { return read_plan_override("CONVT_ZERO_TAP_COPIES"); }
+
+// A plan of one pipelined launch (what the copies' choice compares; a zero-tap plan's exact plan,
+// gated, runs over the same tensor: x, or a chunk's copy)
 bool one_pipelined_launch(const DataPlan& plan) {
   const GemmPlan& g = plan.gemm;
-  return plan.kernel == Kernel::kGemm && kGemmTileShapes[g.tile_shape].family == GemmFamily::kPipelined && !g.zero_taps &&
-         g.launch_row_tiles == g.row_tiles && g.launch_chunks == g.chunks;
+  return plan.kernel == Kernel::kGemm && kGemmTileShapes[g.tile_shape].family == GemmFamily::kPipelined &&
+         g.launch_row_tiles == g.row_tiles && g.launch_chunks == g.chunks &&
+         (!g.zero_taps || zero_tap_copies_override() != PlanOverride::kNever);
 }
 }  // namespace
 
@@ -1847,7 +1932,7 @@ std::string describe(const DataPlan& plan) {
                         {"tensor_rows", g.tensor_rows}, {"map_row_phases", g.map_row_phases}, {"tap_boxes", g.tap_boxes}, {"position_rows", g.position_rows},
                         {"bias_first", bias_first(g)}, {"tiles", g.tiles}, {"parts", g.parts},
                         {"row_tiles", g.row_tiles}, {"launch_row_tiles", g.launch_row_tiles}, {"launch_chunks", g.launch_chunks}, {"float_sums", g.float_sums}, {"splits", g.splits},
-                        {"copy_batch", plan.copy_batch}, {"copy_channels_last", plan.copy_channels_last},
+                        {"copy_batch", plan.copy_batch}, {"copy_channels_last", plan.copy_channels_last}, {"merged_groups", plan.merged_groups},
                         {"packed_weight_bytes", 4 * packed_weight_words(first_launch(g))},
                         // (the x copy of a batch chunk: copy_elements elements make 16 bytes on these plans)
                         {"workspace_bytes", 4 * packed_weight_words(first_launch(g)) + float_sums_bytes(g) +

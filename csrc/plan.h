@@ -121,6 +121,12 @@ struct GemmWeight {
   int64_t group_stride, row_stride, channel_stride, tap_stride;
   int64_t taps;      // K: packed taps from K on are zero
   int64_t dilation;  // merged rows (row_phases > 1): position t*stride + r is tap (t*stride + r) / dilation where it divides, else zero
+  // Groups merged into one GEMM group (DataPlan::merged_groups > 1): A is block-diagonal, nonzero where
+  // row / group_rows == channel / group_channels (the original groups' rows and channels), and the
+  // output-channel side (forward: rows, grad_input: channels; co_rows) indexes W modulo its group's
+  // count, W's C_out/groups being per original group. 0: no merge.
+  int64_t group_rows = 0, group_channels = 0;
+  bool co_rows = false;
 };
 
 // The tile shapes, in one table that the planner walks and the launcher maps to instantiations.
@@ -467,6 +473,9 @@ struct DataPlan {
   // TF32: the pipelined kernel's position rows) instead.
   int64_t copy_batch = 0;
   bool copy_channels_last = false;
+  // merged_groups original groups of few channels run as one GEMM group (plan_data; GemmWeight's
+  // group_rows): gemm's groups are groups / merged_groups, its rows and channels merged_groups times
+  int64_t merged_groups = 1;
 };
 struct WeightPlan {
   Kernel kernel = Kernel::kNone;

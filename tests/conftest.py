@@ -174,6 +174,9 @@ WIDE_TILE_CASES = [
     # splits its A in registers: boxes); 16-bit over copies as above
     Case(4, 1024, 512, 4, 189, stride=8),
     Case(3, 1022, 512, 3, 402, stride=5),
+    # ... a zero-tap plan's (K = 7 merged at stride 4: 2 taps a phase, one of them zero) over copies,
+    # its exact plan gated over each chunk's copy (TF32 and 16-bit)
+    Case(3, 1024, 512, 7, 301, stride=4, padding=1),
     # 16-bit tap boxes (a TMA box a tap and 64-column subtile, wgmma's A by descriptor): K = 1 with a
     # part-empty last chunk (100 channels) on 64 x 256 tiles, forward and grad_input; two groups;
     # K <= stride (the merged short filter's one tap), padding and output_padding

@@ -150,6 +150,31 @@ def test_depthwise_forward_phase_taps(case, dtype, walk, monkeypatch):
     assert_backward_matches_reference(case, dtype, "cuda", check_forward=True)
 
 
+# Groups merged into one GEMM group (a block-diagonal packed weight, CONVT_GROUP_MERGE=always: the
+# largest merge that plans; the model's choice besides): forward and grad_input, strided and dilated,
+# group counts of 4-16, channels a group that are no multiple of 8, merged rows padded to the tile.
+MERGED_GROUP_CASES = [
+    Case(3, 64, 32, 3, 3001, padding=1, groups=8),
+    Case(2, 96, 48, 16, 2000, stride=3, padding=6, groups=4),
+    Case(2, 96, 96, 5, 2500, padding=2, groups=16),
+    Case(2, 128, 128, 3, 3000, padding=3, dilation=3, groups=8),
+    Case(2, 64, 64, 5, 3001, stride=2, padding=5, dilation=3, groups=4),
+    Case(2, 48, 24, 7, 1501, stride=4, padding=2, output_padding=1, groups=6),
+    Case(2, 40, 60, 4, 999, stride=2, padding=1, output_padding=1, groups=5),
+]
+
+
+@pytest.mark.parametrize("merge", ["always", "model"])
+@pytest.mark.parametrize("dtype,tf32", [(torch.float32, True), (torch.float32, False), (torch.bfloat16, True)],
+                         ids=["tf32", "strict", "bf16"], indirect=["tf32"])
+@pytest.mark.parametrize("case", MERGED_GROUP_CASES, ids=str)
+def test_merged_groups(case, dtype, tf32, merge, monkeypatch):
+    monkeypatch.setenv("CONVT_GROUP_MERGE", merge)
+    plan = cuda_plans(case, dtype, tf32)
+    assert merge != "always" or plan["forward"]["merged_groups"] > 1, plan
+    assert_backward_matches_reference(case, dtype, "cuda", check_forward=True)
+
+
 # grad_bias by row sums (16-bit, and float32 where some phase has no tap: here phase 0): 16-byte loads
 # from each row's first 16-byte boundary, with the elements before it and after the last whole vector
 # one at a time (8202 outputs a row: rows start at every alignment), or none (8200)

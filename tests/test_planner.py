@@ -390,6 +390,16 @@ def test_forward_copies_where_row_staging_adds_to_the_mma():
     assert plans((13, 128, 64, 2, 11503, 2, 0, 0, 1, 1), torch.float32, True, "h100")["forward"]["copy_batch"] == 0
 
 
+def test_forward_copies_take_zero_tap_plans():
+    """A plan with zero taps (K = 7 merged at stride 4: two taps a phase, one of them zero) takes the
+    copies as any other pipelined plan, its exact plan (gated on a non-finite x) planned over the
+    copy too: TF32 and 16-bit, not strict fp32 (no zero taps there)."""
+    for dtype, tf32 in ((torch.float32, True), (torch.bfloat16, False)):
+        forward = plans((11, 1536, 1536, 7, 298, 4, 1, 0, 1, 1), dtype, tf32, "h100")["forward"]
+        assert forward["copy_batch"] > 0 and forward["zero_taps"] == 1 and forward["tensor_rows"] == 1, forward
+        assert forward["exact_family"] in ("warp", "warpgroup", "pipelined"), forward
+
+
 @pytest.mark.parametrize("dtype,tf32", [(torch.float32, True), (torch.bfloat16, False)])
 def test_forward_over_aligned_x_copies(dtype, tf32):
     """Where the pipelined forward would stage x's rows one by one (no 16-byte multiple, no channel-phase
@@ -921,6 +931,28 @@ def test_depthwise_forward_walks_its_phase_taps_where_it_skips_enough():
             monkeypatch.setenv("CONVT_DEPTHWISE_PHASE_TAPS", setting)
             assert plans((14, 192, 192, 5, 477, 2, 1, 0, 1, 192), torch.float32, True, "h100")["forward"]["tap_step"] == expected
             assert plans((16, 256, 256, 7, 16384, 1, 3, 0, 1, 256), torch.float32, True, "h100")["forward"]["tap_step"] == 1
+
+
+def test_groups_of_few_channels_merge_into_one_gemm_group():
+    """Groups of few channels merge, G at a time, into one GEMM group with a block-diagonal weight
+    where the unmerged plan and a merged one are pipelined and the model gives the merge at most 0.9
+    of the time (6 x 96 -> 96 in 16 groups: 6,240 tiles of 16 x 256 padding 6 rows to 16, against 390
+    of 128 x 256); CONVT_GROUP_MERGE=always takes the largest merge that plans, =never none. Not
+    beyond 128 merged channels, nor where the depthwise kernels take the groups."""
+    small = (6, 96, 96, 5, 16578, 1, 2, 0, 1, 16)
+    plan = plans(small, torch.bfloat16, False, "h100")
+    assert plan["forward"]["merged_groups"] == 16 and plan["forward"]["tiles"] * 8 < 6240, plan
+    assert plan["grad_input"]["merged_groups"] == 16, plan
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setenv("CONVT_GROUP_MERGE", "never")
+        assert plans(small, torch.bfloat16, False, "h100")["forward"]["merged_groups"] == 1
+        monkeypatch.setenv("CONVT_GROUP_MERGE", "always")
+        warp = plans((6, 64, 32, 9, 559130, 1, 4, 0, 1, 8), torch.bfloat16, False, "h100")["forward"]
+        assert warp["merged_groups"] == 8, warp
+        wide = plans((2, 1024, 1024, 3, 3969, 2, 1, 0, 2, 2), torch.bfloat16, False, "h100")["forward"]
+        assert wide["merged_groups"] == 1, wide
+        depthwise = plans((2, 32, 64, 16, 900, 2, 7, 0, 1, 32), torch.float32, True, "h100")
+        assert depthwise["forward"]["kernel"] == "depthwise" and "merged_groups" not in depthwise["forward"], depthwise
 
 
 def test_groups_of_few_channels_run_depthwise():

@@ -96,7 +96,7 @@ void pack_gemm_weight(const GemmPlan& plan, const GemmWeight& weight, const scal
   const int64_t split = std::clamp<int64_t>((8 * int64_t(launch.sm_count) + blocks - 1) / blocks, 1, part_slots);
   const dim3 grid{unsigned(units), unsigned(pieces), unsigned(split)};
   pack_gemm_weight_kernel<cuda_type<scalar_t>, kMath><<<grid, kPackThreads, 0, launch.stream>>>(
-      as_cuda(w), packed, make_gemm_problem(plan, nullptr), weight);
+      as_cuda(w), packed, make_gemm_problem(plan, nullptr, launch.gate), weight);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 

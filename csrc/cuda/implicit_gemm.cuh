@@ -53,6 +53,7 @@ template <typename T, Math kMath>
 __global__ void pack_gemm_weight_kernel(const T* __restrict__ w, uint32_t* __restrict__ packed, GemmProblem p,
                                         GemmWeight a) {
   constexpr int kChannelsPerWord = kMath == Math::k16Bit ? 2 : 1;
+  if (p.gate != nullptr && *p.gate == 0) return;  // (a gated plan's weight: only where its GEMM runs, Launch::gate)
   const int in_slot = int(blockIdx.y * blockDim.x + threadIdx.x);
   if (in_slot >= p.slot_words) return;
   // (runtime divisors by the launcher's dividers: a thread packs few words, so its index math, not
@@ -78,7 +79,10 @@ __global__ void pack_gemm_weight_kernel(const T* __restrict__ w, uint32_t* __res
   const auto row_of_phase = p.div_row_phases.divmod(unsigned(row));
   const int row_phase = int(row_of_phase.mod);  // (merged phases: GemmProblem::row_phases, weight_channel_phases)
   const bool row_inside = row < p.rows_per_group && row_phase < p.stored_row_phases;
-  const T* w_row = w_group + int64_t(row_of_phase.div) * a.row_stride;
+  // (merged groups: W's rows of an original group, GemmWeight::group_rows; never with merged phases)
+  const bool merged_groups = a.group_rows > 0;
+  const int64_t w_row_index = merged_groups && a.co_rows ? int64_t(row_of_phase.div) % a.group_rows : int64_t(row_of_phase.div);
+  const T* w_row = w_group + w_row_index * a.row_stride;
   // (merged rows or grad_y's phases as channels of a dilated filter: position t * row_phases *
   // weight_channel_phases + phase holds the tap at position / dilation where dilation divides it;
   // the division only there)
@@ -99,9 +103,10 @@ __global__ void pack_gemm_weight_kernel(const T* __restrict__ w, uint32_t* __res
       const int position = t * p.row_phases * p.weight_channel_phases + phase;
       const int tap = dilation == 1 ? position : position / dilation;
       // (merged rows of phases without a tap: zero, stored_row_phases; zero_taps: taps from K on)
-      const bool inside = row_inside && ch < p.channels_per_group && tap < a.taps && (dilation == 1 || position % dilation == 0);
-      const T element = inside ? w_row[int64_t(channel_phase.div) * a.channel_stride + tap * a.tap_stride]
-                               : from_float<T>(0.0f);
+      const bool inside = row_inside && ch < p.channels_per_group && tap < a.taps && (dilation == 1 || position % dilation == 0) &&
+                          (!merged_groups || row / a.group_rows == ch / a.group_channels);
+      const int64_t w_channel = merged_groups && !a.co_rows ? int64_t(channel_phase.div) % a.group_channels : int64_t(channel_phase.div);
+      const T element = inside ? w_row[w_channel * a.channel_stride + tap * a.tap_stride] : from_float<T>(0.0f);
       if constexpr (kMath == Math::kTF32) {
         value = to_tf32(to_float(element));
       } else if constexpr (kMath == Math::k3xTF32) {
