@@ -865,16 +865,6 @@ std::optional<GemmPlan> choose_gemm_plan(const GemmPlan& g, const std::optional<
   }
   if (half_filling) return half_filling;
   auto warp_tiles = [](int block_m, int block_n) { return gemm_tile_index(GemmFamily::kWarpTiles, block_m, block_n); };
-  // (trial, CONVT_STAGED_WARP_TILES=always: a wide strided problem some of whose out phases no tap
-  // reaches writes them from staged rows on warp tiles, whose y_s fits where the warpgroup tiles'
-  // 128 x 128 x out_step would not, rather than storing each phase out_step apart)
-  if (read_plan_override("CONVT_STAGED_WARP_TILES") == PlanOverride::kAlways && warpgroups && g.rows_per_group > 64 &&
-      g.out_step > 2 && g.out_phases < g.out_step) {
-    for (const int shape : {warp_tiles(64, 128), warp_tiles(32, 128)}) {
-      const auto staged = plan_gemm_tiles(g, in, shape, limits);
-      if (staged && staged->stage_output && staged->parts >= limits.sm_count) return staged;
-    }
-  }
   std::vector<int> shapes;
   if (warpgroups && g.rows_per_group > 64) shapes.push_back(warpgroup_tiles);
   if (g.rows_per_group <= 16) {  // (half the padded rows of 32-row tiles)
@@ -912,6 +902,22 @@ std::optional<GemmPlan> choose_gemm_plan(const GemmPlan& g, const std::optional<
     if (auto shape_plan = plan_gemm_tiles(g, in, shape, limits)) {
       plan = shape_plan;
       if (plan->parts >= limits.sm_count) break;
+    }
+  }
+  // A wide strided problem on warpgroup or warp tiles, at least half of whose out phases no tap reaches,
+  // of few MACs an output (kStagedWarpTileMacs), writes whole output rows from staged rows on warp
+  // tiles (64 x 128, else 32 x 128, that fill the SMs), whose staged output fits where the warpgroup
+  // tiles' 128 x 128 x out_step would not, rather than storing each phase out_step apart
+  // (docs/perf/2026-12-01-staged-warp-tiles.md; CONVT_STAGED_WARP_TILES=never|always)
+  const PlanOverride staged_rows = read_plan_override("CONVT_STAGED_WARP_TILES");
+  const bool tapless_phases = warpgroups && g.rows_per_group > 64 && g.out_step > 2 && g.out_phases < g.out_step;
+  const bool staged_pays = staged_rows == PlanOverride::kAlways ||
+                           (staged_rows == PlanOverride::kModel && 2 * g.out_phases <= g.out_step &&
+                            g.channels_per_group * most_taps_per_step(g) <= kStagedWarpTileMacs);
+  if (plan && !plan->stage_output && tapless_phases && staged_pays) {
+    for (const int shape : {warp_tiles(64, 128), warp_tiles(32, 128)}) {
+      const auto staged = plan_gemm_tiles(g, in, shape, limits);
+      if (staged && staged->stage_output && staged->parts >= limits.sm_count) return staged;
     }
   }
   return plan;
@@ -1552,13 +1558,16 @@ double pipelined_tile_seconds(const GemmPlan& g, bool staged_by_rows, Math math)
 
 // ---- groups merged into one GEMM group ------------------------------------------------------------
 
-// CONVT_GROUP_MERGE: groups merged wherever a merged plan applies (the best of them by the model), or
+// CONVT_GROUP_MERGE: groups merged wherever a merged plan applies (the largest merge that plans), or
 // never (read_plan_override). Read at every plan.
 PlanOverride group_merge_override() { return read_plan_override("CONVT_GROUP_MERGE"); }
-// Merged rows and channels at most this many (the block-diagonal A's zeros are MMA work), and the
-// merged plan's share of the time at which it is taken (the model errs by up to 2x a layer)
+// Merged rows and channels at most this many (the block-diagonal A's zeros are MMA work)
 constexpr int64_t kMergedGroupMostChannels = 128;
-constexpr double kGroupMergeMargin = 0.9;
+// Forwards whose groups have fewer output channels than this merge them: 16-bit 32, TF32 9 (its MMAs,
+// at half the rate, pay for the block-diagonal zeros sooner: 12-16-row groups ran 1.1-1.6x slower
+// merged), 3xTF32 none (not measured). H200 A/B on the grouped sweep layers of ten seeds:
+// docs/perf/2026-12-01-merged-groups.md.
+int64_t merged_group_rows_below(Math math) { return math == Math::k16Bit ? 32 : math == Math::kTF32 ? 9 : 0; }
 
 // p with `merged` consecutive groups as one: x's and out's channels of a group are contiguous, so only
 // the weight changes (GemmWeight::group_rows)
@@ -1577,38 +1586,28 @@ bool merge_packs(const DataPlan& plan) {
   return plan.kernel == Kernel::kGemm && g.launch_row_tiles == g.row_tiles && g.launch_chunks == g.chunks && !g.zero_taps &&
          !g.deinterleaved && g.row_phases == 1 && g.channel_phases == 1 && g.weight_channel_phases == 1 && g.map_row_phases == 1;
 }
-bool pipelined_plan(const DataPlan& plan) { return kGemmTileShapes[plan.gemm.tile_shape].family == GemmFamily::kPipelined; }
 
-double one_launch_seconds(const GemmPlan& g, Math math, const DeviceLimits& limits) {
-  return double(launch_waves(g, g.row_tiles, limits)) * pipelined_tile_seconds(g, !g.tensor_rows, math);
-}
-
-// The forward or grad_input; groups of few channels merged, G at a time, into one GEMM group whose
-// block-diagonal weight holds theirs (tiles of 16 rows and 32-64 channels would pad each group's few
-// rows and channels, and a group's tiles would repeat every fixed cost), over the divisors G of the
-// groups whose merged rows and channels stay within kMergedGroupMostChannels: where the unmerged plan
-// is pipelined, the pipelined merge with the fewest seconds by the model (waves x
-// pipelined_tile_seconds), taken at kGroupMergeMargin of the unmerged plan's; `always`: the largest
-// merge that plans, whatever the model. Not where the depthwise kernels take the groups.
+// The forward or grad_input; a forward whose groups have few output channels (merged_group_rows_below)
+// merges G of them into one GEMM group whose block-diagonal weight holds theirs, the largest G that
+// plans with merged rows and channels within kMergedGroupMostChannels, not onto the unpipelined
+// warpgroup tiles: unmerged, tiles of 16 rows and 32-64 channels pad each group's few rows and
+// channels and a group's tiles repeat every fixed cost, while these layers are bound by memory and
+// fixed costs, not by the zeros' MMA work. `always`: the largest merge that plans, forward and
+// grad_input. Not where the depthwise kernels take the groups.
 DataPlan plan_data(const ConvTParams& p, const TensorFacts& in, Math math, bool forward, const DeviceLimits& limits) {
   DataPlan plan = plan_data_over_groups(p, in, math, forward, limits);
   const PlanOverride merge = group_merge_override();
-  if (p.groups == 1 || merge == PlanOverride::kNever || plan.kernel != Kernel::kGemm) return plan;
-  const bool modelled = merge_packs(plan) && pipelined_plan(plan);
-  if (!modelled && merge != PlanOverride::kAlways) return plan;
+  const bool few_rows = forward && p.out_channels_per_group < merged_group_rows_below(math);
+  if (p.groups == 1 || plan.kernel != Kernel::kGemm || merge == PlanOverride::kNever || (merge == PlanOverride::kModel && !few_rows)) {
+    return plan;
+  }
   std::optional<DataPlan> best;
-  double best_seconds = modelled ? kGroupMergeMargin * one_launch_seconds(plan.gemm, math, limits) : 0.0;
   for (int64_t merged = 2; merged <= p.groups; ++merged) {
     if (p.groups % merged != 0) continue;
     if (p.in_channels_per_group * merged > kMergedGroupMostChannels || p.out_channels_per_group * merged > kMergedGroupMostChannels) break;
     DataPlan candidate = plan_data_over_groups(with_merged_groups(p, merged), in, math, forward, limits);
     if (!merge_packs(candidate)) continue;
-    if (merge != PlanOverride::kAlways) {
-      if (!pipelined_plan(candidate)) continue;
-      const double seconds = one_launch_seconds(candidate.gemm, math, limits);
-      if (seconds > best_seconds) continue;
-      best_seconds = seconds;
-    }
+    if (merge != PlanOverride::kAlways && kGemmTileShapes[candidate.gemm.tile_shape].family == GemmFamily::kWarpgroupTiles) continue;
     candidate.merged_groups = merged;
     candidate.weight.group_rows = forward ? p.out_channels_per_group : p.in_channels_per_group;
     candidate.weight.group_channels = forward ? p.in_channels_per_group : p.out_channels_per_group;
@@ -1674,6 +1673,10 @@ DataPlan plan_forward(const ConvTParams& p, const TensorFacts& x, Math math, con
   if (!one_pipelined_launch(over) || !g.tensor_rows || 4 * packed_weight_words(g) + batch * element_bytes > workspace_bound(g)) {
     return plan;
   }
+  // A zero-tap plan (a long filter, or K above the stride) over copies only where the copy's plan takes
+  // as many taps a step as the plan on x: the model counts a pair's MMAs, not its steps, and long
+  // filters at half the taps a step ran 1.05-1.96x slower in 16-bit (H200, docs/perf/2026-12-01-zero-tap-copies.md)
+  if (plan.gemm.zero_taps && most_taps_per_step(g) < most_taps_per_step(plan.gemm) && copies != PlanOverride::kAlways) return plan;
   // (a last, smaller chunk: its share of the parts, which go by batch element)
   const int64_t full_chunks = p.batch / batch, last_batch = p.batch % batch;
   GemmPlan last = g;

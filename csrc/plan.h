@@ -61,6 +61,10 @@ constexpr double kPipelinedLeastFill = 0.5;
 // MACs an output element takes (C_in/groups x a phase's taps) from which a strided forward runs on
 // pipelined tiles with strided stores rather than on warp tiles (choose_gemm_plan)
 constexpr int64_t kStridedStoreMacs = 128;
+// Staged warp tiles in place of warpgroup tiles' phase-strided stores (choose_gemm_plan) up to this
+// many MACs an output of a reached phase (C_in/groups x its taps): above it the warpgroup tiles' MMA
+// rate outweighs the stores (H200: 1,280-6,144 MACs ran 1.2-1.8x slower staged, 800 0.59-0.70x)
+constexpr int64_t kStagedWarpTileMacs = 1024;
 // The time of a pipelined 128 x 256 tile over a 128 x 128 one (plan_pipelined): at least
 // kWideTileTimeLeast, at most kWideTileTime, or kWideTileTimeOneTap at one tap a step, whose short
 // steps' fixed costs the wide tile spreads over twice the MACs (docs/design.md §4.5: measured 0.8-2.7x

@@ -206,6 +206,12 @@ WIDE_TILE_CASES = [
     # warpgroup tiles (the second 8 rows), 576 tiles
     Case(4, 48, 3, 5, 12001, stride=4, padding=4, dilation=2),
     Case(12, 48, 136, 3, 3001, stride=2, padding=2, dilation=2),
+    # ... on warp tiles in place of warpgroup tiles' phase-strided stores (more than 64 rows, half the
+    # phases or more tapless; 16-bit and TF32): 2 of 4 phases on 64 x 128, 3 of 6 on 32 x 128 (a 123-row
+    # group's last tile 27 rows), K = 1 with 1 of 6 phases and output_padding 5
+    Case(4, 60, 189, 7, 2000, stride=4, padding=4, dilation=2),
+    Case(3, 80, 123, 4, 1500, stride=6, dilation=2),
+    Case(4, 40, 147, 1, 3000, stride=6, output_padding=5),
     # narrow outputs whose phases merge, on the 16 x 256 pipelined tiles: 16 merged rows (2 x 8) and
     # 15 (3 x 5, an odd stride); a phase's taps, 2 and 2, in one step; 20 merged rows (4 x 5) on the
     # 32 x 256 tiles; a narrow output of stride 1 (not merged), 5 taps a step on 16 x 256

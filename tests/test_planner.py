@@ -398,6 +398,11 @@ def test_forward_copies_take_zero_tap_plans():
         forward = plans((11, 1536, 1536, 7, 298, 4, 1, 0, 1, 1), dtype, tf32, "h100")["forward"]
         assert forward["copy_batch"] > 0 and forward["zero_taps"] == 1 and forward["tensor_rows"] == 1, forward
         assert forward["exact_family"] in ("warp", "warpgroup", "pipelined"), forward
+    # ... but not where the copy's plan would take fewer taps a step than the plan on x (a long filter
+    # of 128 x 128 rows: 8 taps a step on x's rows, 4 on channels-last position rows)
+    for dtype, tf32 in ((torch.float32, True), (torch.bfloat16, False)):
+        forward = plans((6, 512, 128, 128, 965, 5, 0, 0, 1, 1), dtype, tf32, "h100")["forward"]
+        assert forward["copy_batch"] == 0 and forward["zero_taps"] == 1 and forward["step_taps"] == 8, forward
 
 
 @pytest.mark.parametrize("dtype,tf32", [(torch.float32, True), (torch.bfloat16, False)])
@@ -934,25 +939,56 @@ def test_depthwise_forward_walks_its_phase_taps_where_it_skips_enough():
 
 
 def test_groups_of_few_channels_merge_into_one_gemm_group():
-    """Groups of few channels merge, G at a time, into one GEMM group with a block-diagonal weight
-    where the unmerged plan and a merged one are pipelined and the model gives the merge at most 0.9
-    of the time (6 x 96 -> 96 in 16 groups: 6,240 tiles of 16 x 256 padding 6 rows to 16, against 390
-    of 128 x 256); CONVT_GROUP_MERGE=always takes the largest merge that plans, =never none. Not
-    beyond 128 merged channels, nor where the depthwise kernels take the groups."""
+    """A forward whose groups have fewer than 32 output channels (16-bit) or at most 8 (TF32) merges
+    G of them into one GEMM group with a block-diagonal weight, the largest G that plans within 128
+    merged channels, not onto the unpipelined warpgroup tiles (6 x 96 -> 96 in 16 groups: 6,240 tiles
+    of 16 x 256 padding 6 rows to 16, against 390 of 128 x 256). Not strict fp32, not grad_input, not
+    groups of 32 rows or more; CONVT_GROUP_MERGE=always merges wherever a merge plans, =never nowhere.
+    Not where the depthwise kernels take the groups."""
     small = (6, 96, 96, 5, 16578, 1, 2, 0, 1, 16)
     plan = plans(small, torch.bfloat16, False, "h100")
     assert plan["forward"]["merged_groups"] == 16 and plan["forward"]["tiles"] * 8 < 6240, plan
-    assert plan["grad_input"]["merged_groups"] == 16, plan
+    assert plan["grad_input"]["merged_groups"] == 1, plan
+    assert plans(small, torch.float32, True, "h100")["forward"]["merged_groups"] > 1
+    assert plans(small, torch.float32, False, "h100")["forward"]["merged_groups"] == 1
+    twelve_rows = (2, 96, 96, 7, 33927, 1, 3, 0, 1, 8)
+    assert plans(twelve_rows, torch.bfloat16, False, "h100")["forward"]["merged_groups"] == 8
+    assert plans(twelve_rows, torch.float32, True, "h100")["forward"]["merged_groups"] == 1
+    named_grouped = (16, 128, 128, 5, 16384, 2, 2, 1, 1, 4)  # 32 rows a group
+    assert plans(named_grouped, torch.bfloat16, False, "h100")["forward"]["merged_groups"] == 1
+    no_warpgroup = plans((14, 96, 96, 16, 2092, 4, 21, 0, 3, 16), torch.bfloat16, False, "h100")["forward"]
+    assert no_warpgroup["merged_groups"] == 8 and no_warpgroup["family"] == "pipelined", no_warpgroup
     with pytest.MonkeyPatch.context() as monkeypatch:
         monkeypatch.setenv("CONVT_GROUP_MERGE", "never")
         assert plans(small, torch.bfloat16, False, "h100")["forward"]["merged_groups"] == 1
         monkeypatch.setenv("CONVT_GROUP_MERGE", "always")
-        warp = plans((6, 64, 32, 9, 559130, 1, 4, 0, 1, 8), torch.bfloat16, False, "h100")["forward"]
-        assert warp["merged_groups"] == 8, warp
+        assert plans(small, torch.bfloat16, False, "h100")["grad_input"]["merged_groups"] == 16
+        assert plans(named_grouped, torch.bfloat16, False, "h100")["forward"]["merged_groups"] > 1
         wide = plans((2, 1024, 1024, 3, 3969, 2, 1, 0, 2, 2), torch.bfloat16, False, "h100")["forward"]
         assert wide["merged_groups"] == 1, wide
         depthwise = plans((2, 32, 64, 16, 900, 2, 7, 0, 1, 32), torch.float32, True, "h100")
         assert depthwise["forward"]["kernel"] == "depthwise" and "merged_groups" not in depthwise["forward"], depthwise
+
+
+def test_tapless_phases_stage_whole_rows_on_warp_tiles():
+    """A strided forward of more than 64 rows, at least half of whose out phases no tap reaches, of at
+    most 1,024 MACs an output of a reached phase, runs on warp tiles with staged output (64 x 128, else
+    32 x 128, that fill the SMs) in place of warpgroup tiles' phase-strided stores; not where a
+    pipelined plan is taken, 4 of 5 phases are reached, or an output takes more MACs; 16-bit and TF32
+    (3xTF32 takes no warpgroup tiles). CONVT_STAGED_WARP_TILES=never: as before."""
+    for dtype, tf32 in ((torch.bfloat16, False), (torch.float32, True)):
+        staged = plans((9, 80, 123, 4, 2590, 6, 0, 0, 2, 1), dtype, tf32, "h100")["forward"]
+        assert tile(staged) == ("warp", 32, 128) and staged["stage_output"] == 1, staged
+        assert tile(plans((4, 60, 189, 7, 2000, 4, 4, 0, 2, 1), dtype, tf32, "h100")["forward"]) == ("warp", 64, 128)
+        most_phases = plans((2, 588, 431, 4, 553, 5, 2, 0, 3, 1), dtype, tf32, "h100")["forward"]
+        assert most_phases["family"] == "warpgroup", most_phases
+        many_macs = plans((4, 768, 384, 5, 12113, 3, 5, 0, 3, 3), dtype, tf32, "h100")["forward"]  # 256 x 5
+        assert many_macs["family"] == "warpgroup", many_macs
+        pipelined = plans((4, 105, 153, 7, 1938, 3, 8, 0, 3, 1), dtype, tf32, "h100")["forward"]
+        assert pipelined["family"] == "pipelined", pipelined
+        with pytest.MonkeyPatch.context() as monkeypatch:
+            monkeypatch.setenv("CONVT_STAGED_WARP_TILES", "never")
+            assert plans((9, 80, 123, 4, 2590, 6, 0, 0, 2, 1), dtype, tf32, "h100")["forward"]["family"] == "warpgroup"
 
 
 def test_groups_of_few_channels_run_depthwise():
