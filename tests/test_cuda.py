@@ -151,7 +151,7 @@ def test_depthwise_forward_phase_taps(case, dtype, walk, monkeypatch):
 
 
 # Groups merged into one GEMM group (a block-diagonal packed weight, CONVT_GROUP_MERGE=always: the
-# largest merge that plans; the model's choice besides): forward and grad_input, strided and dilated,
+# largest merge that plans; the planner's rule besides): forward and grad_input, strided and dilated,
 # group counts of 4-16, channels a group that are no multiple of 8, merged rows padded to the tile.
 MERGED_GROUP_CASES = [
     Case(3, 64, 32, 3, 3001, padding=1, groups=8),
