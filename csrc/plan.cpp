@@ -908,7 +908,7 @@ std::optional<GemmPlan> choose_gemm_plan(const GemmPlan& g, const std::optional<
   // of few MACs an output (kStagedWarpTileMacs), writes whole output rows from staged rows on warp
   // tiles (64 x 128, else 32 x 128, that fill the SMs), whose staged output fits where the warpgroup
   // tiles' 128 x 128 x out_step would not, rather than storing each phase out_step apart
-  // (docs/perf/2026-12-01-staged-warp-tiles.md; CONVT_STAGED_WARP_TILES=never|always)
+  // (docs/perf/2026-12-01-v79-planner-rules.md; CONVT_STAGED_WARP_TILES=never|always)
   const PlanOverride staged_rows = read_plan_override("CONVT_STAGED_WARP_TILES");
   const bool tapless_phases = warpgroups && g.rows_per_group > 64 && g.out_step > 2 && g.out_phases < g.out_step;
   const bool staged_pays = staged_rows == PlanOverride::kAlways ||
@@ -1566,7 +1566,7 @@ constexpr int64_t kMergedGroupMostChannels = 128;
 // Forwards whose groups have fewer output channels than this merge them: 16-bit 32, TF32 9 (its MMAs,
 // at half the rate, pay for the block-diagonal zeros sooner: 12-16-row groups ran 1.1-1.6x slower
 // merged), 3xTF32 none (not measured). H200 A/B on the grouped sweep layers of ten seeds:
-// docs/perf/2026-12-01-merged-groups.md.
+// docs/perf/2026-12-01-v79-planner-rules.md.
 int64_t merged_group_rows_below(Math math) { return math == Math::k16Bit ? 32 : math == Math::kTF32 ? 9 : 0; }
 
 // p with `merged` consecutive groups as one: x's and out's channels of a group are contiguous, so only
@@ -1675,7 +1675,7 @@ DataPlan plan_forward(const ConvTParams& p, const TensorFacts& x, Math math, con
   }
   // A zero-tap plan (a long filter, or K above the stride) over copies only where the copy's plan takes
   // as many taps a step as the plan on x: the model counts a pair's MMAs, not its steps, and long
-  // filters at half the taps a step ran 1.05-1.96x slower in 16-bit (H200, docs/perf/2026-12-01-zero-tap-copies.md)
+  // filters at half the taps a step ran 1.05-1.96x slower in 16-bit (H200, docs/perf/2026-12-01-v79-planner-rules.md)
   if (plan.gemm.zero_taps && most_taps_per_step(g) < most_taps_per_step(plan.gemm) && copies != PlanOverride::kAlways) return plan;
   // (a last, smaller chunk: its share of the parts, which go by batch element)
   const int64_t full_chunks = p.batch / batch, last_batch = p.batch % batch;
