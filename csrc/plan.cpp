@@ -1427,8 +1427,12 @@ int64_t depthwise_grad_weight_slices(const ConvTParams& p, const DeviceLimits& l
 DataPlan plan_data_over_groups(const ConvTParams& p, const TensorFacts& in, Math math, bool forward, const DeviceLimits& limits) {
   DataPlan plan;
   // one input channel per group, or a few (depthwise_channels): the depthwise kernels where they
-  // plan (no channel padding)
-  const auto depthwise = plan_depthwise(p, forward, in.element_size, limits);
+  // plan (no channel padding). (trial, CONVT_ONE_CHANNEL_GEMM=always: one input channel a group with
+  // at least 64 outputs on the tensor cores, whose channel padding may cost less than the depthwise
+  // forward's smem load a MAC)
+  const bool one_channel_gemm = p.in_channels_per_group == 1 && p.out_channels_per_group >= 64 &&
+                                gemm_applies(p, in.element_size) && read_plan_override("CONVT_ONE_CHANNEL_GEMM") == PlanOverride::kAlways;
+  const auto depthwise = one_channel_gemm ? std::nullopt : plan_depthwise(p, forward, in.element_size, limits);
   if (depthwise) {
     plan.kernel = Kernel::kDepthwise;
     plan.depthwise = *depthwise;

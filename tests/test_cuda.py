@@ -175,6 +175,26 @@ def test_merged_groups(case, dtype, tf32, merge, monkeypatch):
     assert_backward_matches_reference(case, dtype, "cuda", check_forward=True)
 
 
+# One input channel a group on tensor cores (trial: CONVT_ONE_CHANNEL_GEMM=always; the planner keeps
+# them depthwise by default): channels padded to the MMA's, forward and grad_input, stride 1 and
+# strided, K up to 17
+ONE_CHANNEL_GEMM_CASES = [
+    Case(2, 1, 96, 16, 3000, padding=7),
+    Case(2, 1, 64, 5, 2001, stride=3, padding=1, output_padding=2),
+    Case(1, 1, 130, 17, 1500, stride=8, padding=4),
+]
+
+
+@pytest.mark.parametrize("dtype,tf32", [(torch.float32, True), (torch.float32, False), (torch.bfloat16, True)],
+                         ids=["tf32", "strict", "bf16"], indirect=["tf32"])
+@pytest.mark.parametrize("case", ONE_CHANNEL_GEMM_CASES, ids=str)
+def test_one_input_channel_on_tensor_cores(case, dtype, tf32, monkeypatch):
+    monkeypatch.setenv("CONVT_ONE_CHANNEL_GEMM", "always")
+    plan = cuda_plans(case, dtype, tf32)
+    assert plan["forward"]["kernel"] == "gemm" and plan["grad_input"]["kernel"] == "gemm", plan
+    assert_backward_matches_reference(case, dtype, "cuda", check_forward=True)
+
+
 # grad_bias by row sums (16-bit, and float32 where some phase has no tap: here phase 0): 16-byte loads
 # from each row's first 16-byte boundary, with the elements before it and after the last whole vector
 # one at a time (8202 outputs a row: rows start at every alignment), or none (8200)

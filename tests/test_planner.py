@@ -1008,6 +1008,20 @@ def test_groups_of_few_channels_run_depthwise():
     assert wide["forward"]["kernel"] == "gemm" and wide["grad_weight"]["kernel"] != "depthwise", wide
 
 
+def test_one_input_channel_runs_depthwise_unless_the_trial_override_asks_for_tensor_cores():
+    """One input channel a group runs on the depthwise kernels; CONVT_ONE_CHANNEL_GEMM=always (a
+    trial for an A/B) sends those with at least 64 outputs a group to the GEMM kernels, forward and
+    grad_input, and leaves narrower ones depthwise."""
+    wide = (5, 1, 1024, 16, 2978, 1, 7, 0, 1, 1)
+    assert plans(wide, torch.float32, True, "h100")["forward"]["kernel"] == "depthwise"
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setenv("CONVT_ONE_CHANNEL_GEMM", "always")
+        plan = plans(wide, torch.bfloat16, False, "h100")
+        assert plan["forward"]["kernel"] == "gemm" and plan["grad_input"]["kernel"] == "gemm", plan
+        narrow = plans((2, 1, 32, 16, 3000, 1, 7, 0, 1, 1), torch.float32, True, "h100")
+        assert narrow["forward"]["kernel"] == "depthwise", narrow
+
+
 def test_depthwise_grad_input_splits_wide_output_channels_over_blocks():
     """Few (n, ci) rows of many output channels would leave the SMs idle: depthwise grad_input splits
     C_out/groups over blocks (their sums added in order by a second kernel, at most 2 x 4 x SMs x
