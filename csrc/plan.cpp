@@ -7,8 +7,11 @@
 #include <cstring>
 #include <initializer_list>
 #include <limits>
+#include <mutex>
 #include <numeric>
 #include <stdexcept>
+#include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace convt {
@@ -1649,7 +1652,8 @@ bool one_pipelined_launch(const DataPlan& plan) {
 // copies_override). Every math: the model, fitted to bf16, scales the MMA time by the math's rate
 // (TF32 and 3xTF32 forwards chosen by it ran 0.77x and 0.85x the row path's time on 54 and 43 sweep
 // layers, docs/perf/2026-12-01-float-x-copies.md).
-DataPlan plan_forward(const ConvTParams& p, const TensorFacts& x, Math math, const DeviceLimits& limits) {
+namespace {
+DataPlan plan_forward_uncached(const ConvTParams& p, const TensorFacts& x, Math math, const DeviceLimits& limits) {
   DataPlan plan = plan_data(p, x, math, /*forward=*/true, limits);
   const PlanOverride copies = copies_override();
   if (!limits.tma || !one_pipelined_launch(plan) || plan.gemm.tensor_rows || copies == PlanOverride::kNever) return plan;
@@ -1694,6 +1698,7 @@ DataPlan plan_forward(const ConvTParams& p, const TensorFacts& x, Math math, con
   over.copy_batch = batch;
   return over;
 }
+}  // namespace
 
 DataPlan plan_grad_input(const ConvTParams& p, const TensorFacts& grad_y, Math math, const DeviceLimits& limits) {
   return plan_data(p, grad_y, math, /*forward=*/false, limits);
@@ -1877,8 +1882,9 @@ WeightPlan plan_grad_weight_pass(const ConvTParams& p, const TensorFacts& x, con
 
 }  // namespace
 
-BackwardPlan plan_backward(const ConvTParams& p, const TensorFacts& x, const TensorFacts& grad_y, Math math,
-                           bool grad_input, bool grad_weight, bool grad_bias, const DeviceLimits& limits) {
+namespace {
+BackwardPlan plan_backward_uncached(const ConvTParams& p, const TensorFacts& x, const TensorFacts& grad_y, Math math,
+                                    bool grad_input, bool grad_weight, bool grad_bias, const DeviceLimits& limits) {
   BackwardPlan plan;
   if (grad_input) plan.grad_input = plan_grad_input(p, grad_y, math, limits);
   const bool grad_y_deinterleaved = plan.grad_input.kernel == Kernel::kGemm && plan.grad_input.gemm.deinterleaved;
@@ -1892,6 +1898,7 @@ BackwardPlan plan_backward(const ConvTParams& p, const TensorFacts& x, const Ten
   }
   return plan;
 }
+}  // namespace
 
 const char* kernel_name(Kernel kernel) {
   switch (kernel) {
@@ -1924,6 +1931,83 @@ std::string key_values(std::initializer_list<std::pair<const char*, int64_t>> va
   return text;
 }
 }  // namespace
+
+// ---- the plan cache ----------------------------------------------------------------------------------
+
+namespace {
+
+// The planner is a pure function of the problem (ConvTParams), its tensors' facts, the math, the
+// device's limits and the CONVT_* planner overrides (kPlannerVariables), and the CUDA ops ask it on
+// every call, where planning costs tens of microseconds of host time (groups merged: a plan a
+// merge): its answers are kept by that whole key in one table that threads share under a mutex (a
+// server's threads on different shapes, streams and devices). Planning runs outside the lock (two
+// threads may plan one key; both get the same plan). A full table is emptied: the shapes in use come
+// back at once. CONVT_PLAN_CACHE=never plans every call (an A/B of the host time).
+constexpr size_t kPlanCacheEntries = 4096;
+constexpr const char* kPlannerVariables[] = {
+    "CONVT_MAX_WORKSPACE_MB", "CONVT_DEPTHWISE_PHASE_TAPS", "CONVT_FORWARD_X_COPIES", "CONVT_GEMM_SPLITS",
+    "CONVT_GRAD_WEIGHT_BOXES", "CONVT_GRAD_WEIGHT_UNROLLED", "CONVT_GROUP_MERGE", "CONVT_POSITION_ROWS",
+    "CONVT_STAGED_WARP_TILES", "CONVT_TAP_BOXES", "CONVT_ZERO_TAP_COPIES", "CONVT_ONE_CHANNEL_GEMM"};
+
+std::string plan_key(char pass, const ConvTParams& p, std::initializer_list<TensorFacts> facts, Math math,
+                     const DeviceLimits& limits, std::initializer_list<bool> flags) {
+  std::vector<int64_t> values = {pass, p.batch, p.in_channels, p.out_channels, p.groups, p.in_channels_per_group,
+                                 p.out_channels_per_group, p.kernel_size, p.length_in, p.length_out, p.stride, p.padding,
+                                 p.dilation, p.x_batch_stride, p.x_channel_stride, p.x_length_stride, p.w_in_stride,
+                                 p.w_out_stride, p.w_tap_stride, p.y_batch_stride, p.y_channel_stride, p.y_length_stride,
+                                 int64_t(math), limits.sm_count, limits.smem_per_block_optin, limits.smem_per_sm,
+                                 limits.reserved_smem_per_block, limits.wgmma, limits.tma};
+  for (const TensorFacts& f : facts) values.insert(values.end(), {int64_t(f.element_size), f.alignment});
+  for (const bool flag : flags) values.push_back(flag);
+  std::string key(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(int64_t));
+  for (const char* variable : kPlannerVariables) {
+    const char* value = std::getenv(variable);
+    key += value ? '=' : '-';
+    if (value) key += value;
+    key += '\0';
+  }
+  return key;
+}
+
+template <typename Plan>
+class PlanCache {
+ public:
+  template <typename MakePlan>
+  Plan get(const std::string& key, MakePlan make_plan) {
+    {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      const auto found = plans_.find(key);
+      if (found != plans_.end()) return found->second;
+    }
+    Plan plan = make_plan();
+    const std::lock_guard<std::mutex> lock(mutex_);
+    if (plans_.size() >= kPlanCacheEntries) plans_.clear();
+    plans_.emplace(key, plan);
+    return plan;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::unordered_map<std::string, Plan> plans_;
+};
+
+bool plan_cache_on() { return read_plan_override("CONVT_PLAN_CACHE") != PlanOverride::kNever; }
+
+}  // namespace
+
+DataPlan plan_forward(const ConvTParams& p, const TensorFacts& x, Math math, const DeviceLimits& limits) {
+  if (!plan_cache_on()) return plan_forward_uncached(p, x, math, limits);
+  static PlanCache<DataPlan> cache;
+  return cache.get(plan_key('f', p, {x}, math, limits, {}), [&] { return plan_forward_uncached(p, x, math, limits); });
+}
+
+BackwardPlan plan_backward(const ConvTParams& p, const TensorFacts& x, const TensorFacts& grad_y, Math math,
+                           bool grad_input, bool grad_weight, bool grad_bias, const DeviceLimits& limits) {
+  const auto make_plan = [&] { return plan_backward_uncached(p, x, grad_y, math, grad_input, grad_weight, grad_bias, limits); };
+  if (!plan_cache_on()) return make_plan();
+  static PlanCache<BackwardPlan> cache;
+  return cache.get(plan_key('b', p, {x, grad_y}, math, limits, {grad_input, grad_weight, grad_bias}), make_plan);
+}
 
 std::string describe(const DataPlan& plan) {
   std::string text = std::string("kernel=") + kernel_name(plan.kernel);

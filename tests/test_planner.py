@@ -5,6 +5,7 @@ import os
 import random
 import subprocess
 import sys
+import threading
 import zlib
 
 import pytest
@@ -1116,6 +1117,44 @@ def test_narrow_outputs_with_short_filters_merge_into_rows():
     for stride in (4, 8):
         wide = plans((4, 1024, 1024, 3, 489, stride, 0, 1, 1, 1), torch.float32, True, "h100")["forward"]
         assert wide["family"] == "pipelined" and (wide["row_phases"], wide["column_positions"]) == (3, stride), wide
+
+
+def test_plan_cache_answers_as_the_planner_from_many_threads():
+    """Plans are kept by their whole key (problem, tensor facts, math, card, the CONVT_* planner
+    overrides) in one table that threads share: 8 threads asking for mixed shapes, maths and cards at
+    once get what planning every call (CONVT_PLAN_CACHE=never) gives, and a changed override is a new
+    key (a merged forward plans unmerged under CONVT_GROUP_MERGE=never, merged again without it)."""
+    shapes = [(6, 96, 96, 5, 16578, 1, 2, 0, 1, 16), (9, 80, 123, 4, 2590, 6, 0, 0, 2, 1), (16, 1024, 512, 3, 1300, 2, 0, 0, 1, 1),
+              (1, 64, 64, 4, 1024, 2, 1, 0, 1, 1), (5, 1, 1024, 16, 2978, 1, 7, 0, 1, 1), (11, 1536, 1536, 7, 298, 4, 1, 0, 1, 1)]
+    asks = [(shape, dtype, tf32, card) for shape in shapes for dtype, tf32 in MATHS for card in ("h100", "a100", "cpu")]
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setenv("CONVT_PLAN_CACHE", "never")
+        expected = [plans(*ask) for ask in asks]
+    results = [None] * 8
+
+    def ask_all(thread):
+        shift = thread * len(asks) // 8  # (each thread its own order: rotated, every other one reversed)
+        order = list(range(len(asks)))[shift:] + list(range(len(asks)))[:shift]
+        order = order[::-1] if thread % 2 else order
+        answers = {}
+        for _ in range(2):
+            for i in order:
+                answers[i] = plans(*asks[i])
+        results[thread] = answers
+
+    threads = [threading.Thread(target=ask_all, args=(thread,)) for thread in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for answers in results:
+        assert [answers[i] for i in range(len(asks))] == expected
+    merged = shapes[0], torch.bfloat16, False, "h100"
+    assert plans(*merged)["forward"]["merged_groups"] == 16
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setenv("CONVT_GROUP_MERGE", "never")
+        assert plans(*merged)["forward"]["merged_groups"] == 1
+    assert plans(*merged)["forward"]["merged_groups"] == 16
 
 
 def test_forward_x_copies_override():
