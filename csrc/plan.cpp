@@ -1587,7 +1587,7 @@ ConvTParams with_merged_groups(const ConvTParams& p, int64_t merged) {
 }
 
 // A plan whose packed weight a merge can take: one launch, W's rows and channels as they are (no
-// merged phases, channel phases, tensor-map phases or copies of the input), no exact plan
+// merged phases, channel phases, tensor-map phases or grad_y deinterleaved), no exact plan
 bool merge_packs(const DataPlan& plan) {
   const GemmPlan& g = plan.gemm;
   return plan.kernel == Kernel::kGemm && g.launch_row_tiles == g.row_tiles && g.launch_chunks == g.chunks && !g.zero_taps &&
