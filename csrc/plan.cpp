@@ -1425,18 +1425,40 @@ int64_t depthwise_grad_weight_slices(const ConvTParams& p, const DeviceLimits& l
   return std::clamp<int64_t>((target_blocks + weight_rows - 1) / weight_rows, 1, longest);
 }
 
+// One input channel a group with at least this many outputs may take the GEMM kernels over the
+// depthwise ones (one_channel_gemm_pays)
+constexpr int64_t kOneChannelGemmLeastRows = 64;
+// CONVT_ONE_CHANNEL_GEMM: always (the GEMM wherever it plans, forward and grad_input) or never (the
+// depthwise kernels) in place of one_channel_gemm_pays (read_plan_override). Read at every plan.
+PlanOverride one_channel_gemm_override() { return read_plan_override("CONVT_ONE_CHANNEL_GEMM"); }
+// A forward of one input channel a group pads that channel to the MMA's chunk, work the depthwise
+// kernel does not do, while the depthwise forward pays a shared-memory load and a compare a MAC.
+// The GEMM's plan pays on the pipelined tiles where a phase has taps enough to fill the padded MMA:
+// TF32 at any taps, 3xTF32 (three products a MAC) at 3 or more, 16-bit at 4 or more or where x's
+// rows come by TMA (tensor_rows; staged row by row, one channel costs a chunk of rows' copies).
+// grad_input (one output row a group) keeps the depthwise kernel. H200 A/B on the one-channel sweep
+// layers: docs/perf/2026-12-01-v80-planner-rules.md.
+bool one_channel_gemm_pays(const GemmPlan& g, Math math) {
+  if (kGemmTileShapes[g.tile_shape].family != GemmFamily::kPipelined) return false;
+  switch (math) {
+    case Math::kTF32: return true;
+    case Math::k3xTF32: return g.taps >= 3;
+    case Math::k16Bit: return g.taps >= 4 || g.tensor_rows;
+  }
+  return false;
+}
+
 // The forward or grad_input over the problem's own groups: tensor cores where a plan fits, else
 // depthwise, else direct
 DataPlan plan_data_over_groups(const ConvTParams& p, const TensorFacts& in, Math math, bool forward, const DeviceLimits& limits) {
   DataPlan plan;
   // one input channel per group, or a few (depthwise_channels): the depthwise kernels where they
-  // plan (no channel padding). (trial, CONVT_ONE_CHANNEL_GEMM=always: one input channel a group with
-  // at least 64 outputs on the tensor cores, whose channel padding may cost less than the depthwise
-  // forward's smem load a MAC)
-  const bool one_channel_gemm = p.in_channels_per_group == 1 && p.out_channels_per_group >= 64 &&
-                                gemm_applies(p, in.element_size) && read_plan_override("CONVT_ONE_CHANNEL_GEMM") == PlanOverride::kAlways;
-  const auto depthwise = one_channel_gemm ? std::nullopt : plan_depthwise(p, forward, in.element_size, limits);
-  if (depthwise) {
+  // plan (no channel padding), except one input channel a group with many outputs where the GEMM's
+  // plan pays for its padded channel (one_channel_gemm_pays)
+  const auto depthwise = plan_depthwise(p, forward, in.element_size, limits);
+  const bool one_channel_candidate = p.in_channels_per_group == 1 && p.out_channels_per_group >= kOneChannelGemmLeastRows;
+  const PlanOverride one_channel = one_channel_gemm_override();
+  if (depthwise && (!one_channel_candidate || one_channel == PlanOverride::kNever || (!forward && one_channel != PlanOverride::kAlways))) {
     plan.kernel = Kernel::kDepthwise;
     plan.depthwise = *depthwise;
     return plan;
@@ -1508,6 +1530,7 @@ DataPlan plan_data_over_groups(const ConvTParams& p, const TensorFacts& in, Math
         }
       }
       if (gemm) {
+        if (depthwise && one_channel != PlanOverride::kAlways && !one_channel_gemm_pays(*gemm, math)) break;
         plan.kernel = Kernel::kGemm;
         plan.gemm = *gemm;
         set_splits(plan.gemm, math, limits);  // (the main plan only: the exact one runs gated, over every position)
@@ -1570,10 +1593,10 @@ double pipelined_tile_seconds(const GemmPlan& g, bool staged_by_rows, Math math)
 PlanOverride group_merge_override() { return read_plan_override("CONVT_GROUP_MERGE"); }
 // Merged rows and channels at most this many (the block-diagonal A's zeros are MMA work)
 constexpr int64_t kMergedGroupMostChannels = 128;
-// Forwards whose groups have fewer output channels than this merge them: 16-bit 32, TF32 9 (its MMAs,
-// at half the rate, pay for the block-diagonal zeros sooner: 12-16-row groups ran 1.1-1.6x slower
-// merged), 3xTF32 none (not measured). H200 A/B on the grouped sweep layers of ten seeds:
-// docs/perf/2026-12-01-v79-planner-rules.md.
+// A forward or grad_input whose groups have fewer rows (its output channels) than this merges them:
+// 16-bit 32, TF32 9 (its MMAs, at half the rate, pay for the block-diagonal zeros sooner: 12-16-row
+// groups ran 1.1-1.6x slower merged), 3xTF32 none (its merges ran slower). H200 A/Bs on the grouped
+// sweep layers: docs/perf/2026-12-01-v79-planner-rules.md, docs/perf/2026-12-01-v80-planner-rules.md.
 int64_t merged_group_rows_below(Math math) { return math == Math::k16Bit ? 32 : math == Math::kTF32 ? 9 : 0; }
 
 // p with `merged` consecutive groups as one: x's and out's channels of a group are contiguous, so only
@@ -1594,17 +1617,17 @@ bool merge_packs(const DataPlan& plan) {
          !g.deinterleaved && g.row_phases == 1 && g.channel_phases == 1 && g.weight_channel_phases == 1 && g.map_row_phases == 1;
 }
 
-// The forward or grad_input; a forward whose groups have few output channels (merged_group_rows_below)
-// merges G of them into one GEMM group whose block-diagonal weight holds theirs, the largest G that
-// plans with merged rows and channels within kMergedGroupMostChannels, not onto the unpipelined
-// warpgroup tiles: unmerged, tiles of 16 rows and 32-64 channels pad each group's few rows and
-// channels and a group's tiles repeat every fixed cost, while these layers are bound by memory and
-// fixed costs, not by the zeros' MMA work. `always`: the largest merge that plans, forward and
-// grad_input. Not where the depthwise kernels take the groups.
+// The forward or grad_input; one whose groups have few rows (merged_group_rows_below) merges G of
+// them into one GEMM group whose block-diagonal weight holds theirs, the largest G that plans with
+// merged rows and channels within kMergedGroupMostChannels, not onto the unpipelined warpgroup tiles:
+// unmerged, tiles of 16 rows and 32-64 channels pad each group's few rows and channels and a group's
+// tiles repeat every fixed cost, while these layers are bound by memory and fixed costs, not by the
+// zeros' MMA work. `always`: the largest merge that plans. Not where the depthwise kernels take the
+// groups.
 DataPlan plan_data(const ConvTParams& p, const TensorFacts& in, Math math, bool forward, const DeviceLimits& limits) {
   DataPlan plan = plan_data_over_groups(p, in, math, forward, limits);
   const PlanOverride merge = group_merge_override();
-  const bool few_rows = forward && p.out_channels_per_group < merged_group_rows_below(math);
+  const bool few_rows = (forward ? p.out_channels_per_group : p.in_channels_per_group) < merged_group_rows_below(math);
   if (p.groups == 1 || plan.kernel != Kernel::kGemm || merge == PlanOverride::kNever || (merge == PlanOverride::kModel && !few_rows)) {
     return plan;
   }
