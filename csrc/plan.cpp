@@ -1433,17 +1433,18 @@ constexpr int64_t kOneChannelGemmLeastRows = 64;
 PlanOverride one_channel_gemm_override() { return read_plan_override("CONVT_ONE_CHANNEL_GEMM"); }
 // A forward of one input channel a group pads that channel to the MMA's chunk, work the depthwise
 // kernel does not do, while the depthwise forward pays a shared-memory load and a compare a MAC.
-// The GEMM's plan pays on the pipelined tiles where a phase has taps enough to fill the padded MMA:
-// TF32 at any taps, 3xTF32 (three products a MAC) at 3 or more, 16-bit at 4 or more or where x's
-// rows come by TMA (tensor_rows; staged row by row, one channel costs a chunk of rows' copies).
-// grad_input (one output row a group) keeps the depthwise kernel. H200 A/B on the one-channel sweep
-// layers: docs/perf/2026-12-01-v80-planner-rules.md.
-bool one_channel_gemm_pays(const GemmPlan& g, Math math) {
+// The GEMM's plan pays on the pipelined tiles where an output has MACs enough (K over the phases
+// its taps reach) for the padded MMA: TF32 at any, 3xTF32 (three products a MAC) at 3 or more,
+// 16-bit at 4 or more or where x's rows come by TMA (tensor_rows; staged row by row, one channel
+// costs a chunk of rows' copies). grad_input (one output row a group) keeps the depthwise kernel.
+// H200 A/B on the one-channel sweep layers: docs/perf/2026-12-01-v80-planner-rules.md.
+bool one_channel_gemm_pays(const ConvTParams& p, const GemmPlan& g, Math math) {
   if (kGemmTileShapes[g.tile_shape].family != GemmFamily::kPipelined) return false;
+  const int64_t phases = phases_reached(p);  // an output's MACs: kernel_size / phases
   switch (math) {
     case Math::kTF32: return true;
-    case Math::k3xTF32: return g.taps >= 3;
-    case Math::k16Bit: return g.taps >= 4 || g.tensor_rows;
+    case Math::k3xTF32: return p.kernel_size >= 3 * phases;
+    case Math::k16Bit: return p.kernel_size >= 4 * phases || g.tensor_rows;
   }
   return false;
 }
@@ -1530,7 +1531,7 @@ DataPlan plan_data_over_groups(const ConvTParams& p, const TensorFacts& in, Math
         }
       }
       if (gemm) {
-        if (depthwise && one_channel != PlanOverride::kAlways && !one_channel_gemm_pays(*gemm, math)) break;
+        if (depthwise && one_channel != PlanOverride::kAlways && !one_channel_gemm_pays(p, *gemm, math)) break;
         plan.kernel = Kernel::kGemm;
         plan.gemm = *gemm;
         set_splits(plan.gemm, math, limits);  // (the main plan only: the exact one runs gated, over every position)

@@ -1018,8 +1018,8 @@ def test_groups_of_few_channels_run_depthwise():
 
 def test_one_input_channel_forward_takes_the_gemm_where_its_pipelined_plan_pays():
     """One input channel a group with at least 64 outputs a group: the forward on the GEMM kernels
-    where the plan is pipelined and a phase has taps enough for the padded channel (TF32 any,
-    3xTF32 3, 16-bit 4 or x's rows by TMA), else depthwise; grad_input and narrower groups stay
+    where the plan is pipelined and an output has MACs enough for the padded channel (K over the
+    phases its taps reach: TF32 any, 3xTF32 3, 16-bit 4 or x's rows by TMA), else depthwise; grad_input and narrower groups stay
     depthwise. CONVT_ONE_CHANNEL_GEMM=never keeps every one depthwise, always sends every one that
     plans to the GEMM, forward and grad_input."""
     def kernels(shape, dtype, tf32):
@@ -1033,6 +1033,9 @@ def test_one_input_channel_forward_takes_the_gemm_where_its_pipelined_plan_pays(
     assert kernels(two_taps, torch.float32, True) == ("gemm", "depthwise")
     assert kernels(two_taps, torch.float32, False) == ("depthwise", "depthwise")
     assert kernels(two_taps, torch.bfloat16, False) == ("depthwise", "depthwise")
+    nine_taps_over_four_phases = (2, 1, 64, 9, 15744, 4, 2, 1, 1, 1)
+    assert kernels(nine_taps_over_four_phases, torch.float32, True) == ("gemm", "depthwise")
+    assert kernels(nine_taps_over_four_phases, torch.float32, False) == ("depthwise", "depthwise")
     assert kernels((7, 1, 128, 3, 31648, 1, 0, 0, 1, 1), torch.bfloat16, False) == ("gemm", "depthwise")  # TMA rows
     assert kernels((2, 1, 32, 16, 3000, 1, 7, 0, 1, 1), torch.float32, True) == ("depthwise", "depthwise")
     with pytest.MonkeyPatch.context() as monkeypatch:
