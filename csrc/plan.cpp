@@ -1425,6 +1425,10 @@ int64_t depthwise_grad_weight_slices(const ConvTParams& p, const DeviceLimits& l
   return std::clamp<int64_t>((target_blocks + weight_rows - 1) / weight_rows, 1, longest);
 }
 
+// CONVT_STRICT_MERGE_BY_ROWS (trial): always weighs a 3xTF32 narrow merge by its tiles' own rows
+// (read_plan_override). Read at every plan.
+PlanOverride strict_merge_by_rows_override() { return read_plan_override("CONVT_STRICT_MERGE_BY_ROWS"); }
+
 // One input channel a group with at least this many outputs may take the GEMM kernels over the
 // depthwise ones (one_channel_gemm_pays)
 constexpr int64_t kOneChannelGemmLeastRows = 64;
@@ -1485,8 +1489,12 @@ DataPlan plan_data_over_groups(const ConvTParams& p, const TensorFacts& in, Math
           return plan && kGemmTileShapes[plan->tile_shape].family == GemmFamily::kPipelined &&
                  (plan->out_step == 1 || pipeline_form(*plan) == PipelineForm::kPhasePair);
         };
+        // (trial, CONVT_STRICT_MERGE_BY_ROWS=always: 3xTF32 compares the merged tile's own rows, not
+        // 64, times its taps with the per-phase rows times K: a narrow output's merged rows may fit 16)
+        const int64_t strict_merged_rows = strict_merge_by_rows_override() == PlanOverride::kAlways ? gemm->block_m : 64;
+        const int64_t strict_phase_rows = strict_merge_by_rows_override() == PlanOverride::kAlways && exact ? exact->block_m : 16;
         const bool merges = !narrow_merged_rows(p) ? math != Math::k3xTF32 && pipelined(gemm) && !pipelined(exact)
-                            : math == Math::k3xTF32 ? 4 * int64_t(gemm->taps) <= p.kernel_size
+                            : math == Math::k3xTF32 ? strict_merged_rows * gemm->taps <= strict_phase_rows * p.kernel_size
                                                     : math != Math::k16Bit || p.out_channels_per_group < 16;
         // (the exact plan runs over the merged plan's outputs, whose zero taps may have made NaN at
         // positions no tap reaches: it must store every position, so not one that leaves some to the
@@ -1972,7 +1980,8 @@ constexpr size_t kPlanCacheEntries = 4096;
 constexpr const char* kPlannerVariables[] = {
     "CONVT_MAX_WORKSPACE_MB", "CONVT_DEPTHWISE_PHASE_TAPS", "CONVT_FORWARD_X_COPIES", "CONVT_GEMM_SPLITS",
     "CONVT_GRAD_WEIGHT_BOXES", "CONVT_GRAD_WEIGHT_UNROLLED", "CONVT_GROUP_MERGE", "CONVT_POSITION_ROWS",
-    "CONVT_STAGED_WARP_TILES", "CONVT_TAP_BOXES", "CONVT_ZERO_TAP_COPIES", "CONVT_ONE_CHANNEL_GEMM"};
+    "CONVT_STAGED_WARP_TILES", "CONVT_TAP_BOXES", "CONVT_ZERO_TAP_COPIES", "CONVT_ONE_CHANNEL_GEMM",
+    "CONVT_STRICT_MERGE_BY_ROWS"};
 
 std::string plan_key(char pass, const ConvTParams& p, std::initializer_list<TensorFacts> facts, Math math,
                      const DeviceLimits& limits, std::initializer_list<bool> flags) {
