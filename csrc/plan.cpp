@@ -7,8 +7,11 @@
 #include <cstring>
 #include <initializer_list>
 #include <limits>
+#include <mutex>
 #include <numeric>
 #include <stdexcept>
+#include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace convt {
@@ -1422,14 +1425,45 @@ int64_t depthwise_grad_weight_slices(const ConvTParams& p, const DeviceLimits& l
   return std::clamp<int64_t>((target_blocks + weight_rows - 1) / weight_rows, 1, longest);
 }
 
+// CONVT_STRICT_MERGE_BY_ROWS (trial): always weighs a 3xTF32 narrow merge by its tiles' own rows
+// (read_plan_override). Read at every plan.
+PlanOverride strict_merge_by_rows_override() { return read_plan_override("CONVT_STRICT_MERGE_BY_ROWS"); }
+
+// One input channel a group with at least this many outputs may take the GEMM kernels over the
+// depthwise ones (one_channel_gemm_pays)
+constexpr int64_t kOneChannelGemmLeastRows = 64;
+// CONVT_ONE_CHANNEL_GEMM: always (the GEMM wherever it plans, forward and grad_input) or never (the
+// depthwise kernels) in place of one_channel_gemm_pays (read_plan_override). Read at every plan.
+PlanOverride one_channel_gemm_override() { return read_plan_override("CONVT_ONE_CHANNEL_GEMM"); }
+// A forward of one input channel a group pads that channel to the MMA's chunk, work the depthwise
+// kernel does not do, while the depthwise forward pays a shared-memory load and a compare a MAC.
+// The GEMM's plan pays on the pipelined tiles where an output has MACs enough (K over the phases
+// its taps reach) for the padded MMA: TF32 at any, 3xTF32 (three products a MAC) at 3 or more,
+// 16-bit at 4 or more or where x's rows come by TMA (tensor_rows; staged row by row, one channel
+// costs a chunk of rows' copies). grad_input (one output row a group) keeps the depthwise kernel.
+// H200 A/B on the one-channel sweep layers: docs/perf/2026-12-01-v80-planner-rules.md.
+bool one_channel_gemm_pays(const ConvTParams& p, const GemmPlan& g, Math math) {
+  if (kGemmTileShapes[g.tile_shape].family != GemmFamily::kPipelined) return false;
+  const int64_t phases = phases_reached(p);  // an output's MACs: kernel_size / phases
+  switch (math) {
+    case Math::kTF32: return true;
+    case Math::k3xTF32: return p.kernel_size >= 3 * phases;
+    case Math::k16Bit: return p.kernel_size >= 4 * phases || g.tensor_rows;
+  }
+  return false;
+}
+
 // The forward or grad_input over the problem's own groups: tensor cores where a plan fits, else
 // depthwise, else direct
 DataPlan plan_data_over_groups(const ConvTParams& p, const TensorFacts& in, Math math, bool forward, const DeviceLimits& limits) {
   DataPlan plan;
   // one input channel per group, or a few (depthwise_channels): the depthwise kernels where they
-  // plan (no channel padding)
+  // plan (no channel padding), except one input channel a group with many outputs where the GEMM's
+  // plan pays for its padded channel (one_channel_gemm_pays)
   const auto depthwise = plan_depthwise(p, forward, in.element_size, limits);
-  if (depthwise) {
+  const bool one_channel_candidate = p.in_channels_per_group == 1 && p.out_channels_per_group >= kOneChannelGemmLeastRows;
+  const PlanOverride one_channel = one_channel_gemm_override();
+  if (depthwise && (!one_channel_candidate || one_channel == PlanOverride::kNever || (!forward && one_channel != PlanOverride::kAlways))) {
     plan.kernel = Kernel::kDepthwise;
     plan.depthwise = *depthwise;
     return plan;
@@ -1455,8 +1489,12 @@ DataPlan plan_data_over_groups(const ConvTParams& p, const TensorFacts& in, Math
           return plan && kGemmTileShapes[plan->tile_shape].family == GemmFamily::kPipelined &&
                  (plan->out_step == 1 || pipeline_form(*plan) == PipelineForm::kPhasePair);
         };
+        // (trial, CONVT_STRICT_MERGE_BY_ROWS=always: 3xTF32 compares the merged tile's own rows, not
+        // 64, times its taps with the per-phase rows times K: a narrow output's merged rows may fit 16)
+        const int64_t strict_merged_rows = strict_merge_by_rows_override() == PlanOverride::kAlways ? gemm->block_m : 64;
+        const int64_t strict_phase_rows = strict_merge_by_rows_override() == PlanOverride::kAlways && exact ? exact->block_m : 16;
         const bool merges = !narrow_merged_rows(p) ? math != Math::k3xTF32 && pipelined(gemm) && !pipelined(exact)
-                            : math == Math::k3xTF32 ? 4 * int64_t(gemm->taps) <= p.kernel_size
+                            : math == Math::k3xTF32 ? strict_merged_rows * gemm->taps <= strict_phase_rows * p.kernel_size
                                                     : math != Math::k16Bit || p.out_channels_per_group < 16;
         // (the exact plan runs over the merged plan's outputs, whose zero taps may have made NaN at
         // positions no tap reaches: it must store every position, so not one that leaves some to the
@@ -1501,6 +1539,7 @@ DataPlan plan_data_over_groups(const ConvTParams& p, const TensorFacts& in, Math
         }
       }
       if (gemm) {
+        if (depthwise && one_channel != PlanOverride::kAlways && !one_channel_gemm_pays(p, *gemm, math)) break;
         plan.kernel = Kernel::kGemm;
         plan.gemm = *gemm;
         set_splits(plan.gemm, math, limits);  // (the main plan only: the exact one runs gated, over every position)
@@ -1563,10 +1602,10 @@ double pipelined_tile_seconds(const GemmPlan& g, bool staged_by_rows, Math math)
 PlanOverride group_merge_override() { return read_plan_override("CONVT_GROUP_MERGE"); }
 // Merged rows and channels at most this many (the block-diagonal A's zeros are MMA work)
 constexpr int64_t kMergedGroupMostChannels = 128;
-// Forwards whose groups have fewer output channels than this merge them: 16-bit 32, TF32 9 (its MMAs,
-// at half the rate, pay for the block-diagonal zeros sooner: 12-16-row groups ran 1.1-1.6x slower
-// merged), 3xTF32 none (not measured). H200 A/B on the grouped sweep layers of ten seeds:
-// docs/perf/2026-12-01-v79-planner-rules.md.
+// A forward or grad_input whose groups have fewer rows (its output channels) than this merges them:
+// 16-bit 32, TF32 9 (its MMAs, at half the rate, pay for the block-diagonal zeros sooner: 12-16-row
+// groups ran 1.1-1.6x slower merged), 3xTF32 none (its merges ran slower). H200 A/Bs on the grouped
+// sweep layers: docs/perf/2026-12-01-v79-planner-rules.md, docs/perf/2026-12-01-v80-planner-rules.md.
 int64_t merged_group_rows_below(Math math) { return math == Math::k16Bit ? 32 : math == Math::kTF32 ? 9 : 0; }
 
 // p with `merged` consecutive groups as one: x's and out's channels of a group are contiguous, so only
@@ -1587,17 +1626,17 @@ bool merge_packs(const DataPlan& plan) {
          !g.deinterleaved && g.row_phases == 1 && g.channel_phases == 1 && g.weight_channel_phases == 1 && g.map_row_phases == 1;
 }
 
-// The forward or grad_input; a forward whose groups have few output channels (merged_group_rows_below)
-// merges G of them into one GEMM group whose block-diagonal weight holds theirs, the largest G that
-// plans with merged rows and channels within kMergedGroupMostChannels, not onto the unpipelined
-// warpgroup tiles: unmerged, tiles of 16 rows and 32-64 channels pad each group's few rows and
-// channels and a group's tiles repeat every fixed cost, while these layers are bound by memory and
-// fixed costs, not by the zeros' MMA work. `always`: the largest merge that plans, forward and
-// grad_input. Not where the depthwise kernels take the groups.
+// The forward or grad_input; one whose groups have few rows (merged_group_rows_below) merges G of
+// them into one GEMM group whose block-diagonal weight holds theirs, the largest G that plans with
+// merged rows and channels within kMergedGroupMostChannels, not onto the unpipelined warpgroup tiles:
+// unmerged, tiles of 16 rows and 32-64 channels pad each group's few rows and channels and a group's
+// tiles repeat every fixed cost, while these layers are bound by memory and fixed costs, not by the
+// zeros' MMA work. `always`: the largest merge that plans. Not where the depthwise kernels take the
+// groups.
 DataPlan plan_data(const ConvTParams& p, const TensorFacts& in, Math math, bool forward, const DeviceLimits& limits) {
   DataPlan plan = plan_data_over_groups(p, in, math, forward, limits);
   const PlanOverride merge = group_merge_override();
-  const bool few_rows = forward && p.out_channels_per_group < merged_group_rows_below(math);
+  const bool few_rows = (forward ? p.out_channels_per_group : p.in_channels_per_group) < merged_group_rows_below(math);
   if (p.groups == 1 || plan.kernel != Kernel::kGemm || merge == PlanOverride::kNever || (merge == PlanOverride::kModel && !few_rows)) {
     return plan;
   }
@@ -1645,7 +1684,8 @@ bool one_pipelined_launch(const DataPlan& plan) {
 // copies_override). Every math: the model, fitted to bf16, scales the MMA time by the math's rate
 // (TF32 and 3xTF32 forwards chosen by it ran 0.77x and 0.85x the row path's time on 54 and 43 sweep
 // layers, docs/perf/2026-12-01-float-x-copies.md).
-DataPlan plan_forward(const ConvTParams& p, const TensorFacts& x, Math math, const DeviceLimits& limits) {
+namespace {
+DataPlan plan_forward_uncached(const ConvTParams& p, const TensorFacts& x, Math math, const DeviceLimits& limits) {
   DataPlan plan = plan_data(p, x, math, /*forward=*/true, limits);
   const PlanOverride copies = copies_override();
   if (!limits.tma || !one_pipelined_launch(plan) || plan.gemm.tensor_rows || copies == PlanOverride::kNever) return plan;
@@ -1690,6 +1730,7 @@ DataPlan plan_forward(const ConvTParams& p, const TensorFacts& x, Math math, con
   over.copy_batch = batch;
   return over;
 }
+}  // namespace
 
 DataPlan plan_grad_input(const ConvTParams& p, const TensorFacts& grad_y, Math math, const DeviceLimits& limits) {
   return plan_data(p, grad_y, math, /*forward=*/false, limits);
@@ -1873,8 +1914,9 @@ WeightPlan plan_grad_weight_pass(const ConvTParams& p, const TensorFacts& x, con
 
 }  // namespace
 
-BackwardPlan plan_backward(const ConvTParams& p, const TensorFacts& x, const TensorFacts& grad_y, Math math,
-                           bool grad_input, bool grad_weight, bool grad_bias, const DeviceLimits& limits) {
+namespace {
+BackwardPlan plan_backward_uncached(const ConvTParams& p, const TensorFacts& x, const TensorFacts& grad_y, Math math,
+                                    bool grad_input, bool grad_weight, bool grad_bias, const DeviceLimits& limits) {
   BackwardPlan plan;
   if (grad_input) plan.grad_input = plan_grad_input(p, grad_y, math, limits);
   const bool grad_y_deinterleaved = plan.grad_input.kernel == Kernel::kGemm && plan.grad_input.gemm.deinterleaved;
@@ -1888,6 +1930,7 @@ BackwardPlan plan_backward(const ConvTParams& p, const TensorFacts& x, const Ten
   }
   return plan;
 }
+}  // namespace
 
 const char* kernel_name(Kernel kernel) {
   switch (kernel) {
@@ -1920,6 +1963,85 @@ std::string key_values(std::initializer_list<std::pair<const char*, int64_t>> va
   return text;
 }
 }  // namespace
+
+// ---- the plan cache ----------------------------------------------------------------------------------
+
+namespace {
+
+// The planner is a pure function of the problem (ConvTParams), its tensors' facts, the math, the
+// device's limits and the CONVT_* planner overrides (kPlannerVariables), and the CUDA ops ask it on
+// every call, in host time that small layers pay in full (explain, descriptions included, took 0.19
+// ms a shape on a 2-core VM, 0.25 ms with groups merged: a plan a merge): its answers are kept by
+// that whole key in one table that threads share under a mutex (a
+// server's threads on different shapes, streams and devices). Planning runs outside the lock (two
+// threads may plan one key; both get the same plan). A full table is emptied: the shapes in use come
+// back at once. CONVT_PLAN_CACHE=never plans every call (an A/B of the host time).
+constexpr size_t kPlanCacheEntries = 4096;
+constexpr const char* kPlannerVariables[] = {
+    "CONVT_MAX_WORKSPACE_MB", "CONVT_DEPTHWISE_PHASE_TAPS", "CONVT_FORWARD_X_COPIES", "CONVT_GEMM_SPLITS",
+    "CONVT_GRAD_WEIGHT_BOXES", "CONVT_GRAD_WEIGHT_UNROLLED", "CONVT_GROUP_MERGE", "CONVT_POSITION_ROWS",
+    "CONVT_STAGED_WARP_TILES", "CONVT_TAP_BOXES", "CONVT_ZERO_TAP_COPIES", "CONVT_ONE_CHANNEL_GEMM",
+    "CONVT_STRICT_MERGE_BY_ROWS"};
+
+std::string plan_key(char pass, const ConvTParams& p, std::initializer_list<TensorFacts> facts, Math math,
+                     const DeviceLimits& limits, std::initializer_list<bool> flags) {
+  std::vector<int64_t> values = {pass, p.batch, p.in_channels, p.out_channels, p.groups, p.in_channels_per_group,
+                                 p.out_channels_per_group, p.kernel_size, p.length_in, p.length_out, p.stride, p.padding,
+                                 p.dilation, p.x_batch_stride, p.x_channel_stride, p.x_length_stride, p.w_in_stride,
+                                 p.w_out_stride, p.w_tap_stride, p.y_batch_stride, p.y_channel_stride, p.y_length_stride,
+                                 int64_t(math), limits.sm_count, limits.smem_per_block_optin, limits.smem_per_sm,
+                                 limits.reserved_smem_per_block, limits.wgmma, limits.tma};
+  for (const TensorFacts& f : facts) values.insert(values.end(), {int64_t(f.element_size), f.alignment});
+  for (const bool flag : flags) values.push_back(flag);
+  std::string key(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(int64_t));
+  for (const char* variable : kPlannerVariables) {
+    const char* value = std::getenv(variable);
+    key += value ? '=' : '-';
+    if (value) key += value;
+    key += '\0';
+  }
+  return key;
+}
+
+template <typename Plan>
+class PlanCache {
+ public:
+  template <typename MakePlan>
+  Plan get(const std::string& key, MakePlan make_plan) {
+    {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      const auto found = plans_.find(key);
+      if (found != plans_.end()) return found->second;
+    }
+    Plan plan = make_plan();
+    const std::lock_guard<std::mutex> lock(mutex_);
+    if (plans_.size() >= kPlanCacheEntries) plans_.clear();
+    plans_.emplace(key, plan);
+    return plan;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::unordered_map<std::string, Plan> plans_;
+};
+
+bool plan_cache_on() { return read_plan_override("CONVT_PLAN_CACHE") != PlanOverride::kNever; }
+
+}  // namespace
+
+DataPlan plan_forward(const ConvTParams& p, const TensorFacts& x, Math math, const DeviceLimits& limits) {
+  if (!plan_cache_on()) return plan_forward_uncached(p, x, math, limits);
+  static PlanCache<DataPlan> cache;
+  return cache.get(plan_key('f', p, {x}, math, limits, {}), [&] { return plan_forward_uncached(p, x, math, limits); });
+}
+
+BackwardPlan plan_backward(const ConvTParams& p, const TensorFacts& x, const TensorFacts& grad_y, Math math,
+                           bool grad_input, bool grad_weight, bool grad_bias, const DeviceLimits& limits) {
+  const auto make_plan = [&] { return plan_backward_uncached(p, x, grad_y, math, grad_input, grad_weight, grad_bias, limits); };
+  if (!plan_cache_on()) return make_plan();
+  static PlanCache<BackwardPlan> cache;
+  return cache.get(plan_key('b', p, {x, grad_y}, math, limits, {grad_input, grad_weight, grad_bias}), make_plan);
+}
 
 std::string describe(const DataPlan& plan) {
   std::string text = std::string("kernel=") + kernel_name(plan.kernel);

@@ -1,5 +1,9 @@
 """CUDA-only semantics: TF32 and strict float32 precision, tile edges on the tensor-core path (and, in
 tests/test_tiles.py, with the CPU, problems of many tiles), streams, CUDA graphs, devices."""
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -172,6 +176,54 @@ def test_merged_groups(case, dtype, tf32, merge, monkeypatch):
     monkeypatch.setenv("CONVT_GROUP_MERGE", merge)
     plan = cuda_plans(case, dtype, tf32)
     assert merge != "always" or plan["forward"]["merged_groups"] > 1, plan
+    assert_backward_matches_reference(case, dtype, "cuda", check_forward=True)
+
+
+def test_merged_groups_over_copies_of_x():
+    """A merged forward over copies of x (CONVT_FORWARD_X_COPIES=always, read once a process: a
+    process of its own): the block-diagonal weight with the copy's strides, bf16 and TF32, against
+    float64."""
+    script = """
+import torch, torch.nn.functional as F
+import torch_convt_op
+from torch_convt_op.planner import explain
+torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+n, c_in, k, l_in, stride, padding = 4, 128, 5, 3001, 2, 2
+# TF32 merges groups of <= 8 outputs only, and 64 / 8 outputs take the warp tiles (no copies).
+for dtype, bound, c_out, groups in ((torch.bfloat16, 2e-2, 64, 8), (torch.float32, 2e-3, 128, 16)):
+    plan = explain(n, c_in, c_out, k, l_in, stride, padding, 0, 1, groups, dtype=dtype, tf32=True, device="cuda")["forward"]
+    assert plan["merged_groups"] > 1 and plan["copy_batch"] > 0, plan
+    x = torch.randn(n, c_in, l_in, device="cuda").to(dtype)
+    w = torch.randn(c_in, c_out // groups, k, device="cuda").to(dtype)
+    b = torch.randn(c_out, device="cuda").to(dtype)
+    y = torch_convt_op.conv_transpose1d(x, w, b, stride, padding, 0, groups)
+    ref = F.conv_transpose1d(x.double().cpu(), w.double().cpu(), b.double().cpu(), stride, padding, 0, groups)
+    error = ((y.double().cpu() - ref).abs().max() / ref.abs().max()).item()
+    assert error < bound, (dtype, error)
+print("ok")
+"""
+    env = dict(os.environ, CONVT_FORWARD_X_COPIES="always")
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), (done.stdout, done.stderr)
+
+
+# One input channel a group on tensor cores (CONVT_ONE_CHANNEL_GEMM=always: forward and grad_input;
+# the planner's own choice takes the forward only where it pays): channels padded to the MMA's,
+# stride 1 and strided, K up to 17
+ONE_CHANNEL_GEMM_CASES = [
+    Case(2, 1, 96, 16, 3000, padding=7),
+    Case(2, 1, 64, 5, 2001, stride=3, padding=1, output_padding=2),
+    Case(1, 1, 130, 17, 1500, stride=8, padding=4),
+]
+
+
+@pytest.mark.parametrize("dtype,tf32", [(torch.float32, True), (torch.float32, False), (torch.bfloat16, True)],
+                         ids=["tf32", "strict", "bf16"], indirect=["tf32"])
+@pytest.mark.parametrize("case", ONE_CHANNEL_GEMM_CASES, ids=str)
+def test_one_input_channel_on_tensor_cores(case, dtype, tf32, monkeypatch):
+    monkeypatch.setenv("CONVT_ONE_CHANNEL_GEMM", "always")
+    plan = cuda_plans(case, dtype, tf32)
+    assert plan["forward"]["kernel"] == "gemm" and plan["grad_input"]["kernel"] == "gemm", plan
     assert_backward_matches_reference(case, dtype, "cuda", check_forward=True)
 
 

@@ -5,6 +5,7 @@ import os
 import random
 import subprocess
 import sys
+import threading
 import zlib
 
 import pytest
@@ -126,7 +127,8 @@ def test_tensor_cores_for_every_shape(card, dtype, tf32):
     is at most 16 (tensor-core tiles would pad both to 16 or more), with at most 16 taps, takes the
     depthwise kernels instead: the backward passes always, the forward (whose threads loop over
     every tap of every input channel) only with one input channel, or at most 4 input and 2 output
-    channels a group."""
+    channels a group; one input channel with 64 outputs a group or more takes either (the GEMM where
+    it pays: test_one_input_channel_forward_takes_the_gemm_where_its_pipelined_plan_pays)."""
     for shape in random_shapes(200, seed=4):
         n, c_in, c_out, k, l_in, stride, padding, output_padding, dilation, groups = shape
         plan = plans(shape, dtype, tf32, card)
@@ -134,7 +136,8 @@ def test_tensor_cores_for_every_shape(card, dtype, tf32):
         depthwise = (cig == 1 or (cig <= 8 and cig * cog <= 16)) and k <= 16
         forward_depthwise = depthwise and (cig == 1 or cig <= 4 and cog <= 2)
         for name, on_depthwise in (("forward", forward_depthwise), ("grad_input", depthwise)):
-            assert plan[name]["kernel"] == ("depthwise" if on_depthwise else "gemm"), (shape, name, plan[name])
+            expected = {"depthwise", "gemm"} if name == "forward" and cig == 1 and cog >= 64 else {"depthwise" if on_depthwise else "gemm"}
+            assert plan[name]["kernel"] in expected, (shape, name, plan[name])
         assert plan["grad_weight"]["kernel"] in (("depthwise",) if depthwise else ("grad_weight_gemm", "grad_weight_wgmma", "grad_weight_boxes"))
 
 
@@ -916,7 +919,8 @@ def test_depthwise_forward_walks_its_phase_taps_where_it_skips_enough():
     """The depthwise forward visits only its output's phase's taps, tap_step = stride / gcd(dilation,
     stride) apart, where that skips 4 or more of an output's K taps (the walk's own cost: a table
     lookup and a loop of unknown step); else every tap (tap_step 1). CONVT_DEPTHWISE_PHASE_TAPS=
-    always / never take it wherever it skips any / nowhere; grad_input never."""
+    always / never take it wherever it skips any / nowhere; grad_input never. (Strict fp32: one input
+    channel of 512 outputs takes the GEMM in TF32.)"""
     cases = {  # (N, C_in, C_out, K, L_in, stride, padding, output_padding, dilation, groups): tap_step
         (1, 1, 512, 16, 23524, 8, 4, 0, 1, 1): 8,     # skips 14 of 16
         (10, 1, 64, 10, 5435, 5, 2, 0, 1, 1): 5,      # 8 of 10
@@ -928,7 +932,7 @@ def test_depthwise_forward_walks_its_phase_taps_where_it_skips_enough():
         (16, 256, 256, 7, 16384, 1, 3, 0, 1, 256): 1,  # stride 1
     }
     for shape, tap_step in cases.items():
-        plan = plans(shape, torch.float32, True, "h100")
+        plan = plans(shape, torch.float32, False, "h100")
         assert plan["forward"]["kernel"] == "depthwise" and plan["forward"]["tap_step"] == tap_step, (shape, plan)
         assert plan["grad_input"]["kernel"] != "depthwise" or plan["grad_input"]["tap_step"] == 1, (shape, plan)
     for setting, expected in (("always", 2), ("never", 1)):
@@ -942,13 +946,17 @@ def test_groups_of_few_channels_merge_into_one_gemm_group():
     """A forward whose groups have fewer than 32 output channels (16-bit) or at most 8 (TF32) merges
     G of them into one GEMM group with a block-diagonal weight, the largest G that plans within 128
     merged channels, not onto the unpipelined warpgroup tiles (6 x 96 -> 96 in 16 groups: 6,240 tiles
-    of 16 x 256 padding 6 rows to 16, against 390 of 128 x 256). Not strict fp32, not grad_input, not
-    groups of 32 rows or more; CONVT_GROUP_MERGE=always merges wherever a merge plans, =never nowhere.
-    Not where the depthwise kernels take the groups."""
+    of 16 x 256 padding 6 rows to 16, against 390 of 128 x 256); so does grad_input by its rows, the
+    input channels of a group. Not strict fp32, not groups of 32 rows or more; CONVT_GROUP_MERGE=
+    always merges wherever a merge plans, =never nowhere. Not where the depthwise kernels take the
+    groups."""
     small = (6, 96, 96, 5, 16578, 1, 2, 0, 1, 16)
     plan = plans(small, torch.bfloat16, False, "h100")
     assert plan["forward"]["merged_groups"] == 16 and plan["forward"]["tiles"] * 8 < 6240, plan
-    assert plan["grad_input"]["merged_groups"] == 1, plan
+    assert plan["grad_input"]["merged_groups"] == 16, plan
+    wide_inputs = (2, 512, 96, 5, 16578, 1, 2, 0, 1, 16)  # grad_input: 32 rows a group
+    plan = plans(wide_inputs, torch.bfloat16, False, "h100")
+    assert plan["forward"]["merged_groups"] > 1 and plan["grad_input"]["merged_groups"] == 1, plan
     assert plans(small, torch.float32, True, "h100")["forward"]["merged_groups"] > 1
     assert plans(small, torch.float32, False, "h100")["forward"]["merged_groups"] == 1
     twelve_rows = (2, 96, 96, 7, 33927, 1, 3, 0, 1, 8)
@@ -1006,6 +1014,36 @@ def test_groups_of_few_channels_run_depthwise():
             assert kernels == ["depthwise" if forward_depthwise else "gemm", "depthwise", "depthwise"], (shape, plan)
     wide = plans((4, 64, 64, 5, 63657, 3, 1, 0, 1, 8), torch.float32, True, "h100")  # 8 x 8 a group
     assert wide["forward"]["kernel"] == "gemm" and wide["grad_weight"]["kernel"] != "depthwise", wide
+
+
+def test_one_input_channel_forward_takes_the_gemm_where_its_pipelined_plan_pays():
+    """One input channel a group with at least 64 outputs a group: the forward on the GEMM kernels
+    where the plan is pipelined and an output has MACs enough for the padded channel (K over the
+    phases its taps reach: TF32 any, 3xTF32 3, 16-bit 4 or x's rows by TMA), else depthwise; grad_input and narrower groups stay
+    depthwise. CONVT_ONE_CHANNEL_GEMM=never keeps every one depthwise, always sends every one that
+    plans to the GEMM, forward and grad_input."""
+    def kernels(shape, dtype, tf32):
+        plan = plans(shape, dtype, tf32, "h100")
+        return plan["forward"]["kernel"], plan["grad_input"]["kernel"]
+
+    long_filter = (5, 1, 1024, 16, 2978, 1, 7, 0, 1, 1)
+    two_taps = (1, 1, 512, 2, 55468, 1, 0, 0, 1, 1)  # 16-bit: rows of 55468 elements, no TMA
+    for dtype, tf32 in MATHS:
+        assert kernels(long_filter, dtype, tf32) == ("gemm", "depthwise"), (dtype, tf32)
+    assert kernels(two_taps, torch.float32, True) == ("gemm", "depthwise")
+    assert kernels(two_taps, torch.float32, False) == ("depthwise", "depthwise")
+    assert kernels(two_taps, torch.bfloat16, False) == ("depthwise", "depthwise")
+    nine_taps_over_four_phases = (2, 1, 64, 9, 15744, 4, 2, 1, 1, 1)
+    assert kernels(nine_taps_over_four_phases, torch.float32, True) == ("gemm", "depthwise")
+    assert kernels(nine_taps_over_four_phases, torch.float32, False) == ("depthwise", "depthwise")
+    assert kernels((7, 1, 128, 3, 31648, 1, 0, 0, 1, 1), torch.bfloat16, False) == ("gemm", "depthwise")  # TMA rows
+    assert kernels((2, 1, 32, 16, 3000, 1, 7, 0, 1, 1), torch.float32, True) == ("depthwise", "depthwise")
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setenv("CONVT_ONE_CHANNEL_GEMM", "never")
+        assert kernels(long_filter, torch.float32, True) == ("depthwise", "depthwise")
+        monkeypatch.setenv("CONVT_ONE_CHANNEL_GEMM", "always")
+        assert kernels(two_taps, torch.bfloat16, False) == ("gemm", "gemm")
+        assert kernels((2, 1, 32, 16, 3000, 1, 7, 0, 1, 1), torch.float32, True) == ("depthwise", "depthwise")
 
 
 def test_depthwise_grad_input_splits_wide_output_channels_over_blocks():
@@ -1102,6 +1140,44 @@ def test_narrow_outputs_with_short_filters_merge_into_rows():
     for stride in (4, 8):
         wide = plans((4, 1024, 1024, 3, 489, stride, 0, 1, 1, 1), torch.float32, True, "h100")["forward"]
         assert wide["family"] == "pipelined" and (wide["row_phases"], wide["column_positions"]) == (3, stride), wide
+
+
+def test_plan_cache_answers_as_the_planner_from_many_threads():
+    """Plans are kept by their whole key (problem, tensor facts, math, card, the CONVT_* planner
+    overrides) in one table that threads share: 8 threads asking for mixed shapes, maths and cards at
+    once get what planning every call (CONVT_PLAN_CACHE=never) gives, and a changed override is a new
+    key (a merged forward plans unmerged under CONVT_GROUP_MERGE=never, merged again without it)."""
+    shapes = [(6, 96, 96, 5, 16578, 1, 2, 0, 1, 16), (9, 80, 123, 4, 2590, 6, 0, 0, 2, 1), (16, 1024, 512, 3, 1300, 2, 0, 0, 1, 1),
+              (1, 64, 64, 4, 1024, 2, 1, 0, 1, 1), (5, 1, 1024, 16, 2978, 1, 7, 0, 1, 1), (11, 1536, 1536, 7, 298, 4, 1, 0, 1, 1)]
+    asks = [(shape, dtype, tf32, card) for shape in shapes for dtype, tf32 in MATHS for card in ("h100", "a100", "cpu")]
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setenv("CONVT_PLAN_CACHE", "never")
+        expected = [plans(*ask) for ask in asks]
+    results = [None] * 8
+
+    def ask_all(thread):
+        shift = thread * len(asks) // 8  # (each thread its own order: rotated, every other one reversed)
+        order = list(range(len(asks)))[shift:] + list(range(len(asks)))[:shift]
+        order = order[::-1] if thread % 2 else order
+        answers = {}
+        for _ in range(2):
+            for i in order:
+                answers[i] = plans(*asks[i])
+        results[thread] = answers
+
+    threads = [threading.Thread(target=ask_all, args=(thread,)) for thread in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for answers in results:
+        assert [answers[i] for i in range(len(asks))] == expected
+    merged = shapes[0], torch.bfloat16, False, "h100"
+    assert plans(*merged)["forward"]["merged_groups"] == 16
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setenv("CONVT_GROUP_MERGE", "never")
+        assert plans(*merged)["forward"]["merged_groups"] == 1
+    assert plans(*merged)["forward"]["merged_groups"] == 16
 
 
 def test_forward_x_copies_override():

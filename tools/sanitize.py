@@ -65,8 +65,9 @@ SHAPES = [
     (2, 4, 8, 9, 40, 300, 5, 11, 4, 7, False),   # the same past the phase table (stride 300: taps by a scan)
     (4, 1024, 512, 4, 189, 8, 0, 0, 1, 1, False),  # sm_90 float forward over copies of x (TF32 channels-last, 3xTF32 aligned)
     (3, 80, 123, 4, 1500, 6, 0, 0, 1, 2, False),  # sm_90 staged warp tiles in place of warpgroup tiles (3 of 6 phases tapless)
-    (2, 96, 96, 5, 4000, 1, 2, 0, 16, 1, False),  # groups merged into one GEMM group (block-diagonal packed weight)
+    (2, 96, 96, 5, 4000, 1, 2, 0, 16, 1, False),  # groups merged into one GEMM group (block-diagonal packed weight), forward and grad_input
     (3, 1024, 512, 7, 301, 4, 1, 0, 1, 1, False),  # sm_90 zero-tap forward over copies of x, its exact plan gated on the copy
+    (2, 1, 96, 16, 1500, 1, 7, 0, 1, 1, False),  # one input channel's forward on the GEMM (its channel padded in smem)
 ]
 
 
