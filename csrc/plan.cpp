@@ -1970,10 +1970,9 @@ namespace {
 
 // The planner is a pure function of the problem (ConvTParams), its tensors' facts, the math, the
 // device's limits and the CONVT_* planner overrides (kPlannerVariables), and the CUDA ops ask it on
-// every call, in host time that small layers pay in full (explain, descriptions included, took 0.19
-// ms a shape on a 2-core VM, 0.25 ms with groups merged: a plan a merge): its answers are kept by
-// that whole key in one table that threads share under a mutex (a
-// server's threads on different shapes, streams and devices). Planning runs outside the lock (two
+// every call, in host time that small layers pay in full (a plan for each merge of groups tried):
+// its answers are kept by that whole key in one table that threads share under a mutex (a server's
+// threads on different shapes, streams and devices). Planning runs outside the lock (two
 // threads may plan one key; both get the same plan). A full table is emptied: the shapes in use come
 // back at once. CONVT_PLAN_CACHE=never plans every call (an A/B of the host time).
 constexpr size_t kPlanCacheEntries = 4096;
