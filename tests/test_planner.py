@@ -1016,6 +1016,18 @@ def test_groups_of_few_channels_run_depthwise():
     assert wide["forward"]["kernel"] == "gemm" and wide["grad_weight"]["kernel"] != "depthwise", wide
 
 
+def test_strict_narrow_merge_trial_weighs_the_merged_tiles_own_rows():
+    """A strict-fp32 narrow output merges its zero-tap phases where 64 x merged taps <= 16 x K (the
+    merged tiles' rows taken as 64); the trial CONVT_STRICT_MERGE_BY_ROWS=always takes the merged
+    plan's own rows (16 for one output channel at stride 4) against the per-phase plan's."""
+    dilated = (2, 256, 1, 16, 529871, 4, 5, 2, 2, 1)  # 8 merged taps of 16
+    assert plans(dilated, torch.float32, False, "h100")["forward"]["zero_taps"] == 0
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setenv("CONVT_STRICT_MERGE_BY_ROWS", "always")
+        merged = plans(dilated, torch.float32, False, "h100")["forward"]
+        assert merged["zero_taps"] == 1 and merged["block_m"] == 16 and merged["family"] == "pipelined", merged
+
+
 def test_one_input_channel_forward_takes_the_gemm_where_its_pipelined_plan_pays():
     """One input channel a group with at least 64 outputs a group: the forward on the GEMM kernels
     where the plan is pipelined and an output has MACs enough for the padded channel (K over the
