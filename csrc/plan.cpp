@@ -1461,9 +1461,10 @@ DataPlan plan_data_over_groups(const ConvTParams& p, const TensorFacts& in, Math
   // plan (no channel padding), except one input channel a group with many outputs where the GEMM's
   // plan pays for its padded channel (one_channel_gemm_pays)
   const auto depthwise = plan_depthwise(p, forward, in.element_size, limits);
-  const bool one_channel_candidate = p.in_channels_per_group == 1 && p.out_channels_per_group >= kOneChannelGemmLeastRows;
   const PlanOverride one_channel = one_channel_gemm_override();
-  if (depthwise && (!one_channel_candidate || one_channel == PlanOverride::kNever || (!forward && one_channel != PlanOverride::kAlways))) {
+  const bool gemm_may_take_one_channel = p.in_channels_per_group == 1 && p.out_channels_per_group >= kOneChannelGemmLeastRows &&
+                                         one_channel != PlanOverride::kNever && (forward || one_channel == PlanOverride::kAlways);
+  if (depthwise && !gemm_may_take_one_channel) {
     plan.kernel = Kernel::kDepthwise;
     plan.depthwise = *depthwise;
     return plan;
@@ -1491,8 +1492,9 @@ DataPlan plan_data_over_groups(const ConvTParams& p, const TensorFacts& in, Math
         };
         // (trial, CONVT_STRICT_MERGE_BY_ROWS=always: 3xTF32 compares the merged tile's own rows, not
         // 64, times its taps with the per-phase rows times K: a narrow output's merged rows may fit 16)
-        const int64_t strict_merged_rows = strict_merge_by_rows_override() == PlanOverride::kAlways ? gemm->block_m : 64;
-        const int64_t strict_phase_rows = strict_merge_by_rows_override() == PlanOverride::kAlways && exact ? exact->block_m : 16;
+        const bool by_rows = strict_merge_by_rows_override() == PlanOverride::kAlways;
+        const int64_t strict_merged_rows = by_rows ? gemm->block_m : 64;
+        const int64_t strict_phase_rows = by_rows && exact ? exact->block_m : 16;
         const bool merges = !narrow_merged_rows(p) ? math != Math::k3xTF32 && pipelined(gemm) && !pipelined(exact)
                             : math == Math::k3xTF32 ? strict_merged_rows * gemm->taps <= strict_phase_rows * p.kernel_size
                                                     : math != Math::k16Bit || p.out_channels_per_group < 16;
@@ -1982,6 +1984,9 @@ constexpr const char* kPlannerVariables[] = {
     "CONVT_STAGED_WARP_TILES", "CONVT_TAP_BOXES", "CONVT_ZERO_TAP_COPIES", "CONVT_ONE_CHANNEL_GEMM",
     "CONVT_STRICT_MERGE_BY_ROWS"};
 
+// (every field of these is in the key: one added to them must join it)
+static_assert(sizeof(ConvTParams) == 21 * sizeof(int64_t), "plan_key lists ConvTParams' fields");
+static_assert(sizeof(TensorFacts) == 2 * sizeof(int64_t), "plan_key lists TensorFacts' fields");
 std::string plan_key(char pass, const ConvTParams& p, std::initializer_list<TensorFacts> facts, Math math,
                      const DeviceLimits& limits, std::initializer_list<bool> flags) {
   std::vector<int64_t> values = {pass, p.batch, p.in_channels, p.out_channels, p.groups, p.in_channels_per_group,
