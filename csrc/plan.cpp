@@ -1278,10 +1278,6 @@ double x_copy_time(const ConvTParams& q) {
 
 // ---- grad_weight by box tiles (docs/design.md §5.7) ---------------------------------------------------
 
-// CONVT_BOX_CI_FIRST: the box tiles' ci tiles first (WeightGradPlan::box_ci_first) always or never, in
-// place of the operands' sizes (read_plan_override). Read at every plan.
-PlanOverride box_ci_first_override() { return read_plan_override("CONVT_BOX_CI_FIRST"); }
-
 // The box tiles' cost, in units of one column of one item (128 ci x 64 positions: about 4 clocks of
 // an SM's 16-bit tensor cores): an item costs its columns plus
 // kBoxItemColumns (A's reads, the boxes' issue and barriers); a block its slice's items plus
@@ -1346,12 +1342,6 @@ std::optional<WeightGradPlan> plan_grad_weight_boxes(const ConvTParams& q, const
     }
   }
   if (g.box_columns == 0) return std::nullopt;
-  // The order of the tiles: a wave's blocks walk the same items, so what they share comes from L2
-  // and what they do not is read again each wave. ci tiles first where grad_y's copy is the larger
-  // operand (read once, x each wave), else tap groups and co tiles first (x read once).
-  const PlanOverride ci_first = box_ci_first_override();
-  const double grad_y_elements = double(q.batch) * q.y_batch_stride, x_elements = double(q.batch) * q.x_batch_stride;
-  g.box_ci_first = ci_first == PlanOverride::kModel ? grad_y_elements > x_elements : ci_first == PlanOverride::kAlways;
   // tap k (tap group k / box_slots) at its shift in its phase's rows (at stride 1, k * dilation - padding)
   for (int k = 0; k < g.taps; ++k) g.group_tap_shift[k] = int(tap_of(k, q.stride, q.padding, q.dilation).shift);
   const int64_t stage_bytes = int64_t(kBoxBlockCi + g.box_columns) * kBoxItemBytes;
@@ -1995,7 +1985,6 @@ constexpr const char* kPlannerVariables[] = {
     "CONVT_MAX_WORKSPACE_MB", "CONVT_DEPTHWISE_PHASE_TAPS", "CONVT_FORWARD_X_COPIES", "CONVT_GEMM_SPLITS",
     "CONVT_GRAD_WEIGHT_BOXES", "CONVT_GRAD_WEIGHT_UNROLLED", "CONVT_GROUP_MERGE", "CONVT_POSITION_ROWS",
     "CONVT_STAGED_WARP_TILES", "CONVT_TAP_BOXES", "CONVT_ZERO_TAP_COPIES", "CONVT_ONE_CHANNEL_GEMM",
-    "CONVT_BOX_CI_FIRST",
 };
 
 // (every field of these is in the key: one added to them must join it)
@@ -2097,7 +2086,7 @@ std::string describe(const WeightPlan& plan) {
   if (plan.kernel == Kernel::kGradWeightBoxes) {
     const WeightGradPlan& g = plan.gemm;
     text += key_values({{"aligned_x", plan.aligned_x}, {"channels_last_grad_y", plan.channels_last_grad_y}, {"block_ci", g.block_ci}, {"block_co", g.block_co},
-                        {"box_columns", g.box_columns}, {"box_slots", g.box_slots}, {"box_ci_first", g.box_ci_first}, {"tap_groups", g.tap_groups},
+                        {"box_columns", g.box_columns}, {"box_slots", g.box_slots}, {"tap_groups", g.tap_groups},
                         {"stages", g.stages}, {"slices", g.slices}, {"tiles", g.tiles}, {"sums_bias", g.sums_bias},
                         {"smem_bytes", int64_t(g.smem_bytes)}});
   } else if (plan.kernel == Kernel::kGradWeightGemm || plan.kernel == Kernel::kGradWeightWgmma) {

@@ -417,11 +417,8 @@ struct WeightGradPlan {
   // pipelined warpgroup tiles (0: not): the ring's stages; x by TMA, boxes of 64 channels x 128 bytes
   int stages;
   // the box tiles (grad_weight_boxes.cuh; box_columns 0: not them): 128 ci x box_columns columns, tap
-  // slot t of box_slots and co c at column t * block_co + c; tap k in tap group k / box_slots.
-  // box_ci_first: consecutive blocks take consecutive ci tiles (a wave's blocks share grad_y's
-  // boxes, x read again each wave), else consecutive tap groups, then co tiles (they share x's)
+  // slot t of box_slots and co c at column t * block_co + c; tap k in tap group k / box_slots
   int box_columns, box_slots;
-  bool box_ci_first;
 };
 
 // The box tiles of a stride-1 problem (the constants beside kMaxBoxTaps), or nullopt

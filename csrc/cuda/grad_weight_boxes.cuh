@@ -41,26 +41,18 @@ constexpr int kBoxXBytes = kBoxBlockCi * kBoxItemBytes;
 constexpr int kBoxBoxBytes = kBoxSlotCo * kBoxItemBytes;  // a gy box: 64 positions x 64 co
 
 // The block's tile and slice, from blockIdx.x = slice * tiles + tile (the blocks of a wave walk the
-// same items: what they share comes from L2), tile = ((group * ci_tiles + ci_tile) * co_tiles +
-// co_tile) * tap_groups + tap_group, or with box_ci_first ((group * co_tiles + co_tile) * tap_groups
-// + tap_group) * ci_tiles + ci_tile
+// same items: their boxes come from L2), tile = ((group * ci_tiles + ci_tile) * co_tiles + co_tile)
+// * tap_groups + tap_group
 struct BoxTile {
   int group, first_ci, first_co, first_tap, taps;  // taps: the tap group's (box_slots, or fewer in the last)
   int64_t slice, begin, end;                       // the slice's items [begin, end)
   __device__ __forceinline__ explicit BoxTile(const WeightGradPlan& p) {
     const int64_t tile = int64_t(blockIdx.x) % p.tiles;
     slice = int64_t(blockIdx.x) / p.tiles;
-    int ci_tile, co_tile, tap_group;
-    if (p.box_ci_first) {
-      ci_tile = int(tile % p.ci_tiles), tap_group = int(tile / p.ci_tiles % p.tap_groups);
-      const int64_t co_tiles_of_groups = tile / p.ci_tiles / p.tap_groups;
-      co_tile = int(co_tiles_of_groups % p.co_tiles), group = int(co_tiles_of_groups / p.co_tiles);
-    } else {
-      tap_group = int(tile % p.tap_groups), co_tile = int(tile / p.tap_groups % p.co_tiles);
-      const int64_t ci_tiles_of_groups = tile / p.tap_groups / p.co_tiles;
-      ci_tile = int(ci_tiles_of_groups % p.ci_tiles), group = int(ci_tiles_of_groups / p.ci_tiles);
-    }
-    first_ci = ci_tile * kBoxBlockCi;
+    const int tap_group = int(tile % p.tap_groups), co_tile = int(tile / p.tap_groups % p.co_tiles);
+    const int64_t ci_tiles_of_groups = tile / p.tap_groups / p.co_tiles;
+    group = int(ci_tiles_of_groups / p.ci_tiles);
+    first_ci = int(ci_tiles_of_groups % p.ci_tiles) * kBoxBlockCi;
     first_co = co_tile * p.block_co;
     first_tap = tap_group * p.box_slots;
     taps = min(p.box_slots, p.taps - first_tap);
