@@ -1425,10 +1425,6 @@ int64_t depthwise_grad_weight_slices(const ConvTParams& p, const DeviceLimits& l
   return std::clamp<int64_t>((target_blocks + weight_rows - 1) / weight_rows, 1, longest);
 }
 
-// CONVT_STRICT_MERGE_BY_ROWS (trial): always weighs a 3xTF32 narrow merge by its tiles' own rows
-// (read_plan_override). Read at every plan.
-PlanOverride strict_merge_by_rows_override() { return read_plan_override("CONVT_STRICT_MERGE_BY_ROWS"); }
-
 // One input channel a group with at least this many outputs may take the GEMM kernels over the
 // depthwise ones (one_channel_gemm_pays)
 constexpr int64_t kOneChannelGemmLeastRows = 64;
@@ -1451,6 +1447,18 @@ bool one_channel_gemm_pays(const ConvTParams& p, const GemmPlan& g, Math math) {
     case Math::k16Bit: return p.kernel_size >= 4 * phases || g.tensor_rows;
   }
   return false;
+}
+
+// A 3xTF32 narrow output (narrow_merged_rows) merges its zero-tap phases where the merged tiles'
+// MMA work (their rows x merged taps, three products a MAC) is at most the per-phase tiles' (their
+// rows x K), except in dense layers at stride 2: there the per-phase plan's tiles hold both phases
+// of a column pair already, and the merged plan's extra pass over x (its non-finite check) is not
+// paid back (H200: 1.04-1.37x slower on five such layers; grouped ones and strides 3-10, 0.18-0.73x
+// the time: docs/perf/2026-12-01-v81-wide-copies.md).
+bool strict_narrow_merge_pays(const ConvTParams& p, const GemmPlan& merged, const std::optional<GemmPlan>& exact) {
+  if (p.stride == 2 && p.groups == 1) return false;
+  const int64_t phase_rows = exact ? exact->block_m : 16;
+  return merged.block_m * merged.taps <= phase_rows * p.kernel_size;
 }
 
 // The forward or grad_input over the problem's own groups: tensor cores where a plan fits, else
@@ -1490,13 +1498,8 @@ DataPlan plan_data_over_groups(const ConvTParams& p, const TensorFacts& in, Math
           return plan && kGemmTileShapes[plan->tile_shape].family == GemmFamily::kPipelined &&
                  (plan->out_step == 1 || pipeline_form(*plan) == PipelineForm::kPhasePair);
         };
-        // (trial, CONVT_STRICT_MERGE_BY_ROWS=always: 3xTF32 compares the merged tile's own rows, not
-        // 64, times its taps with the per-phase rows times K: a narrow output's merged rows may fit 16)
-        const bool by_rows = strict_merge_by_rows_override() == PlanOverride::kAlways;
-        const int64_t strict_merged_rows = by_rows ? gemm->block_m : 64;
-        const int64_t strict_phase_rows = by_rows && exact ? exact->block_m : 16;
         const bool merges = !narrow_merged_rows(p) ? math != Math::k3xTF32 && pipelined(gemm) && !pipelined(exact)
-                            : math == Math::k3xTF32 ? strict_merged_rows * gemm->taps <= strict_phase_rows * p.kernel_size
+                            : math == Math::k3xTF32 ? strict_narrow_merge_pays(p, *gemm, exact)
                                                     : math != Math::k16Bit || p.out_channels_per_group < 16;
         // (the exact plan runs over the merged plan's outputs, whose zero taps may have made NaN at
         // positions no tap reaches: it must store every position, so not one that leaves some to the
@@ -1982,7 +1985,7 @@ constexpr const char* kPlannerVariables[] = {
     "CONVT_MAX_WORKSPACE_MB", "CONVT_DEPTHWISE_PHASE_TAPS", "CONVT_FORWARD_X_COPIES", "CONVT_GEMM_SPLITS",
     "CONVT_GRAD_WEIGHT_BOXES", "CONVT_GRAD_WEIGHT_UNROLLED", "CONVT_GROUP_MERGE", "CONVT_POSITION_ROWS",
     "CONVT_STAGED_WARP_TILES", "CONVT_TAP_BOXES", "CONVT_ZERO_TAP_COPIES", "CONVT_ONE_CHANNEL_GEMM",
-    "CONVT_STRICT_MERGE_BY_ROWS"};
+};
 
 // (every field of these is in the key: one added to them must join it)
 static_assert(sizeof(ConvTParams) == 21 * sizeof(int64_t), "plan_key lists ConvTParams' fields");

@@ -1016,16 +1016,17 @@ def test_groups_of_few_channels_run_depthwise():
     assert wide["forward"]["kernel"] == "gemm" and wide["grad_weight"]["kernel"] != "depthwise", wide
 
 
-def test_strict_narrow_merge_trial_weighs_the_merged_tiles_own_rows():
-    """A strict-fp32 narrow output merges its zero-tap phases where 64 x merged taps <= 16 x K (the
-    merged tiles' rows taken as 64); the trial CONVT_STRICT_MERGE_BY_ROWS=always takes the merged
-    plan's own rows (16 for one output channel at stride 4) against the per-phase plan's."""
+def test_strict_narrow_merge_weighs_the_merged_tiles_own_rows():
+    """A strict-fp32 narrow output merges its zero-tap phases where the merged tiles' rows x merged
+    taps are at most the per-phase tiles' rows x K (one output channel at stride 4: 16 rows, 8 taps
+    of 16), except dense layers at stride 2, whose per-phase tiles hold both phases of a column pair
+    (grouped ones merge)."""
     dilated = (2, 256, 1, 16, 529871, 4, 5, 2, 2, 1)  # 8 merged taps of 16
-    assert plans(dilated, torch.float32, False, "h100")["forward"]["zero_taps"] == 0
-    with pytest.MonkeyPatch.context() as monkeypatch:
-        monkeypatch.setenv("CONVT_STRICT_MERGE_BY_ROWS", "always")
-        merged = plans(dilated, torch.float32, False, "h100")["forward"]
-        assert merged["zero_taps"] == 1 and merged["block_m"] == 16 and merged["family"] == "pipelined", merged
+    merged = plans(dilated, torch.float32, False, "h100")["forward"]
+    assert merged["zero_taps"] == 1 and merged["block_m"] == 16 and merged["family"] == "pipelined", merged
+    assert plans((1, 1024, 3, 3, 976562, 2, 0, 0, 1, 1), torch.float32, False, "h100")["forward"]["zero_taps"] == 0
+    assert plans((8, 128, 3, 3, 19953, 5, 1, 0, 3, 1), torch.float32, False, "h100")["forward"]["zero_taps"] == 1
+    assert plans((6, 64, 64, 9, 121145, 2, 0, 1, 1, 16), torch.float32, False, "h100")["forward"]["zero_taps"] == 1
 
 
 def test_one_input_channel_forward_takes_the_gemm_where_its_pipelined_plan_pays():
@@ -1077,25 +1078,18 @@ def test_depthwise_grad_input_splits_wide_output_channels_over_blocks():
 def test_narrow_forwards_merge_with_zero_taps():
     """K above stride and not a multiple of it, with a narrow output (C_out/groups * stride <= 64,
     dilation 1): merged into rows with ceil(K / stride) taps, zero where t*stride + r >= K, the
-    per-phase plan kept as the exact one (run where x is not finite; 3xTF32 only where 64 x
-    ceil(K / stride) padded MACs a column are at most its per-phase tiles' 16 x K; 16-bit only where
+    per-phase plan kept as the exact one (run where x is not finite; 3xTF32 only where the merged
+    tiles' rows x merged taps are at most the per-phase tiles' rows x K; 16-bit only where
     the per-phase tiles would pad C_out/groups, below 16 rows); dilated filters too where they reach
     two phases or more (ceil(((K - 1) * dilation + 1) / stride) taps); wider outputs stay per phase
     (but see test_wide_strided_forwards_merge_with_zero_taps_where_per_phase_is_not_pipelined)."""
     dilated = (4, 48, 3, 5, 12001, 4, 4, 0, 2, 1)  # taps at positions 0, 2, ..., 8: phases 0 and 2, 3 merged taps
     for dtype, tf32 in MATHS:
         f = plans(dilated, dtype, tf32, "h100")["forward"]
-        if dtype == torch.float32 and not tf32:  # 3xTF32: 64 x 3 padded MACs a column above 16 x 5
-            assert f["row_phases"] == 1 and f["zero_taps"] == 0, f
-            continue
-        assert (f["family"], f["row_phases"], f["zero_taps"], f["taps"]) == ("pipelined", 4, 1, 3), (dtype, f)
+        assert (f["family"], f["zero_taps"], f["taps"]) == ("pipelined", 1, 3), (dtype, f)  # (3xTF32: 16 x 3 <= 16 x 5)
     for shape in ((1, 768, 1, 16, 860816, 10, 6, 1, 1, 1), (4, 48, 3, 5, 12001, 4, 2, 0, 1, 1)):
         for dtype, tf32 in MATHS:
             f = plans(shape, dtype, tf32, "h100")["forward"]
-            if dtype == torch.float32 and not tf32 and 4 * -(-shape[3] // shape[5]) > shape[3]:
-                # 3xTF32: 64 x 2 padded MACs a column above the per-phase tiles' 16 x 5
-                assert f["row_phases"] == 1 and f["zero_taps"] == 0, (shape, f)
-                continue
             assert (f["family"], f["row_phases"], f["zero_taps"]) == ("pipelined", shape[5], 1), (shape, f)
             assert f["taps"] == -(-shape[3] // shape[5]) and "exact_family" in f, (shape, f)
     for shape in ((4, 48, 32, 5, 12001, 4, 2, 0, 1, 1), (4, 48, 32, 5, 12001, 4, 4, 0, 2, 1)):  # 128 rows

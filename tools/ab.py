@@ -13,7 +13,8 @@ same inputs): `python tools/ab.py torch=@torch new=. --layers ...`. A build give
 overrides (`rows=.,CONVT_FORWARD_X_COPIES=never copies=.,CONVT_FORWARD_X_COPIES=always`).
 
 --layers takes further layers as N,C_in,C_out,K,L_in,stride,padding,output_padding,dilation,groups,
-separated by ';' (e.g. a sweep's layers), timed after --shapes. --passes also times grad_input alone and grad_weight with grad_bias alone.
+separated by ';' (e.g. a sweep's layers), timed after --shapes. --passes also times grad_input alone and grad_weight with grad_bias alone;
+--only times just the cells named (fwd, fwd+bwd, grad_input, grad_weight), e.g. --only grad_weight.
 """
 import argparse
 import json
@@ -49,8 +50,9 @@ def parse_layers(text):
     return layers
 
 
-def worker(shapes, dtypes, backward, passes, use_torch):
-    """Times this process's torch_convt_op (use_torch: torch's own op); prints {key: ms} as JSON."""
+def worker(shapes, dtypes, cells, use_torch):
+    """Times this process's torch_convt_op (use_torch: torch's own op), the cells named in `cells`
+    (fwd, fwd+bwd, grad_input, grad_weight); prints {key: ms} as JSON."""
     import torch
     import triton.testing
 
@@ -76,8 +78,9 @@ def worker(shapes, dtypes, backward, passes, use_torch):
             def forward():
                 return conv_transpose1d(x, w, b, *args)
 
-            results[f"{name} {dtype_name} fwd"] = triton.testing.do_bench(forward, warmup=25, rep=100, return_mode="median")
-            if backward:
+            if "fwd" in cells:
+                results[f"{name} {dtype_name} fwd"] = triton.testing.do_bench(forward, warmup=25, rep=100, return_mode="median")
+            if "fwd+bwd" in cells:
                 xg, wg, bg = (t.detach().requires_grad_() for t in (x, w, b))
                 grad = torch.randn_like(forward())
 
@@ -86,9 +89,11 @@ def worker(shapes, dtypes, backward, passes, use_torch):
 
                 results[f"{name} {dtype_name} fwd+bwd"] = triton.testing.do_bench(forward_backward, warmup=10, rep=100,
                                                                                    return_mode="median")
-            if passes:  # each gradient alone: grad_input; grad_weight with grad_bias
+            if "grad_input" in cells or "grad_weight" in cells:  # each gradient alone: grad_input; grad_weight with grad_bias
                 grad = torch.randn_like(forward())
                 for pass_name, mask in (("grad_input", [True, False, False]), ("grad_weight", [False, True, True])):
+                    if pass_name not in cells:
+                        continue
                     if use_torch:
                         def backward_pass(mask=mask):
                             return torch.ops.aten.convolution_backward(grad, x, w, [c_out], [stride], [padding], [dilation],
@@ -113,6 +118,7 @@ def main():
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--backward", action="store_true", help="also time forward + backward")
     parser.add_argument("--passes", action="store_true", help="also time grad_input and grad_weight (+ grad_bias) alone")
+    parser.add_argument("--only", default="", help="time just these cells: a comma list of fwd, fwd+bwd, grad_input, grad_weight")
     parser.add_argument("--json", help="write the medians here")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--torch", action="store_true", help=argparse.SUPPRESS)
@@ -121,7 +127,9 @@ def main():
     SHAPES.update(layers)
     shapes, dtypes = [name for name in args.shapes.split(",") if name] + list(layers), args.dtypes.split(",")
     if args.worker:
-        return worker(shapes, dtypes, args.backward, args.passes, args.torch)
+        cells = set(args.only.split(",")) if args.only else {"fwd"} | ({"fwd+bwd"} if args.backward else set()) | (
+            {"grad_input", "grad_weight"} if args.passes else set())
+        return worker(shapes, dtypes, cells, args.torch)
     # name=folder[,VAR=VALUE...]: the build's processes also get those environment variables
     builds, build_env = {}, {}
     for item in args.builds:
@@ -136,6 +144,7 @@ def main():
             command = [sys.executable, os.path.abspath(__file__), "x=x", "--worker", "--shapes", args.shapes,
                        "--layers", args.layers, "--dtypes", args.dtypes] + (["--backward"] if args.backward else [])
             command += ["--passes"] if args.passes else []
+            command += ["--only", args.only] if args.only else []
             command += ["--torch"] if use_torch else []
             output = subprocess.run(command, env=env, cwd=None if use_torch else os.path.abspath(folder), capture_output=True,
                                     text=True)

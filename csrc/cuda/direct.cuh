@@ -4,6 +4,7 @@
 // 64-bit indices. docs/design.md §6.2.
 #pragma once
 
+#include "cuda/launch.h"
 #include "problem.h"
 
 namespace convt::cuda {
@@ -152,37 +153,97 @@ __global__ void unroll_grad_y_kernel(const scalar_t* __restrict__ grad_y, scalar
   }
 }
 
-// x channels-last (DataPlan::copy_channels_last): out[n, i, ci] = x[n, ci, i], out contiguous (N,
-// L_in, C_in); x read through the params' x strides. A block moves tiles of kChannelsLastTile
-// channels x kChannelsLastTile positions through shared memory: it reads each channel's positions in
-// order and writes each position's channels in order, both sides coalesced (a pad element a staged
-// row keeps the column reads on distinct banks).
-constexpr int kChannelsLastTile = 64;
+// Channels-last rows by phase (launch_channels_last): out[((n * phases + r) * phase_rows + m) *
+// row_elements + c] = in[n, c, m * phases + r]. A block of kChannelsLastThreads moves tiles of
+// kChannelsLastTile channels x kChannelsLastTile positions of in through shared memory: it reads each
+// channel's positions in order and writes each position's channels in order, both sides coalesced
+// (a pad element a staged row keeps the column reads on distinct banks). A thread issues all its
+// loads of a tile before it stages any (one memory latency a tile, not one a load), kLoadElements
+// consecutive positions a load (rows and the base aligned to that many elements, positions
+// contiguous; 1: through the length stride). kVectorStores: a thread writes 16 bytes of an out row
+// (row_elements a multiple of 16 bytes), channels past `channels` as zeros, else one element of each
+// channel below `channels`. Any phases: position j's row is (j mod phases, j div phases).
+constexpr int kChannelsLastTile = 64, kChannelsLastThreads = 256;
 
-template <typename scalar_t>
-__global__ void channels_last_x_kernel(const scalar_t* __restrict__ x, scalar_t* __restrict__ out, ConvTParams p) {
-  __shared__ scalar_t staged[kChannelsLastTile][kChannelsLastTile + 1];  // [position][channel]
-  for (int64_t n = blockIdx.z; n < p.batch; n += gridDim.z) {
-    for (int64_t first_ci = int64_t(blockIdx.y) * kChannelsLastTile; first_ci < p.in_channels;
-         first_ci += int64_t(gridDim.y) * kChannelsLastTile) {
-      for (int64_t first_i = int64_t(blockIdx.x) * kChannelsLastTile; first_i < p.length_in;
-           first_i += int64_t(gridDim.x) * kChannelsLastTile) {
-        const int channels = int(std::min<int64_t>(kChannelsLastTile, p.in_channels - first_ci));
-        const int positions = int(std::min<int64_t>(kChannelsLastTile, p.length_in - first_i));
-        const scalar_t* x_tile = x + n * p.x_batch_stride + first_ci * p.x_channel_stride + first_i * p.x_length_stride;
-        for (int e = threadIdx.x; e < kChannelsLastTile * kChannelsLastTile; e += blockDim.x) {
-          const int c = e / kChannelsLastTile, i = e % kChannelsLastTile;
-          if (c < channels && i < positions) staged[i][c] = x_tile[c * p.x_channel_stride + i * p.x_length_stride];
+template <typename scalar_t, int kLoadElements, bool kVectorStores>
+__global__ void __launch_bounds__(kChannelsLastThreads)
+    channels_last_kernel(const scalar_t* __restrict__ in, scalar_t* __restrict__ out, ChannelsLastCopy copy) {
+  constexpr int kTile = kChannelsLastTile, kVector = 16 / int(sizeof(scalar_t));
+  constexpr int kLoads = kTile * kTile / kLoadElements / kChannelsLastThreads;  // a thread's loads a tile
+  struct alignas(sizeof(scalar_t) * kLoadElements) Load { scalar_t v[kLoadElements]; };
+  struct alignas(16) Vector { scalar_t v[kVector]; };
+  __shared__ scalar_t staged[kTile][kTile + 1];  // [position][channel]
+  const RowsView& rows = copy.in;
+  for (int64_t n = blockIdx.z; n < rows.batch; n += gridDim.z) {
+    for (int64_t first_c = int64_t(blockIdx.y) * kTile; first_c < rows.channels; first_c += int64_t(gridDim.y) * kTile) {
+      for (int64_t first_j = int64_t(blockIdx.x) * kTile; first_j < rows.length; first_j += int64_t(gridDim.x) * kTile) {
+        const int channels = int(std::min<int64_t>(kTile, rows.channels - first_c));
+        const int positions = int(std::min<int64_t>(kTile, rows.length - first_j));
+        const scalar_t* tile = in + n * rows.batch_stride + first_c * rows.channel_stride + first_j * rows.length_stride;
+        Load loads[kLoads];
+#pragma unroll
+        for (int u = 0; u < kLoads; ++u) {  // (load u: channel c, positions j .. j + kLoadElements - 1)
+          const int e = int(threadIdx.x) + u * kChannelsLastThreads;
+          const int c = e / (kTile / kLoadElements), j = e % (kTile / kLoadElements) * kLoadElements;
+          if (c < channels && j + kLoadElements <= positions) {
+            loads[u] = *reinterpret_cast<const Load*>(tile + c * rows.channel_stride + j * rows.length_stride);
+          } else {
+#pragma unroll
+            for (int v = 0; v < kLoadElements; ++v)
+              loads[u].v[v] = c < channels && j + v < positions ? tile[c * rows.channel_stride + (j + v) * rows.length_stride]
+                                                                : scalar_t(0);
+          }
+        }
+#pragma unroll
+        for (int u = 0; u < kLoads; ++u) {
+          const int e = int(threadIdx.x) + u * kChannelsLastThreads;
+          const int c = e / (kTile / kLoadElements), j = e % (kTile / kLoadElements) * kLoadElements;
+#pragma unroll
+          for (int v = 0; v < kLoadElements; ++v) staged[j + v][c] = loads[u].v[v];
         }
         __syncthreads();
-        scalar_t* const out_tile = out + (n * p.length_in + first_i) * p.in_channels + first_ci;
-        for (int e = threadIdx.x; e < kChannelsLastTile * kChannelsLastTile; e += blockDim.x) {
-          const int i = e / kChannelsLastTile, c = e % kChannelsLastTile;
-          if (c < channels && i < positions) out_tile[int64_t(i) * p.in_channels + c] = staged[i][c];
+        auto out_row = [&](int j) {
+          const int64_t position = first_j + j, phase = position % copy.phases, m = position / copy.phases;
+          return out + ((n * copy.phases + phase) * copy.phase_rows + m) * copy.row_elements + first_c;
+        };
+        if constexpr (kVectorStores) {
+          const int row_vectors = int(std::min<int64_t>(kTile, copy.row_elements - first_c)) / kVector;
+          for (int e = threadIdx.x; e < kTile * (kTile / kVector); e += kChannelsLastThreads) {
+            const int j = e / (kTile / kVector), c = e % (kTile / kVector) * kVector;
+            if (j >= positions || c >= row_vectors * kVector) continue;
+            Vector values;
+#pragma unroll
+            for (int v = 0; v < kVector; ++v) values.v[v] = staged[j][c + v];
+            *reinterpret_cast<Vector*>(out_row(j) + c) = values;
+          }
+        } else {
+          for (int e = threadIdx.x; e < kTile * kTile; e += kChannelsLastThreads) {
+            const int j = e / kTile, c = e % kTile;
+            if (j < positions && c < channels) out_row(j)[c] = staged[j][c];
+          }
         }
         __syncthreads();
       }
     }
+  }
+}
+
+// Rows of row_elements (launch_aligned_rows): out[(n * channels + c) * row_elements + i] = in[n, c, i]
+// for i < length, zeros after. A thread writes 16 bytes of an out row (row_elements a multiple of 16
+// bytes) from element loads, which a warp's consecutive threads make consecutive along the row.
+template <typename scalar_t>
+__global__ void aligned_rows_kernel(const scalar_t* __restrict__ in, scalar_t* __restrict__ out, RowsView rows, int64_t row_elements) {
+  constexpr int kVector = 16 / int(sizeof(scalar_t));
+  struct alignas(16) Vector { scalar_t v[kVector]; };
+  const int64_t row_vectors = row_elements / kVector, vectors = rows.batch * rows.channels * row_vectors;
+  for (int64_t index = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; index < vectors; index += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t row = index / row_vectors, first = index % row_vectors * kVector;
+    const scalar_t* in_row = in + row / rows.channels * rows.batch_stride + row % rows.channels * rows.channel_stride;
+    Vector values;
+#pragma unroll
+    for (int v = 0; v < kVector; ++v)
+      values.v[v] = first + v < rows.length ? in_row[(first + v) * rows.length_stride] : scalar_t(0);
+    reinterpret_cast<Vector*>(out)[index] = values;
   }
 }
 
@@ -237,27 +298,32 @@ __global__ void grad_weight_direct_kernel(const scalar_t* __restrict__ grad_y, c
 }
 
 // grad_bias in two fixed-order passes (no atomics; docs/design.md §5.4). First row_sums[n*C_out + co]
-// = sum over j of grad_y[n, co, j], a block per row (coalesced along the row; each thread keeps
-// kLoads sums, so that kLoads loads are in flight, added in a fixed order); then sum_slices_kernel
-// adds the rows of the N batch elements (slices of C_out sums). A contiguous row goes in 16-byte
-// loads from its first 16-byte boundary; the elements before it and after its last whole vector one
-// at a time.
-template <typename scalar_t, typename acc_t, int kThreads>
-__global__ void grad_y_row_sums_kernel(const scalar_t* __restrict__ grad_y, acc_t* __restrict__ row_sums, ConvTParams p) {
-  constexpr int kLoads = 4, kVector = 16 / sizeof(scalar_t);
+// = sum over j of grad_y[n, co, j], kRowThreads threads a row (a warp where the rows alone fill the
+// SMs, a block of kReduceThreads where they are few and long), coalesced along the row, each thread
+// keeping kLoads sums so that kLoads loads are in flight, added in a fixed order (a fixed shuffle
+// tree, then the warps' sums in order); then sum_slices_kernel adds the rows of the N batch elements
+// (slices of C_out sums). A contiguous row goes in 16-byte loads from its first 16-byte boundary; the
+// elements before it and after its last whole vector one at a time.
+template <typename scalar_t, typename acc_t, int kRowThreads>
+__global__ void __launch_bounds__(256) grad_y_row_sums_kernel(const scalar_t* __restrict__ grad_y, acc_t* __restrict__ row_sums,
+                                                             ConvTParams p) {
+  constexpr int kLoads = 4, kVector = 16 / sizeof(scalar_t), kRowWarps = kRowThreads / 32;
   struct alignas(16) Vector { scalar_t v[kVector]; };
-  for (int64_t row = blockIdx.x; row < p.batch * p.out_channels; row += gridDim.x) {
+  __shared__ acc_t warp_sums[8];
+  const int rows_a_block = int(blockDim.x) / kRowThreads, thread = int(threadIdx.x) % kRowThreads;
+  const int64_t first_row = int64_t(blockIdx.x) * rows_a_block + threadIdx.x / kRowThreads;
+  for (int64_t row = first_row; row < p.batch * p.out_channels; row += int64_t(gridDim.x) * rows_a_block) {
     const int64_t n = row / p.out_channels, co = row % p.out_channels;
     const scalar_t* grad_y_row = grad_y + n * p.y_batch_stride + co * p.y_channel_stride;
     acc_t sums[kLoads] = {};
-    // sums[u] += value(j + u * kThreads) for this thread's j in [begin, end), kLoads at a time
+    // sums[u] += value(j + u * kRowThreads) for this thread's j in [begin, end), kLoads at a time
     auto add_all = [&](int64_t begin, int64_t end, auto&& value) {
-      int64_t j = begin + threadIdx.x;
-      for (; j + (kLoads - 1) * kThreads < end; j += kLoads * kThreads) {
+      int64_t j = begin + thread;
+      for (; j + (kLoads - 1) * kRowThreads < end; j += kLoads * kRowThreads) {
 #pragma unroll
-        for (int u = 0; u < kLoads; ++u) sums[u] += value(j + u * kThreads);
+        for (int u = 0; u < kLoads; ++u) sums[u] += value(j + u * kRowThreads);
       }
-      for (; j < end; j += kThreads) sums[0] += value(j);
+      for (; j < end; j += kRowThreads) sums[0] += value(j);
     };
     auto element = [&](int64_t j) { return acc_t(grad_y_row[j * p.y_length_stride]); };
     int64_t head = p.length_out, vectors = 0;  // elements before the first boundary; whole vectors after it
@@ -280,46 +346,69 @@ __global__ void grad_y_row_sums_kernel(const scalar_t* __restrict__ grad_y, acc_
     acc_t acc = sums[0];
 #pragma unroll
     for (int u = 1; u < kLoads; ++u) acc += sums[u];
-    acc = block_sum<acc_t, kThreads>(acc);
-    if (threadIdx.x == 0) row_sums[row] = acc;
+#pragma unroll
+    for (int width = 16; width > 0; width /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, width);
+    if constexpr (kRowWarps > 1) {
+      if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = acc;
+      __syncthreads();
+      acc = warp_sums[0];
+#pragma unroll
+      for (int w = 1; w < kRowWarps; ++w) acc += warp_sums[w];
+      __syncthreads();  // warp_sums is read before the next row overwrites it
+    }
+    if (thread == 0) row_sums[row] = acc;
   }
 }
 
 // out[e] = the sum of partial[slice][e] over slices in a fixed order, plus bias[(e / length) mod
 // channels] where there is a bias (the second pass of the sliced grad_weight reductions, of grad_bias
-// and of the GEMMs' reduction splits: deterministic, docs/design.md §8). A block's kSumWarps
-// warps take groups of 32 consecutive elements, a lane each, kSliceWarps warps a group
-// (sum_slice_warps: up to kSumWarps loads in flight per element, where one thread summing every
-// slice would be a chain of dependent loads, and no warp without a slice): warp w of a group adds
-// slices w, w + kSliceWarps, ... in order, then lane by lane the warps' sums are added in warp order.
+// and of the GEMMs' reduction splits: deterministic, docs/design.md §8). A lane takes kVector
+// consecutive elements (one 16-byte load a slice where the elements are a multiple of kVector, so
+// that every slice's vectors are aligned); a block's kSumWarps warps take groups of 32 lanes'
+// elements, kSliceWarps warps a group (sum_slice_warps: about 4 slices a warp, so that loads of
+// several slices are in flight per element, where one thread summing every slice would wait on each
+// in turn): warp w of a group adds slices w, w + kSliceWarps, ... in order, then lane by lane the
+// warps' sums are added in warp order.
 constexpr int kSumWarps = 8;
 inline int sum_slice_warps(int64_t slices) {
   int warps = 1;
-  while (warps < kSumWarps && warps < slices) warps *= 2;
+  while (warps < kSumWarps && 4 * warps < slices) warps *= 2;
   return warps;
 }
-template <typename T, typename acc_t, int kSliceWarps>
+template <typename T, typename acc_t, int kSliceWarps, int kVector>
 __global__ void __launch_bounds__(32 * kSumWarps)
     sum_slices_kernel(const acc_t* __restrict__ partial, const T* __restrict__ bias, T* __restrict__ out, int64_t elements,
                       int64_t slices, int64_t length, int64_t channels, const int* gate) {
   if (gate != nullptr && *gate == 0) return;  // (Launch::gate: the slices of a gated GEMM)
-  __shared__ acc_t warp_sums[kSumWarps][32];
-  constexpr int kBlockElements = 32 * (kSumWarps / kSliceWarps);
+  struct alignas(sizeof(acc_t) * kVector) Vector { acc_t v[kVector]; };
+  __shared__ Vector warp_sums[kSumWarps][32];
+  constexpr int kBlockVectors = 32 * (kSumWarps / kSliceWarps);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int group = warp / kSliceWarps, slice_warp = warp % kSliceWarps;
-  for (int64_t first = int64_t(blockIdx.x) * kBlockElements; first < elements; first += int64_t(gridDim.x) * kBlockElements) {
-    const int64_t e = first + 32 * group + lane;
-    acc_t sum = acc_t(0);
-    if (e < elements)
-      for (int64_t s = slice_warp; s < slices; s += kSliceWarps) sum += partial[s * elements + e];
+  const int64_t vectors = elements / kVector;
+  for (int64_t first = int64_t(blockIdx.x) * kBlockVectors; first < vectors; first += int64_t(gridDim.x) * kBlockVectors) {
+    const int64_t v = first + 32 * group + lane;
+    Vector sum{};
+    if (v < vectors) {
+#pragma unroll 4
+      for (int64_t s = slice_warp; s < slices; s += kSliceWarps) {
+        const Vector part = reinterpret_cast<const Vector*>(partial + s * elements)[v];
+#pragma unroll
+        for (int e = 0; e < kVector; ++e) sum.v[e] += part.v[e];
+      }
+    }
     warp_sums[warp][lane] = sum;
     __syncthreads();
-    if (slice_warp == 0 && e < elements) {
-      acc_t total = acc_t(0);
+    if (slice_warp == 0 && v < vectors) {
 #pragma unroll
-      for (int w = 0; w < kSliceWarps; ++w) total += warp_sums[warp + w][lane];
-      if (bias != nullptr) total += acc_t(bias[e / length % channels]);
-      out[e] = T(total);
+      for (int e = 0; e < kVector; ++e) {
+        acc_t total = acc_t(0);
+#pragma unroll
+        for (int w = 0; w < kSliceWarps; ++w) total += warp_sums[warp + w][lane].v[e];
+        const int64_t element = v * kVector + e;
+        if (bias != nullptr) total += acc_t(bias[element / length % channels]);
+        out[element] = T(total);
+      }
     }
     __syncthreads();  // warp_sums is read before the next elements overwrite it
   }

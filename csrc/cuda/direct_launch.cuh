@@ -97,8 +97,13 @@ void launch_grad_weight_direct(const ConvTParams& p, const scalar_t* grad_y, con
 template <typename scalar_t>
 void launch_grad_y_row_sums(const ConvTParams& p, const scalar_t* grad_y, acc_type<scalar_t>* row_sums, Launch launch) {
   const int64_t rows = p.batch * p.out_channels;
-  grad_y_row_sums_kernel<scalar_t, acc_type<scalar_t>, kReduceThreads>
-      <<<grid_size(rows * kReduceThreads, kReduceThreads, launch), kReduceThreads, 0, launch.stream>>>(grad_y, row_sums, p);
+  if (rows >= 32 * int64_t(launch.sm_count)) {  // (a warp a row: the rows fill the SMs)
+    grad_y_row_sums_kernel<scalar_t, acc_type<scalar_t>, 32>
+        <<<grid_size(rows * 32, kReduceThreads, launch), kReduceThreads, 0, launch.stream>>>(grad_y, row_sums, p);
+  } else {
+    grad_y_row_sums_kernel<scalar_t, acc_type<scalar_t>, kReduceThreads>
+        <<<grid_size(rows * kReduceThreads, kReduceThreads, launch), kReduceThreads, 0, launch.stream>>>(grad_y, row_sums, p);
+  }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
@@ -132,29 +137,70 @@ void launch_flag_nonfinite_x(const ConvTParams& p, const scalar_t* x, int* nonfi
 }
 
 template <typename scalar_t>
-void launch_channels_last_x(const ConvTParams& p, const scalar_t* x, scalar_t* out, Launch launch) {
+void launch_channels_last(const ChannelsLastCopy& copy, const scalar_t* in, scalar_t* out, Launch launch) {
   auto tiles = [](int64_t extent, int64_t cap) {
-    return unsigned(std::min<int64_t>((extent + kChannelsLastTile - 1) / kChannelsLastTile, cap));
+    return unsigned(std::clamp<int64_t>((extent + kChannelsLastTile - 1) / kChannelsLastTile, 1, cap));
   };
-  const dim3 grid(tiles(p.length_in, 1 << 20), tiles(p.in_channels, 65535), unsigned(std::min<int64_t>(p.batch, 65535)));
-  channels_last_x_kernel<scalar_t><<<grid, kDirectThreads, 0, launch.stream>>>(x, out, p);
+  const RowsView& rows = copy.in;
+  const dim3 grid(tiles(rows.length, 1 << 20), tiles(rows.channels, 65535), unsigned(std::clamp<int64_t>(rows.batch, 1, 65535)));
+  // the widest loads (16, 8, 4 bytes or one element) that every row's start and the base allow
+  auto loads_of = [&](int64_t elements) {
+    return rows.length_stride == 1 && rows.channel_stride % elements == 0 && rows.batch_stride % elements == 0 &&
+           reinterpret_cast<uintptr_t>(in) % (elements * sizeof(scalar_t)) == 0;
+  };
+  constexpr int kVector = 16 / int(sizeof(scalar_t));
+  const bool vector_stores = copy.row_elements % kVector == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0;
+  auto run = [&](auto load_elements) {
+    constexpr int kLoadElements = decltype(load_elements)::value;
+    if (vector_stores) {
+      channels_last_kernel<scalar_t, kLoadElements, true><<<grid, kChannelsLastThreads, 0, launch.stream>>>(in, out, copy);
+    } else {
+      channels_last_kernel<scalar_t, kLoadElements, false><<<grid, kChannelsLastThreads, 0, launch.stream>>>(in, out, copy);
+    }
+  };
+  if (loads_of(kVector)) {
+    run(std::integral_constant<int, kVector>{});
+  } else if (kVector >= 4 && loads_of(kVector / 2)) {
+    run(std::integral_constant<int, std::max(1, kVector / 2)>{});
+  } else if (kVector >= 8 && loads_of(kVector / 4)) {
+    run(std::integral_constant<int, std::max(1, kVector / 4)>{});
+  } else {
+    run(std::integral_constant<int, 1>{});
+  }
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+template <typename scalar_t>
+void launch_aligned_rows(const RowsView& in, const scalar_t* in_data, int64_t row_elements, scalar_t* out, Launch launch) {
+  const int64_t vectors = in.batch * in.channels * row_elements / (16 / int64_t(sizeof(scalar_t)));
+  aligned_rows_kernel<scalar_t><<<grid_size(vectors, kDirectThreads, launch), kDirectThreads, 0, launch.stream>>>(in_data, out, in,
+                                                                                                            row_elements);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
 template <typename scalar_t>
 void launch_sum_slices(const acc_type<scalar_t>* partial, scalar_t* out, int64_t elements, int64_t slices, Launch launch,
                        const scalar_t* bias, int64_t length, int64_t channels) {
-  auto run = [&](auto slice_warps) {
-    constexpr int kSliceWarps = decltype(slice_warps)::value;
-    sum_slices_kernel<scalar_t, acc_type<scalar_t>, kSliceWarps>
-        <<<grid_size(elements, 32 * (kSumWarps / kSliceWarps), launch), 32 * kSumWarps, 0, launch.stream>>>(partial, bias, out, elements,
-                                                                                                         slices, length, channels, launch.gate);
+  constexpr int kVector = 16 / int(sizeof(acc_type<scalar_t>));
+  auto run = [&](auto slice_warps, auto vector) {
+    constexpr int kSliceWarps = decltype(slice_warps)::value, kLaneElements = decltype(vector)::value;
+    sum_slices_kernel<scalar_t, acc_type<scalar_t>, kSliceWarps, kLaneElements>
+        <<<grid_size(elements / kLaneElements, 32 * (kSumWarps / kSliceWarps), launch), 32 * kSumWarps, 0, launch.stream>>>(
+            partial, bias, out, elements, slices, length, channels, launch.gate);
   };
-  switch (sum_slice_warps(slices)) {
-    case 1: run(std::integral_constant<int, 1>{}); break;
-    case 2: run(std::integral_constant<int, 2>{}); break;
-    case 4: run(std::integral_constant<int, 4>{}); break;
-    default: run(std::integral_constant<int, kSumWarps>{}); break;
+  auto with_warps = [&](auto vector) {
+    switch (sum_slice_warps(slices)) {
+      case 1: return run(std::integral_constant<int, 1>{}, vector);
+      case 2: return run(std::integral_constant<int, 2>{}, vector);
+      case 4: return run(std::integral_constant<int, 4>{}, vector);
+      default: return run(std::integral_constant<int, kSumWarps>{}, vector);
+    }
+  };
+  // (16-byte loads where every slice's elements start 16-byte aligned)
+  if (elements % kVector == 0 && reinterpret_cast<uintptr_t>(partial) % 16 == 0) {
+    with_warps(std::integral_constant<int, kVector>{});
+  } else {
+    with_warps(std::integral_constant<int, 1>{});
   }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }

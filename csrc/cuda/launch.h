@@ -106,9 +106,26 @@ void launch_deinterleave_grad_y(const ConvTParams& p, const scalar_t* grad_y, sc
 // grad_y unrolled by taps (WeightPlan::unrolled_grad_y): out (N, C_out * K, unrolled_row_length(p)), contiguous
 template <typename scalar_t>
 void launch_unroll_grad_y(const ConvTParams& p, const scalar_t* grad_y, scalar_t* out, Launch launch);
-// x channels-last (DataPlan::copy_channels_last): out (N, L_in, C_in), contiguous
+// (N, C, L) rows read through element strides: what the layout copies below read
+struct RowsView {
+  int64_t batch, channels, length;
+  int64_t batch_stride, channel_stride, length_stride;
+};
+// Channels-last rows by phase: out[((n * phases + r) * phase_rows + m) * row_elements + c] = in[n, c,
+// m * phases + r] for every position m * phases + r < length and c < channels (row_elements >=
+// channels; channels [channels, row_elements) of a written row may take zeros, rows of no position
+// are not written). x channels-last (DataPlan::copy_channels_last) at phases 1; grad_y by phase
+// (WeightPlan::channels_last_grad_y).
+struct ChannelsLastCopy {
+  RowsView in;
+  int64_t phases, phase_rows, row_elements;
+};
 template <typename scalar_t>
-void launch_channels_last_x(const ConvTParams& p, const scalar_t* x, scalar_t* out, Launch launch);
+void launch_channels_last(const ChannelsLastCopy& copy, const scalar_t* in, scalar_t* out, Launch launch);
+// Rows of row_elements elements (a multiple of 16 bytes; WeightPlan::aligned_x, DataPlan::copy_batch):
+// out[(n * channels + c) * row_elements + i] = in[n, c, i] for i < length, zeros after
+template <typename scalar_t>
+void launch_aligned_rows(const RowsView& in, const scalar_t* in_data, int64_t row_elements, scalar_t* out, Launch launch);
 // *nonfinite set where x holds Inf or NaN (else left as it is)
 template <typename scalar_t>
 void launch_flag_nonfinite_x(const ConvTParams& p, const scalar_t* x, int* nonfinite, Launch launch);

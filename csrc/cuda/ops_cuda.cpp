@@ -201,51 +201,50 @@ at::Tensor nonfinite_flag(const ConvTParams& p, const at::Tensor& x, Launch laun
   return flag;
 }
 
+// t (N, C, L) as the layout copies read it
+RowsView rows_of(const at::Tensor& t) {
+  return RowsView{t.size(0), t.size(1), t.size(2), t.stride(0), t.stride(1), t.stride(2)};
+}
+
 // t (N, C, L) in rows of 16-byte multiples (WeightPlan::aligned_x, DataPlan::copy_batch): a view (N,
 // C, L) of the copy
-at::Tensor aligned_rows_copy(const at::Tensor& t) {
+at::Tensor aligned_rows_copy(const at::Tensor& t, Launch launch) {
   const int64_t length = t.size(2), row_length = aligned_row_length(length, int(t.element_size()));
-  return at::empty({t.size(0), t.size(1), row_length}, t.options()).narrow(2, 0, length).copy_(t);
+  const at::Tensor copy = at::empty({t.size(0), t.size(1), row_length}, t.options());
+  dispatch_dtype(t.scalar_type(), [&](auto element) {
+    using scalar_t = decltype(element);
+    launch_aligned_rows<scalar_t>(rows_of(t), data_of<scalar_t>(t), row_length, data_of<scalar_t>(copy), launch);
+  });
+  return copy.narrow(2, 0, length);
+}
+
+// `in` (N, C, L) into channels-last rows by phase (launch_channels_last)
+void channels_last_copy(const at::Tensor& in, int64_t phases, int64_t phase_rows, int64_t row_elements, const at::Tensor& out,
+                        Launch launch) {
+  dispatch_dtype(in.scalar_type(), [&](auto element) {
+    using scalar_t = decltype(element);
+    launch_channels_last<scalar_t>(ChannelsLastCopy{rows_of(in), phases, phase_rows, row_elements}, data_of<scalar_t>(in),
+                                   data_of<scalar_t>(out), launch);
+  });
 }
 
 // x channels-last (DataPlan::copy_channels_last): a view (N, C_in, L_in) of the copy (N, L_in, C_in)
-at::Tensor channels_last_x_copy(const ConvTParams& p, const at::Tensor& x, Launch launch) {
-  const at::Tensor copy = at::empty({p.batch, p.length_in, p.in_channels}, x.options());
-  dispatch_dtype(x.scalar_type(), [&](auto element) {
-    using scalar_t = decltype(element);
-    launch_channels_last_x<scalar_t>(p, data_of<scalar_t>(x), data_of<scalar_t>(copy), launch);
-  });
+at::Tensor channels_last_x_copy(const at::Tensor& x, Launch launch) {
+  const at::Tensor copy = at::empty({x.size(0), x.size(2), x.size(1)}, x.options());
+  channels_last_copy(x, 1, x.size(2), x.size(1), copy, launch);
   return copy.transpose(1, 2);
 }
 
-// grad_y channels-last (WeightPlan::channels_last_grad_y): (N, L_out, q.y_length_stride), rows of C_out
-// rounded up to 16 bytes whose channels past C_out are never read (the maps end at C_out); by the
-// channels-last kernel where the rows need no rounding. At stride > 1 by phase (N, stride,
-// channels_last_phase_length, q.y_length_stride): phase r's rows m = 0 .. phase_length(r) - 1 hold
-// positions m * stride + r (the maps end there; where L_out < stride, the phases without positions
-// are zeros, which their maps' one row reads)
+// grad_y channels-last by phase (WeightPlan::channels_last_grad_y): (N, stride,
+// channels_last_phase_length, q.y_length_stride), rows of C_out rounded up to 16 bytes whose
+// channels past C_out are never read (the maps end at C_out): phase r's rows m = 0 ..
+// phase_length(r) - 1 hold positions m * stride + r (the maps end there; where L_out < stride, the
+// phases without positions are zeros, which their maps' one row reads). At stride 1 (N, L_out, ...).
 at::Tensor channels_last_grad_y(const ConvTParams& p, const ConvTParams& q, const at::Tensor& grad_y, Launch launch) {
-  if (p.stride > 1) {  // (two copies: the rows every phase has, then the last row of the first L_out mod stride)
-    const int64_t whole_rows = p.length_out / p.stride, rest = p.length_out % p.stride;
-    const std::vector<int64_t> sizes{p.batch, p.stride, channels_last_phase_length(p), q.y_length_stride};
-    const at::Tensor copy = whole_rows == 0 ? at::zeros(sizes, grad_y.options()) : at::empty(sizes, grad_y.options());
-    const at::Tensor channels = copy.narrow(3, 0, p.out_channels);
-    if (whole_rows > 0) {
-      channels.narrow(2, 0, whole_rows)
-          .copy_(grad_y.narrow(2, 0, whole_rows * p.stride).unflatten(2, {whole_rows, p.stride}).permute({0, 3, 2, 1}));
-    }
-    if (rest > 0) channels.narrow(1, 0, rest).select(2, whole_rows).copy_(grad_y.narrow(2, whole_rows * p.stride, rest).transpose(1, 2));
-    return copy;
-  }
-  if (q.y_length_stride == p.out_channels) {
-    ConvTParams rows = p;  // grad_y's (C_out, L_out) rows as x's
-    rows.in_channels = p.out_channels, rows.length_in = p.length_out;
-    rows.x_batch_stride = p.y_batch_stride, rows.x_channel_stride = p.y_channel_stride, rows.x_length_stride = p.y_length_stride;
-    return channels_last_x_copy(rows, grad_y, launch);
-  }
-  const at::Tensor copy = at::empty({p.batch, p.length_out, q.y_length_stride}, grad_y.options());
-  copy.narrow(2, 0, p.out_channels).copy_(grad_y.transpose(1, 2));
-  return copy;
+  const std::vector<int64_t> sizes{p.batch, p.stride, channels_last_phase_length(p), q.y_length_stride};
+  const at::Tensor copy = p.length_out < p.stride ? at::zeros(sizes, grad_y.options()) : at::empty(sizes, grad_y.options());
+  channels_last_copy(grad_y, p.stride, channels_last_phase_length(p), q.y_length_stride, copy, launch);
+  return p.stride > 1 ? copy : copy.squeeze(1);
 }
 
 // What a GEMM plan reads as `in`: the tensor itself, or grad_y deinterleaved (made once: *copy keeps it)
@@ -529,10 +528,8 @@ void forward(const at::Tensor& x, const at::Tensor& w, const std::optional<at::T
   for (int64_t first = 0; first < p.batch; first += plan.copy_batch) {
     const int64_t count = std::min(plan.copy_batch, p.batch - first);
     const at::Tensor x_chunk = x.narrow(0, first, count);
-    ConvTParams chunk_params = p;  // (x's strides: the chunk is a view of x)
-    chunk_params.batch = count;
-    const at::Tensor x_rows = plan.copy_channels_last ? channels_last_x_copy(chunk_params, x_chunk, launch_for(limits))
-                                                      : aligned_rows_copy(x_chunk);
+    const at::Tensor x_rows = plan.copy_channels_last ? channels_last_x_copy(x_chunk, launch_for(limits))
+                                                      : aligned_rows_copy(x_chunk, launch_for(limits));
     const at::Tensor y_part = y.narrow(0, first, count);
     const ConvTParams q = make_params(x_rows, w, y_part, args);
     if (count == plan.copy_batch) {
@@ -553,7 +550,7 @@ void backward(const at::Tensor& grad_y, const at::Tensor& x, const at::Tensor& w
   DeviceLimits limits = device_limits();
   BackwardPlan plan = plan_backward(p, facts_of(x), facts_of(grad_y), math, grad_x.defined(), grad_w.defined(),
                                     grad_bias.defined(), limits);
-  at::Tensor weight_x = plan.grad_weight.aligned_x ? aligned_rows_copy(x) : x;  // grad_weight's x
+  at::Tensor weight_x = plan.grad_weight.aligned_x ? aligned_rows_copy(x, launch_for(limits)) : x;  // grad_weight's x
   CUtensorMap x_map{};
   if (plan.grad_weight.gemm.stages > 0 && !encode_x_map(x_map, weight_x, plan.grad_weight.problem)) {  // the driver refused
     limits = without_tma(limits);
