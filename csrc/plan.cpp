@@ -1912,9 +1912,12 @@ WeightPlan plan_grad_weight_pass(const ConvTParams& p, const TensorFacts& x, con
   boxes.kernel = Kernel::kGradWeightBoxes;
   boxes.gemm = *box_plan;
   if (p.stride == 1 || boxes_override == PlanOverride::kAlways) return boxes;
-  const WeightPlan tiles = plan_grad_weight_tiles_pass(p, x, grad_y, math, grad_bias, limits);
+  WeightPlan tiles = plan_grad_weight_tiles_pass(p, x, grad_y, math, grad_bias, limits);
   const bool gemm_tiles = tiles.kernel == Kernel::kGradWeightGemm || tiles.kernel == Kernel::kGradWeightWgmma;
-  return !gemm_tiles || box_tiles_seconds(boxes.gemm, limits) <= grad_weight_tiles_seconds(tiles, p, grad_y_shared) ? boxes : tiles;
+  if (!gemm_tiles) return boxes;
+  boxes.box_seconds = tiles.box_seconds = box_tiles_seconds(boxes.gemm, limits);
+  boxes.tiles_seconds = tiles.tiles_seconds = grad_weight_tiles_seconds(tiles, p, grad_y_shared);
+  return boxes.box_seconds <= boxes.tiles_seconds ? boxes : tiles;
 }
 
 }  // namespace
@@ -2099,6 +2102,9 @@ std::string describe(const WeightPlan& plan) {
                         {"smem_bytes", int64_t(g.smem_bytes)}});
   } else if (plan.kernel == Kernel::kDepthwise) {
     text += key_values({{"slices", plan.depthwise_slices}});
+  }
+  if (plan.box_seconds > 0) {
+    text += key_values({{"box_ns", int64_t(plan.box_seconds * 1e9)}, {"tiles_ns", int64_t(plan.tiles_seconds * 1e9)}});
   }
   return text;
 }

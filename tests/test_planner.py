@@ -799,6 +799,16 @@ def test_grad_weight_box_tiles_where_wide(monkeypatch):
     assert plans(wide, torch.bfloat16, True, "h100")["grad_weight"]["kernel"] == "grad_weight_wgmma"
 
 
+def test_strided_box_choice_shows_both_estimates():
+    """At stride > 1 the box tiles are weighed against the other tiles by two time models; explain
+    shows both estimates (box_ns, tiles_ns) where they were weighed, and the choice follows them."""
+    for shape in ((10, 1280, 1280, 7, 299, 4, 1, 0, 1, 1), NAMED["hifigan_up0"], (16, 1024, 512, 4, 1300, 2, 1, 0, 1, 1)):
+        g = plans(shape, torch.bfloat16, False, "h100")["grad_weight"]
+        assert g["box_ns"] > 0 and g["tiles_ns"] > 0, (shape, g)
+        assert (g["kernel"] == "grad_weight_boxes") == (g["box_ns"] <= g["tiles_ns"]), (shape, g)
+    assert "box_ns" not in plans((8, 1280, 1280, 5, 1159, 1, 2, 0, 1, 1), torch.bfloat16, False, "h100")["grad_weight"]
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_h100_named_shapes(dtype):
     """The choices the benchmark table rests on (docs/design.md §4)."""
