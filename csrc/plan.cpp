@@ -1737,8 +1737,65 @@ DataPlan plan_forward_uncached(const ConvTParams& p, const TensorFacts& x, Math 
 }
 }  // namespace
 
+int64_t channels_last_grad_y_rows(const ConvTParams& p) { return p.stride > 1 ? deinterleaved_length(p) : p.length_out; }
+int64_t channels_last_grad_y_row_elements(const ConvTParams& p, int element_size) {
+  return aligned_row_length(p.out_channels * (p.stride > 1 ? deinterleaved_phases(p) : 1), element_size);
+}
+
+namespace {
+// CONVT_GRAD_INPUT_COPIES: grad_input over grad_y copied channels-last wherever that plans (16-bit and
+// TF32), or nowhere (read_plan_override), else as the model below has it. Read at every plan.
+PlanOverride grad_input_copies_override() { return read_plan_override("CONVT_GRAD_INPUT_COPIES"); }
+}  // namespace
+
+// grad_input over grad_y as it is (or its deinterleaved copy), or over grad_y copied channels-last
+// (DataPlan::channels_last_grad_y: deinterleaved at stride > 1, the copy's channel co*P + r, so the
+// deinterleaved problem's weight as it is): the pipelined kernel then reads position rows, wgmma's A
+// from shared memory at every tap's shift, where on rows it assembles A's fragments in registers
+// (or stages rows one by one). 16-bit, where a grad_x element sums at least kCopyLeastReduction
+// products (below, grad_input is bound by its memory traffic, which the copy adds to: layers of
+// C_out 1-14 ran up to 3.4x slower over it) and the copy's plan and its copy take at most
+// kAlignedCopyMargin of the plan on grad_y's time (pipelined_tile_seconds, the forward's copies'
+// model: position rows kPositionRowsTimeShare of a box plan's time, the copy a pass read and written).
+constexpr int64_t kCopyLeastReduction = 256;
 DataPlan plan_grad_input(const ConvTParams& p, const TensorFacts& grad_y, Math math, const DeviceLimits& limits) {
-  return plan_data(p, grad_y, math, /*forward=*/false, limits);
+  DataPlan plan = plan_data(p, grad_y, math, /*forward=*/false, limits);
+  const PlanOverride copies = grad_input_copies_override();
+  if (copies == PlanOverride::kNever || !limits.tma || !limits.wgmma || plan.kernel != Kernel::kGemm || plan.gemm.position_rows ||
+      plan.merged_groups > 1 || math == Math::k3xTF32 || (math != Math::k16Bit && copies != PlanOverride::kAlways) ||
+      (p.stride > 1 && (!deinterleaves(p) || deinterleaved_phases(p) > kChannelsLastCopyMostPhases))) {
+    return plan;
+  }
+  const int element_size = grad_y.element_size;
+  const int64_t rows = channels_last_grad_y_rows(p), row_elements = channels_last_grad_y_row_elements(p, element_size);
+  std::optional<GemmPlan> copied;
+  for (const int step_taps : {kMaxGemmTaps, 16, 8, 4, 2, 1}) {
+    if (step_taps < kMaxGemmTaps && step_taps >= p.kernel_size) continue;
+    auto problem = p.stride > 1 ? deinterleaved_grad_input_problem(p, step_taps)
+                                : std::optional<GemmPlan>(gemm_problem(p, /*forward=*/false, step_taps));
+    if (!problem) return plan;
+    problem->in_channel_stride = 1, problem->in_length_stride = row_elements, problem->in_batch_stride = rows * row_elements;
+    copied = plan_gemm(*problem, std::nullopt, copy_facts(element_size), math, limits);
+    if (copied) break;
+  }
+  if (!copied || !copied->position_rows || !one_pipelined_launch(DataPlan{Kernel::kGemm, *copied})) return plan;
+  // (zero taps: the exact plan over grad_y, which the copy's flag gates; plan's own where it has one)
+  const bool exact_stands = plan.gemm.zero_taps || (plan.gemm.splits == 1 && !bias_first(plan.gemm));
+  if (copied->zero_taps && !exact_stands) return plan;
+  const double copy_seconds = 2.0 * p.batch * rows * row_elements * element_size / kCopyBandwidth;
+  const double over_copy = double(launch_waves(*copied, copied->row_tiles, limits)) * pipelined_tile_seconds(*copied, false, math) *
+                               kPositionRowsTimeShare + copy_seconds;
+  const double over_grad_y = double(launch_waves(plan.gemm, plan.gemm.launch_row_tiles, limits)) *
+                                 pipelined_tile_seconds(plan.gemm, !plan.gemm.tensor_rows, math) +
+                             (plan.gemm.deinterleaved ? copy_seconds : 0.0);
+  const bool busy = p.out_channels_per_group * p.kernel_size >= kCopyLeastReduction;
+  if (copies != PlanOverride::kAlways && (!busy || over_copy > kAlignedCopyMargin * over_grad_y)) return plan;
+  DataPlan over = plan;
+  if (copied->zero_taps && !plan.gemm.zero_taps) over.exact = plan.gemm;
+  set_splits(*copied, math, limits);
+  over.gemm = *copied;
+  over.channels_last_grad_y = true;
+  return over;
 }
 
 namespace {
@@ -1927,7 +1984,9 @@ BackwardPlan plan_backward_uncached(const ConvTParams& p, const TensorFacts& x, 
                                     bool grad_input, bool grad_weight, bool grad_bias, const DeviceLimits& limits) {
   BackwardPlan plan;
   if (grad_input) plan.grad_input = plan_grad_input(p, grad_y, math, limits);
-  const bool grad_y_deinterleaved = plan.grad_input.kernel == Kernel::kGemm && plan.grad_input.gemm.deinterleaved;
+  // (grad_input's deinterleaved copy, which grad_weight's plan over one reads: not its channels-last one)
+  const bool grad_y_deinterleaved =
+      plan.grad_input.kernel == Kernel::kGemm && plan.grad_input.gemm.deinterleaved && !plan.grad_input.channels_last_grad_y;
   if (grad_weight) plan.grad_weight = plan_grad_weight_pass(p, x, grad_y, math, grad_bias, grad_y_deinterleaved, limits);
   // the one place that decides who sums grad_bias
   if (grad_bias) {
@@ -1986,7 +2045,7 @@ namespace {
 constexpr size_t kPlanCacheEntries = 4096;
 constexpr const char* kPlannerVariables[] = {
     "CONVT_MAX_WORKSPACE_MB", "CONVT_DEPTHWISE_PHASE_TAPS", "CONVT_FORWARD_X_COPIES", "CONVT_GEMM_SPLITS",
-    "CONVT_GRAD_WEIGHT_BOXES", "CONVT_GRAD_WEIGHT_UNROLLED", "CONVT_GROUP_MERGE", "CONVT_POSITION_ROWS",
+    "CONVT_GRAD_INPUT_COPIES", "CONVT_GRAD_WEIGHT_BOXES", "CONVT_GRAD_WEIGHT_UNROLLED", "CONVT_GROUP_MERGE", "CONVT_POSITION_ROWS",
     "CONVT_STAGED_WARP_TILES", "CONVT_TAP_BOXES", "CONVT_ZERO_TAP_COPIES", "CONVT_ONE_CHANNEL_GEMM",
 };
 
@@ -2067,7 +2126,8 @@ std::string describe(const DataPlan& plan) {
                         {"tensor_rows", g.tensor_rows}, {"map_row_phases", g.map_row_phases}, {"tap_boxes", g.tap_boxes}, {"position_rows", g.position_rows},
                         {"bias_first", bias_first(g)}, {"tiles", g.tiles}, {"parts", g.parts},
                         {"row_tiles", g.row_tiles}, {"launch_row_tiles", g.launch_row_tiles}, {"launch_chunks", g.launch_chunks}, {"float_sums", g.float_sums}, {"splits", g.splits},
-                        {"copy_batch", plan.copy_batch}, {"copy_channels_last", plan.copy_channels_last}, {"merged_groups", plan.merged_groups},
+                        {"copy_batch", plan.copy_batch}, {"copy_channels_last", plan.copy_channels_last},
+                        {"channels_last_grad_y", plan.channels_last_grad_y}, {"merged_groups", plan.merged_groups},
                         {"packed_weight_bytes", 4 * packed_weight_words(first_launch(g))},
                         // (the x copy of a batch chunk: copy_elements elements make 16 bytes on these plans)
                         {"workspace_bytes", 4 * packed_weight_words(first_launch(g)) + float_sums_bytes(g) +

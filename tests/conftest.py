@@ -405,6 +405,17 @@ GRAD_WEIGHT_TILE_CASES = [
 # boxes; on CUDA the
 # cases above run with them turned off (CONVT_GRAD_WEIGHT_BOXES=never) so that the other kernels keep
 # their cover.
+# grad_input over grad_y copied channels-last (CONVT_GRAD_INPUT_COPIES=always; DataPlan::channels_last_grad_y):
+# each plans it on an H100 or H200 in 16-bit and TF32 (pipelined tiles: enough of them to half-fill the SMs)
+GRAD_INPUT_COPY_CASES = [
+    Case(8, 96, 40, 3, 1200, padding=1),                      # stride 1: grad_y channels-last, rows of 40 channels
+    Case(12, 96, 40, 5, 1000, padding=4, dilation=2),         # stride 1, dilated
+    Case(12, 96, 40, 4, 700, stride=2, padding=1),            # two phases of two taps
+    Case(24, 100, 36, 7, 600, stride=4, padding=2, output_padding=1),  # zero taps (7 of 8), exact plan behind the flag
+    Case(12, 72, 33, 3, 900, stride=5, padding=1),            # K below stride: 3 of 5 phases, rows of 99 channels in 104
+    Case(12, 96, 130, 6, 900, stride=3, padding=2),           # three 64-co tiles of the copy, the last 2 co
+    Case(12, 96, 20, 16, 700, stride=8, padding=4),           # 8 phases of 2 taps
+]
 BOX_TILE_CASES = [
     Case(3, 136, 72, 3, 2000),                          # two ci tiles, the last 8 ci (one warpgroup empty); a
                                                         # part-empty last item

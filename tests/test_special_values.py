@@ -154,6 +154,15 @@ def test_box_tiles_keep_grad_output_values_in_place(dtype, value, device, monkey
 
 @pytest.mark.parametrize(**VALUES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_channels_last_grad_input_keeps_values_in_place(dtype, value, device, monkeypatch):
+    """grad_input over grad_y copied channels-last (forced on: CONVT_GRAD_INPUT_COPIES=always, TF32 and
+    16-bit) with zero taps: the copy flags Inf or NaN, and the exact plan runs over grad_output."""
+    monkeypatch.setenv("CONVT_GRAD_INPUT_COPIES", "always")
+    _assert_gradients_propagate(Case(24, 100, 36, 7, 600, stride=4, padding=2, output_padding=1), dtype, value, device, position=1)
+
+
+@pytest.mark.parametrize(**VALUES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("tf32", [True, False], ids=["tf32", "strict"], indirect=True)
 def test_reduction_split_keeps_values_in_place(dtype, value, device, tf32, monkeypatch):
     """The reduction split (forced on: CONVT_GEMM_SPLITS=always) of a grad_input with zero taps, whose

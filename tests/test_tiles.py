@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from conftest import (BOX_TILE_CASES, CHUNK_RANGE_CASES, CPU_TILE_CASES, CPU_TILE_SCALE, DTYPES, FLOAT_CHUNK_RANGE_CASES,
-                      GRAD_WEIGHT_TILE_CASES, SPLIT_TILE_CASES, WIDE_TILE_CASES, ZERO_TAP_CHUNK_RANGE_CASES,
+                      GRAD_INPUT_COPY_CASES, GRAD_WEIGHT_TILE_CASES, SPLIT_TILE_CASES, WIDE_TILE_CASES, ZERO_TAP_CHUNK_RANGE_CASES,
                       assert_backward_matches_reference, assert_gradients_deterministic, cuda_plans, quick, requires_cuda)
 
 # Math modes, (dtype, TF32 allowed), per device. CUDA: float32 with and without TF32, and the 16-bit types.
@@ -61,6 +61,19 @@ def test_grad_weight_tiles(device, case, dtype, tf32, monkeypatch):
     monkeypatch.setenv("CONVT_GRAD_WEIGHT_BOXES", "never")
     x, w, b = assert_backward_matches_reference(case, dtype, device)
     assert_gradients_deterministic(x, w, b, case)
+
+
+@requires_cuda
+@pytest.mark.parametrize("case", GRAD_INPUT_COPY_CASES, ids=str)
+@pytest.mark.parametrize("dtype,tf32", CUDA_MODES, ids=lambda v: str(v).removeprefix("torch."), indirect=["tf32"])
+def test_grad_input_over_channels_last_copies(case, dtype, tf32, monkeypatch):
+    """grad_input over grad_y copied channels-last (forced on: CONVT_GRAD_INPUT_COPIES=always) on an
+    H100 or H200 in 16-bit and TF32, against float64; strict float32 keeps its own plan."""
+    monkeypatch.setenv("CONVT_GRAD_INPUT_COPIES", "always")
+    plan = cuda_plans(case, dtype, tf32)["grad_input"]
+    if torch.cuda.get_device_capability() == (9, 0) and (dtype != torch.float32 or tf32):
+        assert plan["channels_last_grad_y"] == 1, plan
+    assert_backward_matches_reference(case, dtype, "cuda")
 
 
 @requires_cuda

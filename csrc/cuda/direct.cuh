@@ -228,6 +228,66 @@ __global__ void __launch_bounds__(kChannelsLastThreads)
   }
 }
 
+// grad_y deinterleaved channels-last (launch_deinterleave_grad_y_channels_last): out[(n * rows + m) *
+// row_elements + co * phases + r] = grad_y[n, co, m * stride + r - padding]. A block moves tiles of
+// kChannelsLastTile co x tile_rows rows m (tile_rows * phases <= kChannelsLastTile positions: a row's
+// phases, which are consecutive positions of grad_y where phases = stride) through shared memory as
+// channels_last_kernel does: all of a thread's loads of a tile in flight, then 16-byte stores along
+// out's rows (co * phases + r consecutive), an element at a time at a row's end.
+template <typename scalar_t>
+__global__ void __launch_bounds__(kChannelsLastThreads)
+    deinterleave_channels_last_kernel(const scalar_t* __restrict__ grad_y, scalar_t* __restrict__ out, int* nonfinite,
+                                      ConvTParams p, int phases, int64_t rows, int64_t row_elements) {
+  constexpr int kTile = kChannelsLastTile, kVector = 16 / int(sizeof(scalar_t));
+  constexpr int kLoads = kTile * kTile / kChannelsLastThreads;
+  struct alignas(16) Vector { scalar_t v[kVector]; };
+  __shared__ scalar_t staged[kTile][kTile + 1];  // [m's row in the tile * phases + r][co]
+  const int tile_rows = kTile / phases, row_length = tile_rows * phases;
+  bool finite = true;
+  for (int64_t n = blockIdx.z; n < p.batch; n += gridDim.z) {
+    for (int64_t first_co = int64_t(blockIdx.y) * kTile; first_co < p.out_channels; first_co += int64_t(gridDim.y) * kTile) {
+      for (int64_t first_m = int64_t(blockIdx.x) * tile_rows; first_m < rows; first_m += int64_t(gridDim.x) * tile_rows) {
+        const int channels = int(std::min<int64_t>(kTile, p.out_channels - first_co));
+        const scalar_t* tile = grad_y + n * p.y_batch_stride + first_co * p.y_channel_stride;
+        scalar_t loads[kLoads];
+#pragma unroll
+        for (int u = 0; u < kLoads; ++u) {  // (load u: channel c, row i / phases, phase i % phases)
+          const int e = int(threadIdx.x) + u * kChannelsLastThreads, c = e / kTile, i = e % kTile;
+          const int64_t j = (first_m + i / phases) * p.stride + i % phases - p.padding;
+          loads[u] = c < channels && i < row_length && j >= 0 && j < p.length_out
+                         ? tile[c * p.y_channel_stride + j * p.y_length_stride] : scalar_t(0);
+          finite = finite && isfinite(static_cast<float>(loads[u]));
+        }
+#pragma unroll
+        for (int u = 0; u < kLoads; ++u) {
+          const int e = int(threadIdx.x) + u * kChannelsLastThreads;
+          staged[e % kTile][e / kTile] = loads[u];
+        }
+        __syncthreads();
+        const int row_values = channels * phases, row_vectors = (row_values + kVector - 1) / kVector;
+        const int out_rows = int(std::min<int64_t>(tile_rows, rows - first_m));
+        for (int e = threadIdx.x; e < out_rows * row_vectors; e += kChannelsLastThreads) {
+          const int row = e / row_vectors, first = e % row_vectors * kVector;
+          scalar_t* const out_row = out + (n * rows + first_m + row) * row_elements + first_co * phases;
+          Vector values;
+#pragma unroll
+          for (int v = 0; v < kVector; ++v) {
+            const int value = first + v;  // (co, r) = (value / phases, value % phases)
+            values.v[v] = staged[row * phases + value % phases][value / phases];
+          }
+          if (first + kVector <= row_values) {
+            *reinterpret_cast<Vector*>(out_row + first) = values;
+          } else {
+            for (int v = 0; first + v < row_values; ++v) out_row[first + v] = values.v[v];
+          }
+        }
+        __syncthreads();
+      }
+    }
+  }
+  if (!__syncthreads_and(finite) && threadIdx.x == 0) *nonfinite = 1;
+}
+
 // Rows of row_elements (launch_aligned_rows): out[(n * channels + c) * row_elements + i] = in[n, c, i]
 // for i < length, zeros after. A thread writes 16 bytes of an out row (row_elements a multiple of 16
 // bytes) from element loads, which a warp's consecutive threads make consecutive along the row.

@@ -171,6 +171,21 @@ void launch_channels_last(const ChannelsLastCopy& copy, const scalar_t* in, scal
 }
 
 template <typename scalar_t>
+void launch_deinterleave_grad_y_channels_last(const ConvTParams& p, const scalar_t* grad_y, scalar_t* out, int* nonfinite,
+                                              int64_t phases, int64_t rows, int64_t row_elements, Launch launch) {
+  TORCH_CHECK(phases >= 1 && phases <= kChannelsLastTile && row_elements * int64_t(sizeof(scalar_t)) % 16 == 0 &&
+                  reinterpret_cast<uintptr_t>(out) % 16 == 0,
+              "convt: internal error: a channels-last deinterleaved copy of ", phases, " phases, rows of ", row_elements);
+  const int64_t tile_rows = kChannelsLastTile / phases;
+  const dim3 grid(unsigned(std::clamp<int64_t>((rows + tile_rows - 1) / tile_rows, 1, 1 << 20)),
+                  unsigned(std::clamp<int64_t>((p.out_channels + kChannelsLastTile - 1) / kChannelsLastTile, 1, 65535)),
+                  unsigned(std::clamp<int64_t>(p.batch, 1, 65535)));
+  deinterleave_channels_last_kernel<scalar_t><<<grid, kChannelsLastThreads, 0, launch.stream>>>(grad_y, out, nonfinite, p, int(phases),
+                                                                                                rows, row_elements);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+template <typename scalar_t>
 void launch_aligned_rows(const RowsView& in, const scalar_t* in_data, int64_t row_elements, scalar_t* out, Launch launch) {
   const int64_t vectors = in.batch * in.channels * row_elements / (16 / int64_t(sizeof(scalar_t)));
   aligned_rows_kernel<scalar_t><<<grid_size(vectors, kDirectThreads, launch), kDirectThreads, 0, launch.stream>>>(in_data, out, in,

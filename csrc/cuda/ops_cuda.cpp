@@ -181,6 +181,23 @@ GradYCopy deinterleaved_grad_y(const ConvTParams& p, const at::Tensor& grad_y, L
   return copy;
 }
 
+// grad_y copied channels-last for grad_input (DataPlan::channels_last_grad_y): (N,
+// channels_last_grad_y_rows, channels_last_grad_y_row_elements), deinterleaved at stride > 1; the
+// flag as deinterleaved_grad_y's
+GradYCopy channels_last_grad_y_copy(const ConvTParams& p, const at::Tensor& grad_y, Launch launch) {
+  const int64_t phases = p.stride > 1 ? deinterleaved_phases(p) : 1, rows = channels_last_grad_y_rows(p);
+  const int64_t row_elements = channels_last_grad_y_row_elements(p, int(grad_y.element_size()));
+  GradYCopy copy{at::empty({p.batch, rows, row_elements}, grad_y.options()), at::zeros({1}, grad_y.options().dtype(at::kInt))};
+  ConvTParams q = p;
+  if (p.stride == 1) q.padding = 0;  // (stride 1: grad_y's own positions, which the plan pads itself)
+  dispatch_dtype(grad_y.scalar_type(), [&](auto element) {
+    using scalar_t = decltype(element);
+    launch_deinterleave_grad_y_channels_last<scalar_t>(q, data_of<scalar_t>(grad_y), data_of<scalar_t>(copy.values),
+                                                       copy.nonfinite.data_ptr<int>(), phases, rows, row_elements, launch);
+  });
+  return copy;
+}
+
 // grad_y unrolled by taps (WeightPlan::unrolled_grad_y): (N, C_out * K, unrolled_row_length(p))
 at::Tensor unrolled_grad_y(const ConvTParams& p, const at::Tensor& grad_y, Launch launch) {
   const at::Tensor out = at::empty({p.batch, p.out_channels * p.kernel_size, unrolled_row_length(p)}, grad_y.options());
@@ -247,9 +264,16 @@ at::Tensor channels_last_grad_y(const ConvTParams& p, const ConvTParams& q, cons
   return p.stride > 1 ? copy : copy.squeeze(1);
 }
 
-// What a GEMM plan reads as `in`: the tensor itself, or grad_y deinterleaved (made once: *copy keeps it)
-at::Tensor gemm_input(const DataPlan& plan, const ConvTParams& p, const at::Tensor& in, Launch launch, GradYCopy* copy) {
-  if (plan.kernel != Kernel::kGemm || !plan.gemm.deinterleaved) return in;
+// What a GEMM plan reads as `in`: the tensor itself, or grad_y deinterleaved (made once: *copy keeps
+// it), or grad_y channels-last (*channels_last keeps it: a layout no other pass reads)
+at::Tensor gemm_input(const DataPlan& plan, const ConvTParams& p, const at::Tensor& in, Launch launch, GradYCopy* copy,
+                      GradYCopy* channels_last) {
+  if (plan.kernel != Kernel::kGemm) return in;
+  if (plan.channels_last_grad_y) {
+    *channels_last = channels_last_grad_y_copy(p, in, launch);
+    return channels_last->values;
+  }
+  if (!plan.gemm.deinterleaved) return in;
   if (!copy->values.defined()) *copy = deinterleaved_grad_y(p, in, launch);
   return copy->values;
 }
@@ -361,7 +385,8 @@ void run_data(DataPlan plan, const ConvTParams& p, const at::Tensor& in_tensor, 
               const at::Tensor& out, bool forward, Math math, const DeviceLimits& limits, GradYCopy* grad_y_copy,
               at::Tensor packed_once = at::Tensor()) {
   const Launch launch = launch_for(limits);
-  at::Tensor in = gemm_input(plan, p, in_tensor, launch, grad_y_copy);
+  GradYCopy channels_last;
+  at::Tensor in = gemm_input(plan, p, in_tensor, launch, grad_y_copy, &channels_last);
   CUtensorMap in_map{}, exact_map{};  // (the exact plan reads `in` as it is)
   const bool mapped = plan.kernel != Kernel::kGemm ||
                       ((!plan.gemm.tensor_rows || encode_in_map(in_map, plan.gemm, in, math)) &&
@@ -370,7 +395,7 @@ void run_data(DataPlan plan, const ConvTParams& p, const at::Tensor& in_tensor, 
     packed_once = at::Tensor();  // (another plan: its own packing)
     plan = forward ? plan_forward(p, facts_of(in_tensor), math, without_tma(limits))
                    : plan_grad_input(p, facts_of(in_tensor), math, without_tma(limits));
-    in = gemm_input(plan, p, in_tensor, launch, grad_y_copy);
+    in = gemm_input(plan, p, in_tensor, launch, grad_y_copy, &channels_last);
   }
   if (plan.kernel == Kernel::kGemm) {
     if (bias_first(plan.gemm)) {  // (positions no kernel stores hold the bias alone)
@@ -383,7 +408,9 @@ void run_data(DataPlan plan, const ConvTParams& p, const at::Tensor& in_tensor, 
     run_gemm(plan.gemm, plan.weight, in, &in_map, w, bias, out, math, launch, packed_once);
     // the exact plan over it where `in` is not finite (grad_y: the copy's flag; x: a pass over it)
     if (plan.gemm.zero_taps) {
-      const at::Tensor nonfinite = plan.gemm.deinterleaved ? grad_y_copy->nonfinite : nonfinite_flag(p, in_tensor, launch);
+      const at::Tensor nonfinite = plan.channels_last_grad_y ? channels_last.nonfinite
+                                   : plan.gemm.deinterleaved ? grad_y_copy->nonfinite
+                                                             : nonfinite_flag(p, in_tensor, launch);
       Launch gated = launch;
       gated.gate = nonfinite.data_ptr<int>();
       run_gemm(plan.exact, plan.weight, in_tensor, &exact_map, w, bias, out, math, gated);

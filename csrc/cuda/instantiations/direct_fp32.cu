@@ -13,6 +13,8 @@ template void launch_depthwise_grad_weight<float>(const ConvTParams&, int64_t, c
 template void launch_grad_weight_direct<float>(const ConvTParams&, const float*, const float*, float*, Launch);
 template void launch_grad_y_row_sums<float>(const ConvTParams&, const float*, acc_type<float>*, Launch);
 template void launch_deinterleave_grad_y<float>(const ConvTParams&, const float*, float*, int*, int64_t, int64_t, Launch);
+template void launch_deinterleave_grad_y_channels_last<float>(const ConvTParams&, const float*, float*, int*, int64_t, int64_t,
+                                                           int64_t, Launch);
 template void launch_flag_nonfinite_x<float>(const ConvTParams&, const float*, int*, Launch);
 template void launch_unroll_grad_y<float>(const ConvTParams&, const float*, float*, Launch);
 template void launch_channels_last<float>(const ChannelsLastCopy&, const float*, float*, Launch);
