@@ -1788,6 +1788,7 @@ DataPlan plan_grad_input(const ConvTParams& p, const TensorFacts& grad_y, Math m
   const double over_grad_y = double(launch_waves(plan.gemm, plan.gemm.launch_row_tiles, limits)) *
                                  pipelined_tile_seconds(plan.gemm, !plan.gemm.tensor_rows, math) +
                              (plan.gemm.deinterleaved ? copy_seconds : 0.0);
+  plan.copy_seconds = over_copy, plan.grad_y_seconds = over_grad_y;
   const bool busy = p.out_channels_per_group * p.kernel_size >= kCopyLeastReduction;
   if (copies != PlanOverride::kAlways && (!busy || over_copy > kAlignedCopyMargin * over_grad_y)) return plan;
   DataPlan over = plan;
@@ -2136,6 +2137,9 @@ std::string describe(const DataPlan& plan) {
     if (g.zero_taps) {
       text += std::string(" exact_family=") + gemm_family_name(plan.exact.tile_shape) +
               " exact_bias_first=" + std::to_string(int(bias_first(plan.exact)));
+    }
+    if (plan.copy_seconds > 0) {
+      text += key_values({{"copy_ns", int64_t(plan.copy_seconds * 1e9)}, {"grad_y_ns", int64_t(plan.grad_y_seconds * 1e9)}});
     }
   } else if (plan.kernel == Kernel::kDepthwise) {
     text += key_values({{"staged", plan.depthwise.staged}, {"co_blocks", plan.depthwise.co_blocks}, {"tap_step", plan.depthwise.tap_step},

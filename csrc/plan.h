@@ -487,6 +487,9 @@ struct DataPlan {
   // channels_last_grad_y_row_elements), at stride > 1 deinterleaved (launch_deinterleave_grad_y_channels_last),
   // read by position rows; gemm's `in` strides are the copy's
   bool channels_last_grad_y = false;
+  // Where plan_grad_input weighed that copy: the model's seconds over it and over grad_y (else 0),
+  // which explain shows (copy_ns, grad_y_ns) for refits against measured times
+  double copy_seconds = 0, grad_y_seconds = 0;
   // merged_groups original groups of few channels run as one GEMM group (plan_data; GemmWeight's
   // group_rows): gemm's groups are groups / merged_groups, its rows and channels merged_groups times
   int64_t merged_groups = 1;
