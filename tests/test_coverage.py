@@ -197,6 +197,18 @@ def test_streamed_forward_in_chunks_of_batch_rows(monkeypatch):
                                       torch.float32, "cpu", check_forward=True)
 
 
+@pytest.mark.parametrize("case", [
+    Case(2, 96, 1, 3, 5000, stride=4, padding=1, dilation=2),  # 3 rows (co, k): several streamed tiles a segment
+    Case(1, 40, 2, 2, 7000, stride=3, output_padding=2),       # 4 rows, 2 output channels
+    Case(3, 33, 1, 5, 4500, padding=2),                         # 5 rows at stride 1, a row's tail past a vector
+], ids=case_id)
+def test_scatter_forward_streams_few_rows(case, monkeypatch):
+    """The scatter forward's blocks of at most 5 rows (co, k) stream x's rows 2048 positions at a time
+    (avx2::stream_rows): long rows of narrow outputs against float64."""
+    monkeypatch.setenv("CONVT_CPU_FORMS", "forward=scatter")
+    assert_backward_matches_reference(case, torch.float32, "cpu", check_forward=True)
+
+
 @pytest.mark.quick
 @pytest.mark.parametrize("forms", [None, "forward=packed,grad_input=packed,grad_weight=dot",
                                    "forward=streamed,grad_weight=positions", "forward=scatter"])

@@ -1282,6 +1282,22 @@ def test_cpu_forward_folds_the_batch_of_wide_short_filters(monkeypatch):
                        env=dict(os.environ, CONVT_CPU_VECTOR_BITS="256"), check=True, timeout=300)
 
 
+def test_cpu_one_channel_groups_run_the_direct_loops(monkeypatch):
+    """One or two channels a group (C_in/g x C_out/g <= 2): the forward and grad_input on the direct
+    loops wherever the AVX2 forms run, grad_weight on rows of at most 256 inputs (longer rows: the dot
+    form, whose per-row costs they spread)."""
+    monkeypatch.delenv("CONVT_CPU_FORMS", raising=False)
+    short, long_rows, multiplier = (2, 1024, 1024, 9, 32, 2, 3, 0, 1, 1024), (16, 256, 256, 7, 4096, 1, 3, 0, 1, 256), \
+        (2, 64, 128, 5, 200, 3, 2, 0, 1, 64)
+    if explain(*short, device="cpu")["forward"].get("vector_bits", 0) == 0:
+        pytest.skip("this CPU runs no AVX2 forms")
+    for shape in (short, long_rows, multiplier):
+        plan = explain(*shape, device="cpu")
+        assert plan["forward"]["kernel"] == "direct" and plan["grad_input"]["kernel"] == "direct", (shape, plan)
+        assert plan["grad_weight"]["kernel"] == ("direct" if shape[4] <= 256 else "dot"), (shape, plan)
+    assert explain(2, 64, 64, 5, 200, 3, 2, 0, 1, 16, device="cpu")["grad_input"]["kernel"] != "direct"  # 4 x 4 a group
+
+
 def test_cpu_plan_names_the_forms_it_runs(monkeypatch):
     """float64 runs the BLAS / direct forms (no AVX2 forms); CONVT_CPU_FORMS shows in the plan."""
     shape = (4, 512, 256, 4, 100, 2, 1)

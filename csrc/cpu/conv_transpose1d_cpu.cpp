@@ -857,6 +857,11 @@ void forward_avx2_streamed(const float* x, const float* w, const float* bias, fl
 void forward_avx2_scatter(const float* x, const float* w, const float* bias, float* y, const ConvTParams& p) {
   const int64_t Cig = p.in_channels_per_group, Cog = p.out_channels_per_group, K = p.kernel_size, R = Cog * K;
   constexpr int64_t kColumns = 256;  // positions of a Z tile
+  // Blocks of at most kStreamMostRows rows (co, k) stream x's rows in order (avx2::stream_rows, 4 rows
+  // of x a pass over the tile's kStreamColumns positions) instead of the micro-kernel's column steps
+  // down all of x's rows: 0.68-0.84x the time on 14 narrow layers of 1-5 rows, long rows of 13k-400k
+  // inputs (at 8 rows 0.96x, from 9 up to 5x slower: the tile's rows no longer fit the registers)
+  constexpr int64_t kStreamColumns = 2048, kStreamMostRows = 5;
   const int64_t span = (K - 1) * p.dilation;
   const int64_t channels = scatter_channels(p);  // output channels per task
   const int64_t blocks = ceil_div(Cog, channels);
@@ -879,7 +884,7 @@ void forward_avx2_scatter(const float* x, const float* w, const float* bias, flo
   const int64_t tasks = p.groups * blocks * p.batch * segments;
   parallel(tasks, double(p.batch) * p.in_channels * p.out_channels_per_group * p.kernel_size * p.length_in,
            [&](int64_t begin, int64_t end) {
-    std::vector<float> tile(block_rows * (kColumns + 64)), window;
+    std::vector<float> tile(block_rows * (kColumns + 64)), window, stream_tile;
     for (int64_t task = begin; task < end; ++task) {
       const int64_t q = task % segments, n = (task / segments) % p.batch, u = task / (segments * p.batch);
       const int64_t g = u / blocks, co0 = (u % blocks) * channels, count = std::min(channels, Cog - co0);
@@ -894,6 +899,22 @@ void forward_avx2_scatter(const float* x, const float* w, const float* bias, flo
       const int64_t i_lo = std::max<int64_t>(0, ceil_div(j0 - span + p.padding, p.stride));
       const int64_t i_hi = std::min(p.length_in, floor_div(j1 - 1 + p.padding, p.stride) + 1);
       const float* x_rows = x + (n * p.in_channels + g * Cig) * p.length_in;
+      if (rows <= kStreamMostRows) {  // (x's rows streamed, kStreamColumns positions at a time)
+        stream_tile.resize(rows * kStreamColumns);
+        for (int64_t i0 = i_lo; i0 < i_hi; i0 += kStreamColumns) {
+          const int64_t cols = std::min(kStreamColumns, i_hi - i0);
+          std::fill(stream_tile.begin(), stream_tile.end(), 0.0f);
+          avx2::stream_rows(rows, cols, Cig, w + g * Cig * R + co0 * K, R, x_rows + i0, p.length_in, stream_tile.data(),
+                            kStreamColumns);
+          for (int64_t r = 0; r < rows; ++r) {
+            const int64_t c = r / K, k = r % K, offset = k * p.dilation - p.padding;
+            const int64_t ia = std::max(i0, ceil_div(j0 - offset, p.stride));
+            const int64_t ib = std::min(i0 + cols, ceil_div(j1 - offset, p.stride));
+            add_tap_row(y_rows + c * p.length_out, stream_tile.data() + r * kStreamColumns - i0, offset, p.stride, ia, ib);
+          }
+        }
+        continue;
+      }
       for (int64_t i0 = i_lo; i0 < i_hi; i0 += kColumns) {
         const int64_t cols = std::min(kColumns, i_hi - i0);
         // B: x's rows from i0, or where the kernel's columns would run past a row, a padded copy
@@ -1757,6 +1778,8 @@ Form grad_input_avx2_form(const ConvTParams& p) {
   return wide_layer(p) && few_positions ? Form::kUnrolled : Form::kPacked;
 }
 
+constexpr int64_t kDirectGradWeightMostInputs = 256;  // (plan: one or two channels a group)
+
 Plans plan(const ConvTParams& p, at::ScalarType dtype) {
   const Override override = read_override();
   const bool avx2_float = dtype == at::kFloat && avx2::available() && !override.portable;
@@ -1765,14 +1788,17 @@ Plans plan(const ConvTParams& p, at::ScalarType dtype) {
     plans.vector_bits = avx2::wide_vectors() ? 512 : 256;
     // At one or two channels a group (C_in/g x C_out/g <= 2: depthwise, a multiplier of 2 or two
     // inputs a group) the micro-kernels' reduction, C_in/g x taps a phase, is too short to pay for
-    // their tiles, and the direct loops, vectorized along the row, do less work.
-    plans.forward = p.in_channels_per_group * p.out_channels_per_group <= 2 ? Form::kDirect
-                    : forward_folded_applies(p)                               ? Form::kFolded
-                                                                              : forward_avx2_form(p);
-    plans.grad_input = grad_input_avx2_form(p);
-    plans.grad_weight = grad_weight_by_blas_taps(p) ? Form::kTaps
-                        : grad_weight_by_gemm(p)       ? Form::kPositions
-                                                       : Form::kDot;
+    // their tiles, and the direct loops, vectorized along the row, do less work: the forward, grad_input
+    // (0.48-0.79x the packed form's time on six such layers of 32-20000 inputs) and grad_weight on rows of
+    // at most kDirectGradWeightMostInputs inputs (0.15x and 0.46x the dot form's on rows of 32 and 200;
+    // on rows of 1000-20000 the dot form's per-row costs are spread thin: 1.1-2x faster than direct).
+    const bool one_channel_pairs = p.in_channels_per_group * p.out_channels_per_group <= 2;
+    plans.forward = one_channel_pairs ? Form::kDirect : forward_folded_applies(p) ? Form::kFolded : forward_avx2_form(p);
+    plans.grad_input = one_channel_pairs ? Form::kDirect : grad_input_avx2_form(p);
+    plans.grad_weight = one_channel_pairs && p.length_in <= kDirectGradWeightMostInputs ? Form::kDirect
+                        : grad_weight_by_blas_taps(p)                                   ? Form::kTaps
+                        : grad_weight_by_gemm(p)                                        ? Form::kPositions
+                                                                                        : Form::kDot;
   }
   bool unused = false;
   if (override.forward == "avx2") {  // (the AVX2 forms' own choice, folded aside: an A/B of forward_folded_applies)

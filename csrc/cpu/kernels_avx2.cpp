@@ -46,6 +46,7 @@ bool wide_vectors() {
 namespace {
 
 constexpr int64_t kDepthBlock = 128;  // reduction steps per block: the B rows of a column step stay in L1
+constexpr int64_t kPrefetchRows = 8;  // gemm_blocks' copies of whole rows: rows requested this far ahead
 
 // Columns per call for a tile of MR < 6 rows: 12 accumulators or fewer, at most 8 vectors.
 template <int MR>
@@ -268,11 +269,6 @@ CONVT_TARGET void gemm_blocks(int64_t rows, int64_t cols, int64_t depth, const f
       panel_offset = panel * kc;
     }
     const bool add = accumulate || k0 > 0;
-    if (panel < 6) {  // one narrow panel, wide column steps
-      const Kernel run = (wide_vectors() ? kNarrowKernels512 : kNarrowKernels)[rows];
-      for (int64_t j = 0; j < cols; j += step) run(kc, a_block, panel, b_steps, column + j, c + j, ldc, add);
-      continue;
-    }
     // Where several panels read a column step's B block (kc rows x step floats) whose steps are distinct
     // rows (inner 1), it is copied contiguous first ([kk][step]): in place, rows off 64-byte alignment
     // span two cache lines each, and rows a multiple of 4 KB apart fall in the same L1 sets. Steps that
@@ -280,7 +276,8 @@ CONVT_TARGET void gemm_blocks(int64_t rows, int64_t cols, int64_t depth, const f
     // they are read in place (docs/perf/2026-11-30-cpu-b-in-place.md). Where B's steps are distinct rows
     // pages apart (a weight's rows, channels' rows; not a row at each tap's shift), the blocks
     // of all column steps are copied at once, each row read once along its columns, for any number of
-    // panels: reading 64 bytes of each of kc such rows per column step defeats the hardware prefetcher.
+    // panels (one narrow panel too): reading 64 bytes of each of kc such rows per column step defeats
+    // the hardware prefetcher.
     const bool whole_rows = b.inner == 1 && b.outer_stride >= 1024;  // (B's steps rows pages apart)
     const bool copy_b = (rows > 12 && b.inner == 1) || whole_rows;
     const int64_t blocks_copied = whole_rows ? (cols + step - 1) / step : 1;
@@ -292,13 +289,31 @@ CONVT_TARGET void gemm_blocks(int64_t rows, int64_t cols, int64_t depth, const f
         b_buffer.data() + ((32 - reinterpret_cast<uintptr_t>(b_buffer.data()) % 32) % 32) / sizeof(float);
     if (whole_rows) {
       for (int64_t kk = 0; kk < kc; ++kk) {
+        if (kk + kPrefetchRows < kc) {  // (a row's columns kPrefetchRows rows ahead: rows pages apart are
+                                        // separate streams, which the hardware prefetcher starts late)
+          const float* ahead = b_steps[kk + kPrefetchRows] + column;
+          for (int64_t v = 0; v < cols; v += 16) _mm_prefetch(reinterpret_cast<const char*>(ahead + v), _MM_HINT_T0);
+        }
         const float* row = b_steps[kk] + column;
         float* out = b_blocks + kk * step;
         for (int64_t j = 0; j < cols; j += step, out += kc * step) copy_columns(out, row + j, step);
       }
     }
-    const Kernel* const panel_kernels = wide_vectors() ? kPanelKernels512 : kPanelKernels;
     const float* copied[kDepthBlock];
+    if (panel < 6) {  // one narrow panel, wide column steps
+      const Kernel run = (wide_vectors() ? kNarrowKernels512 : kNarrowKernels)[rows];
+      for (int64_t j = 0; j < cols; j += step) {
+        if (!whole_rows) {
+          run(kc, a_block, panel, b_steps, column + j, c + j, ldc, add);
+          continue;
+        }
+        const float* block = b_blocks + (j / step) * kc * step;
+        for (int64_t kk = 0; kk < kc; ++kk) copied[kk] = block + kk * step;
+        run(kc, a_block, panel, copied, 0, c + j, ldc, add);
+      }
+      continue;
+    }
+    const Kernel* const panel_kernels = wide_vectors() ? kPanelKernels512 : kPanelKernels;
     for (int64_t j = 0; j < cols; j += step) {
       // The next column step's block, into L1 while this one's products run: its kc rows are as many
       // streams (channels' rows), more than the hardware prefetcher follows, and copied in one go they
@@ -362,6 +377,57 @@ void gemm_rows(int64_t rows, int64_t cols, int64_t depth, const float* a, int64_
                               scratch.data());
 }
 
+template <int kRows>
+CONVT_TARGET void stream_rows_of(int64_t count, int64_t depth, const float* a, int64_t a_step, const float* x, int64_t x_step,
+                                 float* c, int64_t ldc) {
+  int64_t d = 0;
+  for (; d < depth; d += 4) {
+    const int64_t steps = depth - d < 4 ? depth - d : 4;
+    const float* rows[4];
+    __m256 weights[4][kRows];
+    for (int64_t u = 0; u < 4; ++u) {
+      rows[u] = x + (d + (u < steps ? u : 0)) * x_step;  // (steps past depth: weight 0)
+      for (int r = 0; r < kRows; ++r) weights[u][r] = _mm256_set1_ps(u < steps ? a[(d + u) * a_step + r] : 0.0f);
+    }
+    for (int64_t u = 0; u < 4 && d + kPrefetchRows + u < depth; ++u) {
+      const float* ahead = x + (d + kPrefetchRows + u) * x_step;
+      for (int64_t j = 0; j < count; j += 16) _mm_prefetch(reinterpret_cast<const char*>(ahead + j), _MM_HINT_T0);
+    }
+    int64_t j = 0;
+    for (; j + 8 <= count; j += 8) {
+      const __m256 x0 = _mm256_loadu_ps(rows[0] + j), x1 = _mm256_loadu_ps(rows[1] + j);
+      const __m256 x2 = _mm256_loadu_ps(rows[2] + j), x3 = _mm256_loadu_ps(rows[3] + j);
+      for (int r = 0; r < kRows; ++r) {
+        __m256 sum = _mm256_loadu_ps(c + r * ldc + j);
+        sum = _mm256_fmadd_ps(weights[0][r], x0, sum);
+        sum = _mm256_fmadd_ps(weights[1][r], x1, sum);
+        sum = _mm256_fmadd_ps(weights[2][r], x2, sum);
+        sum = _mm256_fmadd_ps(weights[3][r], x3, sum);
+        _mm256_storeu_ps(c + r * ldc + j, sum);
+      }
+    }
+    for (; j < count; ++j) {
+      for (int r = 0; r < kRows; ++r) {
+        float sum = c[r * ldc + j];
+        for (int64_t u = 0; u < steps; ++u) sum += a[(d + u) * a_step + r] * rows[u][j];
+        c[r * ldc + j] = sum;
+      }
+    }
+  }
+}
+
+void stream_rows(int64_t rows, int64_t count, int64_t depth, const float* a, int64_t a_step, const float* x, int64_t x_step,
+                 float* c, int64_t ldc) {
+  switch (rows) {
+    case 1: return stream_rows_of<1>(count, depth, a, a_step, x, x_step, c, ldc);
+    case 2: return stream_rows_of<2>(count, depth, a, a_step, x, x_step, c, ldc);
+    case 3: return stream_rows_of<3>(count, depth, a, a_step, x, x_step, c, ldc);
+    case 4: return stream_rows_of<4>(count, depth, a, a_step, x, x_step, c, ldc);
+    case 5: return stream_rows_of<5>(count, depth, a, a_step, x, x_step, c, ldc);
+    default: std::abort();
+  }
+}
+
 CONVT_TARGET bool write_row(const float* in, int64_t count, float add, float* out, int64_t step) {
   const __m256 bias = _mm256_set1_ps(add);
   __m256 check = _mm256_setzero_ps();  // v - v: 0 for finite v, NaN otherwise
@@ -415,6 +481,7 @@ int64_t column_step(int64_t) { return 16; }
 void gemm(int64_t, int64_t, int64_t, const float*, int64_t, int64_t, const Operand&, int64_t, float*, int64_t, bool) {}
 void gemm_rows(int64_t, int64_t, int64_t, const float*, int64_t, int64_t, const Operand&, int64_t, float*, int64_t,
                bool) {}
+void stream_rows(int64_t, int64_t, int64_t, const float*, int64_t, const float*, int64_t, float*, int64_t) {}
 bool write_row(const float*, int64_t, float, float*, int64_t) { return false; }
 void dot_columns(int64_t, int64_t, int64_t, const float*, int64_t, const float* const*, float*, int64_t, bool) {}
 

@@ -58,6 +58,13 @@ void gemm(int64_t rows, int64_t cols, int64_t depth, const float* a, int64_t pan
 void gemm_rows(int64_t rows, int64_t cols, int64_t depth, const float* a, int64_t a_row, int64_t panel,
                const Operand& b, int64_t column, float* c, int64_t ldc, bool accumulate);
 
+// c[r*ldc + j] += sum_{d < depth} a[d*a_step + r] * x[d*x_step + j] for r < rows (at most 5), j < count:
+// x's rows streamed in order, four at a time, each element loaded once for all rows (a narrow A: the
+// forward's Z = W^T X of few output channels). Reads no element of a row past `count`; prefetches the
+// rows kPrefetchRows ahead (rows pages apart are streams the hardware prefetcher starts late).
+void stream_rows(int64_t rows, int64_t count, int64_t depth, const float* a, int64_t a_step, const float* x, int64_t x_step,
+                 float* c, int64_t ldc);
+
 // out[j*step] = in[j] + add for j < count; false where a value written is not finite.
 bool write_row(const float* in, int64_t count, float add, float* out, int64_t step);
 
