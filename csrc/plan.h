@@ -311,13 +311,13 @@ ConvTParams grad_weight_over_copies(const ConvTParams& p, int element_size, bool
 // stride, channels_last_phase_length, C_out rounded up to 16 bytes); q's y strides are those of one
 // phase's rows, read as (N, C_out, positions) with channel stride 1 (at stride 1: (N, L_out, C_out))
 ConvTParams grad_weight_over_channels_last_grad_y(const ConvTParams& p, int element_size);
-int64_t channels_last_phase_length(const ConvTParams& p);
+int64_t channels_last_phase_length(const ConvTParams& p);  // ceil(L_out / stride): rows a phase of the copy
 // grad_input's channels-last copy of grad_y (DataPlan::channels_last_grad_y): rows (positions of the
 // deinterleaved copy at stride > 1, else L_out) of row_elements (C_out * P, or C_out at stride 1,
 // rounded up to 16 bytes); at most kChannelsLastCopyMostPhases phases (the copy's 64-position tiles)
 int64_t channels_last_grad_y_rows(const ConvTParams& p);
 int64_t channels_last_grad_y_row_elements(const ConvTParams& p, int element_size);
-constexpr int64_t kChannelsLastCopyMostPhases = 64;  // ceil(L_out / stride): rows a phase of the copy
+constexpr int64_t kChannelsLastCopyMostPhases = 64;  // (direct.cuh's kChannelsLastTile)
 // The box tiles of grad_weight (grad_weight_boxes.cuh; docs/design.md §5.7): a 16-bit problem of any
 // stride over x with a tensor map and grad_y copied channels-last (grad_weight_over_channels_last_grad_y),
 // C_in per group above 64, at most kMaxBoxTaps taps. Each item is 128 bytes of x positions

@@ -878,6 +878,7 @@ void forward_avx2_scatter(const float* x, const float* w, const float* bias, flo
   parallel(p.groups * blocks, double(p.groups) * Cig * R, [&](int64_t begin, int64_t end) {
     for (int64_t u = begin; u < end; ++u) {
       const int64_t g = u / blocks, co0 = (u % blocks) * channels, rows = std::min(channels, Cog - co0) * K;
+      if (rows <= kStreamMostRows) continue;  // (read in place: stream_rows)
       avx2::pack_a(rows, Cig, 1, w + g * Cig * R + co0 * K, 1, R, &zero, a + u * packed, 0, Cig, 0, avx2::panels(rows));
     }
   });

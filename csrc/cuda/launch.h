@@ -103,10 +103,10 @@ void launch_grad_weight_direct(const ConvTParams& p, const scalar_t* grad_y, con
 template <typename scalar_t>
 void launch_deinterleave_grad_y(const ConvTParams& p, const scalar_t* grad_y, scalar_t* out, int* nonfinite, int64_t phases,
                                 int64_t row_length, Launch launch);
-// ... and channels-last (DataPlan::copy_channels_last at stride > 1): out[(n * rows + m) *
-// row_elements + co * phases + r] = grad_y[n, co, m * stride + r - padding] for m < rows, r < phases
-// (at most kChannelsLastTile), zero outside grad_y; elements from C_out * phases on of a row are not
-// written (row_elements a multiple of 16 bytes); *nonfinite set where grad_y holds Inf or NaN
+// ... and channels-last (DataPlan::channels_last_grad_y; at stride 1 phases 1, padding 0): out[(n *
+// rows + m) * row_elements + co * phases + r] = grad_y[n, co, m * stride + r - padding] for m < rows,
+// r < phases (at most kChannelsLastTile), zero outside grad_y; elements from C_out * phases on of a
+// row are not written (row_elements a multiple of 16 bytes); *nonfinite set where grad_y holds Inf or NaN
 template <typename scalar_t>
 void launch_deinterleave_grad_y_channels_last(const ConvTParams& p, const scalar_t* grad_y, scalar_t* out, int* nonfinite,
                                               int64_t phases, int64_t rows, int64_t row_elements, Launch launch);
