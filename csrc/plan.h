@@ -317,7 +317,7 @@ int64_t channels_last_phase_length(const ConvTParams& p);  // ceil(L_out / strid
 // rounded up to 16 bytes); at most kChannelsLastCopyMostPhases phases (the copy's 64-position tiles)
 int64_t channels_last_grad_y_rows(const ConvTParams& p);
 int64_t channels_last_grad_y_row_elements(const ConvTParams& p, int element_size);
-constexpr int64_t kChannelsLastCopyMostPhases = 64;  // (direct.cuh's kChannelsLastTile)
+constexpr int64_t kChannelsLastCopyMostPhases = 64;  // (direct.cuh's kChannelsLastTile, static_assert there)
 // The box tiles of grad_weight (grad_weight_boxes.cuh; docs/design.md §5.7): a 16-bit problem of any
 // stride over x with a tensor map and grad_y copied channels-last (grad_weight_over_channels_last_grad_y),
 // C_in per group above 64, at most kMaxBoxTaps taps. Each item is 128 bytes of x positions

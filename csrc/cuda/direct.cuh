@@ -164,6 +164,7 @@ __global__ void unroll_grad_y_kernel(const scalar_t* __restrict__ grad_y, scalar
 // (row_elements a multiple of 16 bytes), channels past `channels` as zeros, else one element of each
 // channel below `channels`. Any phases: position j's row is (j mod phases, j div phases).
 constexpr int kChannelsLastTile = 64, kChannelsLastThreads = 256;
+static_assert(kChannelsLastTile == kChannelsLastCopyMostPhases, "plan.h's most phases of a channels-last copy: a tile's positions");
 
 template <typename scalar_t, int kLoadElements, bool kVectorStores>
 __global__ void __launch_bounds__(kChannelsLastThreads)

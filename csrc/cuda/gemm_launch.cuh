@@ -88,11 +88,13 @@ constexpr int kPackThreads = 256;
 
 template <typename scalar_t, Math kMath>
 void pack_gemm_weight(const GemmPlan& plan, const GemmWeight& weight, const scalar_t* w, uint32_t* packed, Launch launch) {
-  // blocks of kPackThreads words of a unit's slots (g, row_tile, chunk); where those are fewer than
-  // eight blocks an SM, the part slots are shared out over blockIdx.z too
+  // blocks of kPackThreads 16-byte quads of a unit's slots (g, row_tile, chunk); where those are fewer
+  // than eight blocks an SM, the part slots are shared out over blockIdx.z too
   const int64_t units = plan.groups * plan.row_tiles * plan.chunks, part_slots = int64_t(plan.weight_parts) * plan.taps;
-  TORCH_INTERNAL_ASSERT(units * part_slots * plan.slot_words == packed_weight_words(plan), "convt: packed weight layout");
-  const int64_t pieces = (plan.slot_words + kPackThreads - 1) / kPackThreads, blocks = units * pieces;
+  TORCH_INTERNAL_ASSERT(units * part_slots * plan.slot_words == packed_weight_words(plan) && plan.slot_words % 4 == 0 &&
+                            reinterpret_cast<uintptr_t>(packed) % 16 == 0,
+                        "convt: packed weight layout");  // (16-byte quads)
+  const int64_t quads = plan.slot_words / 4, pieces = (quads + kPackThreads - 1) / kPackThreads, blocks = units * pieces;
   const int64_t split = std::clamp<int64_t>((8 * int64_t(launch.sm_count) + blocks - 1) / blocks, 1, part_slots);
   const dim3 grid{unsigned(units), unsigned(pieces), unsigned(split)};
   pack_gemm_weight_kernel<cuda_type<scalar_t>, kMath><<<grid, kPackThreads, 0, launch.stream>>>(

@@ -42,71 +42,89 @@ namespace convt::cuda {
 //   warpgroup tiles: as B of wgmma (A^T, K-major, swizzled rows of 32 * ksteps bytes; wgmma.cuh)
 // A_t[row, ch] = w[...]: GemmWeight (plan.h).
 
-// Block (x, y, z) packs word y * blockDim.x + threadIdx.x of each slot of unit x, (g, row_tile,
-// chunk) of the launch, at every gridDim.z-th of its part slots from z: the unit's index math once
-// per block, and a thread's word position once for all of its slots, in 32 bits (rows and channels
+// Block (x, y, z) packs quad y * blockDim.x + threadIdx.x (16 bytes: words 4q .. 4q + 3) of each
+// slot of unit x, (g, row_tile, chunk) of the launch, at every gridDim.z-th of its part slots from z.
+// A quad's words share their rows (warpgroup tiles: one row; mma.sync: a lane's fragment, two rows),
+// so the index math of its rows and channels runs once per thread, in 32 bits (rows and channels
 // stay below 2^30, gemm_applies; a unit's slots hold at most 256 x 8,192 words; offsets into w and
-// packed are 64-bit). Enough blocks that a thread loads a few words, not a chain of
-// them: a small weight packs in one load latency. A unit's part slots read W's elements of its rows
-// and channels at every tap, so a 32-byte sector fetched for one slot serves the taps beside it (L1).
+// packed are 64-bit), and a slot costs its taps' loads and one 16-byte store. A unit's part slots
+// read W's elements of its rows and channels at every tap, so a 32-byte sector fetched for one slot
+// serves the taps beside it (L1).
 template <typename T, Math kMath>
 __global__ void pack_gemm_weight_kernel(const T* __restrict__ w, uint32_t* __restrict__ packed, GemmProblem p,
                                         GemmWeight a) {
-  constexpr int kChannelsPerWord = kMath == Math::k16Bit ? 2 : 1;
+  constexpr int kChannelsPerWord = kMath == Math::k16Bit ? 2 : 1, kElements = 4 * kChannelsPerWord;
   if (p.gate != nullptr && *p.gate == 0) return;  // (a gated plan's weight: only where its GEMM runs, Launch::gate)
-  const int in_slot = int(blockIdx.y * blockDim.x + threadIdx.x);
-  if (in_slot >= p.slot_words) return;
-  // (runtime divisors by the launcher's dividers: a thread packs few words, so its index math, not
-  // its loads, sets the pace)
+  const int quad = int(blockIdx.y * blockDim.x + threadIdx.x);
+  if (4 * quad >= p.slot_words) return;
   const int unit = int(blockIdx.x), part_slots = p.weight_parts * p.taps;
   const auto unit_chunk = p.div_chunks.divmod(unsigned(unit)), unit_tile = p.div_row_tiles.divmod(unit_chunk.div);
   const int chunk = int(unit_chunk.mod), row_tile = int(unit_tile.mod), g = int(unit_tile.div);
   const T* w_group = w + int64_t(g) * a.group_stride;
-  uint32_t* unit_packed = packed + int64_t(unit) * part_slots * p.slot_words;
-  int tile_row, word;  // of the slot's block_m x (8 * ksteps)-word tile
+  uint32_t* quad_packed = packed + int64_t(unit) * part_slots * p.slot_words + 4 * quad;
+  // The quad's words e = 0..3 of the slot's block_m x (8 * ksteps)-word tile: rows tile_row[e % 2],
+  // words word[e]
+  int tile_row[2], word[4];
   if (p.warpgroups) {  // rows of 8 * ksteps words (32 * ksteps bytes), 16-byte units swizzled by row
-    const auto row_word = p.div_ksteps.divmod(unsigned(in_slot / 8));
-    const int word_in_row = int(row_word.mod) * 8 + in_slot % 8;
-    tile_row = int(row_word.div);
-    word = ((word_in_row / 4) ^ swizzle_of_row(tile_row % 8, p.ksteps * 32)) * 4 + word_in_row % 4;
-  } else {
-    const int part = in_slot % 4, lane = in_slot / 4 % 32;
-    const auto m16_kstep = p.div_ksteps.divmod(unsigned(in_slot / 128));
-    tile_row = int(m16_kstep.div) * 16 + lane / 4 + (part % 2) * 8;
-    word = int(m16_kstep.mod) * 8 + lane % 4 + (part / 2) * 4;
+    const auto row_unit = p.div_ksteps.divmod(unsigned(quad / 2));
+    tile_row[0] = tile_row[1] = int(row_unit.div);
+    const int unit_in_row = int(row_unit.mod) * 2 + quad % 2;
+    for (int e = 0; e < 4; ++e) word[e] = (unit_in_row ^ swizzle_of_row(tile_row[0] % 8, p.ksteps * 32)) * 4 + e;
+  } else {  // the fragment of lane quad % 32: a0 a1 a2 a3 at rows (lane/4, lane/4 + 8) x words (lane%4, lane%4 + 4)
+    const int lane = quad % 32;
+    const auto m16_kstep = p.div_ksteps.divmod(unsigned(quad / 32));
+    tile_row[0] = int(m16_kstep.div) * 16 + lane / 4, tile_row[1] = tile_row[0] + 8;
+    for (int e = 0; e < 4; ++e) word[e] = int(m16_kstep.mod) * 8 + lane % 4 + (e / 2) * 4;
   }
-  const int row = (p.first_row_tile + row_tile) * p.block_m + tile_row;  // (a launch packs its row tiles)
-  const auto row_of_phase = p.div_row_phases.divmod(unsigned(row));
-  const int row_phase = int(row_of_phase.mod);  // (merged phases: GemmProblem::row_phases, weight_channel_phases)
-  const bool row_inside = row < p.rows_per_group && row_phase < p.stored_row_phases;
-  // (merged groups: W's rows of an original group, GemmWeight::group_rows; never with merged phases)
+  // Each row: inside the problem, its phase, W's row (merged phases: GemmProblem::row_phases,
+  // weight_channel_phases; merged groups: W's rows of an original group, GemmWeight::group_rows,
+  // never with merged phases)
   const bool merged_groups = a.group_rows > 0;
-  const int64_t w_row_index = merged_groups && a.co_rows ? int64_t(row_of_phase.div) % a.group_rows : int64_t(row_of_phase.div);
-  const T* w_row = w_group + w_row_index * a.row_stride;
+  int row[2], row_phase[2];
+  bool row_inside[2];
+  int64_t row_offset[2];
+  for (int r = 0; r < 2; ++r) {
+    row[r] = (p.first_row_tile + row_tile) * p.block_m + tile_row[r];  // (a launch packs its row tiles)
+    const auto row_of_phase = p.div_row_phases.divmod(unsigned(row[r]));
+    row_phase[r] = int(row_of_phase.mod);
+    row_inside[r] = row[r] < p.rows_per_group && int(row_of_phase.mod) < p.stored_row_phases;
+    row_offset[r] = (merged_groups && a.co_rows ? int64_t(row_of_phase.div) % a.group_rows : int64_t(row_of_phase.div)) * a.row_stride;
+  }
+  // Each element (word e, half h: its channel kappa = word * kChannelsPerWord + h of the chunk, x_s
+  // row kappa with tensor map phases, set_half_bases): where W holds it beside its tap, its phase, and
+  // whether it is inside the problem at all
+  const int map_phase_rows = p.map_row_phases > 1 ? p.staged_rows / p.map_row_phases : 1;
+  const int first_channel = int(problem_chunk(p, chunk)) * p.chunk_channels;
+  int64_t offset[kElements];
+  int phase[kElements];
+  bool inside[kElements];
+#pragma unroll
+  for (int i = 0; i < kElements; ++i) {
+    const int e = i / kChannelsPerWord, kappa = word[e] * kChannelsPerWord + i % kChannelsPerWord;
+    const int ch = first_channel + (p.map_row_phases > 1 ? kappa % map_phase_rows * p.map_row_phases + kappa / map_phase_rows : kappa);
+    const auto channel_phase = p.div_weight_channel_phases.divmod(unsigned(ch));
+    phase[i] = row_phase[e % 2] + int(channel_phase.mod);  // (one of the two is 0)
+    inside[i] = row_inside[e % 2] && ch < p.channels_per_group && (!merged_groups || row[e % 2] / a.group_rows == ch / a.group_channels);
+    const int64_t w_channel = merged_groups && !a.co_rows ? int64_t(channel_phase.div) % a.group_channels : int64_t(channel_phase.div);
+    offset[i] = row_offset[e % 2] + w_channel * a.channel_stride;
+  }
   // (merged rows or grad_y's phases as channels of a dilated filter: position t * row_phases *
   // weight_channel_phases + phase holds the tap at position / dilation where dilation divides it;
   // the division only there)
   const int dilation = p.row_phases > 1 || p.weight_channel_phases > 1 ? int(a.dilation) : 1;
-  const int map_phase_rows = p.map_row_phases > 1 ? p.staged_rows / p.map_row_phases : 1;
-#pragma unroll 4
+  const int tap_positions = p.row_phases * p.weight_channel_phases;
   for (int part_slot = int(blockIdx.z); part_slot < part_slots; part_slot += int(gridDim.z)) {
     const bool small_part = part_slot >= p.taps;  // (weight_parts: 1 or 2)
     const int t = p.step_tap[small_part ? part_slot - p.taps : part_slot];  // slot i holds tap step_tap[i]
-    uint32_t value = 0;
+    uint32_t words[4] = {0, 0, 0, 0};
 #pragma unroll
-    for (int half = 0; half < kChannelsPerWord; ++half) {
-      const int kappa = word * kChannelsPerWord + half;  // (tensor map phases: x_s row kappa's channel, set_half_bases)
-      const int ch = int(problem_chunk(p, chunk)) * p.chunk_channels +
-                     (p.map_row_phases > 1 ? kappa % map_phase_rows * p.map_row_phases + kappa / map_phase_rows : kappa);
-      const auto channel_phase = p.div_weight_channel_phases.divmod(unsigned(ch));
-      const int phase = row_phase + int(channel_phase.mod);  // (one of the two is 0)
-      const int position = t * p.row_phases * p.weight_channel_phases + phase;
+    for (int i = 0; i < kElements; ++i) {
+      const int position = t * tap_positions + phase[i];
       const int tap = dilation == 1 ? position : position / dilation;
       // (merged rows of phases without a tap: zero, stored_row_phases; zero_taps: taps from K on)
-      const bool inside = row_inside && ch < p.channels_per_group && tap < a.taps && (dilation == 1 || position % dilation == 0) &&
-                          (!merged_groups || row / a.group_rows == ch / a.group_channels);
-      const int64_t w_channel = merged_groups && !a.co_rows ? int64_t(channel_phase.div) % a.group_channels : int64_t(channel_phase.div);
-      const T element = inside ? w_row[w_channel * a.channel_stride + tap * a.tap_stride] : from_float<T>(0.0f);
+      const bool element_inside = inside[i] && tap < a.taps && (dilation == 1 || position % dilation == 0);
+      const T element = element_inside ? w_group[offset[i] + tap * a.tap_stride] : from_float<T>(0.0f);
+      uint32_t& value = words[i / kChannelsPerWord];
       if constexpr (kMath == Math::kTF32) {
         value = to_tf32(to_float(element));
       } else if constexpr (kMath == Math::k3xTF32) {
@@ -115,10 +133,10 @@ __global__ void pack_gemm_weight_kernel(const T* __restrict__ w, uint32_t* __res
         split_tf32(raw, big, small);
         value = p.weight_parts == 1 ? raw[0] : small_part ? small[0] : big[0];
       } else {
-        value |= uint32_t(*reinterpret_cast<const unsigned short*>(&element)) << (16 * half);
+        value |= uint32_t(*reinterpret_cast<const unsigned short*>(&element)) << (16 * (i % kChannelsPerWord));
       }
     }
-    unit_packed[part_slot * p.slot_words + in_slot] = value;
+    *reinterpret_cast<uint4*>(quad_packed + int64_t(part_slot) * p.slot_words) = make_uint4(words[0], words[1], words[2], words[3]);
   }
 }
 
