@@ -1346,7 +1346,7 @@ std::optional<WeightGradPlan> plan_grad_weight_boxes(const ConvTParams& q, const
   for (int k = 0; k < g.taps; ++k) g.group_tap_shift[k] = int(tap_of(k, q.stride, q.padding, q.dilation).shift);
   const int64_t stage_bytes = int64_t(kBoxBlockCi + g.box_columns) * kBoxItemBytes;
   g.stages = int(std::min<int64_t>(kMaxBoxStages, (limits.smem_one_block() - 2 * 8 * kMaxBoxStages) / stage_bytes));
-  if (g.stages < 2) return std::nullopt;
+  if (g.stages < 2 || g.stages * stage_bytes < int64_t(kBoxBlockCi) * box_staging_pitch(g.box_slots, g.block_co) * 4) return std::nullopt;
   g.smem_bytes = size_t(g.stages * stage_bytes + 2 * 8 * g.stages);
   return g;
 }

@@ -329,6 +329,12 @@ constexpr int kMaxBoxTaps = 32, kMaxBoxSlots = 4, kMaxBoxStages = 6;
 constexpr int kBoxItemBytes = 128, kBoxBlockCi = 128;
 constexpr int kBoxSlotCo = 64;  // a grad_y box's co: 128 bytes, the swizzle's row (a slot holds whole boxes)
 constexpr int kBoxColumnChoices[] = {64, 128, 256};  // (wgmma's N, one instruction a k-step)
+// The tile's epilogue stages its fp32 sums in the stages' bytes (BoxEpilogue): kBoxBlockCi rows of ci
+// at this pitch in floats, slot t's co c at t * (block_co + 8) + c, the pitch 8 mod 32 (banks)
+constexpr int box_staging_pitch(int box_slots, int block_co) {
+  const int columns = box_slots * (block_co + 8);
+  return columns + (40 - columns % 32) % 32;
+}
 // The forward over `batch` elements of x copied into rows of 16-byte multiples (DataPlan::copy_batch)
 ConvTParams forward_over_aligned_x(const ConvTParams& p, int element_size, int64_t batch);
 // ... and over `batch` elements of x copied channels-last: (batch, L_in, C_in) contiguous, read as

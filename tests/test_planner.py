@@ -773,7 +773,8 @@ def test_grad_weight_box_tiles_where_wide(monkeypatch):
     gives them less time than the other tiles (short rows of many channels: 10,1280,1280,7,299,s4;
     not hifigan_up0, whose 64 tiles make one wave). Not float32 (grad_y N-major is 16-bit only), not
     narrower or smaller layers, not without wgmma; CONVT_GRAD_WEIGHT_BOXES=always takes them wherever
-    they apply (at any stride and dilation), `never` nowhere."""
+    they apply (at any stride and dilation), `never` nowhere. A plan's shared memory holds the tile's
+    staged sums."""
     wide = (8, 1280, 1280, 5, 1159, 1, 2, 0, 1, 1)
     dilated = (4, 768, 512, 9, 1000, 3, 4, 1, 2, 1)
     assert plans(NAMED["hifigan_up0"], torch.bfloat16, True, "h100")["grad_weight"]["kernel"] == "grad_weight_wgmma"
@@ -787,6 +788,10 @@ def test_grad_weight_box_tiles_where_wide(monkeypatch):
             assert g["aligned_x"] == int(shape[4] % 8 != 0), (shape, g)  # (rows of 16-byte multiples: x as it is)
             assert g["box_columns"] in (64, 128, 256) and g["block_co"] % 64 == 0, g
             assert g["box_columns"] == g["block_co"] * g["box_slots"] and g["tap_groups"] == -(-shape[3] // g["box_slots"]), g
+            # the epilogue stages the tile's fp32 sums in the stages' bytes: 128 ci rows at a pitch of
+            # the slots' co and 8 more floats each, rounded to 8 mod 32 (plan.h's box_staging_pitch)
+            columns = g["box_slots"] * (g["block_co"] + 8)
+            assert g["smem_bytes"] >= 128 * 4 * (columns + (40 - columns % 32) % 32), g
             assert plans(shape, dtype, True, "h100")["grad_bias"]["kernel"] == "row_sums"
     assert plans(wide, torch.float32, True, "h100")["grad_weight"]["kernel"] == "grad_weight_wgmma"
     assert plans(wide, torch.bfloat16, True, "a100")["grad_weight"]["kernel"] != "grad_weight_boxes"

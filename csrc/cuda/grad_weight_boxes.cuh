@@ -19,7 +19,7 @@
 //   BoxStages    the ring of stages in shared memory and its mbarriers
 //   BoxProducer  one thread: per item the x boxes and each tap slot's gy boxes into a free stage (loader)
 //   BoxMainloop  each consumer warpgroup: per item 4 k-steps of wgmma over the stage, one item in flight
-//   BoxEpilogue  the accumulators -> partial[slice]
+//   BoxEpilogue  the accumulators -> partial[slice], through shared memory
 #pragma once
 
 #include <cuda.h>  // CUtensorMap
@@ -166,30 +166,51 @@ struct BoxMainloop {
 
 // The accumulators -> partial[slice] (grad_w's layout (C_in, C_out/groups, K)): d[4j + e] is ci row
 // 16 * warp + lane / 4 + 8 * (e / 2) of the warpgroup's 64, column 8j + 2 * (lane % 4) + e % 2, in
-// tap slot 8j / block_co (block_co a multiple of 8: a column group lies in one slot)
+// tap slot 8j / block_co (block_co a multiple of 8: a column group lies in one slot). Straight from
+// the registers a warp's store would touch 32 sectors (a value's neighbours in grad_w are its other
+// taps, in other tiles' columns); so the tile goes through shared memory (the stages' bytes, free
+// once both consumer warpgroups' wgmma are done; the planner keeps them large enough), rows of ci at
+// box_staging_pitch floats (plan.h), slot t's co c at t * (block_co + 8) + c (the pitch 8 mod 32: the
+// fragments' pairs store without bank conflicts, and reads along taps of neighbouring co hit
+// distinct banks), and leaves along grad_w's runs: a thread's consecutive elements the tile's taps
+// of one co, then the next co.
 template <int kColumns>
 struct BoxEpilogue {
   const WeightGradPlan& p;
   const BoxTile& tile;
   float* partial;
   int wg, warp, lane;
-  __device__ __forceinline__ void store(const float (&acc)[kColumns / 2]) const {
+  static constexpr int kConsumerBarrier = 1;  // (named barrier 0 is __syncthreads')
+  __device__ __forceinline__ void store(const float (&acc)[kColumns / 2], float* staging) const {
     const int64_t weight_elements = int64_t(p.groups) * p.in_channels_per_group * p.out_channels_per_group * p.taps;
     float* const out = partial + tile.slice * weight_elements;
-    const int ci_base = tile.first_ci + wg * kBoxHalfCi + 16 * warp + lane / 4;
+    const int row_pitch = box_staging_pitch(p.box_slots, p.block_co), first_row = wg * kBoxHalfCi + 16 * warp + lane / 4;
+    consumer_barrier();  // (the other warpgroup's wgmma may still read the stages)
 #pragma unroll
     for (int j = 0; j < kColumns / 8; ++j) {
-      const int slot = 8 * j / p.block_co;
-      const int k = tile.first_tap + slot;
-      const int co_base = tile.first_co + 8 * j - slot * p.block_co + 2 * (lane % 4);
-      if (slot >= tile.taps) continue;
+      const int slot = 8 * j / p.block_co, co = 8 * j - slot * p.block_co + 2 * (lane % 4);
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int ci = ci_base + 8 * (e / 2), co = co_base + e % 2;
-        if (ci < p.in_channels_per_group && co < p.out_channels_per_group)
-          out[((int64_t(tile.group) * p.in_channels_per_group + ci) * p.out_channels_per_group + co) * p.taps + k] = acc[4 * j + e];
+      for (int half = 0; half < 2; ++half)
+        *reinterpret_cast<float2*>(staging + (first_row + 8 * half) * row_pitch + slot * (p.block_co + 8) + co) =
+            make_float2(acc[4 * j + 2 * half], acc[4 * j + 2 * half + 1]);
+    }
+    consumer_barrier();
+    // a warp a row of ci at a time, its lanes along the row's run of (co, tap slot) pairs, (co, slot)
+    // = (e / taps, e % taps) by a multiply (exact: e < 1,024 and taps <= 4)
+    const int taps = tile.taps, run = taps * p.block_co, reciprocal = (65536 + taps - 1) / taps;
+    for (int row = int(threadIdx.x) / 32; row < kBoxBlockCi; row += kPipelineConsumerThreads / 32) {
+      const int ci = tile.first_ci + row;
+      if (ci >= p.in_channels_per_group) break;  // (rows ascend: the rest too)
+      float* const out_row = out + ((int64_t(tile.group) * p.in_channels_per_group + ci) * p.out_channels_per_group + tile.first_co) * p.taps + tile.first_tap;
+      const float* const staged_row = staging + row * row_pitch;
+      for (int e = lane; e < run; e += 32) {
+        const int co = (e * reciprocal) >> 16, slot = e - co * taps;
+        if (tile.first_co + co < p.out_channels_per_group) out_row[int64_t(co) * p.taps + slot] = staged_row[slot * (p.block_co + 8) + co];
       }
     }
+  }
+  __device__ __forceinline__ static void consumer_barrier() {
+    asm volatile("bar.sync %0, %1;" ::"n"(kConsumerBarrier), "n"(kPipelineConsumerThreads) : "memory");
   }
 };
 
@@ -213,7 +234,7 @@ __global__ void __launch_bounds__(kPipelineThreads, 1)
 #pragma unroll
   for (int e = 0; e < kColumns / 2; ++e) acc[e] = 0.0f;
   BoxMainloop<T, kColumns>{tile, stages, wg, lane}.run(acc);
-  BoxEpilogue<kColumns>{p, tile, partial, wg, warp, lane}.store(acc);
+  BoxEpilogue<kColumns>{p, tile, partial, wg, warp, lane}.store(acc, reinterpret_cast<float*>(box_smem));
 #endif
 }
 
