@@ -1801,17 +1801,6 @@ DataPlan plan_grad_input(const ConvTParams& p, const TensorFacts& grad_y, Math m
 
 namespace {
 
-// The box tiles' host work (a tensor map per tap, the channels-last copy's launch) costs tens of
-// microseconds a call, which a host-bound backward pays in full: below this many MACs the kernel's
-// gain is smaller (H200, bf16: 3.1 and 3.5 GFLOP layers 1.08-1.31x slower forward + backward with
-// grad_weight 0.76-0.79x; 18-20 GFLOP ones 0.93-0.97x; docs/perf/2026-11-30-grad-weight-boxes.md)
-constexpr double kBoxLeastMacs = 8e9;
-// ... and they were measured faster than the warpgroup tiles on grad_weight alone on every layer
-// tried (0.41-1.0x), but in forward + backward only on wide ones; channels per group from which a
-// layer is wide (the warpgroup tiles' weak class, 0.37-0.65x cuDNN; narrower layers with long rows,
-// such as kb64's 128 x 128, were not measured against them)
-constexpr int64_t kBoxLeastChannels = 256;
-
 // CONVT_GRAD_WEIGHT_BOXES: the box tiles (plan_grad_weight_boxes) where they apply (read_plan_override).
 // Read at every plan: the tests run the other grad_weight kernels' cases with `never`, the box
 // tiles' small cases with `always`.
@@ -1836,27 +1825,40 @@ std::optional<WeightGradPlan> plan_boxes_over_copies(const ConvTParams& p, const
   return boxes;
 }
 
-// The box tiles against the other grad_weight kernels at stride > 1 (§5.7), in seconds on an H200 in
-// 16-bit, fitted to 24 wide strided layers timed both ways (docs/perf/2026-12-01-strided-box-tiles.md):
-// the box tiles kBoxUnitSeconds a unit of their cost (box_cost), twice that where their tiles number
-// at most half the SMs (a wave's blocks then walk several slices' items, whose boxes no other block
-// of the wave reads: 13-17 ns a unit measured, against 5.5-10 elsewhere); the others
-// kGradWUnitSeconds a unit of grad_weight_time (their copies included), each x row
-// kGradWRowPositions positions longer (each row's items' fixed work: 0.26-0.42 ps a unit on rows of
-// thousands of positions, 0.65-1.16 on rows of 120-700).
-constexpr double kBoxUnitSeconds = 7e-9;
-constexpr double kGradWUnitSeconds = 0.33e-12;
+// The box tiles against the other grad_weight kernels (§5.7), in seconds on an H200 in 16-bit,
+// fitted to 143 sweep and named layers timed both ways (grad_weight alone;
+// docs/perf/2026-12-02-box-planner.md): the box tiles kBoxHostSeconds a call (35 µs fitted to
+// grad_weight alone, 30 more that forward + backward showed on host-bound layers), kBoxUnitSeconds a
+// unit of their cost (box_cost), kBoxSliceElementSeconds a weight element of each slice (the
+// epilogue's staged stores, the sum of the slices) and kBoxCopyUnitSeconds a unit of their copies'
+// time (grad_y channels-last, x aligned where it has no tensor map); the others kGradWHostSeconds a
+// call and kGradWUnitSeconds a unit of grad_weight_time (their copies included), each x row
+// kGradWRowPositions positions longer (each row's items' fixed work). On layers narrower than
+// kBoxWideChannels (C_in or C_out per group) the box tiles are taken only where their time times
+// kBoxMargin is at most the others': there the tiles' model is the rougher (42 % of those layers off
+// by 30 % or more, against 11 % of the wide ones), and a wrong switch to the box tiles cost up to 3x.
+constexpr double kBoxHostSeconds = 65e-6;
+constexpr double kBoxUnitSeconds = 2.8e-9;
+constexpr double kBoxSliceElementSeconds = 2.5e-12;
+constexpr double kBoxCopyUnitSeconds = 0.68e-12;
+constexpr double kGradWHostSeconds = 46e-6;
+constexpr double kGradWUnitSeconds = 0.28e-12;
 constexpr double kGradWRowPositions = 300;
-double box_tiles_seconds(const WeightGradPlan& g, const DeviceLimits& limits) {
-  const bool few_tiles = 2 * g.tiles <= limits.sm_count;
-  return (few_tiles ? 2 : 1) * kBoxUnitSeconds * box_cost(g.tiles, g.box_columns, g.slices, g.items, grad_weight_elements(g), limits);
+constexpr double kBoxMargin = 1.3;
+constexpr int64_t kBoxWideChannels = 256;
+double box_tiles_seconds(const WeightPlan& boxes, const DeviceLimits& limits) {
+  const WeightGradPlan& g = boxes.gemm;
+  const double copies = grad_y_copy_time(boxes.problem) + (boxes.aligned_x ? x_copy_time(boxes.problem) : 0.0);
+  return kBoxHostSeconds + kBoxUnitSeconds * box_cost(g.tiles, g.box_columns, g.slices, g.items, grad_weight_elements(g), limits) +
+         kBoxSliceElementSeconds * double(g.slices) * double(grad_weight_elements(g)) + kBoxCopyUnitSeconds * copies;
 }
 // (grad_y_shared: grad_input deinterleaves grad_y, and a plan over that copy reads it at no cost)
 double grad_weight_tiles_seconds(const WeightPlan& weight, const ConvTParams& p, bool grad_y_shared) {
   const ConvTParams& q = weight.problem;
   const double copies = (weight.aligned_x ? x_copy_time(q) : 0.0) +
                         ((weight.deinterleaved_grad_y && !grad_y_shared) || weight.unrolled_grad_y ? grad_y_copy_time(q) : 0.0);
-  return kGradWUnitSeconds * (grad_weight_time(weight.gemm) + copies) * (1 + kGradWRowPositions / double(p.length_in));
+  return kGradWHostSeconds +
+         kGradWUnitSeconds * (grad_weight_time(weight.gemm) + copies) * (1 + kGradWRowPositions / double(p.length_in));
 }
 
 // grad_weight's pass on the mma.sync or warpgroup tiles (or the depthwise or direct kernels)
@@ -1952,30 +1954,27 @@ WeightPlan plan_grad_weight_tiles_pass(const ConvTParams& p, const TensorFacts& 
 }
 
 // grad_weight's pass (plan_backward): the box tiles where they apply (C_out per group filling at least
-// half a slot) on wide layers with MACs enough to pay for their host work, at stride > 1 only where
-// they take less time than the other kernels' plan (box_tiles_seconds; grad_y_shared: that plan's
-// copy of grad_y deinterleaved is grad_input's); `always`: wherever they apply
+// half a slot) and take less time than the other kernels' plan (by kBoxMargin on narrower layers;
+// box_tiles_seconds against grad_weight_tiles_seconds; grad_y_shared: that plan's copy of grad_y deinterleaved is grad_input's);
+// `always`: wherever they apply
 WeightPlan plan_grad_weight_pass(const ConvTParams& p, const TensorFacts& x, const TensorFacts& grad_y, Math math,
                                  bool grad_bias, bool grad_y_shared, const DeviceLimits& limits) {
   const PlanOverride boxes_override = grad_weight_boxes_override();
-  const double macs = double(p.batch) * p.length_in * p.in_channels * p.out_channels_per_group * p.kernel_size;
-  const bool wide = p.in_channels_per_group >= kBoxLeastChannels && p.out_channels_per_group >= kBoxLeastChannels;
-  if (math == Math::k3xTF32 || p.out_channels_per_group <= 32 || boxes_override == PlanOverride::kNever ||
-      (!(wide && macs >= kBoxLeastMacs) && boxes_override != PlanOverride::kAlways)) {
+  if (math == Math::k3xTF32 || p.out_channels_per_group <= 32 || boxes_override == PlanOverride::kNever)
     return plan_grad_weight_tiles_pass(p, x, grad_y, math, grad_bias, limits);
-  }
   WeightPlan boxes;
   const auto box_plan = plan_boxes_over_copies(p, x, grad_y, limits, boxes);
   if (!box_plan) return plan_grad_weight_tiles_pass(p, x, grad_y, math, grad_bias, limits);
   boxes.kernel = Kernel::kGradWeightBoxes;
   boxes.gemm = *box_plan;
-  if (p.stride == 1 || boxes_override == PlanOverride::kAlways) return boxes;
+  if (boxes_override == PlanOverride::kAlways) return boxes;
   WeightPlan tiles = plan_grad_weight_tiles_pass(p, x, grad_y, math, grad_bias, limits);
   const bool gemm_tiles = tiles.kernel == Kernel::kGradWeightGemm || tiles.kernel == Kernel::kGradWeightWgmma;
   if (!gemm_tiles) return boxes;
-  boxes.box_seconds = tiles.box_seconds = box_tiles_seconds(boxes.gemm, limits);
+  boxes.box_seconds = tiles.box_seconds = box_tiles_seconds(boxes, limits);
   boxes.tiles_seconds = tiles.tiles_seconds = grad_weight_tiles_seconds(tiles, p, grad_y_shared);
-  return boxes.box_seconds <= boxes.tiles_seconds ? boxes : tiles;
+  const bool wide = p.in_channels_per_group >= kBoxWideChannels && p.out_channels_per_group >= kBoxWideChannels;
+  return (wide ? 1.0 : kBoxMargin) * boxes.box_seconds <= boxes.tiles_seconds ? boxes : tiles;
 }
 
 }  // namespace

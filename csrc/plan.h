@@ -511,7 +511,7 @@ struct WeightPlan {
   bool unrolled_grad_y = false;  // grad_y unrolled by taps (grad_weight_over_unrolled)
   bool channels_last_grad_y = false;  // grad_y copied channels-last (grad_weight_over_channels_last_grad_y)
   ConvTParams problem{};
-  // Where the box tiles were weighed against the other tiles (stride > 1, plan_grad_weight_pass):
+  // Where the box tiles were weighed against the other tiles (plan_grad_weight_pass):
   // their estimated times, box_tiles_seconds and grad_weight_tiles_seconds (else 0), which explain
   // shows (box_ns, tiles_ns) for refits of the two models against measured times
   double box_seconds = 0, tiles_seconds = 0;
