@@ -891,6 +891,10 @@ def test_bench_explain_prints_every_pass():
     table = explain_table([SHAPES["kb64"], SHAPES["depthwise"]], ["tf32", "fp32", "bf16"], "a100")
     assert "plans for a100" in table and table.count("\n") == 1 + 6
     assert "gemm warp 128x128" in table and "depthwise" in table
+    # every named shape and dtype on a card with wgmma: hifigan_up0's 16-bit grad_weight on box tiles
+    table = explain_table(list(SHAPES.values()), ["tf32", "fp32", "bf16"], "h100")
+    assert table.count("\n") == 1 + 3 * len(SHAPES)
+    assert "grad_weight_boxes 128x4x64 4 stages over aligned_x + channels_last_grad_y" in table, table
 
 
 def test_bench_explain_names_this_cpus_forms(monkeypatch, capsys):
