@@ -8,10 +8,14 @@ torch_convt_op and of torch.nn.functional.conv_transpose1d, each run --calls tim
 torch.profiler after a warm-up; prints both totals in µs a call and the --top kernels of each side's
 forward + backward (a kernel's µs a call summed over its launches). Needs CUDA and a built package
 (run from a built source tree, or with it on PYTHONPATH). Times include no L2 flush: use tools/ab.py
-or the benchmark for the figures to quote; this says which kernel to look at.
+or the benchmark for the figures to quote; this says which kernel to look at. Each side's line also
+gives its host µs a call: the wall time of --calls forward + backward calls issued back to back with
+no synchronization, a call's share (the host's work, where the GPU keeps up: a host-bound step
+costs at least this).
 """
 import argparse
 import collections
+import time
 
 import torch
 from torch.profiler import ProfilerActivity, profile
@@ -35,6 +39,20 @@ def kernel_times(fn, calls):
     return times
 
 
+def host_us(fn, calls):
+    """Host µs a call of fn: `calls` calls issued without synchronization (after 3 warm-up calls and
+    a synchronization, so that the GPU's queue starts empty)"""
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    elapsed = time.perf_counter() - start
+    torch.cuda.synchronize()
+    return elapsed / calls * 1e6
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--layers", required=True, help="'N,C_in,C_out,K,L_in,stride,padding,output_padding,dilation,groups;...'")
@@ -56,12 +74,13 @@ def main():
             for side, conv in (("torch", torch.nn.functional.conv_transpose1d), ("ours", torch_convt_op.conv_transpose1d)):
                 grad = torch.randn_like(conv(x, w, b, *conv_args))
                 forward = kernel_times(lambda: conv(x, w, b, *conv_args), args.calls)
-                both = kernel_times(lambda: torch.autograd.grad(conv(x, w, b, *conv_args), (x, w, b), grad), args.calls)
-                sides[side] = (forward, both)
+                step = lambda: torch.autograd.grad(conv(x, w, b, *conv_args), (x, w, b), grad)
+                both = kernel_times(step, args.calls)
+                sides[side] = (forward, both, host_us(step, args.calls))
             print(f"== {layer} {dtype_name}: " + " | ".join(
-                f"{side} fwd {sum(forward.values()):.0f} fwd+bwd {sum(both.values()):.0f} µs"
-                for side, (forward, both) in sides.items()))
-            for side, (_, both) in sides.items():
+                f"{side} fwd {sum(forward.values()):.0f} fwd+bwd {sum(both.values()):.0f} µs (host {host:.0f})"
+                for side, (forward, both, host) in sides.items()))
+            for side, (_, both, _) in sides.items():
                 print(f"   {side:5s} " + "; ".join(f"{name[:64]} {us:.0f}" for name, us in both.most_common(args.top)))
             del x, w, b
             torch.cuda.empty_cache()
