@@ -1846,19 +1846,24 @@ constexpr double kGradWUnitSeconds = 0.28e-12;
 constexpr double kGradWRowPositions = 300;
 constexpr double kBoxMargin = 1.3;
 constexpr int64_t kBoxWideChannels = 256;
+// The copies a grad_weight plan makes, in grad_weight_time's units (grad_y_shared: grad_input
+// deinterleaves grad_y, and a plan over that copy reads it at no cost)
+double weight_copies_time(const WeightPlan& weight, bool grad_y_shared) {
+  const bool copies_grad_y =
+      (weight.deinterleaved_grad_y && !grad_y_shared) || weight.unrolled_grad_y || weight.channels_last_grad_y;
+  return (weight.aligned_x ? x_copy_time(weight.problem) : 0.0) + (copies_grad_y ? grad_y_copy_time(weight.problem) : 0.0);
+}
+// (box_cost's share for the slices' partial sums sizes the slices; kBoxSliceElementSeconds is the
+// fitted time of those sums)
 double box_tiles_seconds(const WeightPlan& boxes, const DeviceLimits& limits) {
   const WeightGradPlan& g = boxes.gemm;
-  const double copies = grad_y_copy_time(boxes.problem) + (boxes.aligned_x ? x_copy_time(boxes.problem) : 0.0);
   return kBoxHostSeconds + kBoxUnitSeconds * box_cost(g.tiles, g.box_columns, g.slices, g.items, grad_weight_elements(g), limits) +
-         kBoxSliceElementSeconds * double(g.slices) * double(grad_weight_elements(g)) + kBoxCopyUnitSeconds * copies;
+         kBoxSliceElementSeconds * double(g.slices) * double(grad_weight_elements(g)) +
+         kBoxCopyUnitSeconds * weight_copies_time(boxes, /*grad_y_shared=*/false);
 }
-// (grad_y_shared: grad_input deinterleaves grad_y, and a plan over that copy reads it at no cost)
 double grad_weight_tiles_seconds(const WeightPlan& weight, const ConvTParams& p, bool grad_y_shared) {
-  const ConvTParams& q = weight.problem;
-  const double copies = (weight.aligned_x ? x_copy_time(q) : 0.0) +
-                        ((weight.deinterleaved_grad_y && !grad_y_shared) || weight.unrolled_grad_y ? grad_y_copy_time(q) : 0.0);
-  return kGradWHostSeconds +
-         kGradWUnitSeconds * (grad_weight_time(weight.gemm) + copies) * (1 + kGradWRowPositions / double(p.length_in));
+  return kGradWHostSeconds + kGradWUnitSeconds * (grad_weight_time(weight.gemm) + weight_copies_time(weight, grad_y_shared)) *
+                                 (1 + kGradWRowPositions / double(p.length_in));
 }
 
 // grad_weight's pass on the mma.sync or warpgroup tiles (or the depthwise or direct kernels)
