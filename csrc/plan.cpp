@@ -821,6 +821,24 @@ GemmWeight gemm_weight(const ConvTParams& p, bool forward) {  // A_t[row, ch] = 
 
 namespace {
 
+// A pipelined plan of a group of 8-32 rows (an output of 8-32 channels a group forward, an input of
+// 8-32 grad_input) runs in place of the warp tiles where its steps take at most
+// kNarrowRowsPipelinedTaps taps and, over several out phases, an output takes at least
+// kNarrowRowsPipelinedMacs MACs. Over 103 (layer, dtype, pass) cells of the sweep's draws, the
+// pipelined kernel took 0.81x the warp tiles' time so; steps of more taps ran 1.02x in the forward
+// (many taps' weight slots a stage leave fewer stages), strided outputs of fewer MACs up to 1.4x
+// (docs/perf/2026-12-02-narrow-rows-pipelined.md). CONVT_NARROW_ROWS_PIPELINED=always|never takes
+// every such plan or none (read at every plan).
+constexpr int kNarrowRowsPipelinedTaps = 16;
+constexpr int64_t kNarrowRowsPipelinedMacs = 32;
+bool narrow_rows_pipelined(const GemmPlan& pipelined_plan) {
+  const GemmPlan& g = pipelined_plan;
+  const PlanOverride choice = read_plan_override("CONVT_NARROW_ROWS_PIPELINED");
+  if (choice != PlanOverride::kModel) return choice == PlanOverride::kAlways;
+  return most_taps_per_step(g) <= kNarrowRowsPipelinedTaps &&
+         (g.out_phases == 1 || g.channels_per_group * g.taps >= kNarrowRowsPipelinedMacs * g.out_phases);
+}
+
 // A problem whose phases merge runs merged on warpgroup tiles where those fill the SMs (more than 32
 // merged rows, or a narrow output); warpgroup problems run pipelined where that plans, on at least
 // half the SMs where none fills them; then the warp tiles by the rows of a group and the taps of a
@@ -857,6 +875,15 @@ std::optional<GemmPlan> choose_gemm_plan(const GemmPlan& g, const std::optional<
   }
   if (pipelined && g.rows_per_group > 32) {
     if (auto plan = pipelined_plan(g, false)) return plan;
+  }
+  // Groups of 8-32 rows on the pipelined kernel's 16 or 32-row tiles where that pays
+  // (narrow_rows_pipelined), taken as step 2's
+  if (pipelined && g.rows_per_group >= 8 && g.rows_per_group <= 32) {
+    const auto plan = plan_pipelined(g, in, math, limits, false);
+    if (plan && narrow_rows_pipelined(*plan)) {
+      if (plan->parts >= limits.sm_count) return plan;
+      if (!half_filling) half_filling = plan;
+    }
   }
   // A narrow problem (fewer than 8 rows) is bound by streaming `in`, which the pipelined kernel does at
   // full rate and the warp tiles do not, as long as its 16-row tiles' padded MMA work stays below
@@ -2050,7 +2077,7 @@ namespace {
 constexpr size_t kPlanCacheEntries = 4096;
 constexpr const char* kPlannerVariables[] = {
     "CONVT_MAX_WORKSPACE_MB", "CONVT_DEPTHWISE_PHASE_TAPS", "CONVT_FORWARD_X_COPIES", "CONVT_GEMM_SPLITS",
-    "CONVT_GRAD_INPUT_COPIES", "CONVT_GRAD_WEIGHT_BOXES", "CONVT_GRAD_WEIGHT_UNROLLED", "CONVT_GROUP_MERGE", "CONVT_POSITION_ROWS",
+    "CONVT_GRAD_INPUT_COPIES", "CONVT_GRAD_WEIGHT_BOXES", "CONVT_GRAD_WEIGHT_UNROLLED", "CONVT_GROUP_MERGE", "CONVT_NARROW_ROWS_PIPELINED", "CONVT_POSITION_ROWS",
     "CONVT_STAGED_WARP_TILES", "CONVT_TAP_BOXES", "CONVT_ZERO_TAP_COPIES", "CONVT_ONE_CHANNEL_GEMM",
 };
 

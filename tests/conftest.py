@@ -438,6 +438,21 @@ BOX_TILE_CASES = [
     Case(2, 96, 40, 4, 1024, stride=4, layout="transposed"),  # strided, x's batch stride below its channels'
 ]
 
+# Groups of 8-32 rows (C_out/groups forward, C_in/groups grad_input) on the pipelined kernel's 16 and
+# 32-row tiles (CONVT_NARROW_ROWS_PIPELINED=always): on an H100 or H200 each moves the forward or
+# grad_input of at least one math mode off the warp tiles (test_planner checks which).
+NARROW_ROW_CASES = [
+    Case(1, 32, 16, 64, 40000, padding=31),             # 64 taps: 16 rows forward, 32 grad_input
+    Case(2, 16, 16, 124, 20000, padding=61),            # 124 taps on 16 rows both ways
+    Case(2, 64, 32, 128, 20000),                        # 128 taps (kMaxGemmTaps), 32 rows forward
+    Case(2, 32, 8, 40, 40000, stride=2, padding=19),    # 8 rows forward, strided; grad_y deinterleaved
+    Case(2, 8, 256, 16, 20000, padding=7),              # 8 rows grad_input
+    Case(2, 96, 48, 3, 20000, padding=3, dilation=3, groups=3),  # three groups of 16 rows, dilated
+    Case(2, 64, 64, 7, 20000, padding=3, groups=4),     # four groups of 16 rows
+    Case(4, 20, 12, 9, 9001, stride=3, padding=4, output_padding=2, dilation=2),  # 12 rows, strided, dilated
+    Case(2, 24, 16, 95, 12247, stride=8, padding=32, output_padding=5, dilation=3),  # 95 dilated taps at stride 8
+]
+
 # The reduction split (GemmPlan::splits: warp tiles whose parts leave SMs idle over a long reduction,
 # each out phase's steps over several parts, fp32 slices added in order with the bias): the model
 # takes it on the first three on an H100 or H200; test_tiles forces it (CONVT_GEMM_SPLITS=always)

@@ -285,7 +285,7 @@ def test_strided_forwards_of_warp_tiles_run_pipelined_with_strided_stores(dtype,
     few_macs = plans((11, 8, 32, 5, 8528, 5, 2, 0, 2, 1), dtype, tf32, "h100")["forward"]  # 8 MACs an output
     assert few_macs["family"] == "warp", few_macs
     pair = plans((6, 48, 48, 5, 8001, 2, 2, 1, 1, 2), dtype, tf32, "h100")["forward"]  # 24 rows a group, 60 MACs
-    assert pair["family"] == ("warp" if dtype == torch.float32 and not tf32 else "pipelined"), pair
+    assert pair["family"] == "pipelined", pair  # (3xTF32: no phase pair, 24 rows on 32-row tiles)
     if dtype == torch.float32 and not tf32:
         return
     wide = plans((2, 1024, 512, 9, 14085, 4, 10, 0, 3, 4), dtype, tf32, "h100")["forward"]
@@ -969,8 +969,32 @@ def test_narrow_problems_with_few_taps_a_step_run_pipelined():
             taps = shape[3]
             pipelined = 16 * taps <= 192
             assert (g["family"] == "pipelined" and g["block_m"] == 16) == pipelined, (shape, dtype, tf32, g)
-    wider = plans((2, 200, 12, 1, 20001, 1, 0, 0, 1, 1), torch.float32, True, "h100")["forward"]  # 12 rows: warp tiles
-    assert wider["family"] == "warp" and wider["block_m"] == 16, wider
+    wider = plans((2, 200, 12, 3, 20001, 1, 0, 0, 1, 1), torch.float32, True, "h100")["forward"]  # 12 rows, 3 taps
+    assert wider["family"] == "pipelined" and wider["block_m"] == 16, wider  # (the 8-32 rows' rule)
+
+
+@pytest.mark.parametrize("dtype,tf32", MATHS)
+def test_groups_of_8_to_32_rows_run_pipelined_where_steps_are_short(dtype, tf32, monkeypatch):
+    """A forward or grad_input of 8-32 rows a group runs on the pipelined 16 or 32-row tiles where
+    their steps take at most 16 taps and, over several out phases, an output at least 32 MACs; else on
+    warp tiles. CONVT_NARROW_ROWS_PIPELINED=never keeps the warp tiles, always takes the pipelined ones."""
+    cases = [  # (shape, pass, pipelined by the model)
+        ((2, 200, 12, 3, 20001, 1, 1, 0, 1, 1), "forward", True),       # 12 rows, 3 taps
+        ((22, 32, 16, 5, 18359, 2, 1, 0, 1, 1), "forward", True),       # strided, 80 MACs an output
+        ((5, 8, 256, 16, 62014, 1, 7, 0, 1, 1), "grad_input", True),    # 8 rows, steps of 16 taps
+        ((1, 32, 16, 64, 600000, 1, 27, 0, 1, 1), "forward", False),    # steps of 32 taps or more
+        ((2, 8, 16, 4, 1773314, 2, 1, 0, 1, 1), "forward", False),      # strided, 16 MACs an output
+    ]
+    for shape, pass_, model in cases:
+        for choice, expected in (("", model), ("never", False), ("always", True)):
+            if choice == "always" and not model:
+                continue  # (where a pipelined plan exists, which not every math has for these)
+            monkeypatch.setenv("CONVT_NARROW_ROWS_PIPELINED", choice)
+            g = plans(shape, dtype, tf32, "h100")[pass_]
+            assert g["kernel"] == "gemm" and g["family"] == ("pipelined" if expected else "warp"), (shape, choice, g)
+            if expected:
+                assert g["block_m"] in (16, 32), (shape, choice, g)
+                assert choice or g["step_taps"] <= 16, (shape, g)
 
 
 def test_depthwise_forward_walks_its_phase_taps_where_it_skips_enough():
@@ -1326,3 +1350,26 @@ def test_cpu_plan_names_the_forms_it_runs(monkeypatch):
     plan = explain(*shape, device="cpu")
     assert plan["forward"]["kernel"] == "unrolled" and plan["grad_weight"]["kernel"] == "direct", plan
 
+
+
+def test_narrow_row_cases_reach_the_pipelined_narrow_tiles(monkeypatch):
+    """Each of conftest's NARROW_ROW_CASES (which test_tiles runs forced onto the pipelined kernel) moves
+    the forward or grad_input of at least one math mode from warp tiles onto the pipelined 16 or 32-row
+    tiles on an H100 under CONVT_NARROW_ROWS_PIPELINED=always; any other plan keeps its tiles."""
+    from conftest import NARROW_ROW_CASES
+
+    for case in NARROW_ROW_CASES:
+        shape = (case.n, case.c_in, case.c_out, case.k, case.l_in, case.stride, case.padding, case.output_padding,
+                 case.dilation, case.groups)
+        moved = []
+        for dtype, tf32 in MATHS:
+            monkeypatch.setenv("CONVT_NARROW_ROWS_PIPELINED", "never")
+            before = plans(shape, dtype, tf32, "h100")
+            monkeypatch.setenv("CONVT_NARROW_ROWS_PIPELINED", "always")
+            after = plans(shape, dtype, tf32, "h100")
+            for name in ("forward", "grad_input"):
+                if before[name]["kernel"] == "gemm" and tile(before[name]) != tile(after[name]):
+                    assert before[name]["family"] == "warp", (case, name, before[name])
+                    assert tile(after[name]) in {("pipelined", 16, 256), ("pipelined", 32, 256)}, (case, name, after[name])
+                    moved.append((dtype, tf32, name))
+        assert moved, case

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from conftest import (BOX_TILE_CASES, CHUNK_RANGE_CASES, CPU_TILE_CASES, CPU_TILE_SCALE, DTYPES, FLOAT_CHUNK_RANGE_CASES,
-                      GRAD_INPUT_COPY_CASES, GRAD_WEIGHT_TILE_CASES, SPLIT_TILE_CASES, WIDE_TILE_CASES, ZERO_TAP_CHUNK_RANGE_CASES,
+                      GRAD_INPUT_COPY_CASES, GRAD_WEIGHT_TILE_CASES, NARROW_ROW_CASES, SPLIT_TILE_CASES, WIDE_TILE_CASES, ZERO_TAP_CHUNK_RANGE_CASES,
                       assert_backward_matches_reference, assert_gradients_deterministic, cuda_plans, quick, requires_cuda)
 
 # Math modes, (dtype, TF32 allowed), per device. CUDA: float32 with and without TF32, and the 16-bit types.
@@ -88,6 +88,16 @@ def test_grad_weight_box_tiles(case, dtype, tf32, monkeypatch):
         assert plan["kernel"] == "grad_weight_boxes", plan
     x, w, b = assert_backward_matches_reference(case, dtype, "cuda")
     assert_gradients_deterministic(x, w, b, case)
+
+
+@requires_cuda
+@pytest.mark.parametrize("case", NARROW_ROW_CASES, ids=str)
+@pytest.mark.parametrize("dtype,tf32", CUDA_MODES, ids=lambda v: str(v).removeprefix("torch."), indirect=["tf32"])
+def test_narrow_rows_pipelined(case, dtype, tf32, monkeypatch):
+    """Groups of 8-32 rows on the pipelined kernel (forced on: CONVT_NARROW_ROWS_PIPELINED=always), in
+    every math mode: y and the gradients against float64."""
+    monkeypatch.setenv("CONVT_NARROW_ROWS_PIPELINED", "always")
+    assert_backward_matches_reference(case, dtype, "cuda", check_forward=True)
 
 
 @requires_cuda
