@@ -4,7 +4,7 @@ dtype, under compute-sanitizer's memcheck, racecheck, initcheck and synccheck.
     python tools/sanitize.py            # every tool; one summary line per tool, exit 1 on any error
     python tools/sanitize.py --tool racecheck  # (leaves out the mbarrier-ordered kernels: MBARRIER_KERNELS)
     python tools/sanitize.py --inner    # the workload alone (what runs under each tool)
-    python tools/sanitize.py --shapes 28,29  # only these shapes of the workload (SHAPES, then WIDE_TILE_SHAPES)
+    python tools/sanitize.py --shapes 28,29  # only these shapes of the workload (SHAPES, WIDE_TILE_SHAPES, NARROW_ROW_SHAPES)
 """
 import argparse
 import os
@@ -84,6 +84,15 @@ WIDE_TILE_SHAPES = [
     (12, 96, 40, 16, 1500, 8, 4, 0, 1, 1, False),  # merged phases in grad_input too
 ]
 WIDE_TILE_MODES = [("float32", True), ("bfloat16", False)]
+# Groups of 8-32 rows on the pipelined 16 and 32-row tiles (where their steps are short; all of them
+# under CONVT_NARROW_ROWS_PIPELINED=always): enough tiles to reach half the SMs
+NARROW_ROW_SHAPES = [
+    (1, 32, 16, 64, 40000, 1, 31, 0, 1, 1, False),  # 16 rows forward, 32 grad_input, 64 taps
+    (2, 8, 256, 16, 20000, 1, 7, 0, 1, 1, False),   # 8 rows grad_input
+    (2, 96, 48, 3, 20000, 1, 3, 0, 3, 3, False),    # three groups of 16 rows, dilated
+    (4, 20, 12, 9, 9001, 3, 4, 2, 1, 2, False),     # 12 rows, strided and dilated
+]
+NARROW_ROW_MODES = [("float32", True), ("float32", False), ("bfloat16", False)]
 
 
 def exercise(only=None) -> None:
@@ -94,7 +103,8 @@ def exercise(only=None) -> None:
 
     generator = torch.Generator().manual_seed(0)
     runs = 0
-    work = [(shape, MODES) for shape in SHAPES] + [(shape, WIDE_TILE_MODES) for shape in WIDE_TILE_SHAPES]
+    work = ([(shape, MODES) for shape in SHAPES] + [(shape, WIDE_TILE_MODES) for shape in WIDE_TILE_SHAPES] +
+            [(shape, NARROW_ROW_MODES) for shape in NARROW_ROW_SHAPES])
     if only is not None:
         work = [work[index] for index in only]
     for shape, modes in work:
