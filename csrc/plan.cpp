@@ -823,10 +823,9 @@ namespace {
 
 // A pipelined plan of a group of 8-32 rows (an output of 8-32 channels a group forward, an input of
 // 8-32 grad_input) runs in place of the warp tiles where its steps take at most
-// kNarrowRowsPipelinedTaps taps and, over several out phases, an output takes at least
-// kNarrowRowsPipelinedMacs MACs. Over 103 (layer, dtype, pass) cells of the sweep's draws, the
-// pipelined kernel took 0.81x the warp tiles' time so; steps of more taps ran 1.02x in the forward
-// (many taps' weight slots a stage leave fewer stages), strided outputs of fewer MACs up to 1.4x
+// kNarrowRowsPipelinedTaps taps (longer runs of taps put so many weight slots in a stage that too
+// few stages fit) and, over several out phases, an output takes at least kNarrowRowsPipelinedMacs
+// MACs (below that the strided stores outweigh the MMA); the thresholds are fitted
 // (docs/perf/2026-12-02-narrow-rows-pipelined.md). CONVT_NARROW_ROWS_PIPELINED=always|never takes
 // every such plan or none (read at every plan).
 constexpr int kNarrowRowsPipelinedTaps = 16;
@@ -2077,8 +2076,9 @@ namespace {
 constexpr size_t kPlanCacheEntries = 4096;
 constexpr const char* kPlannerVariables[] = {
     "CONVT_MAX_WORKSPACE_MB", "CONVT_DEPTHWISE_PHASE_TAPS", "CONVT_FORWARD_X_COPIES", "CONVT_GEMM_SPLITS",
-    "CONVT_GRAD_INPUT_COPIES", "CONVT_GRAD_WEIGHT_BOXES", "CONVT_GRAD_WEIGHT_UNROLLED", "CONVT_GROUP_MERGE", "CONVT_NARROW_ROWS_PIPELINED", "CONVT_POSITION_ROWS",
-    "CONVT_STAGED_WARP_TILES", "CONVT_TAP_BOXES", "CONVT_ZERO_TAP_COPIES", "CONVT_ONE_CHANNEL_GEMM",
+    "CONVT_GRAD_INPUT_COPIES", "CONVT_GRAD_WEIGHT_BOXES", "CONVT_GRAD_WEIGHT_UNROLLED", "CONVT_GROUP_MERGE",
+    "CONVT_NARROW_ROWS_PIPELINED", "CONVT_POSITION_ROWS", "CONVT_STAGED_WARP_TILES", "CONVT_TAP_BOXES",
+    "CONVT_ZERO_TAP_COPIES", "CONVT_ONE_CHANNEL_GEMM",
 };
 
 // (every field of these is in the key: one added to them must join it)
