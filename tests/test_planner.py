@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import torch_convt_op  # noqa: F401  (loads torch.ops.convt)
-from torch_convt_op.planner import explain
+from torch_convt_op.planner import explain, summary
 
 pytestmark = pytest.mark.quick  # (a few seconds: all of it is in the quick subset)
 
@@ -1373,3 +1373,23 @@ def test_narrow_row_cases_reach_the_pipelined_narrow_tiles(monkeypatch):
                     assert tile(after[name]) in {("pipelined", 16, 256), ("pipelined", 32, 256)}, (case, name, after[name])
                     moved.append((dtype, tf32, name))
         assert moved, case
+
+
+def test_plan_changes_lists_the_layers_an_override_moves(monkeypatch):
+    """tools/plan_changes.py's last line: the sweep layers (seed 0, 60 drawn) whose forward or
+    grad_input plan CONVT_NARROW_ROWS_PIPELINED=always changes against never, each of which does."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    command = [sys.executable, os.path.join(root, "tools", "plan_changes.py"), "--seeds", "0", "--count", "60",
+               "--a", "CONVT_NARROW_ROWS_PIPELINED=never", "--b", "CONVT_NARROW_ROWS_PIPELINED=always",
+               "--passes", "forward,grad_input", "--card", "h100"]
+    output = subprocess.run(command, capture_output=True, text=True, check=True).stdout.strip().splitlines()
+    layers = [tuple(int(v) for v in item.split(",")) for item in output[-1].split(";") if item]
+    assert layers and len(output) == len(layers) + 1, output
+    for shape in layers:
+        summaries = []
+        for choice in ("never", "always"):
+            monkeypatch.setenv("CONVT_NARROW_ROWS_PIPELINED", choice)
+            summaries.append([summary(plans(shape, dtype, tf32, "h100")[name]) for dtype, tf32 in
+                              ((torch.bfloat16, True), (torch.float32, True), (torch.float32, False))
+                              for name in ("forward", "grad_input")])
+        assert summaries[0] != summaries[1], shape
