@@ -821,7 +821,7 @@ GemmWeight gemm_weight(const ConvTParams& p, bool forward) {  // A_t[row, ch] = 
 
 namespace {
 
-// A pipelined plan of a group of 8-32 rows (an output of 8-32 channels a group forward, an input of
+// A pipelined plan g of a group of 8-32 rows (an output of 8-32 channels a group forward, an input of
 // 8-32 grad_input) runs in place of the warp tiles where its steps take at most
 // kNarrowRowsPipelinedTaps taps (longer runs of taps put so many weight slots in a stage that too
 // few stages fit) and, over several out phases, an output takes at least kNarrowRowsPipelinedMacs
@@ -830,8 +830,7 @@ namespace {
 // every such plan or none (read at every plan).
 constexpr int kNarrowRowsPipelinedTaps = 16;
 constexpr int64_t kNarrowRowsPipelinedMacs = 32;
-bool narrow_rows_pipelined(const GemmPlan& pipelined_plan) {
-  const GemmPlan& g = pipelined_plan;
+bool narrow_rows_pipelined(const GemmPlan& g) {
   const PlanOverride choice = read_plan_override("CONVT_NARROW_ROWS_PIPELINED");
   if (choice != PlanOverride::kModel) return choice == PlanOverride::kAlways;
   return most_taps_per_step(g) <= kNarrowRowsPipelinedTaps &&
@@ -848,11 +847,13 @@ std::optional<GemmPlan> choose_gemm_plan(const GemmPlan& g, const std::optional<
                                          Math math, const DeviceLimits& limits) {
   const bool one_accumulator = math != Math::k3xTF32;
   const bool pipelined = limits.wgmma;
-  // A pipelined plan that fills the SMs is taken at once; the first one on at least half of them
-  // (kPipelinedLeastFill) is kept and taken in place of any two-buffer plan
+  // A pipelined plan (that `pays`, where given) that fills the SMs is taken at once; the first one on
+  // at least half of them (kPipelinedLeastFill) is kept and taken in place of any two-buffer plan
   std::optional<GemmPlan> half_filling;
-  auto pipelined_plan = [&](const GemmPlan& problem, bool strided_stores) -> std::optional<GemmPlan> {
+  auto pipelined_plan = [&](const GemmPlan& problem, bool strided_stores,
+                            bool (*pays)(const GemmPlan&) = nullptr) -> std::optional<GemmPlan> {
     auto plan = plan_pipelined(problem, in, math, limits, strided_stores);
+    if (plan && pays && !pays(*plan)) return std::nullopt;
     if (plan && plan->parts < limits.sm_count) {
       if (!half_filling) half_filling = plan;
       return std::nullopt;
@@ -876,13 +877,8 @@ std::optional<GemmPlan> choose_gemm_plan(const GemmPlan& g, const std::optional<
     if (auto plan = pipelined_plan(g, false)) return plan;
   }
   // Groups of 8-32 rows on the pipelined kernel's 16 or 32-row tiles where that pays
-  // (narrow_rows_pipelined), taken as step 2's
   if (pipelined && g.rows_per_group >= 8 && g.rows_per_group <= 32) {
-    const auto plan = plan_pipelined(g, in, math, limits, false);
-    if (plan && narrow_rows_pipelined(*plan)) {
-      if (plan->parts >= limits.sm_count) return plan;
-      if (!half_filling) half_filling = plan;
-    }
+    if (auto plan = pipelined_plan(g, false, narrow_rows_pipelined)) return plan;
   }
   // A narrow problem (fewer than 8 rows) is bound by streaming `in`, which the pipelined kernel does at
   // full rate and the warp tiles do not, as long as its 16-row tiles' padded MMA work stays below
@@ -1986,8 +1982,8 @@ WeightPlan plan_grad_weight_tiles_pass(const ConvTParams& p, const TensorFacts& 
 
 // grad_weight's pass (plan_backward): the box tiles where they apply (C_out per group filling at least
 // half a slot) and take less time than the other kernels' plan (by kBoxMargin on narrower layers;
-// box_tiles_seconds against grad_weight_tiles_seconds; grad_y_shared: that plan's copy of grad_y deinterleaved is grad_input's);
-// `always`: wherever they apply
+// box_tiles_seconds against grad_weight_tiles_seconds; grad_y_shared: that plan's copy of grad_y
+// deinterleaved is grad_input's); `always`: wherever they apply
 WeightPlan plan_grad_weight_pass(const ConvTParams& p, const TensorFacts& x, const TensorFacts& grad_y, Math math,
                                  bool grad_bias, bool grad_y_shared, const DeviceLimits& limits) {
   const PlanOverride boxes_override = grad_weight_boxes_override();
