@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from conftest import (BOX_TILE_CASES, CHUNK_RANGE_CASES, CPU_TILE_CASES, CPU_TILE_SCALE, DTYPES, FLOAT_CHUNK_RANGE_CASES,
-                      GRAD_INPUT_COPY_CASES, GRAD_WEIGHT_TILE_CASES, NARROW_ROW_CASES, SPLIT_TILE_CASES, WIDE_TILE_CASES, ZERO_TAP_CHUNK_RANGE_CASES,
-                      assert_backward_matches_reference, assert_gradients_deterministic, cuda_plans, quick, requires_cuda)
+                      GRAD_INPUT_COPY_CASES, GRAD_WEIGHT_TILE_CASES, NARROW_ROW_CASES, SPLIT_TILE_CASES, WIDE_TILE_CASES,
+                      ZERO_TAP_CHUNK_RANGE_CASES, assert_backward_matches_reference, assert_gradients_deterministic, cuda_plans, quick, requires_cuda)
 
 # Math modes, (dtype, TF32 allowed), per device. CUDA: float32 with and without TF32, and the 16-bit types.
 # The CPU computes float16 and bfloat16 in its float32 kernel and float64 in a kernel of its own: the
