@@ -534,10 +534,11 @@ std::optional<GemmPlan> plan_pipelined_steps(const GemmPlan& problem, const Tens
 // launcher's bias first: bias_first). Strided stores lose to the warpgroup tiles' staged
 // output, but not to the warp tiles' mma.sync (choose_gemm_plan; docs/design.md §3.6).
 // A step is one run of taps of one out phase over one chunk: the taps in runs as long as the stages
-// fit, a phase's taps in one run first. Only where a row tile's packed weight stays within the
-// workspace bound (the two-buffer kernels' smaller tiles pack less).
+// fit, up to most_run_taps, a phase's taps in one run first. Only where a row tile's packed weight
+// stays within the workspace bound (the two-buffer kernels' smaller tiles pack less).
 std::optional<GemmPlan> plan_pipelined_tiles(const GemmPlan& problem, const TensorFacts& in, int tile_shape, Math math,
-                                             const DeviceLimits& limits, bool strided_stores) {
+                                             const DeviceLimits& limits, bool strided_stores,
+                                             int most_run_taps = kMaxGemmTaps) {
   const bool phase_pair = problem.out_step == 2 && problem.out_phases == 2;
   if ((problem.out_step != 1 && math != Math::k3xTF32 && !phase_pair && !strided_stores) ||
       (problem.out_phases != 1 && problem.out_phases != problem.out_step && !strided_stores) ||
@@ -549,7 +550,8 @@ std::optional<GemmPlan> plan_pipelined_tiles(const GemmPlan& problem, const Tens
   split_steps(whole, kMaxGemmTaps);
   const int longest_run = most_taps_per_step(whole);
   for (const int run_taps : {kMaxGemmTaps, 32, 16, 8, 4, 2, 1}) {
-    if (run_taps < kMaxGemmTaps && run_taps >= longest_run) continue;
+    // (kMaxGemmTaps: the phases' whole runs)
+    if (run_taps == kMaxGemmTaps ? longest_run > most_run_taps : run_taps >= longest_run || run_taps > most_run_taps) continue;
     GemmPlan runs = whole;  // (split at kMaxGemmTaps already)
     if (run_taps < kMaxGemmTaps) split_steps(runs, run_taps);
     auto plan = plan_pipelined_steps(runs, in, tile_shape, math, limits);
@@ -561,6 +563,11 @@ std::optional<GemmPlan> plan_pipelined_tiles(const GemmPlan& problem, const Tens
   }
   return std::nullopt;
 }
+
+// 16 and 32-row tiles take runs of at most kNarrowTileRunTaps taps: their weight slots are small, so
+// the longest runs that fit would fill a stage with a long filter's slots and leave two stages, too
+// few to hide a step's copies behind the MMA; shorter runs restage x a run but keep 3 or more.
+constexpr int kNarrowTileRunTaps = 16;
 
 // The pipelined plan of a problem that has one and fills the SMs, or at least kPipelinedLeastFill of them
 // (choose_gemm_plan takes that only in place of a two-buffer plan): groups of at most 64 rows take 16,
@@ -576,7 +583,8 @@ std::optional<GemmPlan> plan_pipelined(const GemmPlan& problem, const TensorFact
   auto half_fills = [&](const std::optional<GemmPlan>& plan) { return plan && plan->parts >= kPipelinedLeastFill * limits.sm_count; };
   if (problem.rows_per_group <= 64) {
     const int rows = pipelined_narrow_rows(problem.rows_per_group);
-    const auto plan = plan_pipelined_tiles(problem, in, gemm_tile_index(GemmFamily::kPipelined, rows, 256), math, limits, strided_stores);
+    const auto plan = plan_pipelined_tiles(problem, in, gemm_tile_index(GemmFamily::kPipelined, rows, 256), math, limits,
+                                           strided_stores, rows <= 32 ? kNarrowTileRunTaps : kMaxGemmTaps);
     return half_fills(plan) ? plan : std::nullopt;
   }
   const auto narrow = plan_pipelined_tiles(problem, in, gemm_tile_index(GemmFamily::kPipelined, 128, 128), math, limits, strided_stores);
@@ -822,19 +830,23 @@ GemmWeight gemm_weight(const ConvTParams& p, bool forward) {  // A_t[row, ch] = 
 namespace {
 
 // A pipelined plan g of a group of 8-32 rows (an output of 8-32 channels a group forward, an input of
-// 8-32 grad_input) runs in place of the warp tiles where its steps take at most
-// kNarrowRowsPipelinedTaps taps (longer runs of taps put so many weight slots in a stage that too
-// few stages fit) and, over several out phases, an output takes at least kNarrowRowsPipelinedMacs
-// MACs (below that the strided stores outweigh the MMA); the thresholds are fitted
-// (docs/perf/2026-12-02-narrow-rows-pipelined.md). CONVT_NARROW_ROWS_PIPELINED=always|never takes
-// every such plan or none (read at every plan).
-constexpr int kNarrowRowsPipelinedTaps = 16;
+// 8-32 grad_input) runs in place of the warp tiles where, over several out phases, an output takes
+// at least kNarrowRowsPipelinedMacs MACs (below that the strided stores outweigh the MMA), and where
+// its phases' taps split into several runs (kNarrowTileRunTaps), which stage x again for each run,
+// only where a staged element of x feeds at least kRestagedXProducts MMA products a run (32-row
+// tiles, or 16-row tiles in 3xTF32: three products a MAC), as the warp tiles stage x once for every
+// tap. The thresholds are fitted (docs/perf/2026-12-02-narrow-rows-pipelined.md).
+// CONVT_NARROW_ROWS_PIPELINED=always|never takes every such plan or none (read at every plan).
 constexpr int64_t kNarrowRowsPipelinedMacs = 32;
+constexpr int kRestagedXProducts = 512;
 bool narrow_rows_pipelined(const GemmPlan& g) {
   const PlanOverride choice = read_plan_override("CONVT_NARROW_ROWS_PIPELINED");
   if (choice != PlanOverride::kModel) return choice == PlanOverride::kAlways;
-  return most_taps_per_step(g) <= kNarrowRowsPipelinedTaps &&
-         (g.out_phases == 1 || g.channels_per_group * g.taps >= kNarrowRowsPipelinedMacs * g.out_phases);
+  GemmPlan whole = g;
+  split_steps(whole, kMaxGemmTaps);
+  const int run_taps = most_taps_per_step(g), products = g.weight_parts == 2 ? 3 : 1;  // (3xTF32: big and small parts)
+  if (most_taps_per_step(whole) > run_taps && g.block_m * run_taps * products < kRestagedXProducts) return false;
+  return g.out_phases == 1 || g.channels_per_group * g.taps >= kNarrowRowsPipelinedMacs * g.out_phases;
 }
 
 // A problem whose phases merge runs merged on warpgroup tiles where those fill the SMs (more than 32

@@ -974,15 +974,21 @@ def test_narrow_problems_with_few_taps_a_step_run_pipelined():
 
 
 @pytest.mark.parametrize("dtype,tf32", MATHS)
-def test_groups_of_8_to_32_rows_run_pipelined_where_steps_are_short(dtype, tf32, monkeypatch):
-    """A forward or grad_input of 8-32 rows a group runs on the pipelined 16 or 32-row tiles where
-    their steps take at most 16 taps and, over several out phases, an output at least 32 MACs; else on
-    warp tiles. CONVT_NARROW_ROWS_PIPELINED=never keeps the warp tiles, always takes the pipelined ones."""
+def test_groups_of_8_to_32_rows_run_pipelined_where_it_pays(dtype, tf32, monkeypatch):
+    """A forward or grad_input of 8-32 rows a group runs on the pipelined 16 or 32-row tiles, in runs
+    of at most 16 taps, where over several out phases an output takes at least 32 MACs and, where a
+    phase's taps take several runs (x staged again a run), a staged element feeds at least 512 MMA
+    products a run: 32-row tiles, or 16-row tiles in 3xTF32 (three products a MAC); else on warp
+    tiles. CONVT_NARROW_ROWS_PIPELINED=never keeps the warp tiles, always takes the pipelined ones."""
+    strict = dtype == torch.float32 and not tf32
     cases = [  # (shape, pass, pipelined by the model)
         ((2, 200, 12, 3, 20001, 1, 1, 0, 1, 1), "forward", True),       # 12 rows, 3 taps
         ((22, 32, 16, 5, 18359, 2, 1, 0, 1, 1), "forward", True),       # strided, 80 MACs an output
         ((5, 8, 256, 16, 62014, 1, 7, 0, 1, 1), "grad_input", True),    # 8 rows, steps of 16 taps
-        ((1, 32, 16, 64, 600000, 1, 27, 0, 1, 1), "forward", False),    # steps of 32 taps or more
+        ((1, 32, 16, 64, 600000, 1, 27, 0, 1, 1), "forward", strict),   # 16 rows, runs of 16 of 64 taps
+        ((2, 16, 16, 97, 160499, 1, 48, 0, 1, 1), "grad_input", strict),
+        ((1, 64, 32, 64, 116264, 1, 31, 0, 1, 1), "forward", True),     # 32 rows, runs of 16 of 64 taps
+        ((3, 32, 32, 128, 80077, 5, 61, 0, 1, 1), "grad_input", True),  # 32 rows, 128 taps, strided
         ((2, 8, 16, 4, 1773314, 2, 1, 0, 1, 1), "forward", False),      # strided, 16 MACs an output
     ]
     for shape, pass_, model in cases:
@@ -993,8 +999,7 @@ def test_groups_of_8_to_32_rows_run_pipelined_where_steps_are_short(dtype, tf32,
             g = plans(shape, dtype, tf32, "h100")[pass_]
             assert g["kernel"] == "gemm" and g["family"] == ("pipelined" if expected else "warp"), (shape, choice, g)
             if expected:
-                assert g["block_m"] in (16, 32), (shape, choice, g)
-                assert choice or g["step_taps"] <= 16, (shape, g)
+                assert g["block_m"] in (16, 32) and g["step_taps"] <= 16, (shape, choice, g)
 
 
 def test_depthwise_forward_walks_its_phase_taps_where_it_skips_enough():

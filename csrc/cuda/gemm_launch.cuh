@@ -77,7 +77,7 @@ void launch_persistent(Kernel kernel, int threads, const GemmProblem& g, const T
                        const T* bias, T* out, Launch launch) {
   C10_CUDA_CHECK(allow_dynamic_smem(kernel, launch));
   int blocks_per_sm = 0;
-  C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, kernel, threads, g.smem_bytes));
+  C10_CUDA_CHECK(resident_blocks_per_sm(kernel, threads, g.smem_bytes, launch, &blocks_per_sm));
   const int64_t resident_blocks = int64_t(std::max(blocks_per_sm, 1)) * launch.sm_count;
   const unsigned blocks = unsigned(std::min(g.parts, resident_blocks));
   kernel<<<blocks, threads, g.smem_bytes, launch.stream>>>(in, packed_w, bias, out, g);

@@ -10,6 +10,10 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <map>
+#include <mutex>
+#include <set>
+#include <tuple>
 #include <type_traits>
 
 #include "plan.h"
@@ -27,10 +31,26 @@ struct Launch {
   int sm_count;
   cudaStream_t stream;
   int smem_limit;  // sharedMemPerBlockOptin (allow_dynamic_smem)
+  int device;      // the stream's device, current while launching
   // The GEMM kernels of this launch run only where *gate is non-zero (a device flag; nullptr: always),
   // so that a plan's exact fallback is decided on the device (DataPlan::exact)
   const int* gate = nullptr;
 };
+
+// What the runtime says of a kernel on a device, asked once a process (where that succeeds): the
+// dynamic shared memory attribute set (allow_dynamic_smem) and the blocks an SM holds at a launch's
+// threads and shared memory (resident_blocks_per_sm); both hold for the process, so asking them again
+// at every launch would only add host time. One mutex keeps the cache safe for threads launching on
+// any streams and devices.
+struct KernelFacts {
+  std::mutex mutex;
+  std::set<std::pair<const void*, int>> smem_allowed;                       // (kernel, device)
+  std::map<std::tuple<const void*, int, int, size_t>, int> blocks_per_sm;  // (kernel, device, threads, bytes)
+};
+inline KernelFacts& kernel_facts() {
+  static KernelFacts facts;
+  return facts;
+}
 
 // Lets `kernel` take all the dynamic shared memory a block may have beside its static arrays. The
 // attribute is the process's, not the call's: were it set to each call's own size, a thread could
@@ -39,11 +59,34 @@ struct Launch {
 // valid; a launch takes what it names.
 template <typename Kernel>
 cudaError_t allow_dynamic_smem(Kernel kernel, const Launch& launch) {
+  KernelFacts& facts = kernel_facts();
+  const std::lock_guard<std::mutex> lock(facts.mutex);
+  const auto key = std::make_pair(reinterpret_cast<const void*>(kernel), launch.device);
+  if (facts.smem_allowed.count(key) != 0) return cudaSuccess;
   cudaFuncAttributes attributes{};
-  const cudaError_t error = cudaFuncGetAttributes(&attributes, kernel);
-  if (error != cudaSuccess) return error;
-  return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                              launch.smem_limit - int(attributes.sharedSizeBytes));
+  cudaError_t error = cudaFuncGetAttributes(&attributes, kernel);
+  if (error == cudaSuccess) {
+    error = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 launch.smem_limit - int(attributes.sharedSizeBytes));
+  }
+  if (error == cudaSuccess) facts.smem_allowed.insert(key);
+  return error;
+}
+
+// The blocks of `kernel` one SM holds at `threads` and `smem_bytes` of dynamic shared memory (after
+// allow_dynamic_smem)
+template <typename Kernel>
+cudaError_t resident_blocks_per_sm(Kernel kernel, int threads, size_t smem_bytes, const Launch& launch, int* blocks) {
+  KernelFacts& facts = kernel_facts();
+  const std::lock_guard<std::mutex> lock(facts.mutex);
+  const auto key = std::make_tuple(reinterpret_cast<const void*>(kernel), launch.device, threads, smem_bytes);
+  if (const auto known = facts.blocks_per_sm.find(key); known != facts.blocks_per_sm.end()) {
+    *blocks = known->second;
+    return cudaSuccess;
+  }
+  const cudaError_t error = cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, kernel, threads, smem_bytes);
+  if (error == cudaSuccess) facts.blocks_per_sm.emplace(key, *blocks);
+  return error;
 }
 
 // ---- implicit GEMM (forward and grad_input) ----------------------------------------------------------

@@ -38,7 +38,8 @@ TensorFacts facts_of(const at::Tensor& t) {
 
 // Launches go to the current stream; persistent grids size themselves by the SMs the planner saw
 Launch launch_for(const DeviceLimits& limits) {
-  return {limits.sm_count, at::cuda::getCurrentCUDAStream(), int(limits.smem_per_block_optin)};
+  const at::cuda::CUDAStream stream = at::cuda::getCurrentCUDAStream();
+  return {limits.sm_count, stream, int(limits.smem_per_block_optin), stream.device_index()};
 }
 
 // float32 follows PyTorch's convolution setting: TF32 when cuDNN may use it, else 3xTF32.
