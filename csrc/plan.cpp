@@ -941,19 +941,21 @@ std::optional<GemmPlan> choose_gemm_plan(const GemmPlan& g, const std::optional<
       if (plan->parts >= limits.sm_count) break;
     }
   }
-  // A wide strided problem on warpgroup or warp tiles, at least half of whose out phases no tap reaches,
-  // of few MACs an output (kStagedWarpTileMacs), writes whole output rows from staged rows on warp
-  // tiles (64 x 128, else 32 x 128, that fill the SMs), whose staged output fits where the warpgroup
-  // tiles' 128 x 128 x out_step would not, rather than storing each phase out_step apart
+  // A strided problem on tiles that store each phase out_step apart, at least half of whose out phases
+  // no tap reaches, of few MACs an output (kStagedWarpTileMacs), writes whole output rows from staged
+  // rows on warp tiles (64 x 128, else 32 x 128 (32 x 128 alone for up to 32 rows), that fill the
+  // SMs), whose staged output fits where the wider tiles' would not, rather than storing each phase
+  // out_step apart and the bias at the others a position at a time
   // (docs/perf/2026-12-01-v79-planner-rules.md; CONVT_STAGED_WARP_TILES=never|always)
   const PlanOverride staged_rows = read_plan_override("CONVT_STAGED_WARP_TILES");
-  const bool tapless_phases = warpgroups && g.rows_per_group > 64 && g.out_step > 2 && g.out_phases < g.out_step;
+  const bool tapless_phases = g.out_step > 2 && g.out_phases < g.out_step;
   const bool staged_pays = staged_rows == PlanOverride::kAlways ||
                            (staged_rows == PlanOverride::kModel && 2 * g.out_phases <= g.out_step &&
                             g.channels_per_group * most_taps_per_step(g) <= kStagedWarpTileMacs);
   if (plan && !plan->stage_output && tapless_phases && staged_pays) {
-    for (const int shape : {warp_tiles(64, 128), warp_tiles(32, 128)}) {
-      const auto staged = plan_gemm_tiles(g, in, shape, limits);
+    for (const int rows : {64, 32}) {
+      if (rows == 64 && g.rows_per_group <= 32) continue;
+      const auto staged = plan_gemm_tiles(g, in, warp_tiles(rows, 128), limits);
       if (staged && staged->stage_output && staged->parts >= limits.sm_count) return staged;
     }
   }

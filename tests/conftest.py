@@ -212,6 +212,10 @@ WIDE_TILE_CASES = [
     Case(4, 60, 189, 7, 2000, stride=4, padding=4, dilation=2),
     Case(3, 80, 123, 4, 1500, stride=6, dilation=2),
     Case(4, 40, 147, 1, 3000, stride=6, output_padding=5),
+    # ... in place of the warp tiles' (64 x 256 for 64 rows, 16-bit and TF32: 2 of 4 phases, 7 input
+    # channels; 128 x 64 in 3xTF32: 2 of 8 phases, 2 input channels, 32 x 128 staged)
+    Case(4, 7, 64, 9, 8000, stride=4, padding=6, dilation=2),
+    Case(2, 2, 512, 8, 697, stride=8, padding=3, dilation=2),
     # narrow outputs whose phases merge, on the 16 x 256 pipelined tiles: 16 merged rows (2 x 8) and
     # 15 (3 x 5, an odd stride); a phase's taps, 2 and 2, in one step; 20 merged rows (4 x 5) on the
     # 32 x 256 tiles; a narrow output of stride 1 (not merged), 5 taps a step on 16 x 256

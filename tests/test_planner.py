@@ -1066,11 +1066,20 @@ def test_groups_of_few_channels_merge_into_one_gemm_group():
 
 
 def test_tapless_phases_stage_whole_rows_on_warp_tiles():
-    """A strided forward of more than 64 rows, at least half of whose out phases no tap reaches, of at
-    most 1,024 MACs an output of a reached phase, runs on warp tiles with staged output (64 x 128, else
-    32 x 128, that fill the SMs) in place of warpgroup tiles' phase-strided stores; not where a
-    pipelined plan is taken, 4 of 5 phases are reached, or an output takes more MACs; 16-bit and TF32
-    (3xTF32 takes no warpgroup tiles). CONVT_STAGED_WARP_TILES=never: as before."""
+    """A strided forward at least half of whose out phases no tap reaches, of at most 1,024 MACs an
+    output of a reached phase, runs on warp tiles with staged output (64 x 128, else 32 x 128, that
+    fill the SMs) in place of warpgroup or warp tiles' phase-strided stores, in every math; not where
+    a pipelined plan is taken, 4 of 5 phases are reached, or an output takes more MACs.
+    CONVT_STAGED_WARP_TILES=never: the tiles' phase-strided stores."""
+    for dtype, tf32 in MATHS:
+        staged = plans((4, 7, 64, 9, 8000, 4, 6, 0, 2, 1), dtype, tf32, "h100")["forward"]  # 64 rows, 2 of 4 phases
+        assert tile(staged) == ("warp", 64, 128) and staged["stage_output"] == 1, staged
+        staged = plans((2, 2, 512, 8, 697, 8, 3, 0, 2, 1), dtype, tf32, "h100")["forward"]  # 2 of 8 phases
+        assert tile(staged) == ("warp", 32, 128) and staged["stage_output"] == 1, staged
+        with pytest.MonkeyPatch.context() as monkeypatch:
+            monkeypatch.setenv("CONVT_STAGED_WARP_TILES", "never")
+            direct = plans((2, 2, 512, 8, 697, 8, 3, 0, 2, 1), dtype, tf32, "h100")["forward"]
+            assert direct["stage_output"] == 0, direct
     for dtype, tf32 in ((torch.bfloat16, False), (torch.float32, True)):
         staged = plans((9, 80, 123, 4, 2590, 6, 0, 0, 2, 1), dtype, tf32, "h100")["forward"]
         assert tile(staged) == ("warp", 32, 128) and staged["stage_output"] == 1, staged

@@ -68,6 +68,7 @@ SHAPES = [
     (2, 96, 96, 5, 4000, 1, 2, 0, 16, 1, False),  # groups merged into one GEMM group (block-diagonal packed weight), forward and grad_input
     (3, 1024, 512, 7, 301, 4, 1, 0, 1, 1, False),  # sm_90 zero-tap forward over copies of x, its exact plan gated on the copy
     (2, 1, 96, 16, 1500, 1, 7, 0, 1, 1, False),  # one input channel's forward on the GEMM (its channel padded in smem)
+    (4, 7, 64, 9, 8000, 4, 6, 0, 1, 2, False),  # staged 64 x 128 warp tiles in place of 64 x 256 (2 of 4 phases tapless)
 ]
 
 
