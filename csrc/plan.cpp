@@ -1570,9 +1570,15 @@ DataPlan plan_data_over_groups(const ConvTParams& p, const TensorFacts& in, Math
       const auto copy_reads_less = [&](const GemmPlan& g) {
         return g.row_tiles * std::min<int64_t>(p.stride, 32 / in.element_size) > 2 + g.row_tiles;
       };
-      const bool copies = deinterleaved && (deinterleaved->zero_taps ? element_wise && copy_reads_less(*gemm)
-                                                                      : !gemm || busy_in_place ||
-                                                                            (element_wise && (gemm->row_tiles > 2 || strict_merging)));
+      const bool model_copies = deinterleaved && (deinterleaved->zero_taps ? element_wise && copy_reads_less(*gemm)
+                                                                            : !gemm || busy_in_place ||
+                                                                                  (element_wise && (gemm->row_tiles > 2 || strict_merging)));
+      // (CONVT_GRAD_INPUT_DEINTERLEAVE=always|never: the copy wherever it plans, zero taps where the
+      // per-phase plan stands as the exact one, or nowhere; read at every plan)
+      const PlanOverride deinterleave = read_plan_override("CONVT_GRAD_INPUT_DEINTERLEAVE");
+      const bool copies = deinterleave == PlanOverride::kModel
+                              ? model_copies
+                              : deinterleave == PlanOverride::kAlways && deinterleaved && (gemm || !deinterleaved->zero_taps);
       if (copies) {
         if (auto plan = plan_gemm(*deinterleaved, std::nullopt, copy_facts(in.element_size), math, limits)) {
           if (plan->zero_taps) plan_exact = *gemm;
@@ -2088,7 +2094,7 @@ constexpr const char* kPlannerVariables[] = {
     "CONVT_MAX_WORKSPACE_MB", "CONVT_DEPTHWISE_PHASE_TAPS", "CONVT_FORWARD_X_COPIES", "CONVT_GEMM_SPLITS",
     "CONVT_GRAD_INPUT_COPIES", "CONVT_GRAD_WEIGHT_BOXES", "CONVT_GRAD_WEIGHT_UNROLLED", "CONVT_GROUP_MERGE",
     "CONVT_NARROW_ROWS_PIPELINED", "CONVT_POSITION_ROWS", "CONVT_STAGED_WARP_TILES", "CONVT_TAP_BOXES",
-    "CONVT_ZERO_TAP_COPIES", "CONVT_ONE_CHANNEL_GEMM",
+    "CONVT_ZERO_TAP_COPIES", "CONVT_ONE_CHANNEL_GEMM", "CONVT_GRAD_INPUT_DEINTERLEAVE",
 };
 
 // (every field of these is in the key: one added to them must join it)

@@ -957,6 +957,19 @@ def test_busy_grad_input_reads_grad_y_deinterleaved_rather_than_in_place():
             assert (g["deinterleaved"], g["channel_phases"]) == ((1, 1) if copied else (0, shape[5])), (shape, g)
 
 
+def test_grad_input_deinterleave_override(monkeypatch):
+    """CONVT_GRAD_INPUT_DEINTERLEAVE=always reads grad_y deinterleaved wherever that plans (here a
+    16-bit grad_input the model keeps merged in place), never keeps every grad_input on grad_y as it
+    is (here one the model copies)."""
+    in_place, copied = NAMED["hifigan_up0"], (2, 1024, 512, 16, 1300, 8, 4, 0, 1, 1)
+    assert plans(in_place, torch.bfloat16, True, "h100")["grad_input"]["deinterleaved"] == 0
+    assert plans(copied, torch.bfloat16, True, "h100")["grad_input"]["deinterleaved"] == 1
+    monkeypatch.setenv("CONVT_GRAD_INPUT_DEINTERLEAVE", "always")
+    assert plans(in_place, torch.bfloat16, True, "h100")["grad_input"]["deinterleaved"] == 1
+    monkeypatch.setenv("CONVT_GRAD_INPUT_DEINTERLEAVE", "never")
+    assert plans(copied, torch.bfloat16, True, "h100")["grad_input"]["deinterleaved"] == 0
+
+
 def test_narrow_problems_with_few_taps_a_step_run_pipelined():
     """Fewer than 8 rows and at most 192 MACs an element of `in` in 16-row tiles (12 taps a step, in
     every math: 3xTF32's warp tiles would pad the same rows): the pipelined kernel streams `in` where
