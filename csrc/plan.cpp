@@ -945,8 +945,8 @@ std::optional<GemmPlan> choose_gemm_plan(const GemmPlan& g, const std::optional<
   // no tap reaches, of few MACs an output (kStagedWarpTileMacs), writes whole output rows from staged
   // rows on warp tiles (64 x 128, else 32 x 128 (32 x 128 alone for up to 32 rows), that fill the
   // SMs), whose staged output fits where the wider tiles' would not, rather than storing each phase
-  // out_step apart and the bias at the others a position at a time
-  // (docs/perf/2026-12-01-v79-planner-rules.md; CONVT_STAGED_WARP_TILES=never|always)
+  // out_step apart and the bias at the others a position at a time (docs/perf/2026-12-01-v79-planner-rules.md,
+  // docs/perf/2026-12-02-narrow-rows-pipelined.md; CONVT_STAGED_WARP_TILES=never|always)
   const PlanOverride staged_rows = read_plan_override("CONVT_STAGED_WARP_TILES");
   const bool tapless_phases = g.out_step > 2 && g.out_phases < g.out_step;
   const bool staged_pays = staged_rows == PlanOverride::kAlways ||
