@@ -1420,3 +1420,21 @@ def test_plan_changes_lists_the_layers_an_override_moves(monkeypatch):
                               ((torch.bfloat16, True), (torch.float32, True), (torch.float32, False))
                               for name in ("forward", "grad_input")])
         assert summaries[0] != summaries[1], shape
+
+
+def test_plan_changes_against_saved_plans(tmp_path):
+    """tools/plan_changes.py --save then --against (the way to compare two builds) lists what --a and
+    --b list: here one build under two settings of CONVT_NARROW_ROWS_PIPELINED."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    tool = [sys.executable, os.path.join(root, "tools", "plan_changes.py"), "--seeds", "0", "--count", "40",
+            "--passes", "forward,grad_input", "--card", "h100"]
+    saved = str(tmp_path / "before.json")
+
+    def last_line(*arguments):
+        output = subprocess.run(tool + list(arguments), capture_output=True, text=True, check=True).stdout
+        return output.strip().splitlines()[-1] if output.strip() else ""
+
+    last_line("--save", saved, "--b", "CONVT_NARROW_ROWS_PIPELINED=never")
+    against = last_line("--against", saved, "--b", "CONVT_NARROW_ROWS_PIPELINED=always")
+    settings = last_line("--a", "CONVT_NARROW_ROWS_PIPELINED=never", "--b", "CONVT_NARROW_ROWS_PIPELINED=always")
+    assert against and against == settings

@@ -1,15 +1,18 @@
-"""Which of the sweep's layers a planner override moves: the layers drawn for some seeds whose plan of
-some pass differs between two settings of the CONVT_* planner variables, on a named card, without a
-GPU. Its last line is the layers for `tools/ab.py --layers`, so that an A/B times only those.
+"""Which of the sweep's layers a planner change moves: the layers drawn for some seeds whose plan of
+some pass differs between two settings of the CONVT_* planner variables, or between this build and
+the plans another build saved, on a named card, without a GPU. Its last line is the layers for
+`tools/ab.py --layers`, so that an A/B times only those.
 
     python tools/plan_changes.py --seeds 7575,7676 --a CONVT_NARROW_ROWS_PIPELINED=never --b "" \\
         --dtypes bf16,tf32,fp32 --passes forward,grad_input
 
 --a and --b each take VAR=VALUE,... ("" for the planner's own choice: every variable named in either
 unset). A pass's plan counts as changed where torch_convt_op.planner.summary differs (kernel, tile
-family and shape, stages, copies).
+family and shape, stages, copies). A change of the planner's code: `--save before.json` on the old
+build, then `--against before.json` on the new one (same seeds, count, card; --b on both sides).
 """
 import argparse
+import json
 import os
 import sys
 
@@ -50,30 +53,58 @@ def layer_text(case):
                                      case.output_padding, case.dilation, case.groups))
 
 
+def plan_table(seeds, count, dtype_names, passes, setting, variables, card):
+    """{(seed, kind, layer, dtype): [summary of each pass]} under `setting`"""
+    table = {}
+    for seed in seeds:
+        for kind, case in draw_shapes(count, seed, "cuda"):
+            for dtype_name in dtype_names:
+                table[(seed, kind, layer_text(case), dtype_name)] = summaries(case, dtype_name, passes, setting, variables, card)
+    return table
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", required=True, help="sweep seeds, comma-separated")
     parser.add_argument("--count", type=int, default=150, help="layers a seed (the sweep's N)")
-    parser.add_argument("--a", required=True, help="the first setting: VAR=VALUE,... ('' for the planner's choice)")
-    parser.add_argument("--b", required=True, help="the second setting")
+    parser.add_argument("--a", help="the first setting: VAR=VALUE,... ('' for the planner's choice)")
+    parser.add_argument("--b", default="", help="the second setting (default: the planner's choice)")
+    parser.add_argument("--save", help="write this build's plans under --b to this JSON file, and stop")
+    parser.add_argument("--against", help="compare this build's plans under --b with those --save wrote")
     parser.add_argument("--dtypes", default="bf16,tf32,fp32", help=f"from {', '.join(DTYPES)}")
     parser.add_argument("--passes", default="forward,grad_input,grad_weight", help=f"from {', '.join(PASSES)}")
     parser.add_argument("--card", default="h200", help="the card planned for (planner.explain's device)")
     args = parser.parse_args()
-    setting_a, setting_b = parse_setting(args.a), parse_setting(args.b)
+    if (args.a is None) == (args.save is None and args.against is None):
+        sys.exit("give --a (two settings of this build), or --save / --against (two builds)")
+    setting_a, setting_b = parse_setting(args.a or ""), parse_setting(args.b)
     variables = set(setting_a) | set(setting_b)
     passes = [name for name in args.passes.split(",") if name]
-    changed = []
-    for seed in (int(s) for s in args.seeds.split(",")):
-        for kind, case in draw_shapes(args.count, seed, "cuda"):
-            moves = []
-            for dtype_name in args.dtypes.split(","):
-                before = summaries(case, dtype_name, passes, setting_a, variables, args.card)
-                after = summaries(case, dtype_name, passes, setting_b, variables, args.card)
-                moves += [f"{dtype_name} {name}: {a} -> {b}" for name, a, b in zip(passes, before, after) if a != b]
-            if moves:
-                changed.append(layer_text(case))
-                print(f"{seed} {kind} {changed[-1]}: " + "; ".join(moves))
+    seeds, dtype_names = [int(s) for s in args.seeds.split(",")], args.dtypes.split(",")
+    after = plan_table(seeds, args.count, dtype_names, passes, setting_b, variables, args.card)
+    if args.save:
+        with open(args.save, "w") as out:
+            json.dump({"card": args.card, "passes": passes, "plans": [[*key, plans] for key, plans in after.items()]}, out)
+        return
+    if args.against:
+        with open(args.against) as saved:
+            before_file = json.load(saved)
+        if before_file["card"] != args.card or before_file["passes"] != passes:
+            sys.exit(f"{args.against} holds {before_file['passes']} on {before_file['card']}: plan the same")
+        before = {tuple(item[:4]): item[4] for item in before_file["plans"]}
+        if set(before) != set(after):
+            sys.exit(f"{args.against} holds other layers or dtypes: the same --seeds, --count and --dtypes")
+    else:
+        before = plan_table(seeds, args.count, dtype_names, passes, setting_a, variables, args.card)
+    changed, moves = [], {}
+    for (seed, kind, layer, dtype_name), plans in after.items():
+        moves.setdefault((seed, kind, layer), [])
+        moves[(seed, kind, layer)] += [f"{dtype_name} {name}: {a} -> {b}" for name, a, b in
+                                       zip(passes, before[(seed, kind, layer, dtype_name)], plans) if a != b]
+    for (seed, kind, layer), layer_moves in moves.items():
+        if layer_moves:
+            changed.append(layer)
+            print(f"{seed} {kind} {layer}: " + "; ".join(layer_moves))
     print(f"{len(changed)} layers change", file=sys.stderr)
     print(";".join(changed))
 
