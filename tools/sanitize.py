@@ -85,8 +85,8 @@ WIDE_TILE_SHAPES = [
     (12, 96, 40, 16, 1500, 8, 4, 0, 1, 1, False),  # merged phases in grad_input too
 ]
 WIDE_TILE_MODES = [("float32", True), ("bfloat16", False)]
-# Groups of 8-32 rows on the pipelined 16 and 32-row tiles (where their steps are short; all of them
-# under CONVT_NARROW_ROWS_PIPELINED=always): enough tiles to reach half the SMs
+# Groups of 8-32 rows on the pipelined 16 and 32-row tiles, in runs of at most 16 taps (where that pays;
+# all of them under CONVT_NARROW_ROWS_PIPELINED=always): enough tiles to reach half the SMs
 NARROW_ROW_SHAPES = [
     (1, 32, 16, 64, 40000, 1, 31, 0, 1, 1, False),  # 16 rows forward, 32 grad_input, 64 taps
     (2, 8, 256, 16, 20000, 1, 7, 0, 1, 1, False),   # 8 rows grad_input
