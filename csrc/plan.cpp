@@ -1554,7 +1554,7 @@ DataPlan plan_data_over_groups(const ConvTParams& p, const TensorFacts& in, Math
       //  - where phases merged in place would load their fragments at stride channel_phases in
       //    shared memory (bank conflicts, a cost that grows with the MMA work) and a grad_y element
       //    feeds at least kDeinterleaveReuse MACs (C_in/groups * K/stride; kDeinterleaveReuse16 for
-      //    16-bit elements);
+      //    16-bit elements below kDeinterleaveConflictPhases merged phases);
       //  - with zero taps (K above stride, not a multiple of it: up to twice the MMA work) where the
       //    per-phase plan's sector reads exceed the copy's: each of its row tiles reads every 32-byte
       //    sector of grad_y once per phase while a sector holds several of a row's phases, that is
@@ -1564,7 +1564,9 @@ DataPlan plan_data_over_groups(const ConvTParams& p, const TensorFacts& in, Math
       const auto deinterleaved = forward ? std::nullopt : deinterleaved_grad_input_problem(p, step_taps);
       const bool element_wise = gemm && gemm->in_step > 1 && gemm->channel_phases == 1;
       const bool strict_merging = math == Math::k3xTF32 && phases_merge(p);
-      const int64_t reuse = in.element_size == 2 ? kDeinterleaveReuse16 : kDeinterleaveReuse;
+      const int64_t reuse = in.element_size == 2 && gemm && gemm->channel_phases < kDeinterleaveConflictPhases
+                                ? kDeinterleaveReuse16
+                                : kDeinterleaveReuse;
       const bool busy_in_place =
           gemm && gemm->channel_phases > 1 && p.in_channels_per_group * (p.kernel_size / p.stride) >= reuse;
       const auto copy_reads_less = [&](const GemmPlan& g) {

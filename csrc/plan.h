@@ -74,9 +74,11 @@ constexpr double kWideTileTimeLeast = 1.5, kWideTileTimeOneTap = 1.6, kWideTileT
 // channel phases (GemmPlan::map_row_phases; plan_pipelined_steps): a row's first and last tiles
 // read past its ends and go row by row, at two windows a row (docs/design.md §3.6)
 constexpr int kPhaseBoxLeastColumnTiles = 6;
-// MACs a grad_y element feeds, from which grad_input copies it: 4-byte elements, 16-bit ones (whose
-// in-place fragment loads move half the words, so their bank conflicts cost less)
+// MACs a grad_y element feeds, from which grad_input copies it: 4-byte elements and 16-bit ones at 8
+// merged phases (8-way conflicts), 16-bit ones at 2 or 4 (whose in-place fragment loads move half the
+// words, so their bank conflicts cost less)
 constexpr int64_t kDeinterleaveReuse = 1024, kDeinterleaveReuse16 = 1536;
+constexpr int kDeinterleaveConflictPhases = 8;
 constexpr int kFragmentWords = 32 * 4;                 // one m16 x k-step A fragment: 4 words per lane
 constexpr int kMaxGemmTaps = 128;
 constexpr int kMaxStagedStep = 8;                      // the largest out_step whose outputs are staged

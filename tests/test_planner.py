@@ -492,9 +492,10 @@ def test_strided_grad_input_reads_grad_y_deinterleaved():
     (row_tiles * min(stride, 32 / element size) passes) than the copy (2 + row_tiles), that plan
     kept as the exact one (zero weights would turn grad_y's Inf into NaN where it does not reach:
     it runs where grad_y is not finite); else, or dilated, it stays per phase. The merged in-place
-    form of `in_place` feeds 1024 MACs a grad_y element: copied for 4-byte elements, in place for
-    16-bit ones (from 1536)."""
-    in_place = (8, 512, 256, 16, 862, 8, 4, 0, 1, 1)  # L_out 6896: 16-byte rows
+    form of `in_place` (stride 4) feeds 1024 MACs a grad_y element: copied for 4-byte elements, in
+    place for 16-bit ones (from 1536); at stride 8 (8-way conflicts) 16-bit ones copy from 1024 too."""
+    in_place = (8, 512, 256, 8, 862, 4, 2, 0, 1, 1)  # L_out 3448: 16-byte rows
+    eight_phases = (8, 512, 256, 16, 862, 8, 4, 0, 1, 1)  # L_out 6896, 1024 MACs a grad_y element
     unaligned = (14, 1024, 512, 4, 3974, 2, 0, 1, 1, 1)  # L_out 7951
     stride_6 = (12, 1024, 1024, 12, 1132, 6, 3, 1, 1, 1)
     not_merging = (8, 512, 256, 7, 2000, 2, 3, 1, 1, 1)  # 4 + 3 taps: 4 x 2 with one zero tap
@@ -507,7 +508,9 @@ def test_strided_grad_input_reads_grad_y_deinterleaved():
         for card in ("h100", "a100"):
             merged = plans(in_place, dtype, tf32, card)["grad_input"]
             in_place_merged = card == "h100" and dtype.itemsize == 2
-            assert (merged["channel_phases"], merged["deinterleaved"]) == ((8, 0) if in_place_merged else (1, 1)), merged
+            assert (merged["channel_phases"], merged["deinterleaved"]) == ((4, 0) if in_place_merged else (1, 1)), merged
+            g = plans(eight_phases, dtype, tf32, card)["grad_input"]
+            assert (g["channel_phases"], g["deinterleaved"]) == (1, 1), g
             for shape in (unaligned, stride_6, short_filter):
                 g = plans(shape, dtype, tf32, card)["grad_input"]
                 assert g["kernel"] == "gemm" and g["deinterleaved"] == 1 and g["in_phases"] == 1, (shape, card, g)
@@ -830,8 +833,8 @@ def test_h100_named_shapes(dtype):
     assert kb64["grad_bias"]["kernel"] == "with_grad_weight"
     up0 = plans(NAMED["hifigan_up0"], dtype, True, "h100")
     assert up0["forward"]["family"] == "pipelined" and up0["forward"]["row_phases"] == 8
-    assert up0["grad_input"]["family"] == "pipelined"  # deinterleaved for 4-byte elements (1024 MACs a grad_y element)
-    assert (up0["grad_input"]["deinterleaved"], up0["grad_input"]["channel_phases"]) == ((1, 1) if dtype.itemsize == 4 else (0, 8))
+    assert up0["grad_input"]["family"] == "pipelined"  # deinterleaved (1024 MACs a grad_y element at stride 8)
+    assert (up0["grad_input"]["deinterleaved"], up0["grad_input"]["channel_phases"]) == (1, 1)
     # (16-bit: the box tiles, 0.86x the merged tiles' time measured on an H200)
     assert up0["grad_weight"]["kernel"] == "grad_weight_boxes" if dtype.itemsize == 2 else up0["grad_weight"]["merged"] == 1
     kb74 = plans(NAMED["kb74"], dtype, True, "h100")
@@ -947,10 +950,12 @@ def test_busy_16_bit_grad_input_reads_grad_y_copied_channels_last():
 def test_busy_grad_input_reads_grad_y_deinterleaved_rather_than_in_place():
     """Phases merged in place load fragments at a stride in shared memory, a cost that grows with the
     MMA work: where a grad_y element feeds at least 1024 MACs (C_in/groups * K/stride; 1536 for
-    16-bit elements, whose loads move half the words), grad_input reads grad_y deinterleaved."""
+    16-bit elements below 8 phases, whose loads move half the words), grad_input reads grad_y
+    deinterleaved."""
     for shape, copied_16_bit in (((2, 1024, 512, 16, 1300, 8, 4, 0, 1, 1), True), ((16, 1536, 512, 4, 1300, 2, 1, 0, 1, 1), True),
                                  ((2, 1040, 24, 16, 1201, 8, 4, 3, 1, 1), True), ((10, 768, 1, 16, 104445, 8, 4, 0, 1, 1), True),
-                                 (NAMED["hifigan_up0"], False), ((2, 512, 256, 16, 3131, 8, 4, 0, 1, 1), False)):
+                                 (NAMED["hifigan_up0"], True), ((2, 512, 256, 16, 3131, 8, 4, 0, 1, 1), True),
+                                 ((4, 512, 256, 8, 3000, 4, 2, 0, 1, 1), False), ((8, 512, 256, 4, 2000, 2, 1, 0, 1, 1), False)):
         for dtype in (torch.float32, torch.bfloat16):
             copied = copied_16_bit or dtype.itemsize == 4
             g = plans(shape, dtype, True, "h100")["grad_input"]
@@ -961,7 +966,7 @@ def test_grad_input_deinterleave_override(monkeypatch):
     """CONVT_GRAD_INPUT_DEINTERLEAVE=always reads grad_y deinterleaved wherever that plans (here a
     16-bit grad_input the model keeps merged in place), never keeps every grad_input on grad_y as it
     is (here one the model copies)."""
-    in_place, copied = NAMED["hifigan_up0"], (2, 1024, 512, 16, 1300, 8, 4, 0, 1, 1)
+    in_place, copied = (4, 512, 256, 8, 3000, 4, 2, 0, 1, 1), (2, 1024, 512, 16, 1300, 8, 4, 0, 1, 1)
     assert plans(in_place, torch.bfloat16, True, "h100")["grad_input"]["deinterleaved"] == 0
     assert plans(copied, torch.bfloat16, True, "h100")["grad_input"]["deinterleaved"] == 1
     monkeypatch.setenv("CONVT_GRAD_INPUT_DEINTERLEAVE", "always")
