@@ -941,17 +941,19 @@ std::optional<GemmPlan> choose_gemm_plan(const GemmPlan& g, const std::optional<
       if (plan->parts >= limits.sm_count) break;
     }
   }
-  // A strided problem on tiles that store each phase out_step apart, at least half of whose out phases
-  // no tap reaches, of few MACs an output (kStagedWarpTileMacs), writes whole output rows from staged
-  // rows on warp tiles (64 x 128, else 32 x 128 (32 x 128 alone for up to 32 rows), that fill the
-  // SMs), whose staged output fits where the wider tiles' would not, rather than storing each phase
-  // out_step apart and the bias at the others a position at a time (docs/perf/2026-12-01-v79-planner-rules.md,
-  // docs/perf/2026-12-02-narrow-rows-pipelined.md; CONVT_STAGED_WARP_TILES=never|always)
+  // A strided problem on tiles that store each phase out_step apart, some of whose out phases no tap
+  // reaches, of few MACs an output (kStagedFewMacs; kStagedWarpTileMacs where half the phases or more
+  // are tapless), writes whole output rows from staged rows on warp tiles (64 x 128, else 32 x 128 (32 x 128 alone for up
+  // to 32 rows), that fill the SMs), whose staged output fits where the wider tiles' would not,
+  // rather than storing each phase out_step apart and the bias at the others a position at a time
+  // (docs/perf/2026-12-02-staged-tapless-share.md; CONVT_STAGED_WARP_TILES=never|always)
   const PlanOverride staged_rows = read_plan_override("CONVT_STAGED_WARP_TILES");
   const bool tapless_phases = g.out_step > 2 && g.out_phases < g.out_step;
-  const bool staged_pays = staged_rows == PlanOverride::kAlways ||
-                           (staged_rows == PlanOverride::kModel && 2 * g.out_phases <= g.out_step &&
-                            g.channels_per_group * most_taps_per_step(g) <= kStagedWarpTileMacs);
+  const int64_t output_macs = g.channels_per_group * most_taps_per_step(g);
+  const bool staged_pays =
+      staged_rows == PlanOverride::kAlways ||
+      (staged_rows == PlanOverride::kModel &&
+       (output_macs <= kStagedFewMacs || (2 * g.out_phases <= g.out_step && output_macs <= kStagedWarpTileMacs)));
   if (plan && !plan->stage_output && tapless_phases && staged_pays) {
     for (const int rows : {64, 32}) {
       if (rows == 64 && g.rows_per_group <= 32) continue;

@@ -61,10 +61,14 @@ constexpr double kPipelinedLeastFill = 0.5;
 // MACs an output element takes (C_in/groups x a phase's taps) from which a strided forward runs on
 // pipelined tiles with strided stores rather than on warp tiles (choose_gemm_plan)
 constexpr int64_t kStridedStoreMacs = 128;
-// Staged warp tiles in place of warpgroup tiles' phase-strided stores (choose_gemm_plan) up to this
-// many MACs an output of a reached phase (C_in/groups x its taps): above it the warpgroup tiles' MMA
-// rate outweighs the stores (H200: 1,280-6,144 MACs ran 1.2-1.8x slower staged, 800 0.59-0.70x)
-constexpr int64_t kStagedWarpTileMacs = 1024;
+// Staged warp tiles in place of warpgroup tiles' phase-strided stores (choose_gemm_plan) where an
+// output of a reached phase takes at most kStagedFewMacs MACs (C_in/groups x its taps) and some
+// phase no tap reaches, or at most kStagedWarpTileMacs and half the phases or more: what staging
+// saves (strided stores, the bias of the tapless phases a position at a time) grows with that share
+// and what it costs (the warp tiles' MMA rate below the warpgroup tiles') with the MACs (H200:
+// 1,280-6,144 MACs ran 1.2-1.8x slower staged, 800 0.59-0.70x; at 1-3 of 5 tapless phases up to
+// 237 MACs 0.21-1.05x, from 476 1.13-1.6x: docs/perf/2026-12-02-staged-tapless-share.md)
+constexpr int64_t kStagedWarpTileMacs = 1024, kStagedFewMacs = 256;
 // The time of a pipelined 128 x 256 tile over a 128 x 128 one (plan_pipelined): at least
 // kWideTileTimeLeast, at most kWideTileTime, or kWideTileTimeOneTap at one tap a step, whose short
 // steps' fixed costs the wide tile spreads over twice the MACs (docs/design.md §4.5: measured 0.8-2.7x

@@ -212,6 +212,10 @@ WIDE_TILE_CASES = [
     Case(4, 60, 189, 7, 2000, stride=4, padding=4, dilation=2),
     Case(3, 80, 123, 4, 1500, stride=6, dilation=2),
     Case(4, 40, 147, 1, 3000, stride=6, output_padding=5),
+    # ... fewer than half the phases tapless, few MACs an output: 3 of 5 phases reached (155 input
+    # channels, 64 x 128), 4 of 5 (117, 32 x 128)
+    Case(13, 155, 168, 3, 437, stride=5, padding=1, dilation=3),
+    Case(3, 117, 126, 4, 2000, stride=5, padding=1, dilation=2),
     # ... in place of the warp tiles' (64 x 256 for 64 rows, 16-bit and TF32: 2 of 4 phases, 7 input
     # channels; 128 x 64 in 3xTF32: 2 of 8 phases, 2 input channels, 32 x 128 staged)
     Case(4, 7, 64, 9, 8000, stride=4, padding=6, dilation=2),

@@ -1084,10 +1084,11 @@ def test_groups_of_few_channels_merge_into_one_gemm_group():
 
 
 def test_tapless_phases_stage_whole_rows_on_warp_tiles():
-    """A strided forward at least half of whose out phases no tap reaches, of at most 1,024 MACs an
-    output of a reached phase, runs on warp tiles with staged output (64 x 128, else 32 x 128, that
-    fill the SMs) in place of warpgroup or warp tiles' phase-strided stores, in every math; not where
-    a pipelined plan is taken, 4 of 5 phases are reached, or an output takes more MACs.
+    """A strided forward some of whose out phases no tap reaches, whose output of a reached phase
+    takes at most 256 MACs (1,024 where half the phases or more are tapless), runs on warp tiles with
+    staged output (64 x 128, else 32 x 128, that fill the SMs) in place of warpgroup or warp tiles'
+    phase-strided stores, in every math; not where a pipelined plan is taken or an output takes more
+    MACs (588 with 1 of 5 phases tapless; 1,026 with 3 of 6; 1,280 with 2 of 3).
     CONVT_STAGED_WARP_TILES=never: the tiles' phase-strided stores."""
     for dtype, tf32 in MATHS:
         staged = plans((4, 7, 64, 9, 8000, 4, 6, 0, 2, 1), dtype, tf32, "h100")["forward"]  # 64 rows, 2 of 4 phases
@@ -1104,8 +1105,11 @@ def test_tapless_phases_stage_whole_rows_on_warp_tiles():
         assert tile(plans((4, 60, 189, 7, 2000, 4, 4, 0, 2, 1), dtype, tf32, "h100")["forward"]) == ("warp", 64, 128)
         most_phases = plans((2, 588, 431, 4, 553, 5, 2, 0, 3, 1), dtype, tf32, "h100")["forward"]
         assert most_phases["family"] == "warpgroup", most_phases
-        many_macs = plans((4, 768, 384, 5, 12113, 3, 5, 0, 3, 3), dtype, tf32, "h100")["forward"]  # 256 x 5
-        assert many_macs["family"] == "warpgroup", many_macs
+        for shape in ((4, 768, 384, 5, 12113, 3, 5, 0, 3, 3), (2, 342, 584, 7, 1198, 6, 3, 0, 2, 1)):  # 256 x 5, 342 x 3
+            assert plans(shape, dtype, tf32, "h100")["forward"]["family"] == "warpgroup", shape
+        for shape in ((13, 155, 168, 3, 437, 5, 1, 0, 3, 1), (3, 117, 126, 4, 4560, 5, 1, 0, 2, 1)):  # 3 of 5, 4 of 5 reached
+            staged = plans(shape, dtype, tf32, "h100")["forward"]
+            assert tile(staged) == ("warp", 64, 128) and staged["stage_output"] == 1, (shape, staged)
         pipelined = plans((4, 105, 153, 7, 1938, 3, 8, 0, 3, 1), dtype, tf32, "h100")["forward"]
         assert pipelined["family"] == "pipelined", pipelined
         with pytest.MonkeyPatch.context() as monkeypatch:
