@@ -239,6 +239,29 @@ def test_grad_bias_row_sums(length, dtype, tf32):
     assert_gradients_deterministic(x, w, b, case)
 
 
+# ... and in segments where the N * C_out rows leave SMs idle (grad_y_row_segments: here 2 rows of
+# ~100K outputs, 6 segments): each segment's whole vectors, the row's first and last elements in its
+# first and last segment; grad_y contiguous or strided (its positions 16 bytes apart or more: shared
+# out one at a time), against the float64 sum; run to run the same bits
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("length", [50001, 50002])
+@pytest.mark.parametrize("grad_y_layout", ["contiguous", "strided"])
+def test_grad_bias_row_sums_in_segments(length, dtype, grad_y_layout):
+    case = Case(2, 16, 1, 3, length, stride=2, padding=1, output_padding=1, dilation=2)
+    assert cuda_plans(case, dtype, True)["grad_bias"]["kernel"] == "row_sums"
+    x, w, b = make_inputs(case, dtype, "cuda")
+    b.requires_grad_(True)
+    y = ours(x, w, b, case)
+    if grad_y_layout == "contiguous":
+        grad_y = torch.randn(*y.shape, dtype=torch.float64).to("cuda", dtype)
+    else:  # (positions 8 elements apart: no 16-byte vectors)
+        grad_y = torch.randn(*y.shape, 8, dtype=torch.float64).to("cuda", dtype)[..., 0]
+    grad_bias, = torch.autograd.grad(y, b, grad_y, retain_graph=True)
+    assert_close(grad_bias, grad_y.double().sum(dim=(0, 2)), dtype, "cuda", "grad_bias", case=case)
+    again, = torch.autograd.grad(y, b, grad_y)
+    assert torch.equal(grad_bias, again)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
 @pytest.mark.parametrize("length", [1, 2, 31, 32, 33, 63, 64, 65, 127, 128, 129, 257, 1021])
 @pytest.mark.parametrize("stride", [1, 2, 3, 8])

@@ -358,22 +358,26 @@ __global__ void grad_weight_direct_kernel(const scalar_t* __restrict__ grad_y, c
   }
 }
 
-// grad_bias in two fixed-order passes (no atomics; docs/design.md §5.4). First row_sums[n*C_out + co]
-// = sum over j of grad_y[n, co, j], kRowThreads threads a row (a warp where the rows alone fill the
-// SMs, a block of kReduceThreads where they are few and long), coalesced along the row, each thread
-// keeping kLoads sums so that kLoads loads are in flight, added in a fixed order (a fixed shuffle
-// tree, then the warps' sums in order); then sum_slices_kernel adds the rows of the N batch elements
-// (slices of C_out sums). A contiguous row goes in 16-byte loads from its first 16-byte boundary; the
-// elements before it and after its last whole vector one at a time.
+// grad_bias in two fixed-order passes (no atomics; docs/design.md §5.4). First row_sums[(n*segments
+// + s)*C_out + co] = sum over j in segment s of grad_y[n, co, j], kRowThreads threads a segment (a
+// warp where the rows alone fill the SMs, a block of kReduceThreads where they are few and long; a
+// row in `segments` segments where even those leave SMs idle: grad_y_row_segments), coalesced along
+// the row, each thread keeping kLoads sums so that kLoads loads are in flight, added in a fixed order
+// (a fixed shuffle tree, then the warps' sums in order); then sum_slices_kernel adds the N * segments
+// slices of C_out sums in order. A contiguous row goes in 16-byte loads from its first 16-byte
+// boundary, its whole vectors shared out over the segments, the elements before the first vector
+// (segment 0) and after the last (the last segment) one at a time; a strided row's elements are
+// shared out one at a time.
 template <typename scalar_t, typename acc_t, int kRowThreads>
 __global__ void __launch_bounds__(256) grad_y_row_sums_kernel(const scalar_t* __restrict__ grad_y, acc_t* __restrict__ row_sums,
-                                                             ConvTParams p) {
+                                                             ConvTParams p, int64_t segments) {
   constexpr int kLoads = 4, kVector = 16 / sizeof(scalar_t), kRowWarps = kRowThreads / 32;
   struct alignas(16) Vector { scalar_t v[kVector]; };
   __shared__ acc_t warp_sums[8];
   const int rows_a_block = int(blockDim.x) / kRowThreads, thread = int(threadIdx.x) % kRowThreads;
   const int64_t first_row = int64_t(blockIdx.x) * rows_a_block + threadIdx.x / kRowThreads;
-  for (int64_t row = first_row; row < p.batch * p.out_channels; row += int64_t(gridDim.x) * rows_a_block) {
+  for (int64_t item = first_row; item < p.batch * p.out_channels * segments; item += int64_t(gridDim.x) * rows_a_block) {
+    const int64_t row = item / segments, segment = item % segments;
     const int64_t n = row / p.out_channels, co = row % p.out_channels;
     const scalar_t* grad_y_row = grad_y + n * p.y_batch_stride + co * p.y_channel_stride;
     acc_t sums[kLoads] = {};
@@ -395,15 +399,19 @@ __global__ void __launch_bounds__(256) grad_y_row_sums_kernel(const scalar_t* __
       vectors = (p.length_out - head) / kVector;
     }
     const Vector* row_vectors = reinterpret_cast<const Vector*>(grad_y_row + head);
-    add_all(0, vectors, [&](int64_t v) {
-      const Vector values = row_vectors[v];
-      acc_t sum = acc_t(values.v[0]);
+    if (vectors == 0) {  // (a strided row, or a short one: its elements shared out over the segments)
+      add_all(p.length_out * segment / segments, p.length_out * (segment + 1) / segments, element);
+    } else {  // this segment's whole vectors, the row's first and last elements in its first and last
+      add_all(vectors * segment / segments, vectors * (segment + 1) / segments, [&](int64_t v) {
+        const Vector values = row_vectors[v];
+        acc_t sum = acc_t(values.v[0]);
 #pragma unroll
-      for (int e = 1; e < kVector; ++e) sum += acc_t(values.v[e]);
-      return sum;
-    });
-    add_all(0, head, element);
-    add_all(head + vectors * kVector, p.length_out, element);
+        for (int e = 1; e < kVector; ++e) sum += acc_t(values.v[e]);
+        return sum;
+      });
+      if (segment == 0) add_all(0, head, element);
+      if (segment == segments - 1) add_all(head + vectors * kVector, p.length_out, element);
+    }
     acc_t acc = sums[0];
 #pragma unroll
     for (int u = 1; u < kLoads; ++u) acc += sums[u];
@@ -417,7 +425,7 @@ __global__ void __launch_bounds__(256) grad_y_row_sums_kernel(const scalar_t* __
       for (int w = 1; w < kRowWarps; ++w) acc += warp_sums[w];
       __syncthreads();  // warp_sums is read before the next row overwrites it
     }
-    if (thread == 0) row_sums[row] = acc;
+    if (thread == 0) row_sums[(n * segments + segment) * p.out_channels + co] = acc;
   }
 }
 

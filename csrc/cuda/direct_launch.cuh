@@ -96,13 +96,14 @@ void launch_grad_weight_direct(const ConvTParams& p, const scalar_t* grad_y, con
 
 template <typename scalar_t>
 void launch_grad_y_row_sums(const ConvTParams& p, const scalar_t* grad_y, acc_type<scalar_t>* row_sums, Launch launch) {
-  const int64_t rows = p.batch * p.out_channels;
+  const int64_t rows = p.batch * p.out_channels, segments = grad_y_row_segments(p, launch.sm_count);
   if (rows >= 32 * int64_t(launch.sm_count)) {  // (a warp a row: the rows fill the SMs)
     grad_y_row_sums_kernel<scalar_t, acc_type<scalar_t>, 32>
-        <<<grid_size(rows * 32, kReduceThreads, launch), kReduceThreads, 0, launch.stream>>>(grad_y, row_sums, p);
+        <<<grid_size(rows * 32, kReduceThreads, launch), kReduceThreads, 0, launch.stream>>>(grad_y, row_sums, p, segments);
   } else {
     grad_y_row_sums_kernel<scalar_t, acc_type<scalar_t>, kReduceThreads>
-        <<<grid_size(rows * kReduceThreads, kReduceThreads, launch), kReduceThreads, 0, launch.stream>>>(grad_y, row_sums, p);
+        <<<grid_size(rows * segments * kReduceThreads, kReduceThreads, launch), kReduceThreads, 0, launch.stream>>>(
+            grad_y, row_sums, p, segments);
   }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }

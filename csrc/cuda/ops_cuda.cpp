@@ -522,14 +522,15 @@ void run_grad_weight(const WeightPlan& plan, const ConvTParams& p, const at::Ten
   });
 }
 
-// grad_bias from row sums of grad_y: row_sums[n][co], then one slice per batch element
+// grad_bias from row sums of grad_y: row_sums[n][segment][co], then one slice per (n, segment)
 void run_grad_bias_row_sums(const ConvTParams& p, const at::Tensor& grad_y, const at::Tensor& grad_bias,
                             const Launch& launch) {
   dispatch_dtype(grad_y.scalar_type(), [&](auto element) {
     using scalar_t = decltype(element);
-    const at::Tensor row_sums = at::empty({p.batch * p.out_channels}, grad_y.options().dtype(acc_dtype<scalar_t>()));
+    const int64_t slices = p.batch * grad_y_row_segments(p, launch.sm_count);
+    const at::Tensor row_sums = at::empty({slices * p.out_channels}, grad_y.options().dtype(acc_dtype<scalar_t>()));
     launch_grad_y_row_sums<scalar_t>(p, data_of<scalar_t>(grad_y), data_of<acc_type<scalar_t>>(row_sums), launch);
-    sum_slices(row_sums, grad_bias, p.batch, launch);
+    sum_slices(row_sums, grad_bias, slices, launch);
   });
 }
 
