@@ -942,11 +942,12 @@ std::optional<GemmPlan> choose_gemm_plan(const GemmPlan& g, const std::optional<
     }
   }
   // A strided problem on tiles that store each phase out_step apart, some of whose out phases no tap
-  // reaches, of few MACs an output (kStagedFewMacs; kStagedWarpTileMacs where half the phases or more
-  // are tapless), writes whole output rows from staged rows on warp tiles (64 x 128, else 32 x 128 (32 x 128 alone for up
-  // to 32 rows), that fill the SMs), whose staged output fits where the wider tiles' would not,
-  // rather than storing each phase out_step apart and the bias at the others a position at a time
-  // (docs/perf/2026-12-02-staged-tapless-share.md; CONVT_STAGED_WARP_TILES=never|always)
+  // reaches, of few MACs an output (kStagedFewMacs; kStagedWarpTileMacs where half the phases or
+  // more are tapless), writes whole output rows from staged rows on warp tiles (64 x 128, else
+  // 32 x 128 (32 x 128 alone for up to 32 rows), that fill the SMs), whose staged output fits where
+  // the wider tiles' would not, rather than storing each phase out_step apart and the bias at the
+  // others a position at a time (docs/perf/2026-12-02-staged-tapless-share.md;
+  // CONVT_STAGED_WARP_TILES=never|always)
   const PlanOverride staged_rows = read_plan_override("CONVT_STAGED_WARP_TILES");
   const bool tapless_phases = g.out_step > 2 && g.out_phases < g.out_step;
   const int64_t output_macs = g.channels_per_group * most_taps_per_step(g);

@@ -1088,7 +1088,7 @@ def test_tapless_phases_stage_whole_rows_on_warp_tiles():
     takes at most 256 MACs (1,024 where half the phases or more are tapless), runs on warp tiles with
     staged output (64 x 128, else 32 x 128, that fill the SMs) in place of warpgroup or warp tiles'
     phase-strided stores, in every math; not where a pipelined plan is taken or an output takes more
-    MACs (588 with 1 of 5 phases tapless; 1,026 with 3 of 6; 1,280 with 2 of 3).
+    MACs (588 MACs with 1 of 5 phases tapless, 1,026 with 3 of 6, 1,280 with 2 of 3).
     CONVT_STAGED_WARP_TILES=never: the tiles' phase-strided stores."""
     for dtype, tf32 in MATHS:
         staged = plans((4, 7, 64, 9, 8000, 4, 6, 0, 2, 1), dtype, tf32, "h100")["forward"]  # 64 rows, 2 of 4 phases
