@@ -97,7 +97,7 @@ void launch_grad_weight_direct(const ConvTParams& p, const scalar_t* grad_y, con
 template <typename scalar_t>
 void launch_grad_y_row_sums(const ConvTParams& p, const scalar_t* grad_y, acc_type<scalar_t>* row_sums, Launch launch) {
   const int64_t rows = p.batch * p.out_channels, segments = grad_y_row_segments(p, launch.sm_count);
-  if (rows >= 32 * int64_t(launch.sm_count)) {  // (a warp a row: the rows fill the SMs)
+  if (grad_y_rows_fill_sms(p, launch.sm_count)) {  // (a warp a row, segments 1)
     grad_y_row_sums_kernel<scalar_t, acc_type<scalar_t>, 32>
         <<<grid_size(rows * 32, kReduceThreads, launch), kReduceThreads, 0, launch.stream>>>(grad_y, row_sums, p, segments);
   } else {
