@@ -770,6 +770,17 @@ ConvTParams over_grad_y_copy(ConvTParams q, int64_t rows, int64_t taps, int64_t 
 }
 }  // namespace
 
+// grad_weight's copy (grad_weight_over_copies): row r of a channel holds the phase of taps k = r + t*stride,
+// which read it at shifts t*dilation (tap k at x position i: gy[(i + t*dilation)*stride + r*dilation - padding])
+int64_t weight_deinterleaved_rows(const ConvTParams& p) { return std::min(p.kernel_size, p.stride); }
+int64_t weight_deinterleaved_taps(const ConvTParams& p) { return (p.kernel_size + p.stride - 1) / p.stride; }
+int64_t weight_deinterleaved_length(const ConvTParams& p) { return p.length_in + (weight_deinterleaved_taps(p) - 1) * p.dilation; }
+int64_t weight_deinterleaved_row_length(const ConvTParams& p) { return (weight_deinterleaved_length(p) + 7) / 8 * 8; }
+bool weight_deinterleaves(const ConvTParams& p) {
+  return p.stride > 1 && weight_deinterleaved_rows(p) <= kMaxDeinterleavedPhases && weight_deinterleaved_taps(p) <= kMaxGemmTaps &&
+         weight_deinterleaved_length(p) < kGemmIndexLimit && p.out_channels_per_group * weight_deinterleaved_rows(p) < kGemmIndexLimit;
+}
+
 ConvTParams grad_weight_over_copies(const ConvTParams& p, int element_size, bool aligned_x, bool deinterleaved) {
   ConvTParams q = p;
   if (aligned_x) {
@@ -778,8 +789,9 @@ ConvTParams grad_weight_over_copies(const ConvTParams& p, int element_size, bool
     q.x_batch_stride = p.in_channels * q.x_channel_stride;
   }
   if (deinterleaved) {
-    q = over_grad_y_copy(q, deinterleaved_phases(p), deinterleaved_taps(p), deinterleaved_length(p),
-                         deinterleaved_row_length(p));
+    q = over_grad_y_copy(q, weight_deinterleaved_rows(p), weight_deinterleaved_taps(p), weight_deinterleaved_length(p),
+                         weight_deinterleaved_row_length(p));
+    q.dilation = p.dilation;  // (the taps of a row t*dilation apart)
   }
   return q;
 }
@@ -1939,8 +1951,10 @@ WeightPlan plan_grad_weight_tiles_pass(const ConvTParams& p, const TensorFacts& 
   };
   auto gemm = depthwise ? std::nullopt : plan_on(p, x, grad_y, with_bias);
   weight.problem = p;
-  // (grad_weight's copy of grad_y keeps dilation 1: grad_weight_over_copies' stride-1 problem)
-  const bool deinterleaves_grad_y = deinterleaves(p) && p.dilation == 1;
+  // (grad_weight's copy of grad_y: grad_weight_over_copies' stride-1 problem, at the dilation; a
+  // dilated filter's only with CONVT_GRAD_WEIGHT_DILATED_COPY=always until measured)
+  const bool deinterleaves_grad_y =
+      weight_deinterleaves(p) && (p.dilation == 1 || read_plan_override("CONVT_GRAD_WEIGHT_DILATED_COPY") == PlanOverride::kAlways);
   // The pipelined warpgroup kernel over copies where it does not plan on the tensors as they are
   // (docs/design.md §5.5): x in aligned rows where it has no tensor map; then grad_y deinterleaved
   // too where its phases are read element by element. The copies cost a pass over x and grad_y;
@@ -2045,9 +2059,10 @@ BackwardPlan plan_backward_uncached(const ConvTParams& p, const TensorFacts& x, 
                                     bool grad_input, bool grad_weight, bool grad_bias, const DeviceLimits& limits) {
   BackwardPlan plan;
   if (grad_input) plan.grad_input = plan_grad_input(p, grad_y, math, limits);
-  // (grad_input's deinterleaved copy, which grad_weight's plan over one reads: not its channels-last one)
-  const bool grad_y_deinterleaved =
-      plan.grad_input.kernel == Kernel::kGemm && plan.grad_input.gemm.deinterleaved && !plan.grad_input.channels_last_grad_y;
+  // (grad_input's deinterleaved copy, which grad_weight's plan over one reads: not its channels-last
+  // one, and at dilation 1 only: a dilated grad_input's copy holds its (shift, phase) grid)
+  const bool grad_y_deinterleaved = plan.grad_input.kernel == Kernel::kGemm && plan.grad_input.gemm.deinterleaved &&
+                                    !plan.grad_input.channels_last_grad_y && p.dilation == 1;
   if (grad_weight) plan.grad_weight = plan_grad_weight_pass(p, x, grad_y, math, grad_bias, grad_y_deinterleaved, limits);
   // the one place that decides who sums grad_bias
   if (grad_bias) {
@@ -2108,7 +2123,7 @@ constexpr const char* kPlannerVariables[] = {
     "CONVT_MAX_WORKSPACE_MB", "CONVT_DEPTHWISE_PHASE_TAPS", "CONVT_FORWARD_X_COPIES", "CONVT_GEMM_SPLITS",
     "CONVT_GRAD_INPUT_COPIES", "CONVT_GRAD_WEIGHT_BOXES", "CONVT_GRAD_WEIGHT_UNROLLED", "CONVT_GROUP_MERGE",
     "CONVT_NARROW_ROWS_PIPELINED", "CONVT_POSITION_ROWS", "CONVT_STAGED_WARP_TILES", "CONVT_TAP_BOXES",
-    "CONVT_ZERO_TAP_COPIES", "CONVT_ONE_CHANNEL_GEMM", "CONVT_GRAD_INPUT_DEINTERLEAVE",
+    "CONVT_ZERO_TAP_COPIES", "CONVT_ONE_CHANNEL_GEMM", "CONVT_GRAD_INPUT_DEINTERLEAVE", "CONVT_GRAD_WEIGHT_DILATED_COPY",
 };
 
 // (every field of these is in the key: one added to them must join it)

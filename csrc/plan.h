@@ -309,9 +309,13 @@ TensorFacts copy_facts(int element_size);                // a copy the op alloca
 // x copied into rows of 16-byte multiples (WeightPlan::aligned_x): (N, C_in, aligned_row_length)
 int64_t aligned_row_length(int64_t length, int element_size);
 // The grad_weight problem over x aligned and/or grad_y deinterleaved: x's strides those of the
-// aligned copy; deinterleaved, a stride-1 problem of C_out * P output channels and ceil(K / stride)
-// taps over the copy, whose weight (C_in, C_out/groups * P, taps), contiguous, holds W's tap t*stride
-// + r at channel co*P + r, tap t (docs/design.md §5.5).
+// aligned copy; deinterleaved, a stride-1 problem of C_out * P output channels (P = min(K, stride))
+// and ceil(K / stride) taps at the dilation over the copy G[n, co*P + r, m] = gy[n, co, m*stride +
+// r*dilation - padding] (grad_input's copy at dilation 1), whose weight (C_in, C_out/groups * P,
+// taps), contiguous, holds W's tap t*stride + r at channel co*P + r, tap t (docs/design.md §5.5).
+bool weight_deinterleaves(const ConvTParams& p);  // the copy's sizes within the kernels' limits (stride > 1)
+int64_t weight_deinterleaved_rows(const ConvTParams& p);        // P: min(K, stride)
+int64_t weight_deinterleaved_row_length(const ConvTParams& p);  // L_in + (taps - 1) * dilation, to 8 elements
 ConvTParams grad_weight_over_copies(const ConvTParams& p, int element_size, bool aligned_x, bool deinterleaved);
 // ... and over grad_y copied channels-last by phase: G[n, r, m, co] = gy[n, co, m * stride + r], (N,
 // stride, channels_last_phase_length, C_out rounded up to 16 bytes); q's y strides are those of one

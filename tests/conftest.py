@@ -408,6 +408,16 @@ GRAD_WEIGHT_TILE_CASES = [
     Case(2, 144, 4, 10, 1500, stride=3, padding=4, output_padding=2, dilation=2, groups=2),
 ]
 
+# grad_weight of dilated filters over grad_y deinterleaved (CONVT_GRAD_WEIGHT_DILATED_COPY=always):
+# rows r at r * dilation - padding, ceil(K / stride) taps at the dilation: 8 taps at stride 3,
+# dilation 2 (3 rows of 3, 3, 2 taps; x rows of 1001 aligned); dilation 2 at stride 4 (rows 2 apart:
+# phases 0 and 2 twice); 10 taps at stride 5, dilation 3, output_padding
+DILATED_GRAD_WEIGHT_COPY_CASES = [
+    Case(2, 80, 40, 8, 1001, stride=3, padding=5, dilation=2),
+    Case(2, 96, 48, 6, 700, stride=4, padding=6, dilation=2),
+    Case(1, 72, 40, 10, 500, stride=5, padding=3, output_padding=1, dilation=3),
+]
+
 # The box tiles (sm_90a, 16-bit; C_in per group above 64, C_out per group above 32): 128 ci x up to 256
 # (tap slot, co) columns, x's and each tap's channels-last grad_y rows (by phase at stride > 1) by TMA
 # boxes; on CUDA the

@@ -556,7 +556,8 @@ def test_grad_weight_runs_pipelined_over_copies(monkeypatch):
     """On sm_90a in TF32 and 16-bit, grad_weight runs on the pipelined warpgroup kernel over copies
     where it does not plan on the tensors as they are: x in aligned rows where its rows are not
     16-byte multiples (no tensor map), grad_y deinterleaved where its phases do not merge (dilation
-    1; grad_bias then from its own row sums). Elsewhere no copies. (With the box tiles off: wide 16-bit
+    1; grad_bias then from its own row sums; CONVT_GRAD_WEIGHT_DILATED_COPY=always: dilated filters
+    too, rows r at r*dilation - padding, ceil(K / stride) taps at the dilation). Elsewhere no copies. (With the box tiles off: wide 16-bit
     layers take them, test_grad_weight_box_tiles_where_their_time_is_less.)"""
     monkeypatch.setenv("CONVT_GRAD_WEIGHT_BOXES", "never")
 
@@ -574,8 +575,12 @@ def test_grad_weight_runs_pipelined_over_copies(monkeypatch):
         assert g["kernel"] == "grad_weight_wgmma" and g["deinterleaved_grad_y"] == 1 and g["group_taps"] == 1, g
         g, _ = weight(NAMED["kb64"], dtype)
         assert (g["aligned_x"], g["deinterleaved_grad_y"]) == (0, 0), g
-        g, _ = weight((8, 512, 256, 7, 2000, 2, 3, 1, 2, 1), dtype)  # dilated: per phase
+        g, _ = weight((8, 512, 256, 7, 2000, 2, 3, 1, 2, 1), dtype)  # dilated: per phase (the copy not measured yet)
         assert g["deinterleaved_grad_y"] == 0 and g["stages"] == 0, g
+        with pytest.MonkeyPatch.context() as env:
+            env.setenv("CONVT_GRAD_WEIGHT_DILATED_COPY", "always")  # 2 rows of 4 taps at dilation 2
+            g, bias = weight((8, 512, 256, 7, 2000, 2, 3, 1, 2, 1), dtype)
+            assert g["deinterleaved_grad_y"] == 1 and g["stages"] > 0 and bias == "row_sums", g
     for dtype, tf32, card in ((torch.float32, False, "h100"), (torch.float32, True, "a100")):
         g, _ = weight((16, 1024, 512, 7, 1300, 5, 4, 3, 1, 1), dtype, tf32, card)
         assert (g["aligned_x"], g["deinterleaved_grad_y"], g["stages"]) == (0, 0, 0), g

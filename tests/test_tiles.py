@@ -5,8 +5,8 @@ the CUDA kernels' tiles."""
 import pytest
 import torch
 
-from conftest import (BOX_TILE_CASES, CHUNK_RANGE_CASES, CPU_TILE_CASES, CPU_TILE_SCALE, DTYPES, FLOAT_CHUNK_RANGE_CASES,
-                      GRAD_INPUT_COPY_CASES, GRAD_WEIGHT_TILE_CASES, NARROW_ROW_CASES, SPLIT_TILE_CASES, WIDE_TILE_CASES,
+from conftest import (BOX_TILE_CASES, CHUNK_RANGE_CASES, CPU_TILE_CASES, CPU_TILE_SCALE, DILATED_GRAD_WEIGHT_COPY_CASES, DTYPES,
+                      FLOAT_CHUNK_RANGE_CASES, GRAD_INPUT_COPY_CASES, GRAD_WEIGHT_TILE_CASES, NARROW_ROW_CASES, SPLIT_TILE_CASES, WIDE_TILE_CASES,
                       ZERO_TAP_CHUNK_RANGE_CASES, assert_backward_matches_reference, assert_gradients_deterministic, cuda_plans, quick, requires_cuda)
 
 # Math modes, (dtype, TF32 allowed), per device. CUDA: float32 with and without TF32, and the 16-bit types.
@@ -60,6 +60,22 @@ def test_tiles_forward_and_backward(device, case, dtype, tf32):
 def test_grad_weight_tiles(device, case, dtype, tf32, monkeypatch):
     monkeypatch.setenv("CONVT_GRAD_WEIGHT_BOXES", "never")
     x, w, b = assert_backward_matches_reference(case, dtype, device)
+    assert_gradients_deterministic(x, w, b, case)
+
+
+@requires_cuda
+@pytest.mark.parametrize("case", DILATED_GRAD_WEIGHT_COPY_CASES, ids=str)
+@pytest.mark.parametrize("dtype,tf32", CUDA_MODES, ids=lambda v: str(v).removeprefix("torch."), indirect=["tf32"])
+def test_grad_weight_over_dilated_copy(case, dtype, tf32, monkeypatch):
+    """grad_weight of a dilated strided filter over grad_y deinterleaved at the dilation (forced:
+    CONVT_GRAD_WEIGHT_DILATED_COPY=always; the box tiles off; pipelined in TF32 and 16-bit, in 3xTF32
+    where the copy pads less), against float64, deterministic."""
+    monkeypatch.setenv("CONVT_GRAD_WEIGHT_DILATED_COPY", "always")
+    monkeypatch.setenv("CONVT_GRAD_WEIGHT_BOXES", "never")
+    plan = cuda_plans(case, dtype, tf32)["grad_weight"]
+    if torch.cuda.get_device_capability() == (9, 0) and (dtype != torch.float32 or tf32):
+        assert plan["deinterleaved_grad_y"] == 1 and plan["stages"] > 0, plan
+    x, w, b = assert_backward_matches_reference(case, dtype, "cuda")
     assert_gradients_deterministic(x, w, b, case)
 
 

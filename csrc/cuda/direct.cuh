@@ -94,18 +94,19 @@ __global__ void grad_input_direct_kernel(const scalar_t* __restrict__ grad_y, co
 }
 
 // grad_y deinterleaved (GemmPlan::deinterleaved, WeightPlan::deinterleaved_grad_y; docs/design.md
-// §3.2): out[n, co*phases + r, m] = grad_y[n, co, m*stride + r - padding] for r < phases, m <
-// row_length, zero where that lies outside grad_y. out is contiguous (N, C_out*phases, row_length);
-// grad_y is read through the params' y strides. A block takes a (n, co) row's segment of `columns`
-// positions m: it reads the segment's grad_y elements in grad_y's order (m, r), each once, into
-// shared memory, then writes each phase's row in order: both sides coalesced. Element e = m*phases +
+// §3.2, §5.5): out[n, co*phases + r, m] = grad_y[n, co, m*stride + r*phase_step - padding] for r <
+// phases, m < row_length, zero where that lies outside grad_y (phase_step: 1, or grad_weight's
+// dilation). out is contiguous (N, C_out*phases, row_length); grad_y is read through the params' y
+// strides. A block takes a (n, co) row's segment of `columns` positions m: it reads the segment's
+// grad_y elements in the order (m, r), each once, into shared memory, then writes each row in
+// order: both sides coalesced (at phase_step 1). Element e = m*phases +
 // r sits at e + e / 32 (a pad word every 32), so that the reads at stride `phases` hit distinct banks.
 // *nonfinite is set where an element copied is Inf or NaN (DataPlan::exact).
 __host__ __device__ constexpr int deinterleave_staged_elements(int elements) { return elements + elements / 32 + 1; }
 
 template <typename scalar_t>
 __global__ void deinterleave_grad_y_kernel(const scalar_t* __restrict__ grad_y, scalar_t* __restrict__ out, int* nonfinite,
-                                           ConvTParams p, int phases, int64_t row_length, int columns) {
+                                           ConvTParams p, int phases, int phase_step, int64_t row_length, int columns) {
   extern __shared__ unsigned char deinterleave_smem[];
   scalar_t* const staged = reinterpret_cast<scalar_t*>(deinterleave_smem);
   const int64_t segment_step = int64_t(gridDim.x) * columns;
@@ -118,7 +119,7 @@ __global__ void deinterleave_grad_y_kernel(const scalar_t* __restrict__ grad_y, 
       bool finite = true;
       for (int e = threadIdx.x; e < elements; e += blockDim.x) {
         const int m = e / phases, r = e % phases;
-        const int64_t j = first_j + int64_t(m) * p.stride + r;
+        const int64_t j = first_j + int64_t(m) * p.stride + int64_t(r) * phase_step;
         const scalar_t value = j >= 0 && j < p.length_out ? grad_y_row[j * p.y_length_stride] : scalar_t(0);
         finite = finite && isfinite(static_cast<float>(value));
         staged[e + e / 32] = value;

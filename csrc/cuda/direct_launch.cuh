@@ -110,14 +110,14 @@ void launch_grad_y_row_sums(const ConvTParams& p, const scalar_t* grad_y, acc_ty
 
 template <typename scalar_t>
 void launch_deinterleave_grad_y(const ConvTParams& p, const scalar_t* grad_y, scalar_t* out, int* nonfinite, int64_t phases,
-                                int64_t row_length, Launch launch) {
+                                int64_t phase_step, int64_t row_length, Launch launch) {
   // segments of up to kDeinterleaveBytes staged (a multiple of 32 positions where longer; phases is
   // at most kMaxDeinterleavedPhases, so one position always fits)
   const int64_t stage_elements = kDeinterleaveBytes / int64_t(sizeof(scalar_t));
   const int columns = int(std::min<int64_t>(row_length, std::max<int64_t>(1, stage_elements / phases / 32 * 32)));
   const size_t smem = sizeof(scalar_t) * deinterleave_staged_elements(int(columns * phases));
   deinterleave_grad_y_kernel<scalar_t><<<row_grid(p.batch * p.out_channels, row_length, columns), kDirectThreads, smem,
-                                         launch.stream>>>(grad_y, out, nonfinite, p, int(phases), row_length, columns);
+                                         launch.stream>>>(grad_y, out, nonfinite, p, int(phases), int(phase_step), row_length, columns);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 

@@ -142,11 +142,12 @@ void launch_depthwise_grad_weight(const ConvTParams& p, int64_t slices, const sc
 template <typename scalar_t>
 void launch_grad_weight_direct(const ConvTParams& p, const scalar_t* grad_y, const scalar_t* x, scalar_t* grad_w,
                                Launch launch);
-// grad_y deinterleaved (GemmPlan::deinterleaved, WeightPlan::deinterleaved_grad_y): out (N, C_out *
-// phases, row_length), contiguous; *nonfinite set where grad_y holds Inf or NaN (else left as it is)
+// grad_y deinterleaved (GemmPlan::deinterleaved, WeightPlan::deinterleaved_grad_y): out[n, co * phases
+// + r, m] = grad_y[n, co, m * stride + r * phase_step - padding], (N, C_out * phases, row_length),
+// contiguous; *nonfinite set where grad_y holds Inf or NaN (else left as it is)
 template <typename scalar_t>
 void launch_deinterleave_grad_y(const ConvTParams& p, const scalar_t* grad_y, scalar_t* out, int* nonfinite, int64_t phases,
-                                int64_t row_length, Launch launch);
+                                int64_t phase_step, int64_t row_length, Launch launch);
 // ... and channels-last (DataPlan::channels_last_grad_y; at stride 1 phases 1, padding 0): out[(n *
 // rows + m) * row_elements + co * phases + r] = grad_y[n, co, m * stride + r - padding] for m < rows,
 // r < phases (at most kChannelsLastTile), zero outside grad_y; elements from C_out * phases on of a

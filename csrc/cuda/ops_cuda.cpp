@@ -166,20 +166,28 @@ DeviceLimits without_tma(DeviceLimits limits) {
 // ---- the passes ------------------------------------------------------------------------------------
 
 // grad_y deinterleaved (GemmPlan::deinterleaved, WeightPlan::deinterleaved_grad_y), and a device flag
-// set where grad_y holds Inf or NaN (DataPlan::exact runs behind it)
+// set where grad_y holds Inf or NaN (DataPlan::exact runs behind it): grad_input's copy, rows r at
+// r - padding (the phases of its (shift, phase) grid); grad_weight's at r * dilation - padding (the
+// same copy at dilation 1)
 struct GradYCopy {
   at::Tensor values, nonfinite;
 };
-GradYCopy deinterleaved_grad_y(const ConvTParams& p, const at::Tensor& grad_y, Launch launch) {
-  const int64_t phases = deinterleaved_phases(p), row_length = deinterleaved_row_length(p);
-  GradYCopy copy{at::empty({p.batch, p.out_channels * phases, row_length}, grad_y.options()),
+GradYCopy deinterleave(const ConvTParams& p, const at::Tensor& grad_y, int64_t rows, int64_t phase_step, int64_t row_length,
+                       Launch launch) {
+  GradYCopy copy{at::empty({p.batch, p.out_channels * rows, row_length}, grad_y.options()),
                  at::zeros({1}, grad_y.options().dtype(at::kInt))};
   dispatch_dtype(grad_y.scalar_type(), [&](auto element) {
     using scalar_t = decltype(element);
     launch_deinterleave_grad_y<scalar_t>(p, data_of<scalar_t>(grad_y), data_of<scalar_t>(copy.values),
-                                         copy.nonfinite.data_ptr<int>(), phases, row_length, launch);
+                                         copy.nonfinite.data_ptr<int>(), rows, phase_step, row_length, launch);
   });
   return copy;
+}
+GradYCopy deinterleaved_grad_y(const ConvTParams& p, const at::Tensor& grad_y, Launch launch) {
+  return deinterleave(p, grad_y, deinterleaved_phases(p), 1, deinterleaved_row_length(p), launch);
+}
+GradYCopy weight_deinterleaved_grad_y(const ConvTParams& p, const at::Tensor& grad_y, Launch launch) {
+  return deinterleave(p, grad_y, weight_deinterleaved_rows(p), p.dilation, weight_deinterleaved_row_length(p), launch);
 }
 
 // grad_y copied channels-last for grad_input (DataPlan::channels_last_grad_y): (N,
@@ -597,12 +605,13 @@ void backward(const at::Tensor& grad_y, const at::Tensor& x, const at::Tensor& w
       // the stride-1 problem's weight (C_in, C_out/groups * P, taps) holds W's tap t*stride + r at
       // channel co*P + r, tap t (grad_weight_over_copies)
       const ConvTParams& q = weight.problem;
-      if (!grad_y_copy.values.defined()) grad_y_copy = deinterleaved_grad_y(p, grad_y, launch);
+      // (grad_input's copy is this one at dilation 1)
+      if (!grad_y_copy.values.defined() || p.dilation > 1) grad_y_copy = weight_deinterleaved_grad_y(p, grad_y, launch);
       const at::Tensor over = at::empty({q.in_channels, q.out_channels_per_group, q.kernel_size}, grad_w.options());
       run_grad_weight(weight, q, weight_x, grad_y_copy.values, over, grad_bias, math, x_map, launch);
       // (one pass, into grad_w's memory (contiguous, made by the op): its whole runs of `phases` taps,
       // then the last run's first K mod phases)
-      const int64_t phases = deinterleaved_phases(p), whole_runs = p.kernel_size / phases, rest = p.kernel_size % phases;
+      const int64_t phases = weight_deinterleaved_rows(p), whole_runs = p.kernel_size / phases, rest = p.kernel_size % phases;
       const at::Tensor by_tap = over.view({p.in_channels, p.out_channels_per_group, phases, q.kernel_size}).transpose(2, 3);
       grad_w.narrow(2, 0, whole_runs * phases)
           .view({p.in_channels, p.out_channels_per_group, whole_runs, phases})

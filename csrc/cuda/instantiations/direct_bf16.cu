@@ -12,7 +12,7 @@ template void launch_depthwise_grad_weight<c10::BFloat16>(const ConvTParams&, in
                                                 Launch);
 template void launch_grad_weight_direct<c10::BFloat16>(const ConvTParams&, const c10::BFloat16*, const c10::BFloat16*, c10::BFloat16*, Launch);
 template void launch_grad_y_row_sums<c10::BFloat16>(const ConvTParams&, const c10::BFloat16*, acc_type<c10::BFloat16>*, Launch);
-template void launch_deinterleave_grad_y<c10::BFloat16>(const ConvTParams&, const c10::BFloat16*, c10::BFloat16*, int*, int64_t, int64_t, Launch);
+template void launch_deinterleave_grad_y<c10::BFloat16>(const ConvTParams&, const c10::BFloat16*, c10::BFloat16*, int*, int64_t, int64_t, int64_t, Launch);
 template void launch_deinterleave_grad_y_channels_last<c10::BFloat16>(const ConvTParams&, const c10::BFloat16*, c10::BFloat16*, int*, int64_t, int64_t,
                                                            int64_t, Launch);
 template void launch_flag_nonfinite_x<c10::BFloat16>(const ConvTParams&, const c10::BFloat16*, int*, Launch);

@@ -12,7 +12,7 @@ template void launch_depthwise_grad_weight<float>(const ConvTParams&, int64_t, c
                                                 Launch);
 template void launch_grad_weight_direct<float>(const ConvTParams&, const float*, const float*, float*, Launch);
 template void launch_grad_y_row_sums<float>(const ConvTParams&, const float*, acc_type<float>*, Launch);
-template void launch_deinterleave_grad_y<float>(const ConvTParams&, const float*, float*, int*, int64_t, int64_t, Launch);
+template void launch_deinterleave_grad_y<float>(const ConvTParams&, const float*, float*, int*, int64_t, int64_t, int64_t, Launch);
 template void launch_deinterleave_grad_y_channels_last<float>(const ConvTParams&, const float*, float*, int*, int64_t, int64_t,
                                                            int64_t, Launch);
 template void launch_flag_nonfinite_x<float>(const ConvTParams&, const float*, int*, Launch);
