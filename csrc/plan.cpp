@@ -1320,16 +1320,25 @@ double x_copy_time(const ConvTParams& q) {
 // The box tiles' cost, in units of one column of one item (128 ci x 64 positions: about 4 clocks of
 // an SM's 16-bit tensor cores): an item costs its columns plus
 // kBoxItemColumns (A's reads, the boxes' issue and barriers); a block its slice's items plus
-// kBoxBlockItems items (filling the ring, the epilogue's stores); a launch its waves of blocks; each
-// slice's partial sums kBoxPartialUnitsPerElement a weight element (written, then added up).
+// kBoxBlockItems items (filling the ring, the epilogue's stores); a launch its waves of blocks (a
+// launch a window of kBoxWindowTaps taps); each slice's partial sums kBoxPartialUnitsPerElement a
+// weight element (written, then added up).
 constexpr double kBoxItemColumns = 48;
 constexpr double kBoxBlockItems = 4;
 constexpr double kBoxPartialUnitsPerElement = 0.05;
 
 namespace {
-// The box tiles' cost of `tiles` tiles of `columns` columns in `slices` slices of `items` items
-double box_cost(int64_t tiles, int columns, int64_t slices, int64_t items, int64_t weight_elements, const DeviceLimits& limits) {
-  const int64_t waves = (tiles * slices + limits.sm_count - 1) / limits.sm_count;
+// The box tiles' cost of `tiles` tiles (of `tap_groups` tap groups of `slots` taps) of `columns`
+// columns in `slices` slices of `items` items: the waves of each launch's window of tap groups
+double box_cost(int64_t tiles, int tap_groups, int slots, int columns, int64_t slices, int64_t items, int64_t weight_elements,
+                const DeviceLimits& limits) {
+  const int window_groups = kBoxWindowTaps / slots;
+  const int64_t tiles_a_tap_group = tiles / tap_groups;
+  int64_t waves = 0;
+  for (int first_group = 0; first_group < tap_groups; first_group += window_groups) {
+    const int64_t launch_blocks = tiles_a_tap_group * std::min(window_groups, tap_groups - first_group) * slices;
+    waves += (launch_blocks + limits.sm_count - 1) / limits.sm_count;
+  }
   const double block_items = double((items + slices - 1) / slices) + kBoxBlockItems;
   return double(waves) * block_items * (columns + kBoxItemColumns) +
          kBoxPartialUnitsPerElement * double(slices) * double(weight_elements) / limits.sm_count;
@@ -1371,7 +1380,7 @@ std::optional<WeightGradPlan> plan_grad_weight_boxes(const ConvTParams& q, const
       const int64_t slice_bound = std::min(most_slices, (4 * limits.sm_count + tiles - 1) / tiles);
       for (int64_t slices = 1; slices <= slice_bound; ++slices) {
         if (tiles * slices >= kGemmIndexLimit) break;
-        const double cost = box_cost(tiles, columns, slices, g.items, weight_elements, limits);
+        const double cost = box_cost(tiles, tap_groups, slots, columns, slices, g.items, weight_elements, limits);
         if (cost < best_cost) {
           best_cost = cost;
           g.box_columns = columns, g.box_slots = slots, g.block_co = block_co;
@@ -1904,7 +1913,7 @@ double weight_copies_time(const WeightPlan& weight, bool grad_y_shared) {
 // fitted time of those sums)
 double box_tiles_seconds(const WeightPlan& boxes, const DeviceLimits& limits) {
   const WeightGradPlan& g = boxes.gemm;
-  return kBoxHostSeconds + kBoxUnitSeconds * box_cost(g.tiles, g.box_columns, g.slices, g.items, grad_weight_elements(g), limits) +
+  return kBoxHostSeconds + kBoxUnitSeconds * box_cost(g.tiles, g.tap_groups, g.box_slots, g.box_columns, g.slices, g.items, grad_weight_elements(g), limits) +
          kBoxSliceElementSeconds * double(g.slices) * double(grad_weight_elements(g)) +
          kBoxCopyUnitSeconds * weight_copies_time(boxes, /*grad_y_shared=*/false);
 }

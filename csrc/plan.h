@@ -326,12 +326,13 @@ int64_t channels_last_grad_y_row_elements(const ConvTParams& p, int element_size
 constexpr int64_t kChannelsLastCopyMostPhases = 64;  // (direct.cuh's kChannelsLastTile, static_assert there)
 // The box tiles of grad_weight (grad_weight_boxes.cuh; docs/design.md §5.7): a 16-bit problem of any
 // stride over x with a tensor map and grad_y copied channels-last (grad_weight_over_channels_last_grad_y),
-// C_in per group above 64, at most kMaxBoxTaps taps. Each item is 128 bytes of x positions
+// C_in per group above 64, at most kMaxBoxTaps taps (a launch carries the maps of kBoxWindowTaps of
+// them, whole tap groups: grad_weight_boxes_launch.cuh). Each item is 128 bytes of x positions
 // (kBoxItemBytes); a tile is 128 ci (two consumer warpgroups, x's boxes as wgmma's K-major A) x
 // box_columns columns (box_slots taps x block_co co: boxes of 64 positions x kBoxSlotCo co at each
 // tap's shift in its phase's rows, wgmma's N-major B), each tap through a map whose positions end where
 // its x positions do.
-constexpr int kMaxBoxTaps = 32, kMaxBoxSlots = 4, kMaxBoxStages = 6;
+constexpr int kMaxBoxTaps = kMaxGemmTaps, kBoxWindowTaps = 32, kMaxBoxSlots = 4, kMaxBoxStages = 6;
 constexpr int kBoxItemBytes = 128, kBoxBlockCi = 128;
 constexpr int kBoxSlotCo = 64;  // a grad_y box's co: 128 bytes, the swizzle's row (a slot holds whole boxes)
 constexpr int kBoxColumnChoices[] = {64, 128, 256};  // (wgmma's N, one instruction a k-step)

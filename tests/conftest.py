@@ -434,7 +434,9 @@ BOX_TILE_CASES = [
     Case(2, 768, 512, 9, 300, padding=4),               # 9 taps in tap groups, several co tiles
     Case(2, 144, 48, 5, 700, padding=7, dilation=3),    # dilated: shifts from -7 to 5
     Case(2, 72, 40, 3, 5, padding=12, dilation=10),     # taps whose x positions all lie outside grad_y
-    Case(2, 72, 40, 32, 400, padding=10),               # 32 taps (kMaxBoxTaps) of 40 co: several slots a tile
+    Case(2, 72, 40, 32, 400, padding=10),               # 32 taps (one launch's kBoxWindowTaps) of 40 co
+    Case(2, 136, 72, 40, 300, stride=8, padding=16, dilation=3),  # 40 taps: a second window of tap groups
+    Case(1, 96, 80, 70, 200, padding=30),               # 70 taps: three windows, the last of 6 taps
     Case(3, 200, 264, 1, 700),                          # one tap, 256 co a tile and 8 in the next
     Case(4, 128, 128, 3, 20000, padding=1),             # slices of many items
     Case(2, 136, 72, 4, 700, stride=2, padding=1),      # stride 2: two taps a phase

@@ -775,14 +775,15 @@ def test_grad_weight_box_tiles_where_their_time_is_less(monkeypatch):
     stride > 1) where they apply and their time model gives them less time than the other tiles':
     128 ci x up to 256 (tap slot, co) columns, a slot whole 64-co boxes. Wide layers on short rows
     (10,1280,1280,7,299,s4; hifigan_up0, 0.86x the merged tiles' time measured on an H200), at any
-    stride and dilation, and narrower ones where the margin is wide (13,150,90,12,9491,s4,d4); not
+    stride and dilation, long filters (15,256,256,40,2875,s8,d3: launches of 32 taps' maps), and
+    narrower ones where the margin is wide (13,150,90,12,9491,s4,d4); not
     kb64 (128 x 128 channels on rows of 65,536 positions: 2.9x slower measured), nor layers of 64
     output channels on long rows (21,128,64,2,43153,s2: 2.5x). Not float32 (grad_y N-major is 16-bit
     only), not without wgmma; CONVT_GRAD_WEIGHT_BOXES=always takes them wherever they apply,
     `never` nowhere. A plan's shared memory holds the tile's staged sums."""
     wide = (8, 1280, 1280, 5, 1159, 1, 2, 0, 1, 1)
     for shape in (wide, (10, 1280, 1280, 7, 299, 4, 1, 0, 1, 1), (4, 768, 512, 9, 1000, 3, 4, 1, 2, 1),
-                  (13, 150, 90, 12, 9491, 4, 7, 3, 4, 1), NAMED["hifigan_up0"]):
+                  (13, 150, 90, 12, 9491, 4, 7, 3, 4, 1), NAMED["hifigan_up0"], (15, 256, 256, 40, 2875, 8, 0, 0, 3, 1)):
         for dtype in (torch.bfloat16, torch.float16):
             g = plans(shape, dtype, True, "h100")["grad_weight"]
             assert g["kernel"] == "grad_weight_boxes" and g["channels_last_grad_y"] == 1, (shape, g)

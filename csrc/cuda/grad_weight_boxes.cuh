@@ -30,10 +30,13 @@
 
 namespace convt::cuda {
 
-// The kernel's parameters: the plan and the tensor maps the launcher encodes (ops_cuda.cpp)
+// The kernel's parameters: the plan (tiles and tap_groups: the launch's window of taps) and the
+// tensor maps the launcher encodes (ops_cuda.cpp)
 struct WeightBoxProblem : WeightGradPlan {
-  CUtensorMap x_map;                     // x as (position, channel, batch): boxes of 64 ci x 64 positions
-  CUtensorMap grad_y_maps[kMaxBoxTaps];  // tap k: gy as (channel, position < min(L_out, L_in + s_k), batch)
+  CUtensorMap x_map;  // x as (position, channel, batch): boxes of 64 ci x 64 positions
+  int first_window_tap;  // the launch's first tap (its tap groups: tap_groups from first_window_tap / box_slots)
+  // tap first_window_tap + k: gy as (channel, position < min(L_out, L_in + s_k), batch)
+  CUtensorMap grad_y_maps[kBoxWindowTaps];
 };
 
 constexpr int kBoxHalfCi = kBoxBlockCi / 2;  // a consumer warpgroup's ci (wgmma's M)
@@ -42,11 +45,11 @@ constexpr int kBoxBoxBytes = kBoxSlotCo * kBoxItemBytes;  // a gy box: 64 positi
 
 // The block's tile and slice, from blockIdx.x = slice * tiles + tile (the blocks of a wave walk the
 // same items: their boxes come from L2), tile = ((group * ci_tiles + ci_tile) * co_tiles + co_tile)
-// * tap_groups + tap_group
+// * tap_groups + tap_group, the tap group counted from the launch's window (first_window_tap)
 struct BoxTile {
   int group, first_ci, first_co, first_tap, taps;  // taps: the tap group's (box_slots, or fewer in the last)
   int64_t slice, begin, end;                       // the slice's items [begin, end)
-  __device__ __forceinline__ explicit BoxTile(const WeightGradPlan& p) {
+  __device__ __forceinline__ explicit BoxTile(const WeightBoxProblem& p) {
     const int64_t tile = int64_t(blockIdx.x) % p.tiles;
     slice = int64_t(blockIdx.x) / p.tiles;
     const int tap_group = int(tile % p.tap_groups), co_tile = int(tile / p.tap_groups % p.co_tiles);
@@ -54,7 +57,7 @@ struct BoxTile {
     group = int(ci_tiles_of_groups / p.ci_tiles);
     first_ci = int(ci_tiles_of_groups % p.ci_tiles) * kBoxBlockCi;
     first_co = co_tile * p.block_co;
-    first_tap = tap_group * p.box_slots;
+    first_tap = p.first_window_tap + tap_group * p.box_slots;
     taps = min(p.box_slots, p.taps - first_tap);
     begin = slice * p.items / p.slices;
     end = (slice + 1) * p.items / p.slices;
@@ -121,7 +124,7 @@ struct BoxProducer {
       for (int slot = 0; slot < tile.taps; ++slot) {
         const int k = tile.first_tap + slot;
         for (int co = 0; co < p.block_co; co += kBoxSlotCo)
-          tensor_copy_to_shared(stages.gy_s(at.stage) + (slot * p.block_co + co) * kBoxItemBytes, &p.grad_y_maps[k],
+          tensor_copy_to_shared(stages.gy_s(at.stage) + (slot * p.block_co + co) * kBoxItemBytes, &p.grad_y_maps[k - p.first_window_tap],
                                 grad_y_channel + co, i0 + p.group_tap_shift[k], n, full);
       }
       mbarrier_arrive(full);

@@ -1,8 +1,12 @@
 // The box tiles' launcher (launch.h): the kernel parameters from the plan and the tensor maps, and
-// the plan's columns mapped to the kernel instantiation. Included by one instantiation file per dtype.
+// the plan's columns mapped to the kernel instantiation. A launch carries the maps of kBoxWindowTaps
+// taps at most (the parameters' size): a plan of more taps runs in launches of whole tap groups,
+// each writing its taps of every slice of partial. Included by one instantiation file per dtype.
 #pragma once
 
 #include <c10/cuda/CUDAException.h>
+
+#include <algorithm>
 
 #include "cuda/gemm_launch.cuh"
 #include "cuda/grad_weight_boxes.cuh"
@@ -17,18 +21,26 @@ void launch_grad_weight_boxes(const WeightGradPlan& plan, const CUtensorMap* x_m
   WeightBoxProblem g{};
   static_cast<WeightGradPlan&>(g) = plan;
   g.x_map = *x_map;
-  for (int k = 0; k < plan.taps; ++k) g.grad_y_maps[k] = grad_y_maps[k];
-  auto run = [&](auto columns) {
-    constexpr int kColumns = decltype(columns)::value;
-    const auto kernel = grad_weight_boxes_kernel<T, kColumns>;
-    C10_CUDA_CHECK(allow_dynamic_smem(kernel, launch));
-    kernel<<<unsigned(g.tiles * g.slices), kPipelineThreads, g.smem_bytes, launch.stream>>>(partial, g);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-  };
-  switch (plan.box_columns) {
-    case 64: return run(std::integral_constant<int, 64>{});
-    case 128: return run(std::integral_constant<int, 128>{});
-    default: return run(std::integral_constant<int, 256>{});
+  const int window_groups = kBoxWindowTaps / plan.box_slots;
+  const int64_t tiles_a_tap_group = plan.tiles / plan.tap_groups;
+  for (int first_group = 0; first_group < plan.tap_groups; first_group += window_groups) {
+    g.tap_groups = std::min(window_groups, plan.tap_groups - first_group);
+    g.tiles = tiles_a_tap_group * g.tap_groups;
+    g.first_window_tap = first_group * plan.box_slots;
+    for (int k = g.first_window_tap; k < std::min(plan.taps, g.first_window_tap + kBoxWindowTaps); ++k)
+      g.grad_y_maps[k - g.first_window_tap] = grad_y_maps[k];
+    auto run = [&](auto columns) {
+      constexpr int kColumns = decltype(columns)::value;
+      const auto kernel = grad_weight_boxes_kernel<T, kColumns>;
+      C10_CUDA_CHECK(allow_dynamic_smem(kernel, launch));
+      kernel<<<unsigned(g.tiles * g.slices), kPipelineThreads, g.smem_bytes, launch.stream>>>(partial, g);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    };
+    switch (plan.box_columns) {
+      case 64: run(std::integral_constant<int, 64>{}); break;
+      case 128: run(std::integral_constant<int, 128>{}); break;
+      default: run(std::integral_constant<int, 256>{}); break;
+    }
   }
 }
 
