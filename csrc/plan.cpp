@@ -1934,9 +1934,21 @@ double grad_weight_tiles_seconds(const WeightPlan& weight, const ConvTParams& p,
                                  (1 + kGradWRowPositions / double(p.length_in));
 }
 
-// grad_weight's pass on the mma.sync or warpgroup tiles (or the depthwise or direct kernels)
+// Whether a dilated filter's grad_weight tiles may read grad_y copied at its dilation (the copy as at
+// dilation 1, a candidate the cost model weighs): not in 3xTF32 where the copy leaves one tap a phase
+// (K <= stride: the copy then only makes the rows contiguous, which the unpipelined 3xTF32 tiles
+// did not repay); CONVT_GRAD_WEIGHT_DILATED_COPY=always/never: wherever it fits / nowhere
+PlanOverride grad_weight_dilated_copy_override() { return read_plan_override("CONVT_GRAD_WEIGHT_DILATED_COPY"); }
+bool dilated_copy_applies(const ConvTParams& p, Math math) {
+  const PlanOverride override_value = grad_weight_dilated_copy_override();
+  if (override_value != PlanOverride::kModel) return override_value == PlanOverride::kAlways;
+  return math != Math::k3xTF32 || weight_deinterleaved_taps(p) >= 2;
+}
+
+// grad_weight's pass on the mma.sync or warpgroup tiles (or the depthwise or direct kernels);
+// dilated_copy: dilated_copy_applies
 WeightPlan plan_grad_weight_tiles_pass(const ConvTParams& p, const TensorFacts& x, const TensorFacts& grad_y, Math math,
-                                       bool grad_bias, const DeviceLimits& limits) {
+                                       bool grad_bias, bool dilated_copy, const DeviceLimits& limits) {
   WeightPlan weight;
   // merged phases where they plan, else per phase; 3xTF32: no wide tap groups, no warpgroup tiles
   const bool one_pass = math != Math::k3xTF32;
@@ -1951,10 +1963,8 @@ WeightPlan plan_grad_weight_tiles_pass(const ConvTParams& p, const TensorFacts& 
   };
   auto gemm = depthwise ? std::nullopt : plan_on(p, x, grad_y, with_bias);
   weight.problem = p;
-  // (grad_weight's copy of grad_y: grad_weight_over_copies' stride-1 problem, at the dilation; a
-  // dilated filter's only with CONVT_GRAD_WEIGHT_DILATED_COPY=always until measured)
-  const bool deinterleaves_grad_y =
-      weight_deinterleaves(p) && (p.dilation == 1 || read_plan_override("CONVT_GRAD_WEIGHT_DILATED_COPY") == PlanOverride::kAlways);
+  // (grad_weight's copy of grad_y: grad_weight_over_copies' stride-1 problem, at the dilation)
+  const bool deinterleaves_grad_y = weight_deinterleaves(p) && (p.dilation == 1 || dilated_copy);
   // The pipelined warpgroup kernel over copies where it does not plan on the tensors as they are
   // (docs/design.md §5.5): x in aligned rows where it has no tensor map; then grad_y deinterleaved
   // too where its phases are read element by element. The copies cost a pass over x and grad_y;
@@ -2035,15 +2045,19 @@ WeightPlan plan_grad_weight_tiles_pass(const ConvTParams& p, const TensorFacts& 
 WeightPlan plan_grad_weight_pass(const ConvTParams& p, const TensorFacts& x, const TensorFacts& grad_y, Math math,
                                  bool grad_bias, bool grad_y_shared, const DeviceLimits& limits) {
   const PlanOverride boxes_override = grad_weight_boxes_override();
+  const bool dilated_copy = dilated_copy_applies(p, math);
   if (math == Math::k3xTF32 || p.out_channels_per_group <= 32 || boxes_override == PlanOverride::kNever)
-    return plan_grad_weight_tiles_pass(p, x, grad_y, math, grad_bias, limits);
+    return plan_grad_weight_tiles_pass(p, x, grad_y, math, grad_bias, dilated_copy, limits);
   WeightPlan boxes;
   const auto box_plan = plan_boxes_over_copies(p, x, grad_y, limits, boxes);
-  if (!box_plan) return plan_grad_weight_tiles_pass(p, x, grad_y, math, grad_bias, limits);
+  if (!box_plan) return plan_grad_weight_tiles_pass(p, x, grad_y, math, grad_bias, dilated_copy, limits);
   boxes.kernel = Kernel::kGradWeightBoxes;
   boxes.gemm = *box_plan;
   if (boxes_override == PlanOverride::kAlways) return boxes;
-  WeightPlan tiles = plan_grad_weight_tiles_pass(p, x, grad_y, math, grad_bias, limits);
+  // (against the box tiles, the tiles without the dilated copy: its estimate beat the box tiles' on
+  // 16-bit dilated filters that then ran 1.1-1.8x slower on it; the box tiles read grad_y as it is)
+  WeightPlan tiles = plan_grad_weight_tiles_pass(
+      p, x, grad_y, math, grad_bias, dilated_copy && grad_weight_dilated_copy_override() == PlanOverride::kAlways, limits);
   const bool gemm_tiles = tiles.kernel == Kernel::kGradWeightGemm || tiles.kernel == Kernel::kGradWeightWgmma;
   if (!gemm_tiles) return boxes;
   boxes.box_seconds = tiles.box_seconds = box_tiles_seconds(boxes, limits);

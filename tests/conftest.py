@@ -408,7 +408,7 @@ GRAD_WEIGHT_TILE_CASES = [
     Case(2, 144, 4, 10, 1500, stride=3, padding=4, output_padding=2, dilation=2, groups=2),
 ]
 
-# grad_weight of dilated filters over grad_y deinterleaved (CONVT_GRAD_WEIGHT_DILATED_COPY=always):
+# grad_weight of dilated filters over grad_y deinterleaved (forced in their test: CONVT_GRAD_WEIGHT_DILATED_COPY=always):
 # rows r at r * dilation - padding, ceil(K / stride) taps at the dilation: 8 taps at stride 3,
 # dilation 2 (3 rows of 3, 3, 2 taps; x rows of 1001 aligned); dilation 2 at stride 4 (rows 2 apart:
 # phases 0 and 2 twice); 10 taps at stride 5, dilation 3, output_padding

@@ -556,9 +556,11 @@ def test_grad_weight_runs_pipelined_over_copies(monkeypatch):
     """On sm_90a in TF32 and 16-bit, grad_weight runs on the pipelined warpgroup kernel over copies
     where it does not plan on the tensors as they are: x in aligned rows where its rows are not
     16-byte multiples (no tensor map), grad_y deinterleaved where its phases do not merge (dilation
-    1; grad_bias then from its own row sums; CONVT_GRAD_WEIGHT_DILATED_COPY=always: dilated filters
-    too, rows r at r*dilation - padding, ceil(K / stride) taps at the dilation). Elsewhere no copies. (With the box tiles off: wide 16-bit
-    layers take them, test_grad_weight_box_tiles_where_their_time_is_less.)"""
+    1; grad_bias then from its own row sums; dilated filters too, rows r at r*dilation - padding,
+    ceil(K / stride) taps at the dilation, but not in 3xTF32 where that leaves one tap a phase).
+    Elsewhere no copies. (With the box tiles off: wide 16-bit layers take them,
+    test_grad_weight_box_tiles_where_their_time_is_less; against those, the tiles plan without the
+    dilated copy.)"""
     monkeypatch.setenv("CONVT_GRAD_WEIGHT_BOXES", "never")
 
     def weight(shape, dtype=torch.float32, tf32=True, card="h100"):
@@ -575,15 +577,21 @@ def test_grad_weight_runs_pipelined_over_copies(monkeypatch):
         assert g["kernel"] == "grad_weight_wgmma" and g["deinterleaved_grad_y"] == 1 and g["group_taps"] == 1, g
         g, _ = weight(NAMED["kb64"], dtype)
         assert (g["aligned_x"], g["deinterleaved_grad_y"]) == (0, 0), g
-        g, _ = weight((8, 512, 256, 7, 2000, 2, 3, 1, 2, 1), dtype)  # dilated: per phase (the copy not measured yet)
-        assert g["deinterleaved_grad_y"] == 0 and g["stages"] == 0, g
+        g, bias = weight((8, 512, 256, 7, 2000, 2, 3, 1, 2, 1), dtype)  # dilated: 2 rows of 4 taps at dilation 2
+        assert g["deinterleaved_grad_y"] == 1 and g["stages"] > 0 and bias == "row_sums", g
         with pytest.MonkeyPatch.context() as env:
-            env.setenv("CONVT_GRAD_WEIGHT_DILATED_COPY", "always")  # 2 rows of 4 taps at dilation 2
-            g, bias = weight((8, 512, 256, 7, 2000, 2, 3, 1, 2, 1), dtype)
-            assert g["deinterleaved_grad_y"] == 1 and g["stages"] > 0 and bias == "row_sums", g
+            env.setenv("CONVT_GRAD_WEIGHT_DILATED_COPY", "never")
+            g, _ = weight((8, 512, 256, 7, 2000, 2, 3, 1, 2, 1), dtype)
+            assert g["deinterleaved_grad_y"] == 0 and g["stages"] == 0, g
     for dtype, tf32, card in ((torch.float32, False, "h100"), (torch.float32, True, "a100")):
         g, _ = weight((16, 1024, 512, 7, 1300, 5, 4, 3, 1, 1), dtype, tf32, card)
         assert (g["aligned_x"], g["deinterleaved_grad_y"], g["stages"]) == (0, 0, 0), g
+    # 3xTF32, dilated narrow outputs: the copy where it cuts the taps (12 at stride 4: 3 a phase), not
+    # where K <= stride leaves one a phase
+    g, _ = weight((2, 64, 8, 12, 3000, 4, 3, 0, 2, 1), torch.float32, False)
+    assert g["deinterleaved_grad_y"] == 1, g
+    g, _ = weight((2, 64, 8, 3, 3000, 4, 1, 0, 2, 1), torch.float32, False)
+    assert g["deinterleaved_grad_y"] == 0, g
 
 
 @pytest.mark.parametrize("card", CARDS)
@@ -630,8 +638,9 @@ def test_grad_weight_warpgroup_tap_slots_and_slices(dtype, monkeypatch):
     the most taps a phase has (2 to 3 taps a phase: 3; 17 or 18: 4). Pipelined slices make about two
     waves of blocks on the H100's 132 SMs, more where two waves leave one part-empty: 192 tiles in 2
     slices (3 waves of half tiles), 100 in 5; 128 tiles keep 2 (256 blocks: two waves all but full).
-    (With the box tiles off.)"""
+    (With the box tiles off, and the dilated copy: the unpipelined cases are dilated filters in place.)"""
     monkeypatch.setenv("CONVT_GRAD_WEIGHT_BOXES", "never")
+    monkeypatch.setenv("CONVT_GRAD_WEIGHT_DILATED_COPY", "never")
 
     def weight(shape):
         g = plans(shape, dtype, True, "h100")["grad_weight"]
@@ -676,8 +685,10 @@ def test_grad_weight_unrolls_where_tap_groups_restage_x(dtype, monkeypatch):
     phase) take the unrolled copy, one tile reading x once (measured on an H200, 4-8x faster on the
     first three); so does a wider layer whose unrolled copy pipelines. Plans with merged phases keep
     them, and so does a short wide layer whose unrolled tiles would come in more waves (both
-    measured slower unrolled). (With the box tiles off.)"""
+    measured slower unrolled). (With the box tiles off, and the dilated copy, which the first two take
+    else: the first's, at K <= stride, the same copy as the unrolled one.)"""
     monkeypatch.setenv("CONVT_GRAD_WEIGHT_BOXES", "never")
+    monkeypatch.setenv("CONVT_GRAD_WEIGHT_DILATED_COPY", "never")
     for shape in ((3, 64, 3, 7, 388877, 8, 5, 0, 3, 1), (3, 64, 4, 16, 116357, 10, 18, 0, 3, 1),
                   (9, 64, 4, 9, 337481, 1, 4, 0, 1, 1), (14, 555, 224, 12, 3355, 6, 9, 4, 3, 1)):
         with monkeypatch.context() as env:

@@ -68,7 +68,7 @@ def test_grad_weight_tiles(device, case, dtype, tf32, monkeypatch):
 @pytest.mark.parametrize("dtype,tf32", CUDA_MODES, ids=lambda v: str(v).removeprefix("torch."), indirect=["tf32"])
 def test_grad_weight_over_dilated_copy(case, dtype, tf32, monkeypatch):
     """grad_weight of a dilated strided filter over grad_y deinterleaved at the dilation (forced:
-    CONVT_GRAD_WEIGHT_DILATED_COPY=always; the box tiles off; pipelined in TF32 and 16-bit, in 3xTF32
+    CONVT_GRAD_WEIGHT_DILATED_COPY=always, so that every math runs it; the box tiles off; pipelined in TF32 and 16-bit, in 3xTF32
     where the copy pads less), against float64, deterministic."""
     monkeypatch.setenv("CONVT_GRAD_WEIGHT_DILATED_COPY", "always")
     monkeypatch.setenv("CONVT_GRAD_WEIGHT_BOXES", "never")
