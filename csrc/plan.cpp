@@ -2056,8 +2056,8 @@ WeightPlan plan_grad_weight_pass(const ConvTParams& p, const TensorFacts& x, con
   if (boxes_override == PlanOverride::kAlways) return boxes;
   // (against the box tiles, the tiles without the dilated copy: its estimate beat the box tiles' on
   // 16-bit dilated filters that then ran 1.1-1.8x slower on it; the box tiles read grad_y as it is)
-  WeightPlan tiles = plan_grad_weight_tiles_pass(
-      p, x, grad_y, math, grad_bias, dilated_copy && grad_weight_dilated_copy_override() == PlanOverride::kAlways, limits);
+  WeightPlan tiles = plan_grad_weight_tiles_pass(p, x, grad_y, math, grad_bias,
+                                                 grad_weight_dilated_copy_override() == PlanOverride::kAlways, limits);
   const bool gemm_tiles = tiles.kernel == Kernel::kGradWeightGemm || tiles.kernel == Kernel::kGradWeightWgmma;
   if (!gemm_tiles) return boxes;
   boxes.box_seconds = tiles.box_seconds = box_tiles_seconds(boxes, limits);
