@@ -706,14 +706,20 @@ std::optional<GemmPlan> merged_grad_input_problem(const ConvTParams& p, int step
 // and grad_y layout (dilation 1). r < min(K, stride); t < ceil(K / stride). grad_input only where
 // every (t, r) is a tap (K a multiple of stride, or K < stride): a zero weight would turn an Inf of
 // grad_y into NaN at positions it does not reach.
+// (either copy, grad_input's or grad_weight's: rows of `length` positions padded to 16 bytes in every
+// dtype; its sizes within the kernels' limits, `rows` a channel at `taps` shifts)
+int64_t deinterleaved_row_elements(int64_t length) { return (length + 7) / 8 * 8; }
+bool deinterleaved_copy_fits(const ConvTParams& p, int64_t rows, int64_t taps, int64_t length) {
+  return p.stride > 1 && rows <= kMaxDeinterleavedPhases && taps <= kMaxGemmTaps && length < kGemmIndexLimit &&
+         p.out_channels_per_group * rows < kGemmIndexLimit;
+}
 int64_t deinterleaved_phases(const ConvTParams& p) { return std::min((p.kernel_size - 1) * p.dilation + 1, p.stride); }
 int64_t deinterleaved_taps(const ConvTParams& p) { return ((p.kernel_size - 1) * p.dilation + p.stride) / p.stride; }
 int64_t deinterleaved_length(const ConvTParams& p) { return p.length_in + deinterleaved_taps(p) - 1; }
-int64_t deinterleaved_row_length(const ConvTParams& p) { return (deinterleaved_length(p) + 7) / 8 * 8; }
+int64_t deinterleaved_row_length(const ConvTParams& p) { return deinterleaved_row_elements(deinterleaved_length(p)); }
 TensorFacts copy_facts(int element_size) { return {element_size, 256}; }
 bool deinterleaves(const ConvTParams& p) {
-  return p.stride > 1 && deinterleaved_phases(p) <= kMaxDeinterleavedPhases && deinterleaved_taps(p) <= kMaxGemmTaps &&
-         deinterleaved_length(p) < kGemmIndexLimit && p.out_channels_per_group * deinterleaved_phases(p) < kGemmIndexLimit;
+  return deinterleaved_copy_fits(p, deinterleaved_phases(p), deinterleaved_taps(p), deinterleaved_length(p));
 }
 constexpr int64_t kDeinterleavedDilatedTaps = 16;  // (below it the copy and zero taps cost more than they save: CHANGELOG v58)
 std::optional<GemmPlan> deinterleaved_grad_input_problem(const ConvTParams& p, int step_taps) {
@@ -775,10 +781,9 @@ ConvTParams over_grad_y_copy(ConvTParams q, int64_t rows, int64_t taps, int64_t 
 int64_t weight_deinterleaved_rows(const ConvTParams& p) { return std::min(p.kernel_size, p.stride); }
 int64_t weight_deinterleaved_taps(const ConvTParams& p) { return (p.kernel_size + p.stride - 1) / p.stride; }
 int64_t weight_deinterleaved_length(const ConvTParams& p) { return p.length_in + (weight_deinterleaved_taps(p) - 1) * p.dilation; }
-int64_t weight_deinterleaved_row_length(const ConvTParams& p) { return (weight_deinterleaved_length(p) + 7) / 8 * 8; }
+int64_t weight_deinterleaved_row_length(const ConvTParams& p) { return deinterleaved_row_elements(weight_deinterleaved_length(p)); }
 bool weight_deinterleaves(const ConvTParams& p) {
-  return p.stride > 1 && weight_deinterleaved_rows(p) <= kMaxDeinterleavedPhases && weight_deinterleaved_taps(p) <= kMaxGemmTaps &&
-         weight_deinterleaved_length(p) < kGemmIndexLimit && p.out_channels_per_group * weight_deinterleaved_rows(p) < kGemmIndexLimit;
+  return deinterleaved_copy_fits(p, weight_deinterleaved_rows(p), weight_deinterleaved_taps(p), weight_deinterleaved_length(p));
 }
 
 ConvTParams grad_weight_over_copies(const ConvTParams& p, int element_size, bool aligned_x, bool deinterleaved) {
