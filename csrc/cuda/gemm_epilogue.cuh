@@ -385,7 +385,7 @@ struct PipelinedEpilogue {
     } else {
       const ThreadRows rows = thread_rows(tile, first_row);
       if constexpr (sizeof(T) == 2) {
-        if (p.out_step == 1) {
+        if (p.out_step == 1 && p.out_length % 2 == 0) {
           store_column_pairs(tile, mma, rows.left, rows.first_out, rows.first_bias);
           return;
         }
@@ -431,11 +431,12 @@ struct PipelinedEpilogue {
       }
   }
 
-  // 16-bit (out_step 1), column pairs: the thread of even column col and the one of col + 1 (lanes
-  // 4 apart) swap values so that each holds one row's two adjacent columns,
+  // 16-bit (out_step 1), out rows of an even length, column pairs: the thread of even column col and
+  // the one of col + 1 (lanes 4 apart) swap values so that each holds one row's two adjacent columns,
   // row first_row + 8j of pair j for the even thread and + 1 for the odd one, at columns col -
-  // column_odd and the next: one 4-byte store where out rows have an even length. (Float stores its
-  // two rows a column: pairs are no gain there.)
+  // column_odd and the next: one 4-byte store. (Float stores its two rows a column: pairs are no gain
+  // there; nor at an odd length, where every other row's pairs straddle 4 bytes: store_columns
+  // stores each value where it is, without the swap, whose shuffle each store then waited for.)
   __device__ __forceinline__ void store_column_pairs(const GemmTile& tile, const Mma& mma, int64_t rows_left, T* first_row_out,
                                                      const T* first_row_bias) const {
     const int column_odd = (lane / 4) % 2;  // the parity of this thread's columns
@@ -445,36 +446,20 @@ struct PipelinedEpilogue {
       const int row = 8 * j + column_odd;  // from first_row
       stored_bias[j] = first_row_bias && row < rows_left ? to_float(first_row_bias[row]) : 0.0f;
     }
-    auto store_pairs = [&](auto even_length) {
 #pragma unroll
-      for (int j = 0; j < kBlockM / 8; ++j) {
-        const int row = 8 * j + column_odd;  // from first_row
-        T* const row_out = first_row_out + int64_t(row) * p.out_length;
+    for (int j = 0; j < kBlockM / 8; ++j) {
+      const int row = 8 * j + column_odd;  // from first_row
+      T* const row_out = first_row_out + int64_t(row) * p.out_length;
 #pragma unroll
-        for (int side = 0; side < 2 * kSubtiles; ++side) {
-          const int s = side / 2, e = 4 * j + 2 * (side % 2);  // rows 8j and 8j + 1 at column col
-          const float given = __shfl_xor_sync(0xffffffffu, select_register(column_odd, mma.acc[s][e], mma.acc[s][e + 1]), 4);
-          const float first = (column_odd ? given : mma.acc[s][e]) + stored_bias[j];
-          const float second = (column_odd ? mma.acc[s][e + 1] : given) + stored_bias[j];
-          const int col = tile.col_tile * kBlockN + warp_first_col + 64 * s + 8 * (side % 2) - column_odd;
-          if (row >= rows_left) continue;
-          if constexpr (decltype(even_length)::value) {
-            if (col + 1 < p.out_length) {
-              store_pair(row_out + col, first, second);
-            } else if (col < p.out_length) {
-              row_out[col] = from_float<T>(first);
-            }
-          } else {
-            if (col < p.out_length) row_out[col] = from_float<T>(first);
-            if (col + 1 < p.out_length) row_out[col + 1] = from_float<T>(second);
-          }
-        }
+      for (int side = 0; side < 2 * kSubtiles; ++side) {
+        const int s = side / 2, e = 4 * j + 2 * (side % 2);  // rows 8j and 8j + 1 at column col
+        const float given = __shfl_xor_sync(0xffffffffu, select_register(column_odd, mma.acc[s][e], mma.acc[s][e + 1]), 4);
+        const float first = (column_odd ? given : mma.acc[s][e]) + stored_bias[j];
+        const float second = (column_odd ? mma.acc[s][e + 1] : given) + stored_bias[j];
+        const int col = tile.col_tile * kBlockN + warp_first_col + 64 * s + 8 * (side % 2) - column_odd;
+        if (row >= rows_left) continue;
+        if (col < p.out_length) store_pair(row_out + col, first, second);  // (col even, out_length even)
       }
-    };
-    if (p.out_length % 2 == 0) {
-      store_pairs(std::true_type{});
-    } else {
-      store_pairs(std::false_type{});
     }
   }
 

@@ -313,7 +313,9 @@ struct ImplicitGemmLoader {
 // One producer thread stages a row's window: `copied` elements (a multiple of 16 bytes) of `row` (of
 // `length` elements, contiguous; nullptr: zeros) from position `start`, whose address is 16-byte
 // aligned, to `to`; its whole 16-byte chunks inside the row by one bulk copy landing on `landed`
-// (announced to it), the rest (row ends, positions outside the row) element by element, zero outside.
+// (announced to it), the rest (row ends, positions outside the row) element by element, zero outside;
+// a chunk wholly outside the row (every chunk of a nullptr row: the channels that pad a chunk past a
+// narrow group's) by one zero store, without the per-element loads and bounds of a row's ends.
 template <typename T>
 __device__ __forceinline__ void stage_window(T* to, const T* row, int start, int length, int copied, uint64_t* landed) {
   constexpr int kChunk = 16 / int(sizeof(T));
@@ -328,6 +330,10 @@ __device__ __forceinline__ void stage_window(T* to, const T* row, int start, int
     bulk_copy_to_shared(to + bulk_begin * kChunk, row + start + bulk_begin * kChunk, bytes, landed);
   }
   auto write_chunk = [&](int c) {  // element by element, zero outside the row
+    if (c * kChunk >= inside_end || (c + 1) * kChunk <= inside_begin) {
+      *reinterpret_cast<uint4*>(to + c * kChunk) = make_uint4(0u, 0u, 0u, 0u);
+      return;
+    }
     T values[kChunk];
 #pragma unroll
     for (int e = 0; e < kChunk; ++e) {
