@@ -1349,13 +1349,11 @@ namespace {
 // columns in `slices` slices of `items` items: the waves of each launch's window of tap groups
 double box_cost(int64_t tiles, int tap_groups, int slots, int columns, int64_t slices, int64_t items, int64_t weight_elements,
                 const DeviceLimits& limits) {
-  const int window_groups = kBoxWindowTaps / slots;
   const int64_t tiles_a_tap_group = tiles / tap_groups;
   int64_t waves = 0;
-  for (int first_group = 0; first_group < tap_groups; first_group += window_groups) {
-    const int64_t launch_blocks = tiles_a_tap_group * std::min(window_groups, tap_groups - first_group) * slices;
-    waves += (launch_blocks + limits.sm_count - 1) / limits.sm_count;
-  }
+  for_each_box_launch(tap_groups, slots, [&](int, int groups) {
+    waves += (tiles_a_tap_group * groups * slices + limits.sm_count - 1) / limits.sm_count;
+  });
   const double block_items = double((items + slices - 1) / slices) + kBoxBlockItems;
   return double(waves) * block_items * (columns + kBoxItemColumns) +
          kBoxPartialUnitsPerElement * double(slices) * double(weight_elements) / limits.sm_count;

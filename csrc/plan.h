@@ -5,6 +5,7 @@
 // must know live here too, and the kernel headers take them from here.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -337,6 +338,14 @@ constexpr int64_t kChannelsLastCopyMostPhases = 64;  // (direct.cuh's kChannelsL
 // tap's shift in its phase's rows, wgmma's N-major B), each tap through a map whose positions end where
 // its x positions do.
 constexpr int kMaxBoxTaps = kMaxGemmTaps, kBoxWindowTaps = 32, kMaxBoxSlots = 4, kMaxBoxStages = 6;
+// A box plan's launches, in order: body(first_group, groups) for each window of whole tap groups of
+// box_slots taps, kBoxWindowTaps taps at most (the planner's box_cost and the launcher alike)
+template <typename Body>
+inline void for_each_box_launch(int tap_groups, int box_slots, Body&& body) {
+  const int window_groups = kBoxWindowTaps / box_slots;
+  for (int first_group = 0; first_group < tap_groups; first_group += window_groups)
+    body(first_group, std::min(window_groups, tap_groups - first_group));
+}
 constexpr int kBoxItemBytes = 128, kBoxBlockCi = 128;
 constexpr int kBoxSlotCo = 64;  // a grad_y box's co: 128 bytes, the swizzle's row (a slot holds whole boxes)
 constexpr int kBoxColumnChoices[] = {64, 128, 256};  // (wgmma's N, one instruction a k-step)

@@ -21,10 +21,9 @@ void launch_grad_weight_boxes(const WeightGradPlan& plan, const CUtensorMap* x_m
   WeightBoxProblem g{};
   static_cast<WeightGradPlan&>(g) = plan;
   g.x_map = *x_map;
-  const int window_groups = kBoxWindowTaps / plan.box_slots;
   const int64_t tiles_a_tap_group = plan.tiles / plan.tap_groups;
-  for (int first_group = 0; first_group < plan.tap_groups; first_group += window_groups) {
-    g.tap_groups = std::min(window_groups, plan.tap_groups - first_group);
+  for_each_box_launch(plan.tap_groups, plan.box_slots, [&](int first_group, int groups) {
+    g.tap_groups = groups;
     g.tiles = tiles_a_tap_group * g.tap_groups;
     g.first_window_tap = first_group * plan.box_slots;
     for (int k = g.first_window_tap; k < std::min(plan.taps, g.first_window_tap + kBoxWindowTaps); ++k)
@@ -41,7 +40,7 @@ void launch_grad_weight_boxes(const WeightGradPlan& plan, const CUtensorMap* x_m
       case 128: run(std::integral_constant<int, 128>{}); break;
       default: run(std::integral_constant<int, 256>{}); break;
     }
-  }
+  });
 }
 
 }  // namespace convt::cuda
