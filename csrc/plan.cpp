@@ -2079,7 +2079,7 @@ BackwardPlan plan_backward_uncached(const ConvTParams& p, const TensorFacts& x, 
   // (grad_input's deinterleaved copy, which grad_weight's plan over one reads: not its channels-last
   // one, and at dilation 1 only: a dilated grad_input's copy holds its (shift, phase) grid)
   const bool grad_y_deinterleaved = plan.grad_input.kernel == Kernel::kGemm && plan.grad_input.gemm.deinterleaved &&
-                                    !plan.grad_input.channels_last_grad_y && p.dilation == 1;
+                                    !plan.grad_input.channels_last_grad_y && grad_input_copy_serves_grad_weight(p);
   if (grad_weight) plan.grad_weight = plan_grad_weight_pass(p, x, grad_y, math, grad_bias, grad_y_deinterleaved, limits);
   // the one place that decides who sums grad_bias
   if (grad_bias) {

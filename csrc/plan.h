@@ -315,6 +315,9 @@ int64_t aligned_row_length(int64_t length, int element_size);
 // r*dilation - padding] (grad_input's copy at dilation 1), whose weight (C_in, C_out/groups * P,
 // taps), contiguous, holds W's tap t*stride + r at channel co*P + r, tap t (docs/design.md §5.5).
 bool weight_deinterleaves(const ConvTParams& p);  // the copy's sizes within the kernels' limits (stride > 1)
+// Whether grad_input's deinterleaved copy is grad_weight's too (at dilation 1; a dilated grad_input's
+// copy holds its (shift, phase) grid)
+inline bool grad_input_copy_serves_grad_weight(const ConvTParams& p) { return p.dilation == 1; }
 int64_t weight_deinterleaved_rows(const ConvTParams& p);        // P: min(K, stride)
 int64_t weight_deinterleaved_row_length(const ConvTParams& p);  // L_in + (taps - 1) * dilation, to 8 elements
 ConvTParams grad_weight_over_copies(const ConvTParams& p, int element_size, bool aligned_x, bool deinterleaved);

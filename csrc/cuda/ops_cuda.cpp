@@ -605,8 +605,9 @@ void backward(const at::Tensor& grad_y, const at::Tensor& x, const at::Tensor& w
       // the stride-1 problem's weight (C_in, C_out/groups * P, taps) holds W's tap t*stride + r at
       // channel co*P + r, tap t (grad_weight_over_copies)
       const ConvTParams& q = weight.problem;
-      // (grad_input's copy is this one at dilation 1)
-      if (!grad_y_copy.values.defined() || p.dilation > 1) grad_y_copy = weight_deinterleaved_grad_y(p, grad_y, launch);
+      if (!grad_y_copy.values.defined() || !grad_input_copy_serves_grad_weight(p)) {
+        grad_y_copy = weight_deinterleaved_grad_y(p, grad_y, launch);
+      }
       const at::Tensor over = at::empty({q.in_channels, q.out_channels_per_group, q.kernel_size}, grad_w.options());
       run_grad_weight(weight, q, weight_x, grad_y_copy.values, over, grad_bias, math, x_map, launch);
       // (one pass, into grad_w's memory (contiguous, made by the op): its whole runs of `phases` taps,
