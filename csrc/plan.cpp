@@ -52,6 +52,10 @@ PlanOverride position_rows_override() {
   return value;
 }
 
+// CONVT_PERMUTED_POSITIONS: GemmPlan::permuted_positions wherever they apply (the model), or never
+// (read_plan_override). Read at every plan.
+PlanOverride permuted_positions_override() { return read_plan_override("CONVT_PERMUTED_POSITIONS"); }
+
 // Rows of a (N, C, L) operand with these element strides are contiguous and start on
 // `elements`-element boundaries (so copies of `elements` elements stay aligned).
 bool rows_aligned(const TensorFacts& t, int64_t batch_stride, int64_t channel_stride, int64_t length_stride, int elements) {
@@ -487,6 +491,8 @@ std::optional<GemmPlan> plan_pipelined_steps(const GemmPlan& problem, const Tens
     g.tensor_rows = g.position_rows = true, g.tap_boxes = false;
     g.map_row_phases = 1, g.lead = 0, g.row_offsets = false, g.x_row_elements = box_positions;
   }
+  g.permuted_positions = element_size == 2 && g.tensor_rows && !g.tap_boxes && !g.position_rows &&
+                         permuted_positions_override() != PlanOverride::kNever;
   const int channels_per_word = 4 / element_size;
   const int64_t channel_words = (g.channels_per_group + channels_per_word - 1) / channels_per_word;
   const int64_t budget = limits.smem_one_block();
@@ -2141,6 +2147,7 @@ constexpr const char* kPlannerVariables[] = {
     "CONVT_GRAD_INPUT_COPIES", "CONVT_GRAD_WEIGHT_BOXES", "CONVT_GRAD_WEIGHT_UNROLLED", "CONVT_GROUP_MERGE",
     "CONVT_NARROW_ROWS_PIPELINED", "CONVT_POSITION_ROWS", "CONVT_STAGED_WARP_TILES", "CONVT_TAP_BOXES",
     "CONVT_ZERO_TAP_COPIES", "CONVT_ONE_CHANNEL_GEMM", "CONVT_GRAD_INPUT_DEINTERLEAVE", "CONVT_GRAD_WEIGHT_DILATED_COPY",
+    "CONVT_PERMUTED_POSITIONS",
 };
 
 // (every field of these is in the key: one added to them must join it)
@@ -2218,6 +2225,7 @@ std::string describe(const DataPlan& plan) {
                         {"channel_phases", g.channel_phases}, {"deinterleaved", g.deinterleaved}, {"zero_taps", g.zero_taps},
                         {"stage_output", g.stage_output}, {"resident", g.resident},
                         {"tensor_rows", g.tensor_rows}, {"map_row_phases", g.map_row_phases}, {"tap_boxes", g.tap_boxes}, {"position_rows", g.position_rows},
+                        {"permuted_positions", g.permuted_positions},
                         {"bias_first", bias_first(g)}, {"tiles", g.tiles}, {"parts", g.parts},
                         {"row_tiles", g.row_tiles}, {"launch_row_tiles", g.launch_row_tiles}, {"launch_chunks", g.launch_chunks}, {"float_sums", g.float_sums}, {"splits", g.splits},
                         {"copy_batch", plan.copy_batch}, {"copy_channels_last", plan.copy_channels_last},

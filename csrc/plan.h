@@ -287,6 +287,12 @@ struct GemmPlan {
   // (tensor_rows is set too), which its wgmma read as a K-major A by descriptor from each tap's row
   // on (docs/design.md §3.6).
   bool position_rows;
+  // 16-bit tensor_rows read by A's register fragments (no tap boxes, no position rows): each warp's
+  // 16 positions of a subtile in the order 0, 8, 1, 9, ... of wgmma's M rows, so that a lane's two
+  // rows (M rows g and g + 8) are positions 2g and 2g + 1: at an even tap shift one 4-byte load gives
+  // a channel's two values (half the shared-memory wavefronts of 2-byte loads), and the epilogue
+  // stores a row's two adjacent positions as one pair (docs/design.md §3.6).
+  bool permuted_positions;
 };
 
 // The implicit GEMM of the forward (out = y, in = x) or of grad_input (out = grad_x, in = grad_y),

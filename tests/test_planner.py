@@ -354,6 +354,26 @@ def test_tap_boxes_where_every_tap_offset_is_aligned(dtype, tf32):
     assert grad_input["tap_boxes"] == int(dtype.itemsize == 2), grad_input
 
 
+def test_16_bit_register_fragments_read_permuted_positions(monkeypatch):
+    """sm_90 16-bit pipelined plans whose A fragments load from tensor rows (no tap boxes, no position
+    rows) permute each warp's positions (a lane's two fragment rows adjacent: 4-byte loads at even
+    shifts, pair stores); not in float, not on tap boxes or position rows, not where x is staged row
+    by row, and `never` turns it off."""
+    wide = (16, 1536, 512, 7, 1300, 1, 3, 0, 1, 1)  # tensor rows of 2 channel phases
+    for name in ("forward", "grad_input"):
+        g = plans(wide, torch.bfloat16, True, "h100")[name]
+        assert g["tensor_rows"] == 1 and g["tap_boxes"] == 0 and g["permuted_positions"] == 1, (name, g)
+        assert plans(wide, torch.float16, True, "h100")[name]["permuted_positions"] == 1
+        for tf32 in (True, False):
+            assert plans(wide, torch.float32, tf32, "h100")[name]["permuted_positions"] == 0
+    k1 = plans((12, 1536, 768, 1, 1304, 1, 0, 0, 1, 1), torch.bfloat16, True, "h100")["forward"]
+    assert k1["tap_boxes"] == 1 and k1["permuted_positions"] == 0, k1
+    rows = plans((22, 256, 256, 5, 10188, 2, 1, 0, 1, 1), torch.bfloat16, True, "h100")["forward"]
+    assert rows["tensor_rows"] == 0 and rows["permuted_positions"] == 0, rows
+    monkeypatch.setenv("CONVT_PERMUTED_POSITIONS", "never")
+    assert plans(wide, torch.bfloat16, True, "h100")["forward"]["permuted_positions"] == 0
+
+
 def test_forward_copies_channels_last_for_position_rows():
     """Forwards over copies of x (copy_batch) copy x channels-last where its channels make rows of
     16-byte multiples (C_in a multiple of 8 in 16-bit, of 4 in float): the pipelined kernel then reads

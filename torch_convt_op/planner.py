@@ -44,7 +44,7 @@ def summary(plan: Dict[str, Union[str, int]]) -> str:
             text += f" {plan['stages']} stages"
         if plan.get("row_phases", 1) > 1 or plan.get("channel_phases", 1) > 1:
             text += " merged"
-        return text + (" deinterleaved" if plan.get("deinterleaved") else "")
+        return text + (" deinterleaved" if plan.get("deinterleaved") else "") + (" permuted" if plan.get("permuted_positions") else "")
     if kernel == "grad_weight_boxes":  # (tiles of block_ci x box_slots taps of block_co)
         text = f"{kernel} {plan['block_ci']}x{plan['box_slots']}x{plan['block_co']} {plan['stages']} stages"
         copies = [name for name in ("aligned_x", "channels_last_grad_y") if plan.get(name)]

@@ -346,10 +346,12 @@ struct PipelinedEpilogue {
   const T* bias;
   T* out;
   int lane, warp_first_col;  // (PipelinedMainloop's)
+  int side_columns;          // from a lane's first column of a subtile to its second: 8, or 1 (permuted_positions)
 
   __device__ __forceinline__ PipelinedEpilogue(const GemmProblem& problem, const T* bias_, T* out_, int lane_, int warp)
       : p(problem), bias(bias_), out(out_), lane(lane_) {
-    warp_first_col = (warp / 4) * 64 * kSubtiles + (warp % 4) * 16 + lane / 4;
+    warp_first_col = (warp / 4) * 64 * kSubtiles + (warp % 4) * 16 + (p.permuted_positions ? 2 * (lane / 4) : lane / 4);
+    side_columns = p.permuted_positions ? 1 : 8;
   }
 
   // Row pointers and bounds from this thread's first row (64-bit math once): the rows left in the
@@ -378,15 +380,20 @@ struct PipelinedEpilogue {
   __device__ __forceinline__ void store_tile(const GemmTile& tile, int out_phase, const Mma& mma) const {
     const int first_row = tile.row_tile * kBlockM + 2 * (lane % 4);
     if constexpr (kMerge == Merge::kRows) {
-      // subtile s = side / 2, its columns col(s) and col(s) + 8
+      // subtile s = side / 2, its columns col(s) and col(s) + side_columns
       store_merged_rows<kBlockM, 2 * kSubtiles, true>(
-          p, bias, out, tile, first_row, [&](int side) { return tile.col_tile * kBlockN + warp_first_col + 64 * (side / 2) + 8 * (side % 2); },
+          p, bias, out, tile, first_row,
+          [&](int side) { return tile.col_tile * kBlockN + warp_first_col + 64 * (side / 2) + side_columns * (side % 2); },
           [&](int j, int side, int e) { return mma.value(side / 2, 4 * j + 2 * (side % 2) + e); });
     } else {
       const ThreadRows rows = thread_rows(tile, first_row);
       if constexpr (sizeof(T) == 2) {
         if (p.out_step == 1 && p.out_length % 2 == 0) {
-          store_column_pairs(tile, mma, rows.left, rows.first_out, rows.first_bias);
+          if (p.permuted_positions) {
+            store_adjacent_columns(tile, mma, rows.left, rows.first_out, rows.first_bias);
+          } else {
+            store_column_pairs(tile, mma, rows.left, rows.first_out, rows.first_bias);
+          }
           return;
         }
       }
@@ -416,9 +423,9 @@ struct PipelinedEpilogue {
 #pragma unroll
         for (int s = 0; s < kSubtiles; ++s)
 #pragma unroll
-          for (int side = 0; side < 2; ++side) {  // columns col and col + 8
+          for (int side = 0; side < 2; ++side) {  // columns col and col + side_columns
             const int e = 4 * j + 2 * side + half;
-            const int64_t position = 2 * int64_t(tile.col_tile * kBlockN + warp_first_col + 64 * s + 8 * side);
+            const int64_t position = 2 * int64_t(tile.col_tile * kBlockN + warp_first_col + 64 * s + side_columns * side);
             const float low = select_register(swapped, second.value(s, e), first.value(s, e)) + row_bias[j][half];
             const float high = select_register(swapped, first.value(s, e), second.value(s, e)) + row_bias[j][half];
             if (aligned && position + 1 < p.out_length) {
@@ -463,6 +470,28 @@ struct PipelinedEpilogue {
     }
   }
 
+  // 16-bit (out_step 1), out rows of an even length, permuted positions: a thread's two columns of a
+  // subtile are adjacent (the first even), one 4-byte store a row
+  __device__ __forceinline__ void store_adjacent_columns(const GemmTile& tile, const Mma& mma, int64_t rows_left, T* first_row_out,
+                                                         const T* first_row_bias) const {
+    float row_bias[kBlockM / 8][2];
+    load_row_bias(rows_left, first_row_bias, row_bias);
+#pragma unroll
+    for (int j = 0; j < kBlockM / 8; ++j)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int row = 8 * j + half;  // from first_row
+        if (row >= rows_left) continue;
+        T* const row_out = first_row_out + int64_t(row) * p.out_length;
+#pragma unroll
+        for (int s = 0; s < kSubtiles; ++s) {
+          const int col = tile.col_tile * kBlockN + warp_first_col + 64 * s;  // (even, and out_length even)
+          if (col < p.out_length)
+            store_pair(row_out + col, mma.acc[s][4 * j + half] + row_bias[j][half], mma.acc[s][4 * j + 2 + half] + row_bias[j][half]);
+        }
+      }
+  }
+
   // Column col holds out positions col*out_step + [0, out_step): the accumulator at `phase`, and with
   // one out phase the bias at the others (no tap reaches them)
   __device__ __forceinline__ void store_columns(const GemmTile& tile, int phase, const Mma& mma, int64_t rows_left, T* first_row_out,
@@ -499,7 +528,7 @@ struct PipelinedEpilogue {
           for (int s = 0; s < kSubtiles; ++s) {
             const int col = tile.col_tile * kBlockN + warp_first_col + 64 * s;
             store_column(row_out, col, mma.value(s, 4 * j + half) + bias_value, bias_value);
-            store_column(row_out, col + 8, mma.value(s, 4 * j + 2 + half) + bias_value, bias_value);
+            store_column(row_out, col + side_columns, mma.value(s, 4 * j + 2 + half) + bias_value, bias_value);
           }
         }
     };

@@ -96,10 +96,14 @@ __device__ __forceinline__ void load_b_merged(uint32_t (&b)[2], const T* column,
 // make of them the fragments' rows: a chunk's channels in halves of a k-step (8 channels, TF32 4), half h at
 // `half_base[h]` elements from the lane's column, and in a half the lane's channels 2c and 2c + 1
 // (TF32: c) at `lane_offset` (load_channel_rows).
+// paired_positions (GemmPlan::permuted_positions): the lane's second fragment row (M row g + 8) is
+// the position after its first, not 8 on, and at an even address the two come by 4-byte loads
+// (load_position_pair).
 struct LaneRows {
   int shift_low = 0, shift_high = 0, phase_low = 0, phase_high = 0;
   int lane_offset[2] = {0, 0};
   int half_base[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  bool paired_positions = false;
 };
 // The MMA's k index kappa of a chunk is x_s row kappa: with `phases` channel phases
 // (GemmPlan::map_row_phases) the rows of phase j (kappa / (staged_rows / phases)) start at
@@ -140,6 +144,20 @@ __device__ __forceinline__ void load_channel_rows(uint32_t (&b)[2], const T* col
   } else {
     b[0] = __float_as_uint(low[rows.lane_offset[0]]);
     b[1] = __float_as_uint(high[rows.lane_offset[0]]);
+  }
+}
+// load_channel_rows of two adjacent positions (`low` at `column`, `high` the next) at an even
+// position (4-byte aligned, 16-bit): a 4-byte load a channel row gives both, PRMT pairs the channels
+template <typename T>
+__device__ __forceinline__ void load_position_pair(uint32_t (&low)[2], uint32_t (&high)[2], const T* column, const LaneRows& rows,
+                                                   int kstep) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const T* half = column + rows.half_base[2 * kstep + h];
+    const uint32_t first = *reinterpret_cast<const uint32_t*>(half + rows.lane_offset[0]);   // channel 2c at p, p + 1
+    const uint32_t second = *reinterpret_cast<const uint32_t*>(half + rows.lane_offset[1]);  // channel 2c + 1
+    low[h] = __byte_perm(first, second, 0x5410);   // position p: 2c low, 2c + 1 high
+    high[h] = __byte_perm(first, second, 0x7632);  // position p + 1
   }
 }
 template <Math kMath>
@@ -210,6 +228,9 @@ struct WarpgroupMma {
     constexpr int kKstepChannels = kMath == Math::k16Bit ? 16 : 8;
     const TapOperands<T> tap = operands();
     const T* const x_tap = tap.x_tap;
+    // (permuted positions: the lane's second row is the next position; 4-byte loads at an even one)
+    const int high_column = rows.paired_positions ? 1 : 8;
+    const bool pair_loads = kMath == Math::k16Bit && rows.paired_positions && reinterpret_cast<uintptr_t>(x_tap) % 4 == 0;
     const char* const w_slot = tap.w_slot;
     const char* const w_small_slot = tap.w_small_slot;
     uint32_t (&half_sets)[2][kHalf][kSubtiles][4] = *reinterpret_cast<uint32_t(*)[2][kHalf][kSubtiles][4]>(&sets[0][0][0]);
@@ -228,9 +249,11 @@ struct WarpgroupMma {
             const T* x_kstep = x_tap + s * 64 * p.channel_phases + (half * kHalf + k) * kKstepChannels / p.channel_phases * p.x_row_elements;
             load_b_merged<T, kMath>(low, x_kstep, rows.phase_low, rows.phase_high);
             load_b_merged<T, kMath>(high, x_kstep + 8 * p.channel_phases, rows.phase_low, rows.phase_high);
+          } else if (pair_loads) {
+            load_position_pair<T>(low, high, x_tap + s * 64, rows, half * kHalf + k);
           } else {
             load_channel_rows<T, kMath>(low, x_tap + s * 64, rows, half * kHalf + k);
-            load_channel_rows<T, kMath>(high, x_tap + s * 64 + 8, rows, half * kHalf + k);
+            load_channel_rows<T, kMath>(high, x_tap + s * 64 + high_column, rows, half * kHalf + k);
           }
           a[k][s][0] = low[0], a[k][s][1] = high[0], a[k][s][2] = low[1], a[k][s][3] = high[1];
           if constexpr (kMath == Math::kTF32) {
@@ -408,7 +431,8 @@ struct ImplicitGemmMainloop {
 // kPairs: the problem has several pairs, out phases or runs of taps, else every tap is in each step),
 // wait for its stage's `full` barrier, run its taps on the stage, and hand the stage back (`empty`,
 // a warp each) once its last group is done. Warp w computes columns
-// (w / 4) * 64 * kSubtiles + 64 s + (w % 4) * 16 + lane / 4 (+ 8) in subtile s.
+// (w / 4) * 64 * kSubtiles + 64 s + (w % 4) * 16 + lane / 4 (+ 8) in subtile s, with permuted
+// positions + 2 (lane / 4) (+ 1).
 template <typename T, Math kMath, Merge kMerge, int kBlockM, int kSubtiles, bool kPairs>
 struct PipelinedMainloop {
   static constexpr int kBlockN = 128 * kSubtiles;
@@ -427,10 +451,11 @@ struct PipelinedMainloop {
   __device__ __forceinline__ PipelinedMainloop(const GemmProblem& problem, const T* in_, const PipelineStages<T>& ring, int lane_,
                                                int warp_)
       : p(problem), in(in_), stages(ring), lane(lane_), warp(warp_) {
-    warp_first_col = (warp / 4) * 64 * kSubtiles + (warp % 4) * 16 + lane / 4;
+    warp_first_col = (warp / 4) * 64 * kSubtiles + (warp % 4) * 16 + (p.permuted_positions ? 2 * (lane / 4) : lane / 4);
     low_row = kMath == Math::k16Bit ? 2 * (lane % 4) : lane % 4;
     if constexpr (kMerge == Merge::kChannels) merged_channel_offsets<kMath>(p, lane, rows);
     if constexpr (kMerge != Merge::kChannels) set_half_bases<T, kMath>(p, p.map_row_phases, rows);
+    rows.paired_positions = p.permuted_positions;
     round_fragments = kMath == Math::kTF32 && !p.tensor_rows;
   }
 
