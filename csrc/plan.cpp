@@ -1108,20 +1108,26 @@ int64_t grad_weight_elements(const WeightGradPlan& g) {
   return g.groups * g.in_channels_per_group * g.out_channels_per_group * g.taps;
 }
 
+// CONVT_GRAD_WEIGHT_PIPELINED: always: the pipelined warpgroup tiles for any C_in and C_out per group
+// wherever they plan (on the tensors or over copies); else as below. Read at every plan.
+PlanOverride grad_weight_pipelined_override() { return read_plan_override("CONVT_GRAD_WEIGHT_PIPELINED"); }
+
 // with_bias: grad_bias may come along (in warpgroup tiles, else in TF32 only; grad_weight_gemm.cuh);
 // one_pass: the math is TF32 or 16-bit, not 3xTF32, so tap groups of up to kGradWWideGroupTaps and
 // warpgroup tiles may be planned; merge: the plan with merged phases (warpgroup tiles only), or none;
-// least_work_slots: warpgroup_group_taps's
+// least_work_slots: warpgroup_group_taps's; any_channels: warpgroup tiles, pipelined where they can
+// be, whatever C_in and C_out per group
 std::optional<WeightGradPlan> plan_grad_weight_tiles(const ConvTParams& p, const TensorFacts& x, const TensorFacts& grad_y,
                                                      bool with_bias, bool one_pass, bool merge, bool least_work_slots,
-                                                     const DeviceLimits& limits) {
+                                                     bool any_channels, const DeviceLimits& limits) {
   if (!gemm_applies(p, x.element_size)) return std::nullopt;
   WeightGradPlan g{};
   // warpgroup tiles (grad_weight_wgmma.cuh) where their 64 x 64 tiles are full, and for any C_out per
   // group where C_in per group exceeds 64, so that narrow outputs pipeline: their empty tile rows
   // cost MMA work only, and they are bound by reading x
-  g.warpgroups = one_pass && limits.wgmma && p.in_channels_per_group > 32 &&
-                 (p.out_channels_per_group > 32 || p.in_channels_per_group > 64);
+  g.warpgroups = one_pass && limits.wgmma &&
+                 (any_channels || (p.in_channels_per_group > 32 &&
+                                   (p.out_channels_per_group > 32 || p.in_channels_per_group > 64)));
   g.merged = merge && g.warpgroups && phases_merge(p) && p.stride <= kWgmmaBlockCo;  // (a tile: at least a co's rows)
   if (merge && !g.merged) return std::nullopt;
   g.batch = p.batch, g.groups = p.groups;
@@ -1244,7 +1250,8 @@ std::optional<WeightGradPlan> plan_grad_weight_tiles(const ConvTParams& p, const
   const int64_t stage_bytes = buffer_bytes(2 * kWgmmaBlockCi) + 2 * ones_bytes + 2 * 8;
   const bool x_map = limits.tma && g.x_length_stride == 1 &&
                      tensor_map_fits(x, p.length_in, p.in_channels, p.batch, p.x_channel_stride, p.x_batch_stride);
-  const bool pipelined = g.warpgroups && g.gy_copy_elements * element_size == 16 && g.in_channels_per_group > kWgmmaBlockCi &&
+  const bool pipelined = g.warpgroups && g.gy_copy_elements * element_size == 16 &&
+                         (g.in_channels_per_group > kWgmmaBlockCi || any_channels) &&
                          limits.smem_one_block() / stage_bytes >= 2 && x_map;
   g.block_ci = pipelined ? 2 * kWgmmaBlockCi : g.in_channels_per_group > 32 ? 64 : 32;
   g.ci_tiles = int((g.in_channels_per_group + g.block_ci - 1) / g.block_ci);
@@ -1297,9 +1304,13 @@ std::optional<WeightGradPlan> plan_grad_weight_tiles(const ConvTParams& p, const
 // phase has (warpgroup_group_taps)
 std::optional<WeightGradPlan> plan_grad_weight(const ConvTParams& p, const TensorFacts& x, const TensorFacts& grad_y,
                                                bool with_bias, bool one_pass, bool merge, const DeviceLimits& limits) {
-  const auto plan = plan_grad_weight_tiles(p, x, grad_y, with_bias, one_pass, merge, /*least_work_slots=*/true, limits);
+  if (grad_weight_pipelined_override() == PlanOverride::kAlways) {
+    const auto pipelined = plan_grad_weight_tiles(p, x, grad_y, with_bias, one_pass, merge, true, /*any_channels=*/true, limits);
+    if (pipelined && pipelined->stages > 0) return pipelined;
+  }
+  const auto plan = plan_grad_weight_tiles(p, x, grad_y, with_bias, one_pass, merge, /*least_work_slots=*/true, false, limits);
   if (plan && plan->warpgroups && plan->stages == 0)
-    return plan_grad_weight_tiles(p, x, grad_y, with_bias, one_pass, merge, /*least_work_slots=*/false, limits);
+    return plan_grad_weight_tiles(p, x, grad_y, with_bias, one_pass, merge, /*least_work_slots=*/false, false, limits);
   return plan;
 }
 
@@ -1990,7 +2001,8 @@ WeightPlan plan_grad_weight_tiles_pass(const ConvTParams& p, const TensorFacts& 
       auto over = plan_on(q, align ? copy_facts(x.element_size) : x, deinterleave ? copy_facts(grad_y.element_size) : grad_y,
                           with_bias && !deinterleave);
       const double copies_time = (align ? x_copy_time(q) : 0.0) + (deinterleave ? grad_y_copy_time(q) : 0.0);
-      if (over && over->stages > 0 && (!gemm || grad_weight_time(*over) + copies_time <= grad_weight_time(*gemm))) {
+      if (over && over->stages > 0 && (!gemm || grad_weight_time(*over) + copies_time <= grad_weight_time(*gemm) ||
+                                       grad_weight_pipelined_override() == PlanOverride::kAlways)) {
         gemm = over;
         weight.aligned_x = align, weight.deinterleaved_grad_y = deinterleave;
         weight.problem = q;
@@ -2147,7 +2159,7 @@ constexpr const char* kPlannerVariables[] = {
     "CONVT_GRAD_INPUT_COPIES", "CONVT_GRAD_WEIGHT_BOXES", "CONVT_GRAD_WEIGHT_UNROLLED", "CONVT_GROUP_MERGE",
     "CONVT_NARROW_ROWS_PIPELINED", "CONVT_POSITION_ROWS", "CONVT_STAGED_WARP_TILES", "CONVT_TAP_BOXES",
     "CONVT_ZERO_TAP_COPIES", "CONVT_ONE_CHANNEL_GEMM", "CONVT_GRAD_INPUT_DEINTERLEAVE", "CONVT_GRAD_WEIGHT_DILATED_COPY",
-    "CONVT_PERMUTED_POSITIONS",
+    "CONVT_PERMUTED_POSITIONS", "CONVT_GRAD_WEIGHT_PIPELINED",
 };
 
 // (every field of these is in the key: one added to them must join it)
