@@ -1108,9 +1108,18 @@ int64_t grad_weight_elements(const WeightGradPlan& g) {
   return g.groups * g.in_channels_per_group * g.out_channels_per_group * g.taps;
 }
 
-// CONVT_GRAD_WEIGHT_PIPELINED: always: the pipelined warpgroup tiles for any C_in and C_out per group
-// wherever they plan (on the tensors or over copies); else as below. Read at every plan.
+// CONVT_GRAD_WEIGHT_PIPELINED: the pipelined warpgroup tiles for any C_in and C_out per group
+// (plan_grad_weight): always: wherever they plan (on the tensors or over copies); never: only where
+// warpgroup_channels; else (the model) with merged phases where the channels would take the
+// mma.sync tiles. Read at every plan.
 PlanOverride grad_weight_pipelined_override() { return read_plan_override("CONVT_GRAD_WEIGHT_PIPELINED"); }
+
+// Channels a group that take warpgroup tiles (grad_weight_wgmma.cuh) by themselves: where their 64 x 64
+// tiles are full, and for any C_out per group where C_in per group exceeds 64, so that narrow outputs
+// pipeline: their empty tile rows cost MMA work only, and they are bound by reading x
+bool warpgroup_channels(const ConvTParams& p) {
+  return p.in_channels_per_group > 32 && (p.out_channels_per_group > 32 || p.in_channels_per_group > 64);
+}
 
 // with_bias: grad_bias may come along (in warpgroup tiles, else in TF32 only; grad_weight_gemm.cuh);
 // one_pass: the math is TF32 or 16-bit, not 3xTF32, so tap groups of up to kGradWWideGroupTaps and
@@ -1122,12 +1131,7 @@ std::optional<WeightGradPlan> plan_grad_weight_tiles(const ConvTParams& p, const
                                                      bool any_channels, const DeviceLimits& limits) {
   if (!gemm_applies(p, x.element_size)) return std::nullopt;
   WeightGradPlan g{};
-  // warpgroup tiles (grad_weight_wgmma.cuh) where their 64 x 64 tiles are full, and for any C_out per
-  // group where C_in per group exceeds 64, so that narrow outputs pipeline: their empty tile rows
-  // cost MMA work only, and they are bound by reading x
-  g.warpgroups = one_pass && limits.wgmma &&
-                 (any_channels || (p.in_channels_per_group > 32 &&
-                                   (p.out_channels_per_group > 32 || p.in_channels_per_group > 64)));
+  g.warpgroups = one_pass && limits.wgmma && (any_channels || warpgroup_channels(p));
   g.merged = merge && g.warpgroups && phases_merge(p) && p.stride <= kWgmmaBlockCo;  // (a tile: at least a co's rows)
   if (merge && !g.merged) return std::nullopt;
   g.batch = p.batch, g.groups = p.groups;
@@ -1304,7 +1308,13 @@ std::optional<WeightGradPlan> plan_grad_weight_tiles(const ConvTParams& p, const
 // phase has (warpgroup_group_taps)
 std::optional<WeightGradPlan> plan_grad_weight(const ConvTParams& p, const TensorFacts& x, const TensorFacts& grad_y,
                                                bool with_bias, bool one_pass, bool merge, const DeviceLimits& limits) {
-  if (grad_weight_pipelined_override() == PlanOverride::kAlways) {
+  // Merged phases on the pipelined tiles where the channels would take the mma.sync ones: a tile's
+  // rows are the phases of 64 / stride co, so few co fill it, and grad_y comes in 16-byte chunks
+  // (the mma.sync tiles read a strided grad_y element by element, one item in flight). Measured
+  // 0.15-0.93x the mma.sync tiles' time (40 of 42 layers faster), 16-bit and TF32; unmerged, such
+  // 128-ci tiles over a few channels ran up to 2.7x slower (docs/perf/2026-12-02-any-channel-pipelined.md).
+  const PlanOverride any_channels = grad_weight_pipelined_override();
+  if (any_channels == PlanOverride::kAlways || (any_channels == PlanOverride::kModel && merge && !warpgroup_channels(p))) {
     const auto pipelined = plan_grad_weight_tiles(p, x, grad_y, with_bias, one_pass, merge, true, /*any_channels=*/true, limits);
     if (pipelined && pipelined->stages > 0) return pipelined;
   }
@@ -2001,8 +2011,10 @@ WeightPlan plan_grad_weight_tiles_pass(const ConvTParams& p, const TensorFacts& 
       auto over = plan_on(q, align ? copy_facts(x.element_size) : x, deinterleave ? copy_facts(grad_y.element_size) : grad_y,
                           with_bias && !deinterleave);
       const double copies_time = (align ? x_copy_time(q) : 0.0) + (deinterleave ? grad_y_copy_time(q) : 0.0);
+      // (the merged pipelined tiles against the mma.sync ones: as plan_grad_weight has it)
+      const bool merged_for_mma_sync = over && over->merged && gemm && !gemm->warpgroups;
       if (over && over->stages > 0 && (!gemm || grad_weight_time(*over) + copies_time <= grad_weight_time(*gemm) ||
-                                       grad_weight_pipelined_override() == PlanOverride::kAlways)) {
+                                       merged_for_mma_sync || grad_weight_pipelined_override() == PlanOverride::kAlways)) {
         gemm = over;
         weight.aligned_x = align, weight.deinterleaved_grad_y = deinterleave;
         weight.problem = q;
@@ -2036,7 +2048,9 @@ WeightPlan plan_grad_weight_tiles_pass(const ConvTParams& p, const TensorFacts& 
       if (align && (!can_pipeline || (best && best->stages > 0))) continue;
       const ConvTParams q = grad_weight_over_unrolled(p, x.element_size, align);
       const auto over = plan_on(q, align ? copy_facts(x.element_size) : x, copy_facts(grad_y.element_size), /*q_bias=*/false);
-      if (over && (!align || over->stages > 0) &&
+      // (x aligned only to pipeline; CONVT_GRAD_WEIGHT_PIPELINED=always: pipelined plans only)
+      const bool pipelined_only = align || grad_weight_pipelined_override() == PlanOverride::kAlways;
+      if (over && (!pipelined_only || over->stages > 0) &&
           (unrolled == PlanOverride::kAlways ||
            kUnrolledMargin * (grad_weight_time(*over) + grad_y_copy_time(q)) <= current_time)) {
         best = over;

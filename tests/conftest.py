@@ -329,8 +329,10 @@ WIDE_TILE_CASES = [
 # (the blocks of a phase take the items in turns), in the warpgroup tiles from the A values of each
 # phase's smallest shift (slice 0 adds the positions those skip: a phase whose smallest shift is
 # above 0, output_padding; merged, each row (co, r) of its own phase); else from its own pass (a phase
-# without taps; 16-bit mma.sync tiles).
-GRAD_WEIGHT_TILE_CASES = [
+# without taps; 16-bit mma.sync tiles). The cases up to the warpgroup tiles' (GRAD_WEIGHT_MMA_SYNC_CASES)
+# take the mma.sync tiles with CONVT_GRAD_WEIGHT_PIPELINED=never (on sm_90 the strided ones would
+# merge their phases on the pipelined tiles), and run the pipelined tiles of any channels too (=always).
+GRAD_WEIGHT_MMA_SYNC_CASES = [
     Case(4, 24, 20, 3, 900, padding=1),                 # 32 ci x 32 co
     Case(3, 24, 40, 3, 902, padding=1),                 # rows of 902: float in 8-byte copies, 16-bit in pairs
     Case(3, 40, 24, 3, 1004, padding=1),                # rows of 1004: float in 16-byte, 16-bit in 8-byte copies
@@ -347,6 +349,8 @@ GRAD_WEIGHT_TILE_CASES = [
     Case(2, 64, 64, 5, 700, stride=2, padding=2, groups=8),    # 8 ci x 8 co a group: four a tile, two tiles
     Case(3, 72, 36, 7, 500, padding=9, dilation=3, groups=9),  # 8 x 4: four a tile, the last tile one group
     Case(2, 96, 96, 3, 600, stride=3, output_padding=1, groups=6),  # 16 x 16: two a tile; three phases of a tap
+]
+GRAD_WEIGHT_TILE_CASES = GRAD_WEIGHT_MMA_SYNC_CASES + [
     # warpgroup tiles (sm_90; C_in and C_out per group above 32): 64 co x 64 ci, items of x positions
     Case(3, 40, 72, 3, 902, padding=1),                 # part-empty tiles; x in 8-byte copies (float) or pairs;
                                                         # gy in chunks from windows at every offset (16-bit: odd ones)

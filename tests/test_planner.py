@@ -614,6 +614,36 @@ def test_grad_weight_runs_pipelined_over_copies(monkeypatch):
     assert g["deinterleaved_grad_y"] == 0, g
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_grad_weight_merges_phases_of_few_channels_on_the_pipelined_tiles(dtype, monkeypatch):
+    """On sm_90a in TF32 and 16-bit, strided layers whose channels would take the mma.sync tiles (C_in
+    per group at most 64 with C_out per group at most 32, or C_in at most 32) merge their phases on
+    the pipelined warpgroup tiles instead (64 / stride co of stride rows a tile, x aligned where it
+    has no tensor map); unmerged (stride 1) they keep the mma.sync tiles, as everywhere with
+    CONVT_GRAD_WEIGHT_PIPELINED=never; with =always the pipelined tiles take any channels; 3xTF32 and
+    the A100 keep the mma.sync tiles."""
+    monkeypatch.setenv("CONVT_GRAD_WEIGHT_BOXES", "never")
+    merged_narrow = [(27, 64, 32, 4, 35969, 2, 1, 0, 1, 1),  # x rows of odd length: aligned
+                     (5, 32, 32, 8, 76169, 8, 4, 2, 1, 1),   # 8 co of 8 phases a tile
+                     (4, 3, 128, 16, 24476, 8, 4, 0, 1, 1)]  # 3 ci
+    for shape in merged_narrow:
+        g = plans(shape, dtype, True, "h100")["grad_weight"]
+        assert g["kernel"] == "grad_weight_wgmma" and g["merged"] == 1 and g["stages"] > 0, (shape, g)
+        assert g["aligned_x"] == (shape[4] * dtype.itemsize % 16 != 0), (shape, g)  # (rows of whole 16 bytes: a tensor map)
+        for card, tf32 in (("a100", True), ("h100", False)):
+            if tf32 or dtype == torch.float32:
+                assert plans(shape, dtype, tf32, card)["grad_weight"]["kernel"] == "grad_weight_gemm", (shape, card)
+    unmerged = (8, 96, 48, 11, 27993, 1, 4, 0, 1, 4)  # stride 1, groups of 24 ci x 12 co
+    assert plans(unmerged, dtype, True, "h100")["grad_weight"]["kernel"] == "grad_weight_gemm"
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("CONVT_GRAD_WEIGHT_PIPELINED", "never")
+        for shape in merged_narrow:
+            assert plans(shape, dtype, True, "h100")["grad_weight"]["kernel"] == "grad_weight_gemm", shape
+        env.setenv("CONVT_GRAD_WEIGHT_PIPELINED", "always")
+        g = plans(unmerged, dtype, True, "h100")["grad_weight"]
+        assert g["kernel"] == "grad_weight_wgmma" and g["stages"] > 0, g
+
+
 @pytest.mark.parametrize("card", CARDS)
 @pytest.mark.parametrize("dtype,tf32", MATHS)
 def test_narrow_outputs_grad_weight_over_grad_y_deinterleaved(card, dtype, tf32):

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from conftest import (BOX_TILE_CASES, CHUNK_RANGE_CASES, CPU_TILE_CASES, CPU_TILE_SCALE, DILATED_GRAD_WEIGHT_COPY_CASES, DTYPES,
-                      FLOAT_CHUNK_RANGE_CASES, GRAD_INPUT_COPY_CASES, GRAD_WEIGHT_TILE_CASES, NARROW_ROW_CASES, SPLIT_TILE_CASES, WIDE_TILE_CASES,
+                      FLOAT_CHUNK_RANGE_CASES, GRAD_INPUT_COPY_CASES, GRAD_WEIGHT_MMA_SYNC_CASES, GRAD_WEIGHT_TILE_CASES, NARROW_ROW_CASES, SPLIT_TILE_CASES, WIDE_TILE_CASES,
                       ZERO_TAP_CHUNK_RANGE_CASES, assert_backward_matches_reference, assert_gradients_deterministic, cuda_plans, quick, requires_cuda)
 
 # Math modes, (dtype, TF32 allowed), per device. CUDA: float32 with and without TF32, and the 16-bit types.
@@ -59,7 +59,24 @@ def test_tiles_forward_and_backward(device, case, dtype, tf32):
                          indirect=["tf32"])
 def test_grad_weight_tiles(device, case, dtype, tf32, monkeypatch):
     monkeypatch.setenv("CONVT_GRAD_WEIGHT_BOXES", "never")
+    monkeypatch.setenv("CONVT_GRAD_WEIGHT_PIPELINED", "never")
     x, w, b = assert_backward_matches_reference(case, dtype, device)
+    assert_gradients_deterministic(x, w, b, case)
+
+
+@requires_cuda
+@pytest.mark.parametrize("case", GRAD_WEIGHT_MMA_SYNC_CASES, ids=str)
+@pytest.mark.parametrize("dtype,tf32", CUDA_MODES, ids=lambda v: str(v).removeprefix("torch."), indirect=["tf32"])
+def test_grad_weight_pipelined_tiles_of_any_channels(case, dtype, tf32, monkeypatch):
+    """The mma.sync tiles' cases on the pipelined warpgroup tiles (forced: CONVT_GRAD_WEIGHT_PIPELINED=always;
+    on an H100 or H200 in TF32 and 16-bit, 128-ci tiles over a few channels, groups, merged phases),
+    against float64, deterministic; strict float32 on the kernels it plans."""
+    monkeypatch.setenv("CONVT_GRAD_WEIGHT_BOXES", "never")
+    monkeypatch.setenv("CONVT_GRAD_WEIGHT_PIPELINED", "always")
+    plan = cuda_plans(case, dtype, tf32)["grad_weight"]
+    if torch.cuda.get_device_capability() == (9, 0) and (dtype != torch.float32 or tf32):
+        assert plan["kernel"] == "grad_weight_wgmma" and plan["stages"] > 0, plan
+    x, w, b = assert_backward_matches_reference(case, dtype, "cuda")
     assert_gradients_deterministic(x, w, b, case)
 
 
