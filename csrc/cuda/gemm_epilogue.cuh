@@ -377,6 +377,18 @@ struct PipelinedEpilogue {
       }
   }
 
+  // store(j, half, row_out) for each of the thread's rows 8j + half from the first that lies in the group
+  template <typename Store>
+  __device__ __forceinline__ void for_each_thread_row(int64_t rows_left, T* first_row_out, Store&& store) const {
+#pragma unroll
+    for (int j = 0; j < kBlockM / 8; ++j)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int row = 8 * j + half;  // from first_row
+        if (row < rows_left) store(j, half, first_row_out + int64_t(row) * p.out_length);
+      }
+  }
+
   __device__ __forceinline__ void store_tile(const GemmTile& tile, int out_phase, const Mma& mma) const {
     const int first_row = tile.row_tile * kBlockM + 2 * (lane % 4);
     if constexpr (kMerge == Merge::kRows) {
@@ -412,30 +424,24 @@ struct PipelinedEpilogue {
     T* const first_row_out = rows.first_out;
     float row_bias[kBlockM / 8][2];
     load_row_bias(rows_left, rows.first_bias, row_bias);
+    for_each_thread_row(rows_left, first_row_out, [&](int j, int half, T* row_out) {
+      const bool aligned = reinterpret_cast<uintptr_t>(row_out) % (2 * sizeof(T)) == 0;
 #pragma unroll
-    for (int j = 0; j < kBlockM / 8; ++j)
+      for (int s = 0; s < kSubtiles; ++s)
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int row = 8 * j + half;  // from first_row
-        if (row >= rows_left) continue;
-        T* const row_out = first_row_out + int64_t(row) * p.out_length;
-        const bool aligned = reinterpret_cast<uintptr_t>(row_out) % (2 * sizeof(T)) == 0;
-#pragma unroll
-        for (int s = 0; s < kSubtiles; ++s)
-#pragma unroll
-          for (int side = 0; side < 2; ++side) {  // columns col and col + side_columns
-            const int e = 4 * j + 2 * side + half;
-            const int64_t position = 2 * int64_t(tile.col_tile * kBlockN + warp_first_col + 64 * s + side_columns * side);
-            const float low = select_register(swapped, second.value(s, e), first.value(s, e)) + row_bias[j][half];
-            const float high = select_register(swapped, first.value(s, e), second.value(s, e)) + row_bias[j][half];
-            if (aligned && position + 1 < p.out_length) {
-              store_pair(row_out + position, low, high);
-            } else {
-              if (position < p.out_length) row_out[position] = from_float<T>(low);
-              if (position + 1 < p.out_length) row_out[position + 1] = from_float<T>(high);
-            }
+        for (int side = 0; side < 2; ++side) {  // columns col and col + side_columns
+          const int e = 4 * j + 2 * side + half;
+          const int64_t position = 2 * int64_t(tile.col_tile * kBlockN + warp_first_col + 64 * s + side_columns * side);
+          const float low = select_register(swapped, second.value(s, e), first.value(s, e)) + row_bias[j][half];
+          const float high = select_register(swapped, first.value(s, e), second.value(s, e)) + row_bias[j][half];
+          if (aligned && position + 1 < p.out_length) {
+            store_pair(row_out + position, low, high);
+          } else {
+            if (position < p.out_length) row_out[position] = from_float<T>(low);
+            if (position + 1 < p.out_length) row_out[position + 1] = from_float<T>(high);
           }
-      }
+        }
+    });
   }
 
   // 16-bit (out_step 1), out rows of an even length, column pairs: the thread of even column col and
@@ -476,20 +482,14 @@ struct PipelinedEpilogue {
                                                          const T* first_row_bias) const {
     float row_bias[kBlockM / 8][2];
     load_row_bias(rows_left, first_row_bias, row_bias);
+    for_each_thread_row(rows_left, first_row_out, [&](int j, int half, T* row_out) {
 #pragma unroll
-    for (int j = 0; j < kBlockM / 8; ++j)
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int row = 8 * j + half;  // from first_row
-        if (row >= rows_left) continue;
-        T* const row_out = first_row_out + int64_t(row) * p.out_length;
-#pragma unroll
-        for (int s = 0; s < kSubtiles; ++s) {
-          const int col = tile.col_tile * kBlockN + warp_first_col + 64 * s;  // (even, and out_length even)
-          if (col < p.out_length)
-            store_pair(row_out + col, mma.acc[s][4 * j + half] + row_bias[j][half], mma.acc[s][4 * j + 2 + half] + row_bias[j][half]);
-        }
+      for (int s = 0; s < kSubtiles; ++s) {
+        const int col = tile.col_tile * kBlockN + warp_first_col + 64 * s;  // (even, and out_length even)
+        if (col < p.out_length)
+          store_pair(row_out + col, mma.acc[s][4 * j + half] + row_bias[j][half], mma.acc[s][4 * j + 2 + half] + row_bias[j][half]);
       }
+    });
   }
 
   // Column col holds out positions col*out_step + [0, out_step): the accumulator at `phase`, and with
@@ -516,21 +516,15 @@ struct PipelinedEpilogue {
           }
         }
       };
+      for_each_thread_row(rows_left, first_row_out, [&](int j, int half, T* row_out) {
+        const float bias_value = row_bias[j][half];
 #pragma unroll
-      for (int j = 0; j < kBlockM / 8; ++j)
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const int row = 8 * j + half;  // from first_row
-          if (row >= rows_left) continue;
-          const float bias_value = row_bias[j][half];
-          T* const row_out = first_row_out + int64_t(row) * p.out_length;
-#pragma unroll
-          for (int s = 0; s < kSubtiles; ++s) {
-            const int col = tile.col_tile * kBlockN + warp_first_col + 64 * s;
-            store_column(row_out, col, mma.value(s, 4 * j + half) + bias_value, bias_value);
-            store_column(row_out, col + side_columns, mma.value(s, 4 * j + 2 + half) + bias_value, bias_value);
-          }
+        for (int s = 0; s < kSubtiles; ++s) {
+          const int col = tile.col_tile * kBlockN + warp_first_col + 64 * s;
+          store_column(row_out, col, mma.value(s, 4 * j + half) + bias_value, bias_value);
+          store_column(row_out, col + side_columns, mma.value(s, 4 * j + 2 + half) + bias_value, bias_value);
         }
+      });
     };
     if (p.out_step == 1) {
       store_tile(std::true_type{});
