@@ -1310,9 +1310,9 @@ std::optional<WeightGradPlan> plan_grad_weight(const ConvTParams& p, const Tenso
                                                bool with_bias, bool one_pass, bool merge, const DeviceLimits& limits) {
   // Merged phases on the pipelined tiles where the channels would take the mma.sync ones: a tile's
   // rows are the phases of 64 / stride co, so few co fill it, and grad_y comes in 16-byte chunks
-  // (the mma.sync tiles read a strided grad_y element by element, one item in flight). Measured
-  // 0.15-0.93x the mma.sync tiles' time (40 of 42 layers faster), 16-bit and TF32; unmerged, such
-  // 128-ci tiles over a few channels ran up to 2.7x slower (docs/perf/2026-12-02-any-channel-pipelined.md).
+  // (the mma.sync tiles read a strided grad_y element by element, one item in flight): faster on 40 of
+  // 42 fitted cells and 62 of 64 fresh ones, 16-bit and TF32; unmerged, such 128-ci tiles over a few
+  // channels ran up to 2.7x slower (docs/perf/2026-12-02-any-channel-pipelined.md).
   const PlanOverride any_channels = grad_weight_pipelined_override();
   if (any_channels == PlanOverride::kAlways || (any_channels == PlanOverride::kModel && merge && !warpgroup_channels(p))) {
     const auto pipelined = plan_grad_weight_tiles(p, x, grad_y, with_bias, one_pass, merge, true, /*any_channels=*/true, limits);
