@@ -1315,12 +1315,15 @@ std::optional<WeightGradPlan> plan_grad_weight(const ConvTParams& p, const Tenso
   // channels ran up to 2.7x slower (docs/perf/2026-12-02-any-channel-pipelined.md).
   const PlanOverride any_channels = grad_weight_pipelined_override();
   if (any_channels == PlanOverride::kAlways || (any_channels == PlanOverride::kModel && merge && !warpgroup_channels(p))) {
-    const auto pipelined = plan_grad_weight_tiles(p, x, grad_y, with_bias, one_pass, merge, true, /*any_channels=*/true, limits);
+    const auto pipelined = plan_grad_weight_tiles(p, x, grad_y, with_bias, one_pass, merge, /*least_work_slots=*/true,
+                                                  /*any_channels=*/true, limits);
     if (pipelined && pipelined->stages > 0) return pipelined;
   }
-  const auto plan = plan_grad_weight_tiles(p, x, grad_y, with_bias, one_pass, merge, /*least_work_slots=*/true, false, limits);
+  const auto plan =
+      plan_grad_weight_tiles(p, x, grad_y, with_bias, one_pass, merge, /*least_work_slots=*/true, /*any_channels=*/false, limits);
   if (plan && plan->warpgroups && plan->stages == 0)
-    return plan_grad_weight_tiles(p, x, grad_y, with_bias, one_pass, merge, /*least_work_slots=*/false, false, limits);
+    return plan_grad_weight_tiles(p, x, grad_y, with_bias, one_pass, merge, /*least_work_slots=*/false, /*any_channels=*/false,
+                                  limits);
   return plan;
 }
 
