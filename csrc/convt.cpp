@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include "plan.h"
+
 namespace convt {
 namespace {
 
@@ -150,6 +152,53 @@ ConvTParams make_params(const at::Tensor& x, const at::Tensor& w, const at::Tens
 }  // namespace convt
 
 namespace convt {
+namespace {
+
+// The layer at stride/step, dilation/step (SharedStep)
+ConvTArgs reduced_args(const ConvTArgs& args, const SharedStep& shared) {
+  ConvTArgs reduced = args;
+  reduced.stride = shared.stride, reduced.padding = shared.padding, reduced.dilation = shared.dilation;
+  reduced.output_padding = 0;  // (the kernels take L_out from their output)
+  return reduced;
+}
+
+// The forward of a layer of a shared step (SharedStep): y holds the bias, then the reduced layer's
+// outputs go to positions first + m*step through a scratch of at most shared_step_scratch_bytes,
+// batch elements at a time, or windows of positions [m0, m1) of one, each over the inputs that reach
+// them: i in [i0, i1), i0 = max(0, floor((m0 + padding - (K - 1)*dilation) / stride)), i1 = min(L_in,
+// floor((m1 - 1 + padding) / stride) + 1), window position m - m0 = (i - i0)*stride - (padding + m0 -
+// i0*stride) + k*dilation (all of the reduced layer's): the window's padding is at least 0.
+void forward_shared_step(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& bias, const at::Tensor& y,
+                         const ConvTArgs& args, const SharedStep& shared, ForwardKernel kernel) {
+  if (bias.has_value() && bias->defined()) {
+    y.copy_(bias->view({1, -1, 1}).expand_as(y));
+  } else {
+    y.zero_();
+  }
+  const int64_t positions = shared.positions(y.size(2));
+  if (positions == 0) return;
+  const at::Tensor reached = y.slice(2, shared.first, y.size(2), shared.step);  // (N, C_out, positions)
+  const int64_t batch = x.size(0), channels = y.size(1), length_in = x.size(2), span = (w.size(2) - 1) * shared.dilation;
+  const int64_t scratch_rows = std::max<int64_t>(1, shared_step_scratch_bytes() / y.element_size() / channels);
+  const int64_t batch_chunk = std::max<int64_t>(1, scratch_rows / positions);
+  const int64_t window = std::min(positions, scratch_rows);
+  ConvTArgs window_args = reduced_args(args, shared);
+  for (int64_t n0 = 0; n0 < batch; n0 += batch_chunk) {
+    const int64_t count = std::min(batch_chunk, batch - n0);
+    for (int64_t m0 = 0; m0 < positions; m0 += window) {
+      const int64_t m1 = std::min(positions, m0 + window);
+      const int64_t i0 = std::max<int64_t>(0, floor_div(m0 + shared.padding - span, shared.stride));
+      const int64_t i1 = std::min(length_in, floor_div(m1 - 1 + shared.padding, shared.stride) + 1);
+      if (i1 <= i0) continue;  // no input reaches these positions: the bias alone
+      window_args.padding = shared.padding + m0 - i0 * shared.stride;
+      const at::Tensor scratch = at::empty({count, channels, m1 - m0}, y.options());
+      kernel(x.narrow(0, n0, count).narrow(2, i0, i1 - i0), w, bias, scratch, window_args);
+      reached.narrow(0, n0, count).narrow(2, m0, m1 - m0).copy_(scratch);
+    }
+  }
+}
+
+}  // namespace
 
 at::Tensor conv_transpose1d_forward(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
                                     at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef output_padding,
@@ -158,7 +207,12 @@ at::Tensor conv_transpose1d_forward(const at::Tensor& input, const at::Tensor& w
   const auto sizes = conv_transpose1d_output_size(input, weight, bias, args);
   at::Tensor output = at::empty(C10_AS_INTARRAYREF_SLOW(sizes), input.options());
   if (output.numel() > 0) {
-    kernel(as_batched(input), weight, bias, as_batched(output), args);
+    const at::Tensor x = as_batched(input), y = as_batched(output);
+    if (const auto shared = shared_step(make_params(x, weight, y, args), input.is_cuda())) {
+      forward_shared_step(x, weight, bias, y, args, *shared, kernel);
+    } else {
+      kernel(x, weight, bias, y, args);
+    }
   }
   return output;
 }
@@ -177,9 +231,26 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_transpose1d_backward(
     grad_weight.zero_();
     grad_bias.zero_();
   } else if (output_mask[0] || output_mask[1] || output_mask[2]) {
-    kernel(as_batched(grad_output), as_batched(input), weight, args,
-           output_mask[0] ? as_batched(grad_input) : at::Tensor(), output_mask[1] ? grad_weight : at::Tensor(),
-           output_mask[2] ? grad_bias : at::Tensor());
+    const at::Tensor grad_y = as_batched(grad_output), x = as_batched(input);
+    const at::Tensor grad_x = output_mask[0] ? as_batched(grad_input) : at::Tensor();
+    const at::Tensor grad_w = output_mask[1] ? grad_weight : at::Tensor();
+    const at::Tensor grad_b = output_mask[2] ? grad_bias : at::Tensor();
+    const auto shared = shared_step(make_params(x, weight, grad_y, args), input.is_cuda());
+    if (shared && (grad_x.defined() || grad_w.defined())) {
+      // grad_x and grad_w read grad_y at the positions the taps reach only: the reduced layer's
+      // grad_y, those positions copied out (contiguous: the layout the kernels read fastest)
+      const int64_t positions = shared->positions(grad_y.size(2));
+      if (positions == 0) {
+        if (grad_x.defined()) grad_x.zero_();
+        if (grad_w.defined()) grad_w.zero_();
+      } else {
+        const at::Tensor reached = grad_y.slice(2, shared->first, grad_y.size(2), shared->step).contiguous();
+        kernel(reached, x, weight, reduced_args(args, *shared), grad_x, grad_w, at::Tensor());
+      }
+      if (grad_b.defined()) kernel(grad_y, x, weight, args, at::Tensor(), at::Tensor(), grad_b);
+    } else {
+      kernel(grad_y, x, weight, args, grad_x, grad_w, grad_b);
+    }
   }
   return {grad_input, grad_weight, grad_bias};
 }

@@ -41,8 +41,21 @@ std::vector<std::string> plan_op(at::IntArrayRef sizes, at::ScalarType dtype, bo
   const auto meta = at::TensorOptions().device(at::kMeta).dtype(dtype);
   const at::Tensor x = at::empty({n, c_in, l_in}, meta), w = at::empty({c_in, c_out / groups, k}, meta);
   const at::Tensor y = at::empty(C10_AS_INTARRAYREF_SLOW(conv_transpose1d_output_size(x, w, std::nullopt, args)), meta);
-  const ConvTParams p = make_params(x, w, y, args);
-  if (device == "cpu") return cpu::describe_plan(p, dtype);
+  const ConvTParams layer = make_params(x, w, y, args);
+  ConvTParams p = layer;
+  // a shared step's plans are the reduced layer's (convt.cpp), tagged with the step
+  const auto shared = shared_step(p, device != "cpu");
+  const std::string tag = shared ? " shared_step=" + std::to_string(shared->step) : "";
+  if (shared) {
+    p.stride = shared->stride, p.padding = shared->padding, p.dilation = shared->dilation;
+    p.length_out = std::max<int64_t>(1, shared->positions(p.length_out));
+    p.y_channel_stride = p.length_out, p.y_batch_stride = p.out_channels * p.length_out;
+  }
+  if (device == "cpu") {
+    std::vector<std::string> plans = cpu::describe_plan(p, dtype);
+    for (auto& plan : plans) plan += tag;
+    return plans;
+  }
   DeviceLimits limits{};
   if (device == "h100" || device == "h200") {
     limits = DeviceLimits::h100();
@@ -55,9 +68,11 @@ std::vector<std::string> plan_op(at::IntArrayRef sizes, at::ScalarType dtype, bo
   }
   const TensorFacts facts{int(c10::elementSize(dtype)), 256};
   const Math math = math_for(facts.element_size, tf32);
-  const BackwardPlan backward = plan_backward(p, facts, facts, math, true, true, true, limits);
-  return {describe(plan_forward(p, facts, math, limits)), describe(backward.grad_input), describe(backward.grad_weight),
-          std::string("kernel=") + kernel_name(backward.grad_bias)};
+  const BackwardPlan backward = plan_backward(p, facts, facts, math, true, true, !shared, limits);
+  // (a shared step's grad_bias sums all of grad_y: the layer's own plan, without the other passes)
+  const Kernel grad_bias = shared ? plan_backward(layer, facts, facts, math, false, false, true, limits).grad_bias : backward.grad_bias;
+  return {describe(plan_forward(p, facts, math, limits)) + tag, describe(backward.grad_input) + tag,
+          describe(backward.grad_weight) + tag, std::string("kernel=") + kernel_name(grad_bias)};
 }
 
 }  // namespace

@@ -1019,9 +1019,11 @@ int64_t packed_weight_words(const GemmPlan& g) {
 // By default the whole packed weight (the weight's size, twice in 3xTF32's two parts, and its tiles'
 // padding) is within the bound: one launch, whose waves the plan's tiles fill as launches of ranges
 // cannot (12 launches of 40 tiles on 132 SMs for a 768 → 768, K 95 layer's 112 MB of bf16 weight).
-int64_t workspace_bound(const GemmPlan& g) {
+namespace {
+// CONVT_MAX_WORKSPACE_MB in bytes (read at every call), or nullopt where it is not set
+std::optional<int64_t> max_workspace_bytes() {
   const char* text = std::getenv("CONVT_MAX_WORKSPACE_MB");
-  if (text == nullptr || *text == '\0') return 4 * packed_weight_words(g) + kWorkspaceBesideWeightBytes;
+  if (text == nullptr || *text == '\0') return std::nullopt;
   char* end = nullptr;
   const long long megabytes = std::strtoll(text, &end, 10);
   if (*end != '\0' || megabytes < 1 || megabytes > (int64_t(1) << 40)) {
@@ -1030,6 +1032,21 @@ int64_t workspace_bound(const GemmPlan& g) {
   }
   return int64_t(megabytes) << 20;
 }
+}  // namespace
+
+int64_t workspace_bound(const GemmPlan& g) {
+  return max_workspace_bytes().value_or(4 * packed_weight_words(g) + kWorkspaceBesideWeightBytes);
+}
+
+std::optional<SharedStep> shared_step(const ConvTParams& p, bool cuda) {
+  const int64_t step = std::gcd(p.stride, p.dilation);
+  const PlanOverride reduce = read_plan_override("CONVT_SHARED_STEP");
+  if (step == 1 || reduce == PlanOverride::kNever || (!cuda && reduce != PlanOverride::kAlways)) return std::nullopt;
+  const int64_t first = floor_mod(-p.padding, step);
+  return SharedStep{step, first, p.stride / step, (p.padding + first) / step, p.dilation / step};
+}
+
+int64_t shared_step_scratch_bytes() { return max_workspace_bytes().value_or(kWorkspaceBesideWeightBytes) / 2; }
 
 int64_t launch_waves(const GemmPlan& g, int launch_row_tiles, const DeviceLimits& limits) {
   // (the pipelined kernel's 384 threads take an SM's registers: one block an SM)

@@ -551,6 +551,24 @@ struct BackwardPlan {
   Kernel grad_bias = Kernel::kNone;
 };
 
+// A layer whose stride and dilation share a factor step = gcd(stride, dilation) > 1 (docs/design.md
+// §2.1): its taps reach only the out positions first + m*step (first = -padding mod step), which are
+// the layer at stride/step, dilation/step and padding (padding + first)/step over positions m; the
+// others hold the bias alone. The front end runs it so (convt.cpp), where shared_step says: on CUDA
+// (the reduced layer reaches all its phases, which merge or pair on the fast tiles, where the layer
+// itself would store some phases with the bias alone), on the CPU only with CONVT_SHARED_STEP=always
+// (its tests); =never: nowhere.
+struct SharedStep {
+  int64_t step, first;
+  int64_t stride, padding, dilation;  // the reduced layer's
+  // out positions of the reduced layer (those of first + m*step below length_out)
+  int64_t positions(int64_t length_out) const { return length_out > first ? (length_out - first + step - 1) / step : 0; }
+};
+std::optional<SharedStep> shared_step(const ConvTParams& p, bool cuda);
+// The forward's scratch for the reduced layer's outputs (a window of them at a time): half the
+// workspace bound beside a packed weight (kWorkspaceBesideWeightBytes, or CONVT_MAX_WORKSPACE_MB)
+int64_t shared_step_scratch_bytes();
+
 // `x` is the forward's input, `grad_y` the backward's grad_output (its rows are read at y's strides).
 DataPlan plan_forward(const ConvTParams& p, const TensorFacts& x, Math math, const DeviceLimits& limits);
 DataPlan plan_grad_input(const ConvTParams& p, const TensorFacts& grad_y, Math math, const DeviceLimits& limits);
