@@ -699,6 +699,14 @@ def device(request):
 
 
 @pytest.fixture
+def layers_as_given(monkeypatch):
+    """The plans of each layer as given (CONVT_SHARED_STEP=never): a layer whose stride and dilation share
+    a factor runs on CUDA as the reduced layer (tests/test_shared_step.py), where tests that name a
+    layer's own kernels would see the reduced layer's."""
+    monkeypatch.setenv("CONVT_SHARED_STEP", "never")
+
+
+@pytest.fixture
 def workspace_16mb(monkeypatch):
     """The forward's and grad_input's workspace bound at 16 MB (CONVT_MAX_WORKSPACE_MB): a weight that
     packs to more takes launches of row-tile or chunk ranges instead of one launch."""

@@ -146,7 +146,7 @@ DEPTHWISE_PHASE_TAP_CASES = [
 @pytest.mark.parametrize("walk", ["always", "never"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("case", DEPTHWISE_PHASE_TAP_CASES, ids=str)
-def test_depthwise_forward_phase_taps(case, dtype, walk, monkeypatch):
+def test_depthwise_forward_phase_taps(case, dtype, walk, monkeypatch, layers_as_given):
     monkeypatch.setenv("CONVT_DEPTHWISE_PHASE_TAPS", walk)
     plan = cuda_plans(case, dtype)
     assert plan["forward"]["kernel"] == "depthwise", plan

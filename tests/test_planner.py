@@ -14,9 +14,11 @@ import torch
 import torch_convt_op  # noqa: F401  (loads torch.ops.convt)
 from torch_convt_op.planner import explain, summary
 
-pytestmark = pytest.mark.quick  # (a few seconds: all of it is in the quick subset)
+pytestmark = [pytest.mark.quick,  # (a few seconds: all of it is in the quick subset)
+              pytest.mark.usefixtures("layers_as_given")]
 
 CARDS = ["h100", "a100"]
+
 # (N, C_in, C_out, K, L_in, stride, padding, output_padding, dilation, groups)
 NAMED = {
     "kb64": (64, 128, 128, 3, 65536, 1, 0, 0, 1, 1),

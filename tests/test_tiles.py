@@ -1,13 +1,16 @@
 """Tile edges: problems whose rows span several tiles of each kernel (conftest's CPU_TILE_CASES,
 WIDE_TILE_CASES and GRAD_WEIGHT_TILE_CASES), the output and its three gradients against float64, with
 fresh random data and poisoned outputs, on every device: the CPU's column tiles and grad_weight chunks,
-the CUDA kernels' tiles."""
+the CUDA kernels' tiles: each case's own plan (layers_as_given: its dilated strided cases would run
+reduced, tests/test_shared_step.py)."""
 import pytest
 import torch
 
 from conftest import (BOX_TILE_CASES, CHUNK_RANGE_CASES, CPU_TILE_CASES, CPU_TILE_SCALE, DILATED_GRAD_WEIGHT_COPY_CASES, DTYPES,
                       FLOAT_CHUNK_RANGE_CASES, GRAD_INPUT_COPY_CASES, GRAD_WEIGHT_MMA_SYNC_CASES, GRAD_WEIGHT_TILE_CASES, NARROW_ROW_CASES, SPLIT_TILE_CASES, WIDE_TILE_CASES,
                       ZERO_TAP_CHUNK_RANGE_CASES, assert_backward_matches_reference, assert_gradients_deterministic, cuda_plans, quick, requires_cuda)
+
+pytestmark = pytest.mark.usefixtures("layers_as_given")
 
 # Math modes, (dtype, TF32 allowed), per device. CUDA: float32 with and without TF32, and the 16-bit types.
 # The CPU computes float16 and bfloat16 in its float32 kernel and float64 in a kernel of its own: the
