@@ -162,22 +162,32 @@ ConvTArgs reduced_args(const ConvTArgs& args, const SharedStep& shared) {
   return reduced;
 }
 
-// The forward of a layer of a shared step (SharedStep): y holds the bias, then the reduced layer's
-// outputs go to positions first + m*step through a scratch of at most shared_step_scratch_bytes,
-// batch elements at a time, or windows of positions [m0, m1) of one, each over the inputs that reach
-// them: i in [i0, i1), i0 = max(0, floor((m0 + padding - (K - 1)*dilation) / stride)), i1 = min(L_in,
-// floor((m1 - 1 + padding) / stride) + 1), window position m - m0 = (i - i0)*stride - (padding + m0 -
-// i0*stride) + k*dilation (all of the reduced layer's): the window's padding is at least 0.
+// The forward of a layer of a shared step (SharedStep): the reduced layer's outputs through a scratch
+// of at most shared_step_scratch_bytes, batch elements at a time, or windows of positions [m0, m1) of
+// one, each over the inputs that reach them: i in [i0, i1), i0 = max(0, floor((m0 + padding - (K -
+// 1)*dilation) / stride)), i1 = min(L_in, floor((m1 - 1 + padding) / stride) + 1), window position
+// m - m0 = (i - i0)*stride - (padding + m0 - i0*stride) + k*dilation (all of the reduced layer's):
+// the window's padding is at least 0. y is written once, in blocks of step positions: block m holds
+// the reduced layer's position m at first and the bias elsewhere (one pass, every block whole); the
+// L_out mod step positions past the last whole block hold the bias, and position m = L_out div step
+// where first is among them.
 void forward_shared_step(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& bias, const at::Tensor& y,
                          const ConvTArgs& args, const SharedStep& shared, ForwardKernel kernel) {
-  if (bias.has_value() && bias->defined()) {
-    y.copy_(bias->view({1, -1, 1}).expand_as(y));
-  } else {
-    y.zero_();
+  const at::Tensor bias_values = bias.has_value() && bias->defined() ? bias->view({1, -1, 1}) : at::zeros({}, y.options());
+  const int64_t positions = shared.positions(y.size(2)), step = shared.step;
+  const int64_t blocks = y.size(2) / step, tail = y.size(2) - blocks * step;
+  if (tail > 0 || positions == 0) {
+    const at::Tensor rest = y.narrow(2, blocks * step, positions == 0 ? y.size(2) - blocks * step : tail);
+    rest.copy_(bias_values.expand_as(rest));
   }
-  const int64_t positions = shared.positions(y.size(2));
-  if (positions == 0) return;
-  const at::Tensor reached = y.slice(2, shared.first, y.size(2), shared.step);  // (N, C_out, positions)
+  if (positions == 0) {
+    const at::Tensor whole = y.narrow(2, 0, blocks * step);
+    whole.copy_(bias_values.expand_as(whole));
+    return;
+  }
+  const at::Tensor y_blocks = y.narrow(2, 0, blocks * step).unflatten(2, {blocks, step});  // (N, C_out, blocks, step)
+  const at::Tensor reached_slot = at::arange(step, y.options().dtype(at::kLong)).eq(shared.first);  // (step,)
+  const at::Tensor block_bias = bias_values.unsqueeze(-1);
   const int64_t batch = x.size(0), channels = y.size(1), length_in = x.size(2), span = (w.size(2) - 1) * shared.dilation;
   const int64_t scratch_rows = std::max<int64_t>(1, shared_step_scratch_bytes() / y.element_size() / channels);
   const int64_t batch_chunk = std::max<int64_t>(1, scratch_rows / positions);
@@ -189,11 +199,19 @@ void forward_shared_step(const at::Tensor& x, const at::Tensor& w, const std::op
       const int64_t m1 = std::min(positions, m0 + window);
       const int64_t i0 = std::max<int64_t>(0, floor_div(m0 + shared.padding - span, shared.stride));
       const int64_t i1 = std::min(length_in, floor_div(m1 - 1 + shared.padding, shared.stride) + 1);
-      if (i1 <= i0) continue;  // no input reaches these positions: the bias alone
-      window_args.padding = shared.padding + m0 - i0 * shared.stride;
       const at::Tensor scratch = at::empty({count, channels, m1 - m0}, y.options());
-      kernel(x.narrow(0, n0, count).narrow(2, i0, i1 - i0), w, bias, scratch, window_args);
-      reached.narrow(0, n0, count).narrow(2, m0, m1 - m0).copy_(scratch);
+      if (i1 > i0) {
+        window_args.padding = shared.padding + m0 - i0 * shared.stride;
+        kernel(x.narrow(0, n0, count).narrow(2, i0, i1 - i0), w, bias, scratch, window_args);
+      } else {  // no input reaches these positions: the bias alone
+        scratch.copy_(bias_values.expand_as(scratch));
+      }
+      const int64_t whole = std::min(m1, blocks) - m0;
+      if (whole > 0) {
+        at::Tensor target = y_blocks.narrow(0, n0, count).narrow(2, m0, whole);
+        at::where_out(target, reached_slot, scratch.narrow(2, 0, whole).unsqueeze(3), block_bias);
+      }
+      if (m1 > blocks) y.narrow(0, n0, count).select(2, blocks * step + shared.first).copy_(scratch.select(2, blocks - m0));
     }
   }
 }

@@ -21,6 +21,7 @@ CASES = [
     Case(1, 4, 4, 3, 25, stride=8, padding=5, output_padding=1, dilation=2, layout="strided"),  # x strided
     Case(2, 3, 5, 1, 1, stride=4, padding=1, output_padding=3, dilation=4),     # first >= L_out: bias alone
     Case(1, 72, 130, 4, 70, stride=4, padding=3, dilation=2),                   # the tensor-core tiles
+    Case(2, 5, 7, 3, 31, stride=4, dilation=2),                                 # first 0 in the last, short block
 ]
 QUICK_CASES = [CASES[0], CASES[2], CASES[6]]
 
@@ -38,6 +39,7 @@ def test_layers_of_a_shared_step_match_reference(case, device, dtype, shared_ste
 # several batch elements a window, one element in windows of positions (the last one short)
 WINDOW_CASES = [
     Case(9, 6, 16, 5, 3000, stride=4, padding=2, output_padding=1, dilation=2),
+    Case(3, 5, 40, 3, 5001, stride=4, dilation=2),  # (a last, short block holding a reached position)
     Case(2, 4, 32, 3, 9000, stride=2, padding=3, dilation=2),
     Case(1, 3, 64, 2, 1500, stride=12, padding=200, output_padding=11, dilation=6),
 ]
