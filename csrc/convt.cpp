@@ -226,7 +226,8 @@ at::Tensor conv_transpose1d_forward(const at::Tensor& input, const at::Tensor& w
   at::Tensor output = at::empty(C10_AS_INTARRAYREF_SLOW(sizes), input.options());
   if (output.numel() > 0) {
     const at::Tensor x = as_batched(input), y = as_batched(output);
-    if (const auto shared = shared_step(make_params(x, weight, y, args), input.is_cuda())) {
+    const auto shared = shared_step(make_params(x, weight, y, args), input.is_cuda());
+    if (shared && shared->forward) {
       forward_shared_step(x, weight, bias, y, args, *shared, kernel);
     } else {
       kernel(x, weight, bias, y, args);
@@ -254,7 +255,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_transpose1d_backward(
     const at::Tensor grad_w = output_mask[1] ? grad_weight : at::Tensor();
     const at::Tensor grad_b = output_mask[2] ? grad_bias : at::Tensor();
     const auto shared = shared_step(make_params(x, weight, grad_y, args), input.is_cuda());
-    if (shared && (grad_x.defined() || grad_w.defined())) {
+    if (shared && shared->backward && (grad_x.defined() || grad_w.defined())) {
       // grad_x and grad_w read grad_y at the positions the taps reach only: the reduced layer's
       // grad_y, those positions copied out (contiguous: the layout the kernels read fastest)
       const int64_t positions = shared->positions(grad_y.size(2));

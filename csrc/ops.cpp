@@ -42,19 +42,25 @@ std::vector<std::string> plan_op(at::IntArrayRef sizes, at::ScalarType dtype, bo
   const at::Tensor x = at::empty({n, c_in, l_in}, meta), w = at::empty({c_in, c_out / groups, k}, meta);
   const at::Tensor y = at::empty(C10_AS_INTARRAYREF_SLOW(conv_transpose1d_output_size(x, w, std::nullopt, args)), meta);
   const ConvTParams layer = make_params(x, w, y, args);
-  ConvTParams p = layer;
-  // a shared step's plans are the reduced layer's (convt.cpp), tagged with the step
-  const auto shared = shared_step(p, device != "cpu");
-  const std::string tag = shared ? " shared_step=" + std::to_string(shared->step) : "";
+  // a shared step's passes that run as the reduced layer's (convt.cpp) have its plans, tagged with
+  // the step; grad_bias sums the whole grad_y on the layer's own plan (that pass alone)
+  const auto shared = shared_step(layer, device != "cpu");
+  ConvTParams reduced = layer;
   if (shared) {
-    p.stride = shared->stride, p.padding = shared->padding, p.dilation = shared->dilation;
-    p.length_out = std::max<int64_t>(1, shared->positions(p.length_out));
-    p.y_channel_stride = p.length_out, p.y_batch_stride = p.out_channels * p.length_out;
+    reduced.stride = shared->stride, reduced.padding = shared->padding, reduced.dilation = shared->dilation;
+    reduced.length_out = std::max<int64_t>(1, shared->positions(layer.length_out));
+    reduced.y_channel_stride = reduced.length_out, reduced.y_batch_stride = reduced.out_channels * reduced.length_out;
   }
+  const bool forward_reduced = shared && shared->forward, backward_reduced = shared && shared->backward;
+  const ConvTParams& forward = forward_reduced ? reduced : layer;
+  const ConvTParams& backward = backward_reduced ? reduced : layer;
+  const std::string step = shared ? " shared_step=" + std::to_string(shared->step) : "";
+  const std::string forward_tag = forward_reduced ? step : "", backward_tag = backward_reduced ? step : "";
   if (device == "cpu") {
-    std::vector<std::string> plans = cpu::describe_plan(p, dtype);
-    for (auto& plan : plans) plan += tag;
-    return plans;
+    const std::vector<std::string> forward_plans = cpu::describe_plan(forward, dtype);
+    const std::vector<std::string> backward_plans = cpu::describe_plan(backward, dtype);
+    const std::vector<std::string> layer_plans = cpu::describe_plan(layer, dtype);
+    return {forward_plans[0] + forward_tag, backward_plans[1] + backward_tag, backward_plans[2] + backward_tag, layer_plans[3]};
   }
   DeviceLimits limits{};
   if (device == "h100" || device == "h200") {
@@ -68,11 +74,11 @@ std::vector<std::string> plan_op(at::IntArrayRef sizes, at::ScalarType dtype, bo
   }
   const TensorFacts facts{int(c10::elementSize(dtype)), 256};
   const Math math = math_for(facts.element_size, tf32);
-  const BackwardPlan backward = plan_backward(p, facts, facts, math, true, true, !shared, limits);
-  // (a shared step's grad_bias sums all of grad_y: the layer's own plan, without the other passes)
-  const Kernel grad_bias = shared ? plan_backward(layer, facts, facts, math, false, false, true, limits).grad_bias : backward.grad_bias;
-  return {describe(plan_forward(p, facts, math, limits)) + tag, describe(backward.grad_input) + tag,
-          describe(backward.grad_weight) + tag, std::string("kernel=") + kernel_name(grad_bias)};
+  const BackwardPlan backward_plan = plan_backward(backward, facts, facts, math, true, true, !backward_reduced, limits);
+  const Kernel grad_bias =
+      backward_reduced ? plan_backward(layer, facts, facts, math, false, false, true, limits).grad_bias : backward_plan.grad_bias;
+  return {describe(plan_forward(forward, facts, math, limits)) + forward_tag, describe(backward_plan.grad_input) + backward_tag,
+          describe(backward_plan.grad_weight) + backward_tag, std::string("kernel=") + kernel_name(grad_bias)};
 }
 
 }  // namespace

@@ -1043,7 +1043,13 @@ std::optional<SharedStep> shared_step(const ConvTParams& p, bool cuda) {
   const PlanOverride reduce = read_plan_override("CONVT_SHARED_STEP");
   if (step == 1 || reduce == PlanOverride::kNever || (!cuda && reduce != PlanOverride::kAlways)) return std::nullopt;
   const int64_t first = floor_mod(-p.padding, step);
-  return SharedStep{step, first, p.stride / step, (p.padding + first) / step, p.dilation / step};
+  SharedStep shared{step, first, p.stride / step, (p.padding + first) / step, p.dilation / step, true, true};
+  if (reduce == PlanOverride::kModel) {
+    shared.forward = p.in_channels_per_group * p.kernel_size >= kSharedStepForwardMacs * shared.stride;
+    shared.backward = p.in_channels_per_group >= kSharedStepBackwardChannels;
+  }
+  if (!shared.forward && !shared.backward) return std::nullopt;
+  return shared;
 }
 
 int64_t shared_step_scratch_bytes() { return max_workspace_bytes().value_or(kWorkspaceBesideWeightBytes) / 2; }

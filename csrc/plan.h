@@ -554,13 +554,23 @@ struct BackwardPlan {
 // A layer whose stride and dilation share a factor step = gcd(stride, dilation) > 1 (docs/design.md
 // §2.1): its taps reach only the out positions first + m*step (first = -padding mod step), which are
 // the layer at stride/step, dilation/step and padding (padding + first)/step over positions m; the
-// others hold the bias alone. The front end runs it so (convt.cpp), where shared_step says: on CUDA
-// (the reduced layer reaches all its phases, which merge or pair on the fast tiles, where the layer
-// itself would store some phases with the bias alone), on the CPU only with CONVT_SHARED_STEP=always
-// (its tests); =never: nowhere.
+// others hold the bias alone. The front end (convt.cpp) runs the forward, and grad_input with
+// grad_weight, as the reduced layer's where shared_step says (CONVT_SHARED_STEP=always: both, on
+// any device, as the CPU tests run it; =never: neither):
+// - the forward on CUDA where the reduced layer takes at least kSharedStepForwardMacs MACs a reached
+//   output (C_in/groups x K / (stride/step)): its scratch adds 2 x element_size bytes a reached output
+//   (written, read back), some 400 MACs' time at an H100's or H200's ridge point in 16-bit (~100 MACs
+//   a byte) and in TF32 (~50 a byte, 4-byte elements) alike; below it the layer's own plan, storing
+//   its tapless phases' bias, wins;
+// - the backward on CUDA where C_in/groups >= kSharedStepBackwardChannels: grad_y's reached positions
+//   copied out, the reduced layer's grad_input and grad_weight (all phases reached: merged,
+//   deinterleaved and pipelined plans); narrower inputs' reduced passes ran slower.
+// (H200 A/B of 20 layers, 16-bit and TF32: docs/perf/2026-12-03-shared-step.md)
+constexpr int64_t kSharedStepForwardMacs = 400, kSharedStepBackwardChannels = 32;
 struct SharedStep {
   int64_t step, first;
   int64_t stride, padding, dilation;  // the reduced layer's
+  bool forward, backward;             // which passes run as the reduced layer's
   // out positions of the reduced layer (those of first + m*step below length_out)
   int64_t positions(int64_t length_out) const { return length_out > first ? (length_out - first + step - 1) / step : 0; }
 };

@@ -66,10 +66,11 @@ def _plans(case, device, monkeypatch, setting=None):
 
 @pytest.mark.quick
 def test_the_planner_reduces_a_shared_step_on_cuda(monkeypatch):
-    """On an H200 the forward, grad_input and grad_weight of a layer of stride 4 and dilation 2 are
-    the plans of the layer at stride 2, dilation 1 (whose phases merge: the pipelined kernel), tagged
-    with the step; grad_bias sums the whole grad_y. Coprime stride and dilation are not reduced; on
-    the CPU only =always reduces; =never nowhere."""
+    """On an H200 the forward, grad_input and grad_weight of a wide layer of stride 4 and dilation 2 (512
+    inputs a group x 4 taps at stride 2: 1,024 MACs a reached output) are the plans of the layer at
+    stride 2, dilation 1 (whose phases merge: the pipelined kernel), tagged with the step; grad_bias
+    sums the whole grad_y. Coprime stride and dilation are not reduced; on the CPU only =always
+    reduces; =never nowhere."""
     layer = Case(7, 1024, 1024, 4, 2097, stride=4, padding=1, dilation=2, groups=2)
     reduced = Case(7, 1024, 1024, 4, 2097, stride=2, padding=1, dilation=1, groups=2)  # (padding (1 + 1) / 2)
     plans = _plans(layer, "h200", monkeypatch)
@@ -85,3 +86,28 @@ def test_the_planner_reduces_a_shared_step_on_cuda(monkeypatch):
     assert "shared_step" not in _plans(coprime, "h200", monkeypatch)["forward"]
     assert "shared_step" not in _plans(layer, "cpu", monkeypatch)["forward"]
     assert _plans(layer, "cpu", monkeypatch, "always")["forward"]["shared_step"] == 2
+
+
+# (C_in, C_out, K, stride, dilation, groups): which passes the model reduces on CUDA: the forward where the
+# reduced layer takes at least 400 MACs a reached output (C_in/groups x K / (stride / step)), the
+# backward where C_in/groups >= 32
+PASSES_REDUCED = [
+    ((32, 64, 3, 2, 2, 1), False, True),      # kb79: 96 MACs; 32 inputs
+    ((185, 210, 5, 4, 2, 1), True, True),     # 462 MACs
+    ((40, 91, 10, 4, 2, 1), False, True),     # 200 MACs
+    ((8, 512, 17, 8, 4, 1), False, False),    # 68 MACs; 8 inputs
+    ((512, 512, 7, 3, 3, 4), True, True),     # 128 x 7 MACs at stride 1
+    ((30, 252, 8, 2, 4, 1), False, False),    # 240 MACs; 30 inputs
+    ((192, 192, 3, 3, 3, 16), False, False),  # 12 inputs a group
+]
+
+
+@pytest.mark.quick
+@pytest.mark.parametrize("layer,forward,backward", PASSES_REDUCED, ids=str)
+def test_which_passes_of_a_shared_step_the_model_reduces(layer, forward, backward, monkeypatch):
+    c_in, c_out, k, stride, dilation, groups = layer
+    plans = _plans(Case(2, c_in, c_out, k, 900, stride=stride, padding=1, dilation=dilation, groups=groups), "h200",
+                   monkeypatch)
+    assert ("shared_step" in plans["forward"]) == forward, plans["forward"]
+    for name in ("grad_input", "grad_weight"):
+        assert ("shared_step" in plans[name]) == backward, plans[name]
