@@ -1016,9 +1016,6 @@ int64_t packed_weight_words(const GemmPlan& g) {
   return g.groups * g.row_tiles * g.chunks * int64_t(g.weight_parts) * g.taps * g.slot_words;
 }
 
-// By default the whole packed weight (the weight's size, twice in 3xTF32's two parts, and its tiles'
-// padding) is within the bound: one launch, whose waves the plan's tiles fill as launches of ranges
-// cannot (12 launches of 40 tiles on 132 SMs for a 768 → 768, K 95 layer's 112 MB of bf16 weight).
 namespace {
 // CONVT_MAX_WORKSPACE_MB in bytes (read at every call), or nullopt where it is not set
 std::optional<int64_t> max_workspace_bytes() {
@@ -1034,6 +1031,9 @@ std::optional<int64_t> max_workspace_bytes() {
 }
 }  // namespace
 
+// By default the whole packed weight (the weight's size, twice in 3xTF32's two parts, and its tiles'
+// padding) is within the bound: one launch, whose waves the plan's tiles fill as launches of ranges
+// cannot (12 launches of 40 tiles on 132 SMs for a 768 → 768, K 95 layer's 112 MB of bf16 weight).
 int64_t workspace_bound(const GemmPlan& g) {
   return max_workspace_bytes().value_or(4 * packed_weight_words(g) + kWorkspaceBesideWeightBytes);
 }
