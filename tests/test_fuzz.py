@@ -55,17 +55,22 @@ def cases(draw):
 
 
 @example(  # planner bug (v56-v72): a dilated merge of 154 taps wrote past the planner's 128-entry arrays
-    case=Case(3, 69, 36, 4, 17, 5, 8, 45, 256, 3), dtype=torch.float32, device=FUZZ_DEVICES[-1], tf32=True, seed=1)
+    case=Case(3, 69, 36, 4, 17, 5, 8, 45, 256, 3), dtype=torch.float32, device=FUZZ_DEVICES[-1], tf32=True, seed=1,
+    shared_step="model")
 @example(  # test bug: a single-channel grad_bias of 16 terms that cancel to 0.015, judged relative to that sum
-    case=Case(2, 4, 1, 7, 4, padding=1), dtype=torch.float32, device=FUZZ_DEVICES[-1], tf32=False, seed=0)
+    case=Case(2, 4, 1, 7, 4, padding=1), dtype=torch.float32, device=FUZZ_DEVICES[-1], tf32=False, seed=0,
+    shared_step="model")
 @example(  # test bug: grad_output rounded to bfloat16 for us but not for the reference
     case=Case(3, 1, 1, 1, 14, bias=False, layout="offset"), dtype=torch.bfloat16, device=FUZZ_DEVICES[-1], tf32=False,
-    seed=163607)
+    seed=163607, shared_step="model")
 @given(case=cases(), dtype=st.sampled_from(DTYPES), device=st.sampled_from(FUZZ_DEVICES), tf32=st.booleans(),
-       seed=st.integers(0, 2**31 - 1))
-def test_matches_torch_in_float64(case, dtype, device, tf32, seed):
-    saved = torch.backends.cudnn.allow_tf32
+       seed=st.integers(0, 2**31 - 1), shared_step=st.sampled_from(["model", "always"]))
+def test_matches_torch_in_float64(case, dtype, device, tf32, seed, shared_step):
+    """(shared_step: CONVT_SHARED_STEP for the case: the planner's choice, or every layer whose stride
+    and dilation share a factor run as the reduced layer, docs/design.md §2.1, on the CPU too)"""
+    saved = torch.backends.cudnn.allow_tf32, os.environ.get("CONVT_SHARED_STEP")
     torch.backends.cudnn.allow_tf32 = tf32
+    os.environ["CONVT_SHARED_STEP"] = shared_step
     try:
         generator = torch.Generator().manual_seed(seed)
         x, w, b = make_inputs(case, dtype, device, requires_grad=True, generator=generator)
@@ -83,7 +88,11 @@ def test_matches_torch_in_float64(case, dtype, device, tf32, seed):
         for name, grad, expected_grad, norms in zip(names, grads, expected_grads, product_norms(x, w, case, grad_y)):
             assert_close(grad, expected_grad, dtype, device, name, norms, case=case)
     finally:
-        torch.backends.cudnn.allow_tf32 = saved
+        torch.backends.cudnn.allow_tf32 = saved[0]
+        if saved[1] is None:
+            os.environ.pop("CONVT_SHARED_STEP", None)
+        else:
+            os.environ["CONVT_SHARED_STEP"] = saved[1]
 
 
 # (-k cuda / -m cuda select the fuzz where it draws CUDA devices: its id does not name them)
