@@ -13,12 +13,12 @@ from torch_convt_op import planner
 
 # (N, C_in, C_out, K, L_in, stride, padding, output_padding, dilation, groups)
 CASES = [
-    Case(2, 5, 6, 4, 37, stride=4, padding=1, dilation=2),                      # step 2, first 1
-    Case(2, 8, 6, 3, 29, stride=2, padding=2, output_padding=1, dilation=4),    # step 2, first 0, a tail
+    Case(2, 5, 6, 4, 37, stride=4, padding=1, dilation=2),                      # step 2, first 1, a short last block
+    Case(2, 8, 6, 3, 29, stride=2, padding=2, output_padding=1, dilation=4),    # step 2, first 0: stride 1 reduced
     Case(1, 6, 9, 5, 40, stride=6, padding=7, output_padding=5, dilation=3),    # step 3, first 2
-    Case(3, 12, 8, 2, 33, stride=4, padding=0, output_padding=3, dilation=4, groups=2),  # one phase a step
-    Case(2, 7, 3, 6, 21, stride=6, padding=11, dilation=4, bias=False),         # step 2, no bias
-    Case(1, 4, 4, 3, 25, stride=8, padding=5, output_padding=1, dilation=2, layout="strided"),  # x strided
+    Case(3, 12, 8, 2, 33, stride=4, output_padding=3, dilation=4, groups=2),  # step 4: stride 1 reduced, groups
+    Case(2, 7, 3, 6, 21, stride=6, padding=11, dilation=4, bias=False),         # step 2, stride 3 reduced, no bias
+    Case(1, 4, 4, 3, 25, stride=8, padding=5, output_padding=1, dilation=2, layout="strided"),  # x strided, stride 4
     Case(2, 3, 5, 1, 1, stride=4, padding=1, output_padding=3, dilation=4),     # first >= L_out: bias alone
     Case(1, 72, 130, 4, 70, stride=4, padding=3, dilation=2),                   # the tensor-core tiles
     Case(2, 5, 7, 3, 31, stride=4, dilation=2),                                 # first 0 in the last, short block
