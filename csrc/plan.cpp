@@ -491,8 +491,8 @@ std::optional<GemmPlan> plan_pipelined_steps(const GemmPlan& problem, const Tens
     g.tensor_rows = g.position_rows = true, g.tap_boxes = false;
     g.map_row_phases = 1, g.lead = 0, g.row_offsets = false, g.x_row_elements = box_positions;
   }
-  g.permuted_positions = element_size == 2 && g.tensor_rows && !g.tap_boxes && !g.position_rows &&
-                         permuted_positions_override() != PlanOverride::kNever;
+  g.permuted_positions = element_size == 2 && g.tensor_rows && !g.tap_boxes && !g.position_rows && g.out_step == 1 &&
+                         g.row_phases == 1 && permuted_positions_override() != PlanOverride::kNever;
   const int channels_per_word = 4 / element_size;
   const int64_t channel_words = (g.channels_per_group + channels_per_word - 1) / channels_per_word;
   const int64_t budget = limits.smem_one_block();
@@ -1640,7 +1640,9 @@ DataPlan plan_data_over_groups(const ConvTParams& p, const TensorFacts& in, Math
       //    sector of grad_y once per phase while a sector holds several of a row's phases, that is
       //    row_tiles * min(stride, 32 / element size) passes over grad_y against the copy's 2 +
       //    row_tiles (at stride 2: more than two row tiles). The per-phase plan stays the exact one
-      //    (DataPlan::exact), so it must exist.
+      //    (DataPlan::exact), so it must exist;
+      //  - where the per-phase plan reads element by element on unpipelined tiles (warpgroup tiles,
+      //    or wide and busy mma.sync ones: kDeinterleaveWarpChannels) and the copy's plan pipelines.
       const auto deinterleaved = forward ? std::nullopt : deinterleaved_grad_input_problem(p, step_taps);
       const bool element_wise = gemm && gemm->in_step > 1 && gemm->channel_phases == 1;
       const bool strict_merging = math == Math::k3xTF32 && phases_merge(p);
@@ -1661,8 +1663,15 @@ DataPlan plan_data_over_groups(const ConvTParams& p, const TensorFacts& in, Math
       const bool copies = deinterleave == PlanOverride::kModel
                               ? model_copies
                               : deinterleave == PlanOverride::kAlways && deinterleaved && (gemm || !deinterleaved->zero_taps);
-      if (copies) {
-        if (auto plan = plan_gemm(*deinterleaved, std::nullopt, copy_facts(in.element_size), math, limits)) {
+      const GemmFamily family = gemm ? kGemmTileShapes[gemm->tile_shape].family : GemmFamily::kPipelined;
+      const bool unpipelined_element_wise =
+          element_wise && !gemm->zero_taps &&
+          (family == GemmFamily::kWarpgroupTiles ||
+           (family == GemmFamily::kWarpTiles && p.in_channels_per_group >= kDeinterleaveWarpChannels &&
+            gemm->tiles >= kDeinterleaveWarpWaves * limits.sm_count));
+      if (copies || (deinterleave == PlanOverride::kModel && deinterleaved && unpipelined_element_wise)) {
+        auto plan = plan_gemm(*deinterleaved, std::nullopt, copy_facts(in.element_size), math, limits);
+        if (plan && (copies || kGemmTileShapes[plan->tile_shape].family == GemmFamily::kPipelined)) {
           if (plan->zero_taps) plan_exact = *gemm;
           gemm = plan;
         }

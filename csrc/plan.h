@@ -84,6 +84,11 @@ constexpr int kPhaseBoxLeastColumnTiles = 6;
 // words, so their bank conflicts cost less)
 constexpr int64_t kDeinterleaveReuse = 1024, kDeinterleaveReuse16 = 1536;
 constexpr int kDeinterleaveConflictPhases = 8;
+// grad_input also copies grad_y deinterleaved where its per-phase plan reads grad_y element by element
+// on unpipelined tiles and the copy's plan pipelines: on warpgroup tiles, and on mma.sync tiles of at
+// least kDeinterleaveWarpChannels C_in per group over kDeinterleaveWarpWaves waves of tiles or more
+// (narrower or fewer tiles: the copy's pass over grad_y outweighs what the pipelined tiles save)
+constexpr int64_t kDeinterleaveWarpChannels = 32, kDeinterleaveWarpWaves = 8;
 constexpr int kFragmentWords = 32 * 4;                 // one m16 x k-step A fragment: 4 words per lane
 constexpr int kMaxGemmTaps = 128;
 constexpr int kMaxStagedStep = 8;                      // the largest out_step whose outputs are staged

@@ -359,8 +359,9 @@ def test_tap_boxes_where_every_tap_offset_is_aligned(dtype, tf32):
 def test_16_bit_register_fragments_read_permuted_positions(monkeypatch):
     """sm_90 16-bit pipelined plans whose A fragments load from tensor rows (no tap boxes, no position
     rows) permute each warp's positions (a lane's two fragment rows adjacent: 4-byte loads at even
-    shifts, pair stores); not in float, not on tap boxes or position rows, not where x is staged row
-    by row, and `never` turns it off."""
+    shifts, pair stores) where a tile's columns are consecutive out positions; not in float, not on
+    tap boxes or position rows, not where x is staged row by row, not at a stride (merged rows, or
+    per phase: the paired columns' stores fall apart), and `never` turns it off."""
     wide = (16, 1536, 512, 7, 1300, 1, 3, 0, 1, 1)  # tensor rows of 2 channel phases
     for name in ("forward", "grad_input"):
         g = plans(wide, torch.bfloat16, True, "h100")[name]
@@ -372,6 +373,9 @@ def test_16_bit_register_fragments_read_permuted_positions(monkeypatch):
     assert k1["tap_boxes"] == 1 and k1["permuted_positions"] == 0, k1
     rows = plans((22, 256, 256, 5, 10188, 2, 1, 0, 1, 1), torch.bfloat16, True, "h100")["forward"]
     assert rows["tensor_rows"] == 0 and rows["permuted_positions"] == 0, rows
+    for strided in ((8, 256, 128, 10, 6000, 5, 0, 0, 1, 1), (16, 128, 128, 5, 16384, 2, 2, 1, 1, 4)):  # merged; per phase
+        g = plans(strided, torch.bfloat16, True, "h100")["forward"]
+        assert g["tensor_rows"] == 1 and g["row_phases"] * g["out_phases"] > 1 and g["permuted_positions"] == 0, g
     monkeypatch.setenv("CONVT_PERMUTED_POSITIONS", "never")
     assert plans(wide, torch.bfloat16, True, "h100")["forward"]["permuted_positions"] == 0
 
@@ -544,12 +548,41 @@ def test_strided_grad_input_reads_grad_y_deinterleaved():
             assert g["deinterleaved"] == 0 and g["in_phases"] == 2 and "exact_family" not in g, (card, g)
             g = plans(not_merging_stride_5, dtype, tf32, card)["grad_input"]
             assert (g["deinterleaved"], g["zero_taps"], g["taps"], g["in_phases"]) == (1, 1, 2, 1), (card, g)
+            # two row tiles, and 32 rows with K % stride != 0: per phase on an A100; on an H100 the
+            # per-phase plans' warpgroup tiles read grad_y element by element, and the copy's pipelines
             g = plans(two_row_tiles, dtype, tf32, card)["grad_input"]
             strict = dtype == torch.float32 and not tf32
-            assert g["deinterleaved"] == strict and (strict or g["in_phases"] > 1 and g["row_tiles"] <= 2), (card, g)
+            if card == "h100":
+                assert g["deinterleaved"] == 1 and g["family"] == "pipelined", (card, g)
+            else:
+                assert g["deinterleaved"] == strict and (strict or g["in_phases"] > 1 and g["row_tiles"] <= 2), (card, g)
             assert plans(dilated, dtype, tf32, card)["grad_input"]["deinterleaved"] == 0
-            g = plans((16, 128, 128, 5, 16384, 2, 2, 1, 1, 4), dtype, tf32, card)["grad_input"]  # 32 rows, K % s != 0
-            assert g["deinterleaved"] == 0 and g["in_phases"] == 2, (card, g)
+            g = plans((16, 128, 128, 5, 16384, 2, 2, 1, 1, 4), dtype, tf32, card)["grad_input"]
+            if card == "h100":
+                assert g["deinterleaved"] == 1 and g["family"] == "pipelined", (card, g)
+            else:
+                assert g["deinterleaved"] == 0 and g["in_phases"] == 2, (card, g)
+
+
+@pytest.mark.parametrize("dtype, tf32", MATHS[:1] + MATHS[2:])
+def test_grad_input_copies_grad_y_from_unpipelined_tiles(dtype, tf32):
+    """grad_input copies grad_y deinterleaved where its per-phase plan reads grad_y element by element
+    on unpipelined tiles and the copy's plan pipelines: warpgroup tiles (C_in/groups above 64), and
+    mma.sync tiles of at least 32 C_in per group over 8 waves of tiles or more; narrower inputs and
+    fewer tiles stay per phase (the copy's pass over grad_y costs more than it saves there)."""
+    wide = (7, 192, 96, 5, 6003, 2, 1, 0, 1, 1)  # per phase: warpgroup tiles
+    busy_warp = (3, 32, 16, 3, 1132489, 2, 1, 0, 1, 1)  # 32-row warp tiles, 13,272 tiles
+    few_tiles = (13, 64, 32, 6, 3846, 3, 0, 2, 1, 1)  # 208 tiles
+    narrow = (3, 8, 1536, 5, 466, 5, 0, 0, 1, 1)  # C_in 8
+    for shape in (wide, busy_warp):
+        g = plans(shape, dtype, tf32, "h100")["grad_input"]
+        assert g["deinterleaved"] == 1 and g["family"] == "pipelined" and g["in_phases"] == 1, (shape, g)
+    for shape in (few_tiles, narrow):
+        g = plans(shape, dtype, tf32, "h100")["grad_input"]
+        assert g["deinterleaved"] == 0 and g["family"] == "warp" and g["in_phases"] == shape[5], (shape, g)
+    for shape in (wide, busy_warp):  # no pipelined tiles: per phase
+        g = plans(shape, dtype, tf32, "a100")["grad_input"]
+        assert g["deinterleaved"] == 0 and g["in_phases"] == 2, (shape, g)
 
 
 def test_dilated_grad_input_reads_grad_y_deinterleaved():
