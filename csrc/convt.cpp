@@ -152,15 +152,15 @@ ConvTParams make_params(const at::Tensor& x, const at::Tensor& w, const at::Tens
 }  // namespace convt
 
 namespace convt {
-namespace {
 
-// The layer at stride/step, dilation/step (SharedStep)
 ConvTArgs reduced_args(const ConvTArgs& args, const SharedStep& shared) {
   ConvTArgs reduced = args;
   reduced.stride = shared.stride, reduced.padding = shared.padding, reduced.dilation = shared.dilation;
   reduced.output_padding = 0;  // (the kernels take L_out from their output)
   return reduced;
 }
+
+namespace {
 
 // The forward of a layer of a shared step (SharedStep): the reduced layer's outputs through a scratch
 // of at most shared_step_scratch_bytes, batch elements at a time, or windows of positions [m0, m1) of

@@ -55,6 +55,11 @@ inline at::Tensor as_batched(const at::Tensor& t) { return t.dim() == 2 ? t.unsq
 // x and y batched (3-D); y is the forward's output or the backward's grad_output.
 ConvTParams make_params(const at::Tensor& x, const at::Tensor& w, const at::Tensor& y, const ConvTArgs& args);
 
+struct SharedStep;  // (plan.h)
+// The arguments of a shared step's reduced layer, at stride/step and dilation/step (SharedStep,
+// docs/design.md §2.1); its y holds the reached positions (SharedStep::positions)
+ConvTArgs reduced_args(const ConvTArgs& args, const SharedStep& shared);
+
 // The device-independent front end of both ops, shared by the CPU and CUDA registrations: it
 // validates, allocates fresh contiguous outputs, treats unbatched input as a batch of one, skips
 // empty problems, and hands the kernel batched (3-D) tensors.

@@ -47,9 +47,8 @@ std::vector<std::string> plan_op(at::IntArrayRef sizes, at::ScalarType dtype, bo
   const auto shared = shared_step(layer, device != "cpu");
   ConvTParams reduced = layer;
   if (shared) {
-    reduced.stride = shared->stride, reduced.padding = shared->padding, reduced.dilation = shared->dilation;
-    reduced.length_out = std::max<int64_t>(1, shared->positions(layer.length_out));
-    reduced.y_channel_stride = reduced.length_out, reduced.y_batch_stride = reduced.out_channels * reduced.length_out;
+    const at::Tensor reached = at::empty({n, c_out, std::max<int64_t>(1, shared->positions(layer.length_out))}, meta);
+    reduced = make_params(x, w, reached, reduced_args(args, *shared));
   }
   const bool forward_reduced = shared && shared->forward, backward_reduced = shared && shared->backward;
   const ConvTParams& forward = forward_reduced ? reduced : layer;
@@ -57,9 +56,10 @@ std::vector<std::string> plan_op(at::IntArrayRef sizes, at::ScalarType dtype, bo
   const std::string step = shared ? " shared_step=" + std::to_string(shared->step) : "";
   const std::string forward_tag = forward_reduced ? step : "", backward_tag = backward_reduced ? step : "";
   if (device == "cpu") {
-    const std::vector<std::string> forward_plans = cpu::describe_plan(forward, dtype);
-    const std::vector<std::string> backward_plans = cpu::describe_plan(backward, dtype);
     const std::vector<std::string> layer_plans = cpu::describe_plan(layer, dtype);
+    const std::vector<std::string> reduced_plans = shared ? cpu::describe_plan(reduced, dtype) : layer_plans;
+    const std::vector<std::string>& forward_plans = forward_reduced ? reduced_plans : layer_plans;
+    const std::vector<std::string>& backward_plans = backward_reduced ? reduced_plans : layer_plans;
     return {forward_plans[0] + forward_tag, backward_plans[1] + backward_tag, backward_plans[2] + backward_tag, layer_plans[3]};
   }
   DeviceLimits limits{};

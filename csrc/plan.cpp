@@ -1663,12 +1663,13 @@ DataPlan plan_data_over_groups(const ConvTParams& p, const TensorFacts& in, Math
       const bool copies = deinterleave == PlanOverride::kModel
                               ? model_copies
                               : deinterleave == PlanOverride::kAlways && deinterleaved && (gemm || !deinterleaved->zero_taps);
-      const GemmFamily family = gemm ? kGemmTileShapes[gemm->tile_shape].family : GemmFamily::kPipelined;
-      const bool unpipelined_element_wise =
-          element_wise && !gemm->zero_taps &&
-          (family == GemmFamily::kWarpgroupTiles ||
-           (family == GemmFamily::kWarpTiles && p.in_channels_per_group >= kDeinterleaveWarpChannels &&
-            gemm->tiles >= kDeinterleaveWarpWaves * limits.sm_count));
+      bool unpipelined_element_wise = false;
+      if (element_wise && !gemm->zero_taps) {
+        const GemmFamily family = kGemmTileShapes[gemm->tile_shape].family;
+        unpipelined_element_wise = family == GemmFamily::kWarpgroupTiles ||
+                                   (family == GemmFamily::kWarpTiles && p.in_channels_per_group >= kDeinterleaveWarpChannels &&
+                                    gemm->tiles >= kDeinterleaveWarpWaves * limits.sm_count);
+      }
       if (copies || (deinterleave == PlanOverride::kModel && deinterleaved && unpipelined_element_wise)) {
         auto plan = plan_gemm(*deinterleaved, std::nullopt, copy_facts(in.element_size), math, limits);
         if (plan && (copies || kGemmTileShapes[plan->tile_shape].family == GemmFamily::kPipelined)) {
