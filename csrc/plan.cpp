@@ -1565,6 +1565,35 @@ bool one_channel_gemm_pays(const ConvTParams& p, const GemmPlan& g, Math math) {
   return false;
 }
 
+// A tensor-core SM's MMA rate (16-bit; TF32 half of it, 3xTF32 a sixth), in FLOP/s, and its share of
+// HBM's bandwidth in bytes/s (an H100/H200's 3+ TB/s over 132 SMs): the cost models' units
+constexpr double kMmaFlopsPerSm16Bit = 4e12;
+constexpr double kStoreBytesPerSecondPerSm = 23e9;
+
+// CONVT_STRICT_WIDE_MERGE: 3xTF32 forwards of wide outputs merge their zero-tap phases wherever a
+// merged plan pipelines, or never (read_plan_override), else as strict_wide_merge_pays has it. Read
+// at every plan.
+PlanOverride strict_wide_merge_override() { return read_plan_override("CONVT_STRICT_WIDE_MERGE"); }
+
+// A 3xTF32 wide output merges its zero-tap phases where the per-phase tiles' stores cost more than
+// the merged tiles' MMA work, by kStrictWideMergeMargin: the per-phase plan stores an output every
+// out_step positions (each element its own 32-byte sector, up to 8 floats apart: a 1 -> 512, K = 17,
+// stride 8 forward stored at ~0.2 TB/s, 5x the merged TF32 plan's time), the merged plan stores
+// rows in order and does up to 1.5x the MACs (zero taps; three products a MAC). An output's seconds
+// on an SM: per phase, 4 bytes x min(out_step, 8) + the chunk's padded channels x K / stride MACs;
+// merged, 4 bytes + those channels x its merged taps. Dense outputs of many channels keep their
+// per-phase plans (their MMA work outweighs the stores, and merges ran slower).
+constexpr double kStrictWideMergeMargin = 2.0;
+bool strict_wide_merge_pays(const ConvTParams& p, const GemmPlan& merged, const std::optional<GemmPlan>& exact) {
+  if (!exact || exact->out_step == 1) return false;
+  const double store_seconds = 4.0 / kStoreBytesPerSecondPerSm, mac_seconds = 2.0 / (kMmaFlopsPerSm16Bit / 6);
+  const double channels = double(merged.chunk_channels) * double(merged.chunks);
+  const double per_phase = store_seconds * double(std::min<int64_t>(exact->out_step, 8)) +
+                           mac_seconds * channels * double(p.kernel_size) / double(p.stride);
+  const double merged_seconds = store_seconds + mac_seconds * channels * double(merged.taps);
+  return kStrictWideMergeMargin * merged_seconds < per_phase;
+}
+
 // A 3xTF32 narrow output (narrow_merged_rows) merges its zero-tap phases where the merged tiles'
 // MMA work (their rows x merged taps, three products a MAC) is at most the per-phase tiles' (their
 // rows x K), except in dense layers at stride 2: there the per-phase plan's tiles hold both phases
@@ -1605,8 +1634,8 @@ DataPlan plan_data_over_groups(const ConvTParams& p, const TensorFacts& in, Math
       // where that work, 64 x ceil(K / stride) a column, is at most the per-phase 16-row tiles' 16 x K.
       // 16-bit tiles merge only where the per-phase ones would pad C_out/groups (below 16 rows): with
       // full rows those are as fast, and the merged plan pays its pass over x besides. A wide output
-      // merges, pipelined, only where its per-phase plan would not run pipelined (not in 3xTF32,
-      // whose strided forwards do).
+      // merges, pipelined, only where its per-phase plan would not run pipelined; in 3xTF32 (whose
+      // strided forwards do) where the per-phase plan's stores cost more (strict_wide_merge_pays).
       if (gemm && gemm->zero_taps) {
         auto exact = plan_gemm(gemm_problem(p, forward, step_taps), std::nullopt, in, math, limits);
         // (an exact plan of strided stores counts as the two-buffer plan it replaces)
@@ -1614,7 +1643,10 @@ DataPlan plan_data_over_groups(const ConvTParams& p, const TensorFacts& in, Math
           return plan && kGemmTileShapes[plan->tile_shape].family == GemmFamily::kPipelined &&
                  (plan->out_step == 1 || pipeline_form(*plan) == PipelineForm::kPhasePair);
         };
-        const bool merges = !narrow_merged_rows(p) ? math != Math::k3xTF32 && pipelined(gemm) && !pipelined(exact)
+        const PlanOverride strict_wide = strict_wide_merge_override();
+        const bool strict_wide_merges = strict_wide != PlanOverride::kNever && pipelined(gemm) &&
+                                        (strict_wide == PlanOverride::kAlways || strict_wide_merge_pays(p, *gemm, exact));
+        const bool merges = !narrow_merged_rows(p) ? (math != Math::k3xTF32 ? pipelined(gemm) && !pipelined(exact) : strict_wide_merges)
                             : math == Math::k3xTF32 ? strict_narrow_merge_pays(p, *gemm, exact)
                                                     : math != Math::k16Bit || p.out_channels_per_group < 16;
         // (the exact plan runs over the merged plan's outputs, whose zero taps may have made NaN at
@@ -1711,7 +1743,6 @@ namespace {
 constexpr double kRowCopySeconds = 25e-9;
 constexpr double kBoxStepSeconds = 0.4e-6;
 constexpr double kTileFixedSeconds = 4e-6;
-constexpr double kMmaFlopsPerSm16Bit = 4e12;  // (16-bit; TF32 half of it, 3xTF32 a sixth)
 constexpr double kAlignedCopyMargin = 0.9;
 // An x copy moves every element twice at kCopyBandwidth; each batch chunk costs its copy's and its
 // GEMM's launches.
@@ -1848,25 +1879,68 @@ DataPlan plan_forward_uncached(const ConvTParams& p, const TensorFacts& x, Math 
       tile_share = kPositionRowsTimeShare;
     }
   }
-  const GemmPlan& g = over.gemm;
-  if (!one_pipelined_launch(over) || !g.tensor_rows || 4 * packed_weight_words(g) + batch * element_bytes > workspace_bound(g)) {
+  if (!one_pipelined_launch(over) || !over.gemm.tensor_rows || 4 * packed_weight_words(over.gemm) + batch * element_bytes > workspace_bound(over.gemm)) {
     return plan;
   }
   // A zero-tap plan (a long filter, or K above the stride) over copies only where the copy's plan takes
   // as many taps a step as the plan on x: the model counts a pair's MMAs, not its steps, and long
   // filters at half the taps a step ran 1.05-1.96x slower in 16-bit (H200, docs/perf/2026-12-01-v79-planner-rules.md)
-  if (plan.gemm.zero_taps && most_taps_per_step(g) < most_taps_per_step(plan.gemm) && copies != PlanOverride::kAlways) return plan;
-  // (a last, smaller chunk: its share of the parts, which go by batch element)
-  const int64_t full_chunks = p.batch / batch, last_batch = p.batch % batch;
-  GemmPlan last = g;
-  last.parts = g.parts / batch * last_batch;
-  const double chunk_waves = double(full_chunks * launch_waves(g, g.row_tiles, limits)) +
-                             (last_batch > 0 ? double(launch_waves(last, last.row_tiles, limits)) : 0.0);
+  if (plan.gemm.zero_taps && most_taps_per_step(over.gemm) < most_taps_per_step(plan.gemm) && copies != PlanOverride::kAlways) {
+    return plan;
+  }
+  // The chunks' time: their launches' waves of tiles (a launch's parts go by batch element: chunks of
+  // `chunk`, a last, smaller one its share) and launches
+  const double tile_seconds = pipelined_tile_seconds(over.gemm, false, math) * tile_share;
+  const int64_t element_parts = over.gemm.parts / batch;
+  auto chunks_seconds = [&](int64_t chunk) {
+    const int64_t full_chunks = p.batch / chunk, last_batch = p.batch % chunk;
+    GemmPlan chunk_gemm = over.gemm;
+    auto waves = [&](int64_t elements) {
+      chunk_gemm.parts = element_parts * elements;
+      return elements > 0 ? double(launch_waves(chunk_gemm, chunk_gemm.row_tiles, limits)) : 0.0;
+    };
+    return (double(full_chunks) * waves(chunk) + waves(last_batch)) * tile_seconds +
+           double(full_chunks + (last_batch > 0)) * kChunkLaunchSeconds;
+  };
+  // The chunk of the fewest seconds, the largest of those: a smaller chunk than the workspace allows
+  // can fill its launches' last waves (4 chunks of 1.3 waves take 8 waves, 6 of 1 wave 6). A chunk
+  // only where its plan is the same pipelined tile (the model prices that tile's waves). A last,
+  // smaller chunk runs its own plan: over channels-last copies only where that is pipelined (position
+  // rows; other tiles read channels-last x element by element across channels: a last chunk of 2 on
+  // a warp tile ran a TF32 forward 1.5x slower); over aligned rows any (strict fp32's warp tiles on a
+  // last chunk of 1-2 ran as fast as a smaller chunk's extra wave, or faster).
+  auto plan_over = [&](int64_t elements) {
+    DataPlan chunk_plan = plan_data(over.copy_channels_last ? forward_over_channels_last_x(p, elements)
+                                                            : forward_over_aligned_x(p, element_size, elements),
+                                    copy_facts(element_size), math, /*forward=*/true, limits);
+    chunk_plan.copy_channels_last = over.copy_channels_last;
+    return chunk_plan;
+  };
+  auto same_tile = [&](const DataPlan& chunk_plan) {
+    return one_pipelined_launch(chunk_plan) && chunk_plan.gemm.tensor_rows && chunk_plan.gemm.tile_shape == over.gemm.tile_shape;
+  };
+  std::vector<int64_t> chunks(static_cast<size_t>(batch));
+  std::iota(chunks.rbegin(), chunks.rend(), int64_t(1));  // (batch, ..., 1: a stable sort keeps the largest of equal times first)
+  std::stable_sort(chunks.begin(), chunks.end(), [&](int64_t a, int64_t b) { return chunks_seconds(a) < chunks_seconds(b); });
+  int64_t chunk = 0;
+  for (const int64_t candidate : chunks) {
+    if (over.copy_channels_last && p.batch % candidate > 0) {
+      const DataPlan last = plan_over(p.batch % candidate);
+      if (!one_pipelined_launch(last) || !last.gemm.tensor_rows) continue;
+    }
+    if (candidate < batch) {
+      const DataPlan smaller = plan_over(candidate);
+      if (!same_tile(smaller)) continue;
+      over = smaller;
+    }
+    chunk = candidate;
+    break;
+  }
+  if (chunk == 0) return plan;
   const double over_x = double(launch_waves(plan.gemm, plan.gemm.row_tiles, limits)) * pipelined_tile_seconds(plan.gemm, true, math);
-  const double over_copies = chunk_waves * pipelined_tile_seconds(g, false, math) * tile_share +
-                             2.0 * p.batch * element_bytes / kCopyBandwidth + double(full_chunks + (last_batch > 0)) * kChunkLaunchSeconds;
+  const double over_copies = chunks_seconds(chunk) + 2.0 * p.batch * element_bytes / kCopyBandwidth;
   if (over_copies > kAlignedCopyMargin * over_x && copies != PlanOverride::kAlways) return plan;
-  over.copy_batch = batch;
+  over.copy_batch = chunk;
   return over;
 }
 }  // namespace
@@ -2209,7 +2283,7 @@ constexpr const char* kPlannerVariables[] = {
     "CONVT_GRAD_INPUT_COPIES", "CONVT_GRAD_WEIGHT_BOXES", "CONVT_GRAD_WEIGHT_UNROLLED", "CONVT_GROUP_MERGE",
     "CONVT_NARROW_ROWS_PIPELINED", "CONVT_POSITION_ROWS", "CONVT_STAGED_WARP_TILES", "CONVT_TAP_BOXES",
     "CONVT_ZERO_TAP_COPIES", "CONVT_ONE_CHANNEL_GEMM", "CONVT_GRAD_INPUT_DEINTERLEAVE", "CONVT_GRAD_WEIGHT_DILATED_COPY",
-    "CONVT_PERMUTED_POSITIONS", "CONVT_GRAD_WEIGHT_PIPELINED",
+    "CONVT_PERMUTED_POSITIONS", "CONVT_GRAD_WEIGHT_PIPELINED", "CONVT_STRICT_WIDE_MERGE",
 };
 
 // (every field of these is in the key: one added to them must join it)

@@ -434,6 +434,42 @@ def test_forward_copies_take_zero_tap_plans():
         assert forward["copy_batch"] == 0 and forward["zero_taps"] == 1 and forward["step_taps"] == 8, forward
 
 
+def test_strict_wide_forwards_merge_where_strided_stores_cost_more():
+    """A 3xTF32 forward of a wide output (C_out * stride above 64) merges its zero-tap phases where the
+    per-phase tiles' stores, an element every out_step positions, cost more than twice the merged
+    tiles' MMA work (strict_wide_merge_pays): few input channels (1 -> 512, K = 17, stride 8: the
+    per-phase plan stored at ~0.2 TB/s); many channels keep the per-phase plan; TF32 merges there as
+    before; CONVT_STRICT_WIDE_MERGE=never keeps every strict wide forward per phase."""
+    few = (15, 1, 512, 17, 350, 8, 0, 0, 1, 1)
+    forward = plans(few, torch.float32, False, "h100")["forward"]
+    assert forward["row_phases"] == 8 and forward["zero_taps"] == 1 and forward["family"] == "pipelined", forward
+    assert forward["exact_family"] == "pipelined", forward
+    dense = plans((8, 256, 256, 7, 2000, 4, 0, 0, 1, 1), torch.float32, False, "h100")["forward"]
+    assert dense["row_phases"] == 1 and dense["zero_taps"] == 0, dense
+    assert plans(few, torch.float32, True, "h100")["forward"]["row_phases"] == 8
+
+
+def test_strict_wide_merge_override(monkeypatch):
+    monkeypatch.setenv("CONVT_STRICT_WIDE_MERGE", "never")
+    forward = plans((15, 1, 512, 17, 350, 8, 0, 0, 1, 1), torch.float32, False, "h100")["forward"]
+    assert forward["row_phases"] == 1 and forward["zero_taps"] == 0, forward
+
+
+def test_forward_copies_take_the_chunk_of_fewest_waves():
+    """The batch chunk of a forward over copies of x is the one whose launches take the fewest waves of
+    tiles (and launches), not the largest the workspace allows: 16 x 1536 -> 512, K = 3, stride 2 on
+    1300 positions has 44 tiles a batch element; chunks of 4 (the most within 16 MB) are 176 tiles, 2
+    waves each on 132 SMs (8 in all), chunks of 3 are 132, one wave each (6). A chunk whose remainder
+    would run a tile the model does not price is not taken: 7 x 1536 -> 768, K = 5 in TF32 in chunks of
+    5 leaves 2 elements, whose own plan is a warp tile (the whole forward ran 1.5x slower); chunks of 4
+    leave 3, on the same pipelined tile."""
+    forward = plans((16, 1536, 512, 3, 1300, 2, 0, 1, 1, 1), torch.bfloat16, False, "h100")["forward"]
+    assert forward["copy_batch"] == 3 and forward["tiles"] == 132 and forward["family"] == "pipelined", forward
+    assert beside_weight(forward) <= 16 << 20, forward
+    forward = plans((7, 1536, 768, 5, 439, 1, 2, 0, 1, 1), torch.float32, True, "h100")["forward"]
+    assert forward["copy_batch"] == 4 and forward["family"] == "pipelined", forward
+
+
 @pytest.mark.parametrize("dtype,tf32", [(torch.float32, True), (torch.bfloat16, False)])
 def test_forward_over_aligned_x_copies(dtype, tf32):
     """Where the pipelined forward would stage x's rows one by one (no 16-byte multiple, no channel-phase

@@ -99,10 +99,13 @@ __global__ void grad_input_direct_kernel(const scalar_t* __restrict__ grad_y, co
 // dilation). out is contiguous (N, C_out*phases, row_length); grad_y is read through the params' y
 // strides. A block takes a (n, co) row's segment of `columns` positions m: it reads the segment's
 // grad_y elements in the order (m, r), each once, into shared memory, then writes each row in
-// order: both sides coalesced (at phase_step 1). Element e = m*phases +
-// r sits at e + e / 32 (a pad word every 32), so that the reads at stride `phases` hit distinct banks.
-// *nonfinite is set where an element copied is Inf or NaN (DataPlan::exact).
+// order: both sides coalesced (at phase_step 1). A thread issues kDeinterleaveLoads loads before it
+// stages any (one memory latency a batch, not one a load: the copy is bound by bandwidth, not
+// latency). Element e = m*phases + r sits at e + e / 32 (a pad word every 32), so that the reads at
+// stride `phases` hit distinct banks. *nonfinite is set where an element copied is Inf or NaN
+// (DataPlan::exact).
 __host__ __device__ constexpr int deinterleave_staged_elements(int elements) { return elements + elements / 32 + 1; }
+constexpr int kDeinterleaveLoads = 8;
 
 template <typename scalar_t>
 __global__ void deinterleave_grad_y_kernel(const scalar_t* __restrict__ grad_y, scalar_t* __restrict__ out, int* nonfinite,
@@ -110,6 +113,7 @@ __global__ void deinterleave_grad_y_kernel(const scalar_t* __restrict__ grad_y, 
   extern __shared__ unsigned char deinterleave_smem[];
   scalar_t* const staged = reinterpret_cast<scalar_t*>(deinterleave_smem);
   const int64_t segment_step = int64_t(gridDim.x) * columns;
+  const bool consecutive = phase_step == 1 && phases == p.stride;
   for (int64_t first_m = int64_t(blockIdx.x) * columns; first_m < row_length; first_m += segment_step) {
     const int segment = int(std::min<int64_t>(columns, row_length - first_m)), elements = segment * phases;
     CONVT_ROW_LOOP(row, p.batch * p.out_channels) {
@@ -117,12 +121,24 @@ __global__ void deinterleave_grad_y_kernel(const scalar_t* __restrict__ grad_y, 
       const scalar_t* grad_y_row = grad_y + n * p.y_batch_stride + co * p.y_channel_stride;
       const int64_t first_j = first_m * p.stride - p.padding;
       bool finite = true;
-      for (int e = threadIdx.x; e < elements; e += blockDim.x) {
-        const int m = e / phases, r = e % phases;
-        const int64_t j = first_j + int64_t(m) * p.stride + int64_t(r) * phase_step;
-        const scalar_t value = j >= 0 && j < p.length_out ? grad_y_row[j * p.y_length_stride] : scalar_t(0);
-        finite = finite && isfinite(static_cast<float>(value));
-        staged[e + e / 32] = value;
+      for (int first_e = 0; first_e < elements; first_e += kDeinterleaveLoads * int(blockDim.x)) {
+        scalar_t values[kDeinterleaveLoads];
+#pragma unroll
+        for (int u = 0; u < kDeinterleaveLoads; ++u) {
+          const int e = first_e + u * int(blockDim.x) + int(threadIdx.x);
+          values[u] = scalar_t(0);
+          if (e >= elements) continue;
+          // (e = m*phases + r; consecutive positions j = first_j + e where phases = stride at phase_step
+          // 1: no division, which short rows' copies were bound by)
+          const int64_t j = consecutive ? first_j + e : first_j + int64_t(e / phases) * p.stride + int64_t(e % phases) * phase_step;
+          if (j >= 0 && j < p.length_out) values[u] = grad_y_row[j * p.y_length_stride];
+        }
+#pragma unroll
+        for (int u = 0; u < kDeinterleaveLoads; ++u) {
+          const int e = first_e + u * int(blockDim.x) + int(threadIdx.x);
+          if (e < elements) staged[e + e / 32] = values[u];
+          finite = finite && isfinite(static_cast<float>(values[u]));
+        }
       }
       if (!__syncthreads_and(finite) && threadIdx.x == 0) *nonfinite = 1;
       for (int r = 0; r < phases; ++r) {
@@ -316,7 +332,8 @@ __global__ void flag_nonfinite_x_kernel(const scalar_t* __restrict__ x, int* non
   bool finite = true;
   CONVT_ROW_LOOP(row, p.batch * p.in_channels) {
     const scalar_t* x_row = x + row / p.in_channels * p.x_batch_stride + row % p.in_channels * p.x_channel_stride;
-    CONVT_POSITION_LOOP(i, p.length_in) finite = finite && isfinite(static_cast<float>(x_row[i * p.x_length_stride]));
+    // (& not &&: every load unconditional, so that the unrolled loop issues them back to back)
+    CONVT_POSITION_LOOP(i, p.length_in) finite &= isfinite(static_cast<float>(x_row[i * p.x_length_stride]));
   }
   if (!__syncthreads_and(finite) && threadIdx.x == 0) *nonfinite = 1;
 }
