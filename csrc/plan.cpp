@@ -1576,16 +1576,18 @@ constexpr double kStoreBytesPerSecondPerSm = 23e9;
 PlanOverride strict_wide_merge_override() { return read_plan_override("CONVT_STRICT_WIDE_MERGE"); }
 
 // A 3xTF32 wide output merges its zero-tap phases where the per-phase tiles' stores cost more than
-// the merged tiles' MMA work, by kStrictWideMergeMargin: the per-phase plan stores an output every
-// out_step positions (each element its own 32-byte sector, up to 8 floats apart: a 1 -> 512, K = 17,
-// stride 8 forward stored at ~0.2 TB/s, 5x the merged TF32 plan's time), the merged plan stores
-// rows in order and does up to 1.5x the MACs (zero taps; three products a MAC). An output's seconds
-// on an SM: per phase, 4 bytes x min(out_step, 8) + the chunk's padded channels x K / stride MACs;
-// merged, 4 bytes + those channels x its merged taps. Dense outputs of many channels keep their
-// per-phase plans (their MMA work outweighs the stores, and merges ran slower).
+// the merged tiles' MMA work, by kStrictWideMergeMargin: a per-phase plan that does not stage its
+// outputs stores one every out_step positions (each element its own 32-byte sector, up to 8 floats
+// apart: a 1 -> 512, K = 17, stride 8 forward stored at ~0.2 TB/s, 4x the merged plan's time), the
+// merged plan stores rows in order and does up to 1.5x the MACs (zero taps; three products a MAC).
+// An output's seconds on an SM: per phase, 4 bytes x min(out_step, 8) + the chunk's padded channels
+// x K / stride MACs; merged, 4 bytes + those channels x its merged taps. Dense outputs of many
+// channels keep their per-phase plans (their MMA work outweighs the stores, and merges ran slower),
+// as do per-phase plans that stage their outputs (stored in order: 1.4-1.6x faster than merged on
+// the four such layers of 36 screened, H200, docs/perf/2026-12-03-v99.md).
 constexpr double kStrictWideMergeMargin = 2.0;
 bool strict_wide_merge_pays(const ConvTParams& p, const GemmPlan& merged, const std::optional<GemmPlan>& exact) {
-  if (!exact || exact->out_step == 1) return false;
+  if (!exact || exact->out_step == 1 || exact->stage_output) return false;
   const double store_seconds = 4.0 / kStoreBytesPerSecondPerSm, mac_seconds = 2.0 / (kMmaFlopsPerSm16Bit / 6);
   const double channels = double(merged.chunk_channels) * double(merged.chunks);
   const double per_phase = store_seconds * double(std::min<int64_t>(exact->out_step, 8)) +

@@ -438,14 +438,17 @@ def test_strict_wide_forwards_merge_where_strided_stores_cost_more():
     """A 3xTF32 forward of a wide output (C_out * stride above 64) merges its zero-tap phases where the
     per-phase tiles' stores, an element every out_step positions, cost more than twice the merged
     tiles' MMA work (strict_wide_merge_pays): few input channels (1 -> 512, K = 17, stride 8: the
-    per-phase plan stored at ~0.2 TB/s); many channels keep the per-phase plan; TF32 merges there as
-    before; CONVT_STRICT_WIDE_MERGE=never keeps every strict wide forward per phase."""
+    per-phase plan stored at ~0.2 TB/s); many channels keep the per-phase plan, as does a per-phase
+    plan that stages its outputs (stored in order: 8 -> 32, K = 11, stride 5 on mma.sync tiles); TF32
+    merges there as before; CONVT_STRICT_WIDE_MERGE=never keeps every strict wide forward per phase."""
     few = (15, 1, 512, 17, 350, 8, 0, 0, 1, 1)
     forward = plans(few, torch.float32, False, "h100")["forward"]
     assert forward["row_phases"] == 8 and forward["zero_taps"] == 1 and forward["family"] == "pipelined", forward
     assert forward["exact_family"] == "pipelined", forward
     dense = plans((8, 256, 256, 7, 2000, 4, 0, 0, 1, 1), torch.float32, False, "h100")["forward"]
     assert dense["row_phases"] == 1 and dense["zero_taps"] == 0, dense
+    staged = plans((3, 8, 32, 11, 97820, 5, 4, 1, 1, 1), torch.float32, False, "h100")["forward"]
+    assert staged["row_phases"] == 1 and staged["stage_output"] == 1, staged
     assert plans(few, torch.float32, True, "h100")["forward"]["row_phases"] == 8
 
 
