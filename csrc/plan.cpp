@@ -1570,11 +1570,6 @@ bool one_channel_gemm_pays(const ConvTParams& p, const GemmPlan& g, Math math) {
 constexpr double kMmaFlopsPerSm16Bit = 4e12;
 constexpr double kStoreBytesPerSecondPerSm = 23e9;
 
-// CONVT_STRICT_WIDE_MERGE: 3xTF32 forwards of wide outputs merge their zero-tap phases wherever a
-// merged plan pipelines, or never (read_plan_override), else as strict_wide_merge_pays has it. Read
-// at every plan.
-PlanOverride strict_wide_merge_override() { return read_plan_override("CONVT_STRICT_WIDE_MERGE"); }
-
 // A 3xTF32 wide output merges its zero-tap phases where the per-phase tiles' stores cost more than
 // the merged tiles' MMA work, by kStrictWideMergeMargin: a per-phase plan that does not stage its
 // outputs stores one every out_step positions (each element its own 32-byte sector, up to 8 floats
@@ -1585,8 +1580,12 @@ PlanOverride strict_wide_merge_override() { return read_plan_override("CONVT_STR
 // channels keep their per-phase plans (their MMA work outweighs the stores, and merges ran slower),
 // as do per-phase plans that stage their outputs (stored in order: 1.4-1.6x faster than merged on
 // the four such layers of 36 screened, H200, docs/perf/2026-12-03-v99.md).
+// CONVT_STRICT_WIDE_MERGE=always|never: merged wherever the merged plan pipelines, or never
+// (read_plan_override, at every plan).
 constexpr double kStrictWideMergeMargin = 2.0;
 bool strict_wide_merge_pays(const ConvTParams& p, const GemmPlan& merged, const std::optional<GemmPlan>& exact) {
+  const PlanOverride merge = read_plan_override("CONVT_STRICT_WIDE_MERGE");
+  if (merge != PlanOverride::kModel) return merge == PlanOverride::kAlways;
   if (!exact || exact->out_step == 1 || exact->stage_output) return false;
   const double store_seconds = 4.0 / kStoreBytesPerSecondPerSm, mac_seconds = 2.0 / (kMmaFlopsPerSm16Bit / 6);
   const double channels = double(merged.chunk_channels) * double(merged.chunks);
@@ -1645,10 +1644,8 @@ DataPlan plan_data_over_groups(const ConvTParams& p, const TensorFacts& in, Math
           return plan && kGemmTileShapes[plan->tile_shape].family == GemmFamily::kPipelined &&
                  (plan->out_step == 1 || pipeline_form(*plan) == PipelineForm::kPhasePair);
         };
-        const PlanOverride strict_wide = strict_wide_merge_override();
-        const bool strict_wide_merges = strict_wide != PlanOverride::kNever && pipelined(gemm) &&
-                                        (strict_wide == PlanOverride::kAlways || strict_wide_merge_pays(p, *gemm, exact));
-        const bool merges = !narrow_merged_rows(p) ? (math != Math::k3xTF32 ? pipelined(gemm) && !pipelined(exact) : strict_wide_merges)
+        const bool merges = !narrow_merged_rows(p) ? pipelined(gemm) && (math != Math::k3xTF32 ? !pipelined(exact)
+                                                                                              : strict_wide_merge_pays(p, *gemm, exact))
                             : math == Math::k3xTF32 ? strict_narrow_merge_pays(p, *gemm, exact)
                                                     : math != Math::k16Bit || p.out_channels_per_group < 16;
         // (the exact plan runs over the merged plan's outputs, whose zero taps may have made NaN at
@@ -1866,24 +1863,30 @@ DataPlan plan_forward_uncached(const ConvTParams& p, const TensorFacts& x, Math 
   const int64_t room = workspace_bound(plan.gemm) - 4 * packed_weight_words(plan.gemm);  // (the copy's plan packs the same weight)
   const int64_t batch = std::min<int64_t>(p.batch, room / element_bytes);
   if (batch < 1) return plan;
-  DataPlan over = plan_data(forward_over_aligned_x(p, element_size, batch), copy_facts(element_size), math, /*forward=*/true, limits);
+  // The plan over a chunk of `elements` copied channels-last or in aligned rows; one that runs on the
+  // copy reads it by TMA in one pipelined launch
+  auto plan_over = [&](int64_t elements, bool channels_last) {
+    DataPlan chunk_plan = plan_data(channels_last ? forward_over_channels_last_x(p, elements)
+                                                  : forward_over_aligned_x(p, element_size, elements),
+                                    copy_facts(element_size), math, /*forward=*/true, limits);
+    chunk_plan.copy_channels_last = channels_last;
+    return chunk_plan;
+  };
+  auto runs_on_copy = [](const DataPlan& chunk_plan) { return one_pipelined_launch(chunk_plan) && chunk_plan.gemm.tensor_rows; };
+  DataPlan over = plan_over(batch, false);
   // x whose channels make rows of 16-byte multiples: the copies channels-last (the same bytes at
   // most, x's rows unpadded), on position rows (16-bit and TF32: 3xTF32 splits its A in registers),
   // whose tiles take kPositionRowsTimeShare of the boxes' time; not where the aligned copies take tap
   // boxes
   double tile_share = 1.0;
   if (p.in_channels * element_size % 16 == 0 && !over.gemm.tap_boxes) {  // (tap boxes: as fast)
-    DataPlan channels_last =
-        plan_data(forward_over_channels_last_x(p, batch), copy_facts(element_size), math, /*forward=*/true, limits);
+    const DataPlan channels_last = plan_over(batch, true);
     if (one_pipelined_launch(channels_last) && channels_last.gemm.position_rows) {
       over = channels_last;
-      over.copy_channels_last = true;
       tile_share = kPositionRowsTimeShare;
     }
   }
-  if (!one_pipelined_launch(over) || !over.gemm.tensor_rows || 4 * packed_weight_words(over.gemm) + batch * element_bytes > workspace_bound(over.gemm)) {
-    return plan;
-  }
+  if (!runs_on_copy(over) || 4 * packed_weight_words(over.gemm) + batch * element_bytes > workspace_bound(over.gemm)) return plan;
   // A zero-tap plan (a long filter, or K above the stride) over copies only where the copy's plan takes
   // as many taps a step as the plan on x: the model counts a pair's MMAs, not its steps, and long
   // filters at half the taps a step ran 1.05-1.96x slower in 16-bit (H200, docs/perf/2026-12-01-v79-planner-rules.md)
@@ -1911,28 +1914,18 @@ DataPlan plan_forward_uncached(const ConvTParams& p, const TensorFacts& x, Math 
   // rows; other tiles read channels-last x element by element across channels: a last chunk of 2 on
   // a warp tile ran a TF32 forward 1.5x slower); over aligned rows any (strict fp32's warp tiles on a
   // last chunk of 1-2 ran as fast as a smaller chunk's extra wave, or faster).
-  auto plan_over = [&](int64_t elements) {
-    DataPlan chunk_plan = plan_data(over.copy_channels_last ? forward_over_channels_last_x(p, elements)
-                                                            : forward_over_aligned_x(p, element_size, elements),
-                                    copy_facts(element_size), math, /*forward=*/true, limits);
-    chunk_plan.copy_channels_last = over.copy_channels_last;
-    return chunk_plan;
-  };
-  auto same_tile = [&](const DataPlan& chunk_plan) {
-    return one_pipelined_launch(chunk_plan) && chunk_plan.gemm.tensor_rows && chunk_plan.gemm.tile_shape == over.gemm.tile_shape;
-  };
   std::vector<int64_t> chunks(static_cast<size_t>(batch));
   std::iota(chunks.rbegin(), chunks.rend(), int64_t(1));  // (batch, ..., 1: a stable sort keeps the largest of equal times first)
-  std::stable_sort(chunks.begin(), chunks.end(), [&](int64_t a, int64_t b) { return chunks_seconds(a) < chunks_seconds(b); });
+  std::vector<double> seconds(static_cast<size_t>(batch) + 1);
+  for (const int64_t candidate : chunks) seconds[size_t(candidate)] = chunks_seconds(candidate);
+  std::stable_sort(chunks.begin(), chunks.end(), [&](int64_t a, int64_t b) { return seconds[size_t(a)] < seconds[size_t(b)]; });
+  const bool channels_last = over.copy_channels_last;
   int64_t chunk = 0;
   for (const int64_t candidate : chunks) {
-    if (over.copy_channels_last && p.batch % candidate > 0) {
-      const DataPlan last = plan_over(p.batch % candidate);
-      if (!one_pipelined_launch(last) || !last.gemm.tensor_rows) continue;
-    }
+    if (channels_last && p.batch % candidate > 0 && !runs_on_copy(plan_over(p.batch % candidate, true))) continue;
     if (candidate < batch) {
-      const DataPlan smaller = plan_over(candidate);
-      if (!same_tile(smaller)) continue;
+      const DataPlan smaller = plan_over(candidate, channels_last);
+      if (!runs_on_copy(smaller) || smaller.gemm.tile_shape != over.gemm.tile_shape) continue;
       over = smaller;
     }
     chunk = candidate;
@@ -1940,7 +1933,7 @@ DataPlan plan_forward_uncached(const ConvTParams& p, const TensorFacts& x, Math 
   }
   if (chunk == 0) return plan;
   const double over_x = double(launch_waves(plan.gemm, plan.gemm.row_tiles, limits)) * pipelined_tile_seconds(plan.gemm, true, math);
-  const double over_copies = chunks_seconds(chunk) + 2.0 * p.batch * element_bytes / kCopyBandwidth;
+  const double over_copies = seconds[size_t(chunk)] + 2.0 * p.batch * element_bytes / kCopyBandwidth;
   if (over_copies > kAlignedCopyMargin * over_x && copies != PlanOverride::kAlways) return plan;
   over.copy_batch = chunk;
   return over;

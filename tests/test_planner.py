@@ -462,10 +462,10 @@ def test_forward_copies_take_the_chunk_of_fewest_waves():
     """The batch chunk of a forward over copies of x is the one whose launches take the fewest waves of
     tiles (and launches), not the largest the workspace allows: 16 x 1536 -> 512, K = 3, stride 2 on
     1300 positions has 44 tiles a batch element; chunks of 4 (the most within 16 MB) are 176 tiles, 2
-    waves each on 132 SMs (8 in all), chunks of 3 are 132, one wave each (6). A chunk whose remainder
-    would run a tile the model does not price is not taken: 7 x 1536 -> 768, K = 5 in TF32 in chunks of
-    5 leaves 2 elements, whose own plan is a warp tile (the whole forward ran 1.5x slower); chunks of 4
-    leave 3, on the same pipelined tile."""
+    waves each on 132 SMs (8 in all), chunks of 3 are 132, one wave each (6). Over channels-last
+    copies, a chunk whose remainder's own plan would not run pipelined is not taken: 7 x 1536 -> 768,
+    K = 5 in TF32 in chunks of 5 leaves 2 elements, whose own plan is a warp tile (the whole forward
+    ran 1.5x slower); chunks of 4 leave 3, on a pipelined tile."""
     forward = plans((16, 1536, 512, 3, 1300, 2, 0, 1, 1, 1), torch.bfloat16, False, "h100")["forward"]
     assert forward["copy_batch"] == 3 and forward["tiles"] == 132 and forward["family"] == "pipelined", forward
     assert beside_weight(forward) <= 16 << 20, forward
