@@ -107,7 +107,9 @@ __global__ void __launch_bounds__(kDwThreads, 4)
               if (q >= first_inside && q < end_inside) acc += weight[k] * acc_t(x_c[q]);
             }
           } else {
-            for (int k = 0; k < kernel_size; ++k) {
+            // (bounded by the 64-bit p.kernel_size: nvcc then unrolls the float loop with four taps'
+            // shared-memory loads in flight, which the 32-bit bound's loop does not)
+            for (int k = 0; k < p.kernel_size; ++k) {
               const int q = tap_position[k] + steps;
               if (tap_phase[k] == phase && q >= first_inside && q < end_inside) acc += weight[k] * acc_t(x_c[q]);
             }

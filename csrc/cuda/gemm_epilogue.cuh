@@ -350,8 +350,8 @@ struct PipelinedEpilogue {
 
   __device__ __forceinline__ PipelinedEpilogue(const GemmProblem& problem, const T* bias_, T* out_, int lane_, int warp)
       : p(problem), bias(bias_), out(out_), lane(lane_) {
-    warp_first_col = (warp / 4) * 64 * kSubtiles + (warp % 4) * 16 + (p.permuted_positions ? 2 * (lane / 4) : lane / 4);
-    side_columns = p.permuted_positions ? 1 : 8;
+    warp_first_col = (warp / 4) * 64 * kSubtiles + (warp % 4) * 16 + (Mma::permuted(p) ? 2 * (lane / 4) : lane / 4);
+    side_columns = Mma::permuted(p) ? 1 : 8;
   }
 
   // Row pointers and bounds from this thread's first row (64-bit math once): the rows left in the
@@ -401,7 +401,7 @@ struct PipelinedEpilogue {
       const ThreadRows rows = thread_rows(tile, first_row);
       if constexpr (sizeof(T) == 2) {
         if (p.out_step == 1 && p.out_length % 2 == 0) {
-          if (p.permuted_positions) {
+          if (Mma::permuted(p)) {
             store_adjacent_columns(tile, mma, rows.left, rows.first_out, rows.first_bias);
           } else {
             store_column_pairs(tile, mma, rows.left, rows.first_out, rows.first_bias);

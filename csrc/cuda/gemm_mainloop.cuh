@@ -186,6 +186,11 @@ struct TapOperands {
 template <typename T, Math kMath, Merge kMerge, int kBlockM, int kSubtiles>
 struct WarpgroupMma {
   static constexpr bool k3xTF32 = kMath == Math::k3xTF32;
+  // Permuted positions (GemmPlan::permuted_positions) are planned only for 16-bit problems whose
+  // rows and channels do not merge: every other instantiation keeps the second fragment column 8 on
+  // as a constant (an immediate offset of each load and store, no runtime select in the k-step loop)
+  static constexpr bool kMayPermute = kMath == Math::k16Bit && kMerge == Merge::kNone;
+  __device__ static __forceinline__ bool permuted(const GemmProblem& p) { return kMayPermute && p.permuted_positions; }
   float acc[kSubtiles][kBlockM / 2];         // wgmma.cuh's d, per subtile (3xTF32: big x big)
   float correction[kSubtiles][kBlockM / 2];  // 3xTF32: the correction products (unused otherwise)
   uint32_t sets[2][2 * kSubtiles][4];        // two sets of A fragments (run_tap; 3xTF32: big parts)
@@ -229,8 +234,9 @@ struct WarpgroupMma {
     const TapOperands<T> tap = operands();
     const T* const x_tap = tap.x_tap;
     // (permuted positions: the lane's second row is the next position; 4-byte loads at an even one)
-    const int high_column = rows.paired_positions ? 1 : 8;
-    const bool pair_loads = kMath == Math::k16Bit && rows.paired_positions && reinterpret_cast<uintptr_t>(x_tap) % 4 == 0;
+    const bool paired = kMayPermute && rows.paired_positions;
+    const int high_column = paired ? 1 : 8;
+    const bool pair_loads = paired && reinterpret_cast<uintptr_t>(x_tap) % 4 == 0;
     const char* const w_slot = tap.w_slot;
     const char* const w_small_slot = tap.w_small_slot;
     uint32_t (&half_sets)[2][kHalf][kSubtiles][4] = *reinterpret_cast<uint32_t(*)[2][kHalf][kSubtiles][4]>(&sets[0][0][0]);
@@ -451,11 +457,11 @@ struct PipelinedMainloop {
   __device__ __forceinline__ PipelinedMainloop(const GemmProblem& problem, const T* in_, const PipelineStages<T>& ring, int lane_,
                                                int warp_)
       : p(problem), in(in_), stages(ring), lane(lane_), warp(warp_) {
-    warp_first_col = (warp / 4) * 64 * kSubtiles + (warp % 4) * 16 + (p.permuted_positions ? 2 * (lane / 4) : lane / 4);
+    warp_first_col = (warp / 4) * 64 * kSubtiles + (warp % 4) * 16 + (Mma::permuted(p) ? 2 * (lane / 4) : lane / 4);
     low_row = kMath == Math::k16Bit ? 2 * (lane % 4) : lane % 4;
     if constexpr (kMerge == Merge::kChannels) merged_channel_offsets<kMath>(p, lane, rows);
     if constexpr (kMerge != Merge::kChannels) set_half_bases<T, kMath>(p, p.map_row_phases, rows);
-    rows.paired_positions = p.permuted_positions;
+    rows.paired_positions = Mma::permuted(p);
     round_fragments = kMath == Math::kTF32 && !p.tensor_rows;
   }
 
