@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import torch_convt_op  # noqa: F401  (loads torch.ops.convt)
+from torch_convt_op import sweep
 from torch_convt_op.planner import explain, summary
 
 pytestmark = [pytest.mark.quick,  # (a few seconds: all of it is in the quick subset)
@@ -378,6 +379,18 @@ def test_16_bit_register_fragments_read_permuted_positions(monkeypatch):
         assert g["tensor_rows"] == 1 and g["row_phases"] * g["out_phases"] > 1 and g["permuted_positions"] == 0, g
     monkeypatch.setenv("CONVT_PERMUTED_POSITIONS", "never")
     assert plans(wide, torch.bfloat16, True, "h100")["forward"]["permuted_positions"] == 0
+    monkeypatch.delenv("CONVT_PERMUTED_POSITIONS")
+    # the kernels compile the permuted path only for 16-bit plans of unmerged rows and channels
+    # (WarpgroupMma::kMayPermute): every plan that permutes, over a sweep's layers, is one of those
+    permuted = 0
+    for _, case in sweep.draw_shapes(120, 72, "cuda"):
+        shape = tuple(int(v) for v in sweep.compact(case).split(","))
+        for dtype, tf32 in ((torch.bfloat16, True), (torch.float16, True), (torch.float32, True), (torch.float32, False)):
+            for name, g in plans(shape, dtype, tf32, "h100").items():
+                if isinstance(g, dict) and g.get("permuted_positions", 0):
+                    permuted += 1
+                    assert dtype.itemsize == 2 and g["row_phases"] == 1 and g["channel_phases"] == 1, (case, name, g)
+    assert permuted > 0
 
 
 def test_forward_copies_channels_last_for_position_rows():
