@@ -555,8 +555,7 @@ def relaid(t: torch.Tensor, layout: str) -> torch.Tensor:
 
 def cuda_plans(case: Case, dtype: torch.dtype, tf32: bool = False) -> dict:
     """The planner's choice for a case on this GPU (torch_convt_op.planner.explain)."""
-    return explain(case.n, case.c_in, case.c_out, case.k, case.l_in, case.stride, case.padding, case.output_padding,
-                   case.dilation, case.groups, dtype=dtype, tf32=tf32, device="cuda")
+    return explain(*case.sizes, dtype=dtype, tf32=tf32, device="cuda")
 
 
 def make_inputs(case: Case, dtype: torch.dtype, device: str, requires_grad: bool = False, generator=None):

@@ -384,9 +384,8 @@ def test_16_bit_register_fragments_read_permuted_positions(monkeypatch):
     # (WarpgroupMma::kMayPermute): every plan that permutes, over a sweep's layers, is one of those
     permuted = 0
     for _, case in sweep.draw_shapes(120, 72, "cuda"):
-        shape = tuple(int(v) for v in sweep.compact(case).split(","))
         for dtype, tf32 in ((torch.bfloat16, True), (torch.float16, True), (torch.float32, True), (torch.float32, False)):
-            for name, g in plans(shape, dtype, tf32, "h100").items():
+            for name, g in plans(case.sizes, dtype, tf32, "h100").items():
                 if isinstance(g, dict) and g.get("permuted_positions", 0):
                     permuted += 1
                     assert dtype.itemsize == 2 and g["row_phases"] == 1 and g["channel_phases"] == 1, (case, name, g)
@@ -1549,8 +1548,7 @@ def test_narrow_row_cases_reach_the_pipelined_narrow_tiles(monkeypatch):
     from conftest import NARROW_ROW_CASES
 
     for case in NARROW_ROW_CASES:
-        shape = (case.n, case.c_in, case.c_out, case.k, case.l_in, case.stride, case.padding, case.output_padding,
-                 case.dilation, case.groups)
+        shape = case.sizes
         moved = []
         for dtype, tf32 in MATHS:
             monkeypatch.setenv("CONVT_NARROW_ROWS_PIPELINED", "never")

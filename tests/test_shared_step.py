@@ -59,9 +59,7 @@ def _plans(case, device, monkeypatch, setting=None):
         monkeypatch.delenv("CONVT_SHARED_STEP", raising=False)
     else:
         monkeypatch.setenv("CONVT_SHARED_STEP", setting)
-    return planner.explain(case.n, case.c_in, case.c_out, case.k, case.l_in, case.stride, case.padding,
-                           case.output_padding, case.dilation, case.groups, dtype=torch.bfloat16, tf32=True,
-                           device=device)
+    return planner.explain(*case.sizes, dtype=torch.bfloat16, tf32=True, device=device)
 
 
 @pytest.mark.quick

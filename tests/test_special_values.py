@@ -84,8 +84,7 @@ def test_forward_propagates_like_torch(case, dtype, where, value, device, tf32):
 
 def _forward_on_tensor_cores(case, dtype) -> bool:
     """Whether the planner sends this forward to the implicit GEMM on the current GPU."""
-    plan = explain(case.n, case.c_in, case.c_out, case.k, case.l_in, case.stride, case.padding, case.output_padding,
-                   case.dilation, case.groups, dtype=dtype, tf32=torch.backends.cudnn.allow_tf32, device="cuda")
+    plan = explain(*case.sizes, dtype=dtype, tf32=torch.backends.cudnn.allow_tf32, device="cuda")
     return plan["forward"]["kernel"] == "gemm"
 
 

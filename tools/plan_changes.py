@@ -19,7 +19,7 @@ import sys
 import torch
 
 from torch_convt_op import planner
-from torch_convt_op.sweep import draw_shapes
+from torch_convt_op.sweep import compact, draw_shapes
 
 DTYPES = {"bf16": (torch.bfloat16, True), "fp16": (torch.float16, True), "tf32": (torch.float32, True),
           "fp32": (torch.float32, False)}
@@ -43,14 +43,8 @@ def summaries(case, dtype_name, passes, setting, variables, card):
         os.environ.pop(variable, None)
     os.environ.update(setting)
     dtype, tf32 = DTYPES[dtype_name]
-    plan = planner.explain(case.n, case.c_in, case.c_out, case.k, case.l_in, case.stride, case.padding, case.output_padding,
-                           case.dilation, case.groups, dtype=dtype, tf32=tf32, device=card)
+    plan = planner.explain(*case.sizes, dtype=dtype, tf32=tf32, device=card)
     return [planner.summary(plan[name]) for name in passes]
-
-
-def layer_text(case):
-    return ",".join(str(v) for v in (case.n, case.c_in, case.c_out, case.k, case.l_in, case.stride, case.padding,
-                                     case.output_padding, case.dilation, case.groups))
 
 
 def plan_table(seeds, count, dtype_names, passes, setting, variables, card):
@@ -59,7 +53,7 @@ def plan_table(seeds, count, dtype_names, passes, setting, variables, card):
     for seed in seeds:
         for kind, case in draw_shapes(count, seed, "cuda"):
             for dtype_name in dtype_names:
-                table[(seed, kind, layer_text(case), dtype_name)] = summaries(case, dtype_name, passes, setting, variables, card)
+                table[(seed, kind, compact(case), dtype_name)] = summaries(case, dtype_name, passes, setting, variables, card)
     return table
 
 

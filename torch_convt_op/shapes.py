@@ -29,6 +29,13 @@ class Case:
         return self.stride, self.padding, self.output_padding, self.groups, self.dilation
 
     @property
+    def sizes(self) -> Tuple[int, ...]:
+        """(n, c_in, c_out, k, l_in, stride, padding, output_padding, dilation, groups): planner.explain's
+        positional arguments, the order of tools/ab.py's --layers and of sweep.compact."""
+        return (self.n, self.c_in, self.c_out, self.k, self.l_in, self.stride, self.padding, self.output_padding,
+                self.dilation, self.groups)
+
+    @property
     def l_out(self) -> int:
         return (self.l_in - 1) * self.stride - 2 * self.padding + self.dilation * (self.k - 1) + self.output_padding + 1
 

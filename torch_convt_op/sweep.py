@@ -224,8 +224,7 @@ def assert_valid(case: Case) -> None:
 
 def compact(case: Case) -> str:
     """N,C_in,C_out,K,L_in,stride,padding,output_padding,dilation,groups (the order of bench.SHAPES)."""
-    return ",".join(str(v) for v in (case.n, case.c_in, case.c_out, case.k, case.l_in, case.stride, case.padding,
-                                     case.output_padding, case.dilation, case.groups))
+    return ",".join(str(v) for v in case.sizes)
 
 
 # ---- statistics ----------------------------------------------------------------------------------
