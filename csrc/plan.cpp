@@ -716,7 +716,7 @@ std::optional<GemmPlan> merged_grad_input_problem(const ConvTParams& p, int step
 // dtype; its sizes within the kernels' limits, `rows` a channel at `taps` shifts)
 int64_t deinterleaved_row_elements(int64_t length) { return (length + 7) / 8 * 8; }
 bool deinterleaved_copy_fits(const ConvTParams& p, int64_t rows, int64_t taps, int64_t length) {
-  return p.stride > 1 && rows <= kMaxDeinterleavedPhases && taps <= kMaxGemmTaps && length < kGemmIndexLimit &&
+  return rows <= kMaxDeinterleavedPhases && taps <= kMaxGemmTaps && length < kGemmIndexLimit &&
          p.out_channels_per_group * rows < kGemmIndexLimit;
 }
 int64_t deinterleaved_phases(const ConvTParams& p) { return std::min((p.kernel_size - 1) * p.dilation + 1, p.stride); }
@@ -725,7 +725,7 @@ int64_t deinterleaved_length(const ConvTParams& p) { return p.length_in + deinte
 int64_t deinterleaved_row_length(const ConvTParams& p) { return deinterleaved_row_elements(deinterleaved_length(p)); }
 TensorFacts copy_facts(int element_size) { return {element_size, 256}; }
 bool deinterleaves(const ConvTParams& p) {
-  return deinterleaved_copy_fits(p, deinterleaved_phases(p), deinterleaved_taps(p), deinterleaved_length(p));
+  return p.stride > 1 && deinterleaved_copy_fits(p, deinterleaved_phases(p), deinterleaved_taps(p), deinterleaved_length(p));
 }
 constexpr int64_t kDeinterleavedDilatedTaps = 16;  // (below it the copy and zero taps cost more than they save: CHANGELOG v58)
 std::optional<GemmPlan> deinterleaved_grad_input_problem(const ConvTParams& p, int step_taps) {
@@ -788,8 +788,8 @@ int64_t weight_deinterleaved_rows(const ConvTParams& p) { return std::min(p.kern
 int64_t weight_deinterleaved_taps(const ConvTParams& p) { return (p.kernel_size + p.stride - 1) / p.stride; }
 int64_t weight_deinterleaved_length(const ConvTParams& p) { return p.length_in + (weight_deinterleaved_taps(p) - 1) * p.dilation; }
 int64_t weight_deinterleaved_row_length(const ConvTParams& p) { return deinterleaved_row_elements(weight_deinterleaved_length(p)); }
-bool weight_deinterleaves(const ConvTParams& p) {
-  return deinterleaved_copy_fits(p, weight_deinterleaved_rows(p), weight_deinterleaved_taps(p), weight_deinterleaved_length(p));
+bool weight_deinterleaves(const ConvTParams& p, bool any_stride) {
+  return (p.stride > 1 || any_stride) && deinterleaved_copy_fits(p, weight_deinterleaved_rows(p), weight_deinterleaved_taps(p), weight_deinterleaved_length(p));
 }
 
 ConvTParams grad_weight_over_copies(const ConvTParams& p, int element_size, bool aligned_x, bool deinterleaved) {
@@ -1225,6 +1225,7 @@ std::optional<WeightGradPlan> plan_grad_weight_tiles(const ConvTParams& p, const
   // positions consecutive (stride 1, or merged); a lane's 16-bit pairs then start at its rows' own
   // parity (grad_weight_wgmma_mainloop.cuh)
   const int element_size = x.element_size;
+  g.element_size = element_size;
   g.x_copy_elements = widest_copy(x, g.x_batch_stride, g.x_channel_stride, g.x_length_stride, {16, 8, 4});
   if (g.warpgroups) {
     const bool chunks = g.gy_length_stride == 1 && (g.merged || g.stride == 1);
@@ -1365,8 +1366,36 @@ double padded_mma_work(const WeightGradPlan& g) {
 constexpr double kGradWReadElementMacs = kCopyElementMacs / 4.0;  // (L2 about twice HBM's bandwidth; a copy passes HBM twice)
 constexpr double kGradWUnpipelinedPace = 2;
 constexpr double kUnrolledMargin = 1.1;  // (the fit's close call: 9,557,499,9,121,s6 at 1.05x the model's time, 1.1-1.4x slower)
+// An operand that unpipelined 16-bit tiles stage one element at a time (rows not aligned to 4 bytes,
+// or grad_y strided) costs, for each of its real rows (a tile's channels that exist), more than the
+// vector copies' kGradWReadElementMacs an element: those are ordinary loads, a thread's next issued
+// after its store. x's (its positions consecutive across a warp) kGradWElementXPace times as much;
+// grad_y's kGradWElementGradYPace at stride 1 and kGradWElementGradYStridePace more for each step of
+// the stride up to 16 (a warp's loads spread over that many more sectors). Fitted on an H200 to 76
+// bf16 layers timed with and without copies that avoid them (docs/perf/2026-12-04-element-copies.md).
+// CONVT_GRAD_WEIGHT_ELEMENT_COPIES=never: no such cost and no copies for it (v100's planner);
+// always: the copies of every such operand wherever they plan (plan_grad_weight_tiles_pass). Read at
+// every plan.
+constexpr double kGradWElementXPace = 10;
+constexpr double kGradWElementGradYPace = 2;
+constexpr double kGradWElementGradYStridePace = 0.5;
+// A copy made for them costs a launch and an allocation besides its bytes: about 5 µs (fitted with the paces)
+constexpr double kGradWCopyLaunchMacs = 18e6;
+PlanOverride grad_weight_element_copies_override() { return read_plan_override("CONVT_GRAD_WEIGHT_ELEMENT_COPIES"); }
+bool copies_x_by_element(const WeightGradPlan& g) { return g.stages == 0 && g.element_size == 2 && g.x_copy_elements == 1; }
+bool copies_grad_y_by_element(const WeightGradPlan& g) {
+  return g.stages == 0 && g.element_size == 2 && g.gy_copy_elements == 1;
+}
 double grad_weight_time(const WeightGradPlan& g) {
-  const double work = padded_mma_work(g) + kGradWReadElementMacs * double(g.tiles) * g.items * (g.block_ci + g.block_co);
+  double read_rows = g.block_ci + g.block_co;
+  if (grad_weight_element_copies_override() != PlanOverride::kNever) {
+    const double x_rows = double(std::min<int64_t>(g.block_ci, g.in_channels_per_group * g.packed_groups));
+    const double grad_y_rows = double(std::min<int64_t>(g.block_co, g.out_channels_per_group * g.packed_groups));
+    const double grad_y_pace = kGradWElementGradYPace + kGradWElementGradYStridePace * (std::min(g.stride, 16) - 1);
+    if (copies_x_by_element(g)) read_rows += (kGradWElementXPace - 1) * x_rows;
+    if (copies_grad_y_by_element(g)) read_rows += (grad_y_pace - 1) * grad_y_rows;
+  }
+  const double work = padded_mma_work(g) + kGradWReadElementMacs * double(g.tiles) * g.items * read_rows;
   return g.stages > 0 ? work : kGradWUnpipelinedPace * work;
 }
 
@@ -2138,6 +2167,44 @@ WeightPlan plan_grad_weight_tiles_pass(const ConvTParams& p, const TensorFacts& 
       weight.problem = q;
     }
   }
+  // Where the unpipelined 16-bit tiles would stage x or grad_y one element at a time, over
+  // copies that give them vector copies (x in aligned rows; grad_y deinterleaved, which at stride 1
+  // is grad_y in aligned rows), where that takes less time with the copies (grad_weight_time with
+  // the element paces): odd lengths, strided grad_y
+  const PlanOverride element_copies = grad_weight_element_copies_override();
+  if (gemm && element_copies != PlanOverride::kNever && (copies_x_by_element(*gemm) || copies_grad_y_by_element(*gemm))) {
+    const bool align = copies_x_by_element(*gemm) && !weight.aligned_x;
+    const bool grad_y_as_is = !weight.deinterleaved_grad_y && !weight.unrolled_grad_y;
+    const bool deinterleave = copies_grad_y_by_element(*gemm) && grad_y_as_is && (p.dilation == 1 || dilated_copy) &&
+                              weight_deinterleaves(p, /*any_stride=*/true);
+    double best_time = grad_weight_time(*gemm) + weight_copies_time(weight, /*grad_y_shared=*/false);
+    std::optional<WeightPlan> best;
+    const std::pair<bool, bool> copy_choices[] = {{align, deinterleave}, {align, false}, {false, deinterleave}};
+    for (const auto& [x_copy, grad_y_copy] : copy_choices) {
+      if (!x_copy && !grad_y_copy) continue;
+      WeightPlan over = weight;
+      over.aligned_x = weight.aligned_x || x_copy;
+      over.deinterleaved_grad_y = weight.deinterleaved_grad_y || grad_y_copy;
+      over.problem = grad_weight_over_copies(weight.problem, x.element_size, x_copy, grad_y_copy);
+      const auto plan = plan_on(over.problem, over.aligned_x ? copy_facts(x.element_size) : x,
+                                grad_y_as_is && !grad_y_copy ? grad_y : copy_facts(grad_y.element_size),
+                                with_bias && grad_y_as_is && !grad_y_copy);
+      if (!plan) continue;
+      const double time = grad_weight_time(*plan) + weight_copies_time(over, /*grad_y_shared=*/false) +
+                          kGradWCopyLaunchMacs * (int(x_copy) + int(grad_y_copy));
+      if (element_copies == PlanOverride::kAlways || time < best_time) {
+        best_time = time;
+        over.gemm = *plan;
+        best = over;
+        if (element_copies == PlanOverride::kAlways) break;  // (the first that plans: every copy that applies)
+      }
+    }
+    if (best) {
+      const WeightGradPlan plan = best->gemm;
+      weight = *best;
+      gemm = plan;
+    }
+  }
   // Else over grad_y unrolled by taps (§5.6) where that takes at most 1 / kUnrolledMargin of the
   // time (grad_weight_time, the copies included): narrow outputs with several taps, whose tiles' padded
   // channels then take the taps and whose tap groups stop staging x again each (any stride and
@@ -2146,7 +2213,7 @@ WeightPlan plan_grad_weight_tiles_pass(const ConvTParams& p, const TensorFacts& 
   const PlanOverride unrolled = grad_weight_unrolled_override();
   if (gemm && (!gemm->merged || unrolled == PlanOverride::kAlways) && unrolls(p, grad_y.element_size) &&
       unrolled != PlanOverride::kNever) {
-    const double current_time = grad_weight_time(*gemm) + (weight.deinterleaved_grad_y ? grad_y_copy_time(weight.problem) : 0.0);
+    const double current_time = grad_weight_time(*gemm) + weight_copies_time(weight, /*grad_y_shared=*/false);
     const bool can_pipeline = one_pass && limits.wgmma && limits.tma;
     std::optional<WeightGradPlan> best;
     for (const bool align : {false, true}) {
@@ -2157,7 +2224,7 @@ WeightPlan plan_grad_weight_tiles_pass(const ConvTParams& p, const TensorFacts& 
       const bool pipelined_only = align || grad_weight_pipelined_override() == PlanOverride::kAlways;
       if (over && (!pipelined_only || over->stages > 0) &&
           (unrolled == PlanOverride::kAlways ||
-           kUnrolledMargin * (grad_weight_time(*over) + grad_y_copy_time(q)) <= current_time)) {
+           kUnrolledMargin * (grad_weight_time(*over) + grad_y_copy_time(q) + (align ? x_copy_time(q) : 0.0)) <= current_time)) {
         best = over;
         weight.aligned_x = align, weight.deinterleaved_grad_y = false;
         weight.unrolled_grad_y = true;
@@ -2278,7 +2345,7 @@ constexpr const char* kPlannerVariables[] = {
     "CONVT_GRAD_INPUT_COPIES", "CONVT_GRAD_WEIGHT_BOXES", "CONVT_GRAD_WEIGHT_UNROLLED", "CONVT_GROUP_MERGE",
     "CONVT_NARROW_ROWS_PIPELINED", "CONVT_POSITION_ROWS", "CONVT_STAGED_WARP_TILES", "CONVT_TAP_BOXES",
     "CONVT_ZERO_TAP_COPIES", "CONVT_ONE_CHANNEL_GEMM", "CONVT_GRAD_INPUT_DEINTERLEAVE", "CONVT_GRAD_WEIGHT_DILATED_COPY",
-    "CONVT_PERMUTED_POSITIONS", "CONVT_GRAD_WEIGHT_PIPELINED", "CONVT_STRICT_WIDE_MERGE",
+    "CONVT_PERMUTED_POSITIONS", "CONVT_GRAD_WEIGHT_PIPELINED", "CONVT_STRICT_WIDE_MERGE", "CONVT_GRAD_WEIGHT_ELEMENT_COPIES",
 };
 
 // (every field of these is in the key: one added to them must join it)
@@ -2394,7 +2461,7 @@ std::string describe(const WeightPlan& plan) {
                         {"unrolled_grad_y", plan.unrolled_grad_y}, {"block_ci", g.block_ci}, {"block_co", g.block_co}, {"group_taps", g.group_taps},
                         {"tap_groups", g.tap_groups}, {"merged", g.merged}, {"stages", g.stages}, {"slices", g.slices},
                         {"packed_groups", g.packed_groups}, {"tiles", g.tiles}, {"items", g.items}, {"taps", g.taps},
-                        {"sums_bias", g.sums_bias},
+                        {"sums_bias", g.sums_bias}, {"x_copy_elements", g.x_copy_elements}, {"gy_copy_elements", g.gy_copy_elements},
                         {"smem_bytes", int64_t(g.smem_bytes)}});
   } else if (plan.kernel == Kernel::kDepthwise) {
     text += key_values({{"slices", plan.depthwise_slices}});

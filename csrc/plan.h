@@ -325,7 +325,9 @@ int64_t aligned_row_length(int64_t length, int element_size);
 // and ceil(K / stride) taps at the dilation over the copy G[n, co*P + r, m] = gy[n, co, m*stride +
 // r*dilation - padding] (grad_input's copy at dilation 1), whose weight (C_in, C_out/groups * P,
 // taps), contiguous, holds W's tap t*stride + r at channel co*P + r, tap t (docs/design.md §5.5).
-bool weight_deinterleaves(const ConvTParams& p);  // the copy's sizes within the kernels' limits (stride > 1)
+// The copy's sizes within the kernels' limits, at stride > 1 (any_stride: at stride 1 too, where the
+// copy is grad_y in aligned rows, rows at -padding)
+bool weight_deinterleaves(const ConvTParams& p, bool any_stride = false);
 // Whether grad_input's deinterleaved copy is grad_weight's too (at dilation 1; a dilated grad_input's
 // copy holds its (shift, phase) grid)
 inline bool grad_input_copy_serves_grad_weight(const ConvTParams& p) { return p.dilation == 1; }
@@ -440,6 +442,7 @@ struct WeightGradPlan {
   // elements per copy: 16 or 8 bytes' worth, or 2 (16-bit pairs), where rows are contiguous and
   // aligned; 1: element by element. Warpgroup tiles: gy in 16-byte chunks, or 1.
   int x_copy_elements, gy_copy_elements;
+  int element_size;            // bytes of an x and grad_y element
   bool warpgroups;            // grad_weight_wgmma_kernel's tiles (64 x 64, items of x positions)
   int block_ci, block_co;     // ci and co per tile
   // groups a tile takes (1, or on mma.sync tiles over groups of at most half their ci and co: that

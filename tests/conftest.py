@@ -427,6 +427,18 @@ DILATED_GRAD_WEIGHT_COPY_CASES = [
 # boxes; on CUDA the
 # cases above run with them turned off (CONVT_GRAD_WEIGHT_BOXES=never) so that the other kernels keep
 # their cover.
+# grad_weight over the copies that give 16-bit tiles vector copies where they would stage x or grad_y
+# one element at a time (CONVT_GRAD_WEIGHT_ELEMENT_COPIES=always, the box tiles off): x in aligned rows,
+# grad_y deinterleaved (at stride 1 in aligned rows, rows at -padding; dilated: taps at the dilation)
+ELEMENT_COPY_CASES = [
+    Case(2, 24, 20, 5, 901, padding=2),                 # stride 1, x and grad_y rows of odd length
+    Case(2, 20, 40, 3, 777, padding=2, dilation=2),     # stride 1, dilated: the copy's taps 2 apart
+    Case(3, 24, 40, 5, 999, stride=3, padding=2),       # x rows of odd length, grad_y at stride 3
+    Case(4, 40, 24, 4, 700, stride=2, padding=1),       # grad_y at stride 2 only
+    Case(2, 48, 40, 3, 1001, padding=1),                # warpgroup tiles (64 x 64)
+    Case(2, 64, 64, 5, 701, stride=2, padding=2, groups=8),  # 8 x 8 groups, four a tile
+    Case(2, 24, 40, 4, 303, stride=2, padding=1, output_padding=1, layout="strided"),  # x every other element
+]
 # grad_input over grad_y copied channels-last (CONVT_GRAD_INPUT_COPIES=always; DataPlan::channels_last_grad_y):
 # each plans it on an H100 or H200 in 16-bit and TF32 (pipelined tiles: enough of them to half-fill the SMs)
 GRAD_INPUT_COPY_CASES = [

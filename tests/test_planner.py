@@ -687,6 +687,7 @@ def test_grad_weight_runs_pipelined_over_copies(monkeypatch):
         assert g["deinterleaved_grad_y"] == 1 and g["stages"] > 0 and bias == "row_sums", g
         with pytest.MonkeyPatch.context() as env:
             env.setenv("CONVT_GRAD_WEIGHT_DILATED_COPY", "never")
+            env.setenv("CONVT_GRAD_WEIGHT_ELEMENT_COPIES", "never")  # (16-bit: else unrolled, for its vector copies)
             g, _ = weight((8, 512, 256, 7, 2000, 2, 3, 1, 2, 1), dtype)
             assert g["deinterleaved_grad_y"] == 0 and g["stages"] == 0, g
     for dtype, tf32, card in ((torch.float32, False, "h100"), (torch.float32, True, "a100")):
@@ -723,6 +724,7 @@ def test_grad_weight_merges_phases_of_few_channels_on_the_pipelined_tiles(dtype,
     assert plans(unmerged, dtype, True, "h100")["grad_weight"]["kernel"] == "grad_weight_gemm"
     with pytest.MonkeyPatch.context() as env:
         env.setenv("CONVT_GRAD_WEIGHT_PIPELINED", "never")
+        env.setenv("CONVT_GRAD_WEIGHT_ELEMENT_COPIES", "never")  # (16-bit: else over copies, for their vector copies)
         for shape in merged_narrow:
             assert plans(shape, dtype, True, "h100")["grad_weight"]["kernel"] == "grad_weight_gemm", shape
         env.setenv("CONVT_GRAD_WEIGHT_PIPELINED", "always")
@@ -750,8 +752,50 @@ def test_narrow_outputs_grad_weight_over_grad_y_deinterleaved(card, dtype, tf32)
         assert g["deinterleaved_grad_y"] + g["unrolled_grad_y"] == 1 and (g["deinterleaved_grad_y"] == 1 or not one_tap), g
         assert g["tap_groups"] == 1 and plan["grad_bias"]["kernel"] == "row_sums", g
     if card != "h100" or (dtype == torch.float32 and not tf32):  # (h100 TF32, 16-bit: pipelined over copies)
-        g = plans((8, 512, 256, 7, 2000, 2, 3, 1, 1, 1), dtype, tf32, card)["grad_weight"]
+        with pytest.MonkeyPatch.context() as env:  # (16-bit: else over the copy for its vector copies, a test of its own)
+            env.setenv("CONVT_GRAD_WEIGHT_ELEMENT_COPIES", "never")
+            g = plans((8, 512, 256, 7, 2000, 2, 3, 1, 1, 1), dtype, tf32, card)["grad_weight"]
         assert g["deinterleaved_grad_y"] == 0, g
+
+
+@pytest.mark.parametrize("card", CARDS)
+@pytest.mark.parametrize("dtype,tf32", MATHS)
+def test_grad_weight_copies_what_16_bit_tiles_would_stage_element_by_element(card, dtype, tf32, monkeypatch):
+    """Unpipelined 16-bit grad_weight tiles stage x rows of odd length, and grad_y rows of odd length or
+    at a stride, one element at a time, at a fraction of their vector copies' rate: where that costs
+    more than copies that give them vector copies, they run over those (x in aligned rows; grad_y
+    deinterleaved, at stride 1 in aligned rows), on any card. The same layer with rows of even length
+    takes no copy, nor does float32 (4-byte elements copy asynchronously), nor a short layer, where
+    the copies' launches would cost more (measured 2x slower over them). CONVT_GRAD_WEIGHT_ELEMENT_COPIES
+    =never plans as before the rule (no copies), =always over the copies wherever they plan."""
+    monkeypatch.setenv("CONVT_GRAD_WEIGHT_BOXES", "never")
+    sixteen_bit = dtype != torch.float32
+
+    def weight(shape, setting=None):
+        with pytest.MonkeyPatch.context() as env:
+            if setting:
+                env.setenv("CONVT_GRAD_WEIGHT_ELEMENT_COPIES", setting)
+            return plans(shape, dtype, tf32, card)["grad_weight"]
+
+    def copies(g):
+        return g["aligned_x"], g["deinterleaved_grad_y"]
+    odd_x = (1, 64, 64, 15, 934977, 1, 7, 0, 1, 2)     # groups of 32 x 32, x rows of odd length
+    strided = (1, 96, 48, 5, 442533, 4, 2, 0, 1, 2)    # x rows of odd length, grad_y at stride 4
+    short = (8, 2, 32, 9, 2327, 4, 1, 1, 1, 1)         # 48 µs of grad_weight on an H200
+    for shape, expected in ((odd_x, (1, 0)), (strided, (1, 1))):
+        g = weight(shape)
+        assert copies(g) == (expected if sixteen_bit else (0, 0)) and g["stages"] == 0, (shape, g)
+        if sixteen_bit:
+            assert g["x_copy_elements"] > 1 and g["gy_copy_elements"] == (1 if shape == odd_x else 8), (shape, g)
+        never = weight(shape, "never")
+        assert copies(never) == (0, 0) and never["x_copy_elements"] == 1, (shape, never)
+    even_x = odd_x[:4] + (odd_x[4] + 1,) + odd_x[5:]
+    assert copies(weight(even_x)) == (0, 0)
+    g = weight(short)
+    assert copies(g) == (0, 0), g
+    if sixteen_bit:
+        assert g["x_copy_elements"] == 1 and g["gy_copy_elements"] == 1, g
+        assert copies(weight(short, "always")) != (0, 0)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -777,6 +821,7 @@ def test_grad_weight_warpgroup_tap_slots_and_slices(dtype, monkeypatch):
     (With the box tiles off, and the dilated copy: the unpipelined cases are dilated filters in place.)"""
     monkeypatch.setenv("CONVT_GRAD_WEIGHT_BOXES", "never")
     monkeypatch.setenv("CONVT_GRAD_WEIGHT_DILATED_COPY", "never")
+    monkeypatch.setenv("CONVT_GRAD_WEIGHT_ELEMENT_COPIES", "never")  # (16-bit: else unpipelined ones run over copies)
 
     def weight(shape):
         g = plans(shape, dtype, True, "h100")["grad_weight"]
@@ -825,6 +870,7 @@ def test_grad_weight_unrolls_where_tap_groups_restage_x(dtype, monkeypatch):
     else: the first's, at K <= stride, the same copy as the unrolled one.)"""
     monkeypatch.setenv("CONVT_GRAD_WEIGHT_BOXES", "never")
     monkeypatch.setenv("CONVT_GRAD_WEIGHT_DILATED_COPY", "never")
+    monkeypatch.setenv("CONVT_GRAD_WEIGHT_ELEMENT_COPIES", "never")  # (16-bit: the copies for vector copies weighed too)
     for shape in ((3, 64, 3, 7, 388877, 8, 5, 0, 3, 1), (3, 64, 4, 16, 116357, 10, 18, 0, 3, 1),
                   (9, 64, 4, 9, 337481, 1, 4, 0, 1, 1), (14, 555, 224, 12, 3355, 6, 9, 4, 3, 1)):
         with monkeypatch.context() as env:

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from conftest import (BOX_TILE_CASES, CHUNK_RANGE_CASES, CPU_TILE_CASES, CPU_TILE_SCALE, DILATED_GRAD_WEIGHT_COPY_CASES, DTYPES,
+                      ELEMENT_COPY_CASES,
                       FLOAT_CHUNK_RANGE_CASES, GRAD_INPUT_COPY_CASES, GRAD_WEIGHT_MMA_SYNC_CASES, GRAD_WEIGHT_TILE_CASES, NARROW_ROW_CASES, SPLIT_TILE_CASES, WIDE_TILE_CASES,
                       ZERO_TAP_CHUNK_RANGE_CASES, assert_backward_matches_reference, assert_gradients_deterministic, cuda_plans, quick, requires_cuda)
 
@@ -63,6 +64,7 @@ def test_tiles_forward_and_backward(device, case, dtype, tf32):
 def test_grad_weight_tiles(device, case, dtype, tf32, monkeypatch):
     monkeypatch.setenv("CONVT_GRAD_WEIGHT_BOXES", "never")
     monkeypatch.setenv("CONVT_GRAD_WEIGHT_PIPELINED", "never")
+    monkeypatch.setenv("CONVT_GRAD_WEIGHT_ELEMENT_COPIES", "never")  # (the 16-bit element copies keep their cover)
     x, w, b = assert_backward_matches_reference(case, dtype, device)
     assert_gradients_deterministic(x, w, b, case)
 
@@ -79,6 +81,22 @@ def test_grad_weight_pipelined_tiles_of_any_channels(case, dtype, tf32, monkeypa
     plan = cuda_plans(case, dtype, tf32)["grad_weight"]
     if torch.cuda.get_device_capability() == (9, 0) and (dtype != torch.float32 or tf32):
         assert plan["kernel"] == "grad_weight_wgmma" and plan["stages"] > 0, plan
+    x, w, b = assert_backward_matches_reference(case, dtype, "cuda")
+    assert_gradients_deterministic(x, w, b, case)
+
+
+@requires_cuda
+@pytest.mark.parametrize("case", ELEMENT_COPY_CASES, ids=str)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=lambda v: str(v).removeprefix("torch."))
+def test_grad_weight_over_copies_for_vector_copies(case, dtype, monkeypatch):
+    """16-bit grad_weight over the copies that spare its tiles element-by-element staging (forced:
+    CONVT_GRAD_WEIGHT_ELEMENT_COPIES=always; the box tiles and pipelined tiles of any channels off): x in aligned rows and/or grad_y
+    deinterleaved, at stride 1 grad_y in aligned rows, against float64, deterministic."""
+    monkeypatch.setenv("CONVT_GRAD_WEIGHT_ELEMENT_COPIES", "always")
+    monkeypatch.setenv("CONVT_GRAD_WEIGHT_BOXES", "never")
+    monkeypatch.setenv("CONVT_GRAD_WEIGHT_PIPELINED", "never")  # (else merged strided plans pipeline over copies anyway)
+    plan = cuda_plans(case, dtype, True)["grad_weight"]
+    assert plan["aligned_x"] + plan["deinterleaved_grad_y"] + plan["unrolled_grad_y"] > 0, plan
     x, w, b = assert_backward_matches_reference(case, dtype, "cuda")
     assert_gradients_deterministic(x, w, b, case)
 
