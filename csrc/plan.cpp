@@ -789,7 +789,8 @@ int64_t weight_deinterleaved_taps(const ConvTParams& p) { return (p.kernel_size 
 int64_t weight_deinterleaved_length(const ConvTParams& p) { return p.length_in + (weight_deinterleaved_taps(p) - 1) * p.dilation; }
 int64_t weight_deinterleaved_row_length(const ConvTParams& p) { return deinterleaved_row_elements(weight_deinterleaved_length(p)); }
 bool weight_deinterleaves(const ConvTParams& p, bool any_stride) {
-  return (p.stride > 1 || any_stride) && deinterleaved_copy_fits(p, weight_deinterleaved_rows(p), weight_deinterleaved_taps(p), weight_deinterleaved_length(p));
+  return (p.stride > 1 || any_stride) &&
+         deinterleaved_copy_fits(p, weight_deinterleaved_rows(p), weight_deinterleaved_taps(p), weight_deinterleaved_length(p));
 }
 
 ConvTParams grad_weight_over_copies(const ConvTParams& p, int element_size, bool aligned_x, bool deinterleaved) {
