@@ -422,14 +422,10 @@ DILATED_GRAD_WEIGHT_COPY_CASES = [
     Case(1, 72, 40, 10, 500, stride=5, padding=3, output_padding=1, dilation=3),
 ]
 
-# The box tiles (sm_90a, 16-bit; C_in per group above 64, C_out per group above 32): 128 ci x up to 256
-# (tap slot, co) columns, x's and each tap's channels-last grad_y rows (by phase at stride > 1) by TMA
-# boxes; on CUDA the
-# cases above run with them turned off (CONVT_GRAD_WEIGHT_BOXES=never) so that the other kernels keep
-# their cover.
 # grad_weight over the copies that give 16-bit tiles vector copies where they would stage x or grad_y
-# one element at a time (CONVT_GRAD_WEIGHT_ELEMENT_COPIES=always, the box tiles off): x in aligned rows,
-# grad_y deinterleaved (at stride 1 in aligned rows, rows at -padding; dilated: taps at the dilation)
+# one element at a time (CONVT_GRAD_WEIGHT_ELEMENT_COPIES=always; the box tiles and the pipelined tiles
+# of any channels off): x in aligned rows, grad_y deinterleaved (at stride 1 in aligned rows, rows at
+# -padding; dilated: taps at the dilation)
 ELEMENT_COPY_CASES = [
     Case(2, 24, 20, 5, 901, padding=2),                 # stride 1, x and grad_y rows of odd length
     Case(2, 20, 40, 3, 777, padding=2, dilation=2),     # stride 1, dilated: the copy's taps 2 apart
@@ -450,6 +446,11 @@ GRAD_INPUT_COPY_CASES = [
     Case(12, 96, 130, 6, 900, stride=3, padding=2),           # three 64-co tiles of the copy, the last 2 co
     Case(12, 96, 20, 16, 700, stride=8, padding=4),           # 8 phases of 2 taps
 ]
+# The box tiles (sm_90a, 16-bit; C_in per group above 64, C_out per group above 32): 128 ci x up to 256
+# (tap slot, co) columns, x's and each tap's channels-last grad_y rows (by phase at stride > 1) by TMA
+# boxes; on CUDA the
+# cases above run with them turned off (CONVT_GRAD_WEIGHT_BOXES=never) so that the other kernels keep
+# their cover.
 BOX_TILE_CASES = [
     Case(3, 136, 72, 3, 2000),                          # two ci tiles, the last 8 ci (one warpgroup empty); a
                                                         # part-empty last item

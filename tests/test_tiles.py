@@ -90,11 +90,12 @@ def test_grad_weight_pipelined_tiles_of_any_channels(case, dtype, tf32, monkeypa
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=lambda v: str(v).removeprefix("torch."))
 def test_grad_weight_over_copies_for_vector_copies(case, dtype, monkeypatch):
     """16-bit grad_weight over the copies that spare its tiles element-by-element staging (forced:
-    CONVT_GRAD_WEIGHT_ELEMENT_COPIES=always; the box tiles and pipelined tiles of any channels off): x in aligned rows and/or grad_y
-    deinterleaved, at stride 1 grad_y in aligned rows, against float64, deterministic."""
+    CONVT_GRAD_WEIGHT_ELEMENT_COPIES=always; the box tiles and the pipelined tiles of any channels
+    off): x in aligned rows and/or grad_y deinterleaved, at stride 1 grad_y in aligned rows, against
+    float64, deterministic."""
     monkeypatch.setenv("CONVT_GRAD_WEIGHT_ELEMENT_COPIES", "always")
     monkeypatch.setenv("CONVT_GRAD_WEIGHT_BOXES", "never")
-    monkeypatch.setenv("CONVT_GRAD_WEIGHT_PIPELINED", "never")  # (else merged strided plans pipeline over copies anyway)
+    monkeypatch.setenv("CONVT_GRAD_WEIGHT_PIPELINED", "never")  # (else strided plans merge, pipelined over copies anyway)
     plan = cuda_plans(case, dtype, True)["grad_weight"]
     assert plan["aligned_x"] + plan["deinterleaved_grad_y"] + plan["unrolled_grad_y"] > 0, plan
     x, w, b = assert_backward_matches_reference(case, dtype, "cuda")
