@@ -2129,7 +2129,12 @@ WeightPlan plan_grad_weight_tiles_pass(const ConvTParams& p, const TensorFacts& 
   auto gemm = depthwise ? std::nullopt : plan_on(p, x, grad_y, with_bias);
   weight.problem = p;
   // (grad_weight's copy of grad_y: grad_weight_over_copies' stride-1 problem, at the dilation)
-  const bool deinterleaves_grad_y = weight_deinterleaves(p) && (p.dilation == 1 || dilated_copy);
+  const bool grad_y_copy_at_dilation = p.dilation == 1 || dilated_copy;
+  const bool deinterleaves_grad_y = weight_deinterleaves(p) && grad_y_copy_at_dilation;
+  // (a plan's time with the copies it makes, grad_weight_time's units)
+  auto time_with_copies = [](const WeightGradPlan& plan, const WeightPlan& copies) {
+    return grad_weight_time(plan) + weight_copies_time(copies, /*grad_y_shared=*/false);
+  };
   // The pipelined warpgroup kernel over copies where it does not plan on the tensors as they are
   // (docs/design.md §5.5): x in aligned rows where it has no tensor map; then grad_y deinterleaved
   // too where its phases are read element by element. The copies cost a pass over x and grad_y;
@@ -2176,9 +2181,9 @@ WeightPlan plan_grad_weight_tiles_pass(const ConvTParams& p, const TensorFacts& 
   if (gemm && element_copies != PlanOverride::kNever && (copies_x_by_element(*gemm) || copies_grad_y_by_element(*gemm))) {
     const bool align = copies_x_by_element(*gemm) && !weight.aligned_x;
     const bool grad_y_as_is = !weight.deinterleaved_grad_y && !weight.unrolled_grad_y;
-    const bool deinterleave = copies_grad_y_by_element(*gemm) && grad_y_as_is && (p.dilation == 1 || dilated_copy) &&
+    const bool deinterleave = copies_grad_y_by_element(*gemm) && grad_y_as_is && grad_y_copy_at_dilation &&
                               weight_deinterleaves(p, /*any_stride=*/true);
-    double best_time = grad_weight_time(*gemm) + weight_copies_time(weight, /*grad_y_shared=*/false);
+    double best_time = time_with_copies(*gemm, weight);
     std::optional<WeightPlan> best;
     const std::pair<bool, bool> copy_choices[] = {{align, deinterleave}, {align, false}, {false, deinterleave}};
     for (const auto& [x_copy, grad_y_copy] : copy_choices) {
@@ -2191,8 +2196,7 @@ WeightPlan plan_grad_weight_tiles_pass(const ConvTParams& p, const TensorFacts& 
                                 grad_y_as_is && !grad_y_copy ? grad_y : copy_facts(grad_y.element_size),
                                 with_bias && grad_y_as_is && !grad_y_copy);
       if (!plan) continue;
-      const double time = grad_weight_time(*plan) + weight_copies_time(over, /*grad_y_shared=*/false) +
-                          kGradWCopyLaunchMacs * (int(x_copy) + int(grad_y_copy));
+      const double time = time_with_copies(*plan, over) + kGradWCopyLaunchMacs * (int(x_copy) + int(grad_y_copy));
       if (element_copies == PlanOverride::kAlways || time < best_time) {
         best_time = time;
         over.gemm = *plan;
@@ -2201,9 +2205,8 @@ WeightPlan plan_grad_weight_tiles_pass(const ConvTParams& p, const TensorFacts& 
       }
     }
     if (best) {
-      const WeightGradPlan plan = best->gemm;
       weight = *best;
-      gemm = plan;
+      gemm = best->gemm;
     }
   }
   // Else over grad_y unrolled by taps (§5.6) where that takes at most 1 / kUnrolledMargin of the
@@ -2214,7 +2217,7 @@ WeightPlan plan_grad_weight_tiles_pass(const ConvTParams& p, const TensorFacts& 
   const PlanOverride unrolled = grad_weight_unrolled_override();
   if (gemm && (!gemm->merged || unrolled == PlanOverride::kAlways) && unrolls(p, grad_y.element_size) &&
       unrolled != PlanOverride::kNever) {
-    const double current_time = grad_weight_time(*gemm) + weight_copies_time(weight, /*grad_y_shared=*/false);
+    const double current_time = time_with_copies(*gemm, weight);
     const bool can_pipeline = one_pass && limits.wgmma && limits.tma;
     std::optional<WeightGradPlan> best;
     for (const bool align : {false, true}) {
