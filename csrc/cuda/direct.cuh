@@ -155,17 +155,33 @@ __global__ void deinterleave_grad_y_kernel(const scalar_t* __restrict__ grad_y, 
 
 // grad_y unrolled by taps (WeightPlan::unrolled_grad_y; docs/design.md §5.6): out[n, co*K + k, i] =
 // grad_y[n, co, i*stride + k*dilation - padding] for i < row_length, zero outside grad_y. A row (n,
-// co*K + k) along y, positions along x; grad_y read through the params' y strides.
+// co*K + k) along y, positions along x; grad_y read through the params' y strides. A thread takes
+// kUnrollVector consecutive positions (16 bytes of out: row_length is a multiple of 8 elements, so
+// each run starts 16-byte aligned), issues all their loads, then stores the run at once: a copy of
+// hundreds of MB is bound by the loads in flight, and one element a thread left it at a fraction of
+// HBM's bandwidth.
+template <typename scalar_t>
+constexpr int kUnrollVector = 16 / int(sizeof(scalar_t));
+
 template <typename scalar_t>
 __global__ void unroll_grad_y_kernel(const scalar_t* __restrict__ grad_y, scalar_t* __restrict__ out, ConvTParams p,
                                      int64_t row_length) {
+  constexpr int kVector = kUnrollVector<scalar_t>;
+  struct alignas(16) Run {
+    scalar_t values[kVector];
+  };
   CONVT_ROW_LOOP(row, p.batch * p.out_channels * p.kernel_size) {
     const int64_t k = row % p.kernel_size, channel = row / p.kernel_size;
     const scalar_t* grad_y_row = grad_y + channel / p.out_channels * p.y_batch_stride + channel % p.out_channels * p.y_channel_stride;
     const int64_t first_j = k * p.dilation - p.padding;
-    CONVT_POSITION_LOOP(i, row_length) {
-      const int64_t j = first_j + i * p.stride;
-      out[row * row_length + i] = i < p.length_in && j >= 0 && j < p.length_out ? grad_y_row[j * p.y_length_stride] : scalar_t(0);
+    CONVT_POSITION_LOOP(run, row_length / kVector) {
+      Run values;
+#pragma unroll
+      for (int e = 0; e < kVector; ++e) {
+        const int64_t i = run * kVector + e, j = first_j + i * p.stride;
+        values.values[e] = i < p.length_in && j >= 0 && j < p.length_out ? grad_y_row[j * p.y_length_stride] : scalar_t(0);
+      }
+      reinterpret_cast<Run*>(out + row * row_length)[run] = values;
     }
   }
 }

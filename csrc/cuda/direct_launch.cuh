@@ -124,8 +124,9 @@ void launch_deinterleave_grad_y(const ConvTParams& p, const scalar_t* grad_y, sc
 template <typename scalar_t>
 void launch_unroll_grad_y(const ConvTParams& p, const scalar_t* grad_y, scalar_t* out, Launch launch) {
   const int64_t row_length = unrolled_row_length(p);
-  unroll_grad_y_kernel<scalar_t><<<row_grid(p.batch * p.out_channels * p.kernel_size, row_length, kDirectThreads), kDirectThreads,
-                                   0, launch.stream>>>(grad_y, out, p, row_length);
+  unroll_grad_y_kernel<scalar_t><<<row_grid(p.batch * p.out_channels * p.kernel_size, row_length / kUnrollVector<scalar_t>,
+                                            kDirectThreads),
+                                   kDirectThreads, 0, launch.stream>>>(grad_y, out, p, row_length);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
