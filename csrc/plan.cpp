@@ -320,12 +320,15 @@ double tile_time(const GemmPlan& g, int chunks, bool later_chunks, Math math) {
 // it on small layers.
 PlanOverride gemm_splits_override() { return read_plan_override("CONVT_GEMM_SPLITS"); }
 
-// Whether a plan's parts can store fp32 sums into slices of out's shape (GemmPlan::float_sums):
-// implicit_gemm_kernel's warp tiles with direct stores of every out phase (the slices then hold every
-// out position) and no merged phases
+// Whether a plan's parts can store fp32 sums into slices of out's shape (GemmPlan::float_sums), with
+// direct stores of every out phase (the slices then hold every out position) and no merged phases:
+// implicit_gemm_kernel's warp tiles, or pipelined_gemm_kernel on one pair at out_step 1 (a part a run
+// of chunks)
 bool sums_in_slices(const GemmPlan& g) {
-  return kGemmTileShapes[g.tile_shape].family == GemmFamily::kWarpTiles && !g.stage_output && g.out_phases == g.out_step &&
-         g.row_phases == 1 && g.channel_phases == 1;
+  const GemmFamily family = kGemmTileShapes[g.tile_shape].family;
+  const bool one_pair = family == GemmFamily::kPipelined && g.out_step == 1 && g.out_phases * g.in_phases == 1;
+  return (family == GemmFamily::kWarpTiles || one_pair) && !g.stage_output && g.out_phases == g.out_step && g.row_phases == 1 &&
+         g.channel_phases == 1;
 }
 int64_t out_elements(const GemmPlan& g) { return g.batch * g.groups * g.rows_per_group * int64_t(g.out_length); }
 
@@ -582,11 +585,21 @@ constexpr int kNarrowTileRunTaps = 16;
 // the wide tile's waves, 128 columns; more than kWideTileTime times (kWideTileTimeOneTap at one tap a
 // step), 256. In between, the columns they pad: 256 unless they pad more than a sixteenth over 128
 // (a quarter where steps of 3 or more taps stream that many weight slots a chunk, which the wide
-// tile halves a MAC). 3xTF32 and phase pairs (two accumulators a subtile) take 128 columns.
+// tile halves a MAC). 3xTF32 and phase pairs (two accumulator sets a subtile) take 128 columns.
+// Where neither fills the SMs, the 128 x 128 tiles also where a reduction split (set_splits, which
+// plan_data then sets) brings their parts to kPipelinedLeastFill of them: a long reduction on few
+// tiles (wide channels on short rows), which otherwise went to the warp tiles' mma.sync.
 std::optional<GemmPlan> plan_pipelined(const GemmPlan& problem, const TensorFacts& in, Math math, const DeviceLimits& limits,
                                        bool strided_stores) {
   auto fills = [&](const std::optional<GemmPlan>& plan) { return plan && plan->parts >= limits.sm_count; };
   auto half_fills = [&](const std::optional<GemmPlan>& plan) { return plan && plan->parts >= kPipelinedLeastFill * limits.sm_count; };
+  auto split_half_fills = [&](const std::optional<GemmPlan>& plan) {
+    if (!plan || !sums_in_slices(*plan)) return false;
+    GemmPlan split = *plan;
+    set_launches(split, in, math, limits);
+    set_splits(split, math, limits);
+    return split.splits > 1 && half_fills(split);
+  };
   if (problem.rows_per_group <= 64) {
     const int rows = pipelined_narrow_rows(problem.rows_per_group);
     const auto plan = plan_pipelined_tiles(problem, in, gemm_tile_index(GemmFamily::kPipelined, rows, 256), math, limits,
@@ -598,7 +611,7 @@ std::optional<GemmPlan> plan_pipelined(const GemmPlan& problem, const TensorFact
   const bool two_sets = math == Math::k3xTF32 || (problem.out_step == 2 && problem.out_phases == 2);
   const auto wide = two_sets ? std::nullopt
                              : plan_pipelined_tiles(problem, in, gemm_tile_index(GemmFamily::kPipelined, 128, 256), math, limits, strided_stores);
-  if (!fills(wide)) return half_fills(narrow) ? narrow : std::nullopt;
+  if (!fills(wide)) return half_fills(narrow) || split_half_fills(narrow) ? narrow : std::nullopt;
   if (!fills(narrow)) return wide;
   auto waves = [&](const GemmPlan& g) { return planned_launch_waves(g, in, math, limits); };
   const int taps = most_taps_per_step(*wide);

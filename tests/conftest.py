@@ -503,6 +503,18 @@ SPLIT_TILE_CASES = [
     Case(1, 3, 520, 7, 200, padding=3, dilation=2),     # grad_input: dilated, runs of uneven length
 ]
 
+# The pipelined kernel's reduction split (one pair at out_step 1: a part a run of chunks into an fp32
+# slice): wide channels on short rows, whose 128 x 128 tiles leave most SMs idle; the model splits them
+# on an H100 or H200 in every math: a stride-1 forward and grad_input (16-bit over channels-last
+# copies), the same dilated (float: rows staged one by one), grad_input deinterleaved at stride 4 and
+# at stride 3 (16-bit over grad_y copied channels-last).
+PIPELINED_SPLIT_CASES = [
+    Case(1, 640, 1024, 3, 100, padding=1),
+    Case(2, 640, 768, 5, 90, padding=2, dilation=3),
+    Case(2, 256, 512, 8, 40, stride=4, padding=2),
+    Case(3, 160, 1024, 6, 30, stride=3, padding=1),
+]
+
 # Weights that pack to more than 16 MB on few warp tiles, under a 16 MB workspace bound (the tests' fixture
 # workspace_16mb): launches of chunk ranges over every row tile, a 16-bit out's sums accumulated in one
 # fp32 slice (GemmPlan::float_sums), a float out's added to it.

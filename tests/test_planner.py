@@ -306,6 +306,23 @@ def test_pipelined_plans_on_half_the_sms_before_two_buffer_plans(dtype, tf32):
 
 
 @pytest.mark.parametrize("dtype,tf32", MATHS)
+def test_pipelined_tiles_split_a_long_reduction_over_few_tiles(dtype, tf32):
+    """Wide channels on short rows (one pair at out_step 1, nothing merged): where neither pipelined tile
+    reaches half the SMs, the 128 x 128 tiles run anyway if a reduction split (runs of chunks into fp32
+    slices) brings their parts there, rather than the warp tiles' mma.sync; the split's parts fill at
+    most the SMs. Not on an A100 (no pipelined tiles), not where the split cannot reach half of them."""
+    for shape in ((5, 1024, 1024, 16, 100, 8, 3, 3, 1, 1), (3, 1280, 1280, 7, 226, 4, 1, 0, 1, 1)):
+        grad_input = plans(shape, dtype, tf32, "h100")["grad_input"]
+        assert tile(grad_input) == ("pipelined", 128, 128) and grad_input["splits"] > 1, grad_input
+        assert grad_input["float_sums"] == 1 and 132 // 2 <= grad_input["parts"] <= 132, grad_input  # (132 SMs)
+        assert plans(shape, dtype, tf32, "a100")["grad_input"]["family"] == "warp"
+    forward = plans((1, 640, 1024, 3, 100, 1, 1, 0, 1, 1), dtype, tf32, "h100")["forward"]  # 8 tiles
+    assert tile(forward) == ("pipelined", 128, 128) and forward["splits"] > 1, forward
+    few = plans((1, 640, 256, 3, 100, 1, 1, 0, 1, 1), dtype, tf32, "h100")["forward"]  # 2 tiles
+    assert few["family"] != "pipelined" or dtype.itemsize == 4 and not tf32, few  # (3xTF32: 40 chunks)
+
+
+@pytest.mark.parametrize("dtype,tf32", MATHS)
 def test_pipelined_x_by_tma_boxes_where_rows_allow(dtype, tf32):
     """The pipelined forward stages x by TMA boxes (tensor_rows: one box a consumer warpgroup) in
     float and 16-bit alike where x's rows are 16-byte multiples. Other rows back to back go as super
@@ -475,14 +492,16 @@ def test_forward_copies_take_the_chunk_of_fewest_waves():
     tiles (and launches), not the largest the workspace allows: 16 x 1536 -> 512, K = 3, stride 2 on
     1300 positions has 44 tiles a batch element; chunks of 4 (the most within 16 MB) are 176 tiles, 2
     waves each on 132 SMs (8 in all), chunks of 3 are 132, one wave each (6). Over channels-last
-    copies, a chunk whose remainder's own plan would not run pipelined is not taken: 7 x 1536 -> 768,
-    K = 5 in TF32 in chunks of 5 leaves 2 elements, whose own plan is a warp tile (the whole forward
-    ran 1.5x slower); chunks of 4 leave 3, on a pipelined tile."""
+    copies, a chunk whose remainder's own plan would not run pipelined is not taken (a warp tile there
+    ran a whole forward 1.5x slower); 7 x 1536 -> 768, K = 5 in TF32 in chunks of 5 leaves 2 elements,
+    whose own plan runs pipelined with a reduction split."""
     forward = plans((16, 1536, 512, 3, 1300, 2, 0, 1, 1, 1), torch.bfloat16, False, "h100")["forward"]
     assert forward["copy_batch"] == 3 and forward["tiles"] == 132 and forward["family"] == "pipelined", forward
     assert beside_weight(forward) <= 16 << 20, forward
     forward = plans((7, 1536, 768, 5, 439, 1, 2, 0, 1, 1), torch.float32, True, "h100")["forward"]
-    assert forward["copy_batch"] == 4 and forward["family"] == "pipelined", forward
+    assert forward["copy_batch"] == 5 and forward["family"] == "pipelined", forward
+    left = plans((2, 1536, 768, 5, 439, 1, 2, 0, 1, 1), torch.float32, True, "h100")["forward"]
+    assert left["family"] == "pipelined" and left["splits"] > 1 and left["position_rows"] == 1, left
 
 
 @pytest.mark.parametrize("dtype,tf32", [(torch.float32, True), (torch.bfloat16, False)])

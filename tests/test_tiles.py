@@ -6,10 +6,12 @@ reduced, tests/test_shared_step.py)."""
 import pytest
 import torch
 
-from conftest import (BOX_TILE_CASES, CHUNK_RANGE_CASES, CPU_TILE_CASES, CPU_TILE_SCALE, DILATED_GRAD_WEIGHT_COPY_CASES, DTYPES,
-                      ELEMENT_COPY_CASES,
-                      FLOAT_CHUNK_RANGE_CASES, GRAD_INPUT_COPY_CASES, GRAD_WEIGHT_MMA_SYNC_CASES, GRAD_WEIGHT_TILE_CASES, NARROW_ROW_CASES, SPLIT_TILE_CASES, WIDE_TILE_CASES,
-                      ZERO_TAP_CHUNK_RANGE_CASES, assert_backward_matches_reference, assert_gradients_deterministic, cuda_plans, quick, requires_cuda)
+from conftest import (BOX_TILE_CASES, CHUNK_RANGE_CASES, CPU_TILE_CASES, CPU_TILE_SCALE,
+                      DILATED_GRAD_WEIGHT_COPY_CASES, DTYPES, ELEMENT_COPY_CASES, FLOAT_CHUNK_RANGE_CASES,
+                      GRAD_INPUT_COPY_CASES, GRAD_WEIGHT_MMA_SYNC_CASES, GRAD_WEIGHT_TILE_CASES, NARROW_ROW_CASES,
+                      PIPELINED_SPLIT_CASES, SPLIT_TILE_CASES, WIDE_TILE_CASES, ZERO_TAP_CHUNK_RANGE_CASES,
+                      assert_backward_matches_reference, assert_gradients_deterministic, cuda_plans, quick,
+                      requires_cuda)
 
 pytestmark = pytest.mark.usefixtures("layers_as_given")
 
@@ -164,6 +166,20 @@ def test_reduction_split(case, dtype, tf32, monkeypatch):
     monkeypatch.setenv("CONVT_GEMM_SPLITS", "always")
     plan = cuda_plans(case, dtype, tf32)
     assert max(plan[name].get("splits", 1) for name in ("forward", "grad_input")) > 1, plan
+    x, w, b = assert_backward_matches_reference(case, dtype, "cuda", check_forward=True)
+    assert_gradients_deterministic(x, w, b, case)
+
+
+@requires_cuda
+@pytest.mark.parametrize("case", PIPELINED_SPLIT_CASES, ids=str)
+@pytest.mark.parametrize("dtype,tf32", CUDA_MODES, ids=lambda v: str(v).removeprefix("torch."), indirect=["tf32"])
+def test_pipelined_reduction_split(case, dtype, tf32):
+    """The pipelined kernel's reduction split as the model plans it (on an H100 or H200: the forward or
+    grad_input of each case in every math), parts of a tile over runs of chunks into fp32 slices: y and
+    the gradients against float64, deterministic."""
+    plan = cuda_plans(case, dtype, tf32)
+    if torch.cuda.get_device_capability() == (9, 0):
+        assert any(plan[name]["family"] == "pipelined" and plan[name]["splits"] > 1 for name in ("forward", "grad_input")), plan
     x, w, b = assert_backward_matches_reference(case, dtype, "cuda", check_forward=True)
     assert_gradients_deterministic(x, w, b, case)
 

@@ -15,7 +15,7 @@ PACK = """template void pack_gemm_weight<{t}, {m}>(const GemmPlan&, const GemmWe
 IMPLICIT = """template void launch_implicit_gemm<{t}, {m}, GemmFamily::{f}>(const GemmPlan&, const {t}*, const uint32_t*, const {t}*,
                                                               {t}*, float*, Launch);"""
 PIPELINED = """template void launch_pipelined_gemm<{t}, {m}, PipelineForm::{form}>(const GemmPlan&, const CUtensorMap*,
-                                                                  const {t}*, const uint32_t*, const {t}*, {t}*, Launch);"""
+                                                                  const {t}*, const uint32_t*, const {t}*, {t}*, float*, Launch);"""
 GRAD_WEIGHT_GEMM = """template void launch_grad_weight_gemm<{t}, {m}>(const WeightGradPlan&, const {t}*, const {t}*, float*, float*,
                                                   Launch);"""
 GRAD_WEIGHT_WGMMA = """template void launch_grad_weight_wgmma<{t}, {pipelined}, {merged}>(const WeightGradPlan&, const CUtensorMap*,

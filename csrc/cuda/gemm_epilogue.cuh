@@ -413,6 +413,36 @@ struct PipelinedEpilogue {
     }
   }
 
+  // A part's sums (GemmPlan::float_sums: one pair of out_step 1, nothing merged; sums_in_slices) to
+  // its fp32 slice `split`, out's layout, without the bias (sum_slices adds it); a launch after the
+  // first of chunk ranges adds them to the slice's. Each value where store_columns puts it.
+  __device__ __forceinline__ void store_slice(const GemmTile& tile, int split, const Mma& mma) const {
+    if constexpr (kMerge == Merge::kNone && kForm == PipelineForm::kOnePair) {
+      const int first_row = tile.row_tile * kBlockM + 2 * (lane % 4);
+      const int64_t rows_left = p.rows_per_group - first_row;
+      float* const first_row_sums = p.slices + int64_t(split) * p.batch * p.groups * p.rows_per_group * p.out_length +
+                                    ((tile.n * p.groups + tile.g) * p.rows_per_group + first_row) * p.out_length;
+      const bool accumulate = p.first_chunk > 0;
+      auto store_sum = [&](float* row_sums, int col, float value) {
+        if (col < p.out_length) row_sums[col] = accumulate ? row_sums[col] + value : value;
+      };
+#pragma unroll
+      for (int j = 0; j < kBlockM / 8; ++j)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int row = 8 * j + half;  // from first_row
+          if (row >= rows_left) continue;
+          float* const row_sums = first_row_sums + int64_t(row) * p.out_length;
+#pragma unroll
+          for (int s = 0; s < kSubtiles; ++s) {
+            const int col = tile.col_tile * kBlockN + warp_first_col + 64 * s;
+            store_sum(row_sums, col, mma.value(s, 4 * j + half));
+            store_sum(row_sums, col + side_columns, mma.value(s, 4 * j + 2 + half));
+          }
+        }
+    }
+  }
+
   // The two out phases of out_step 2 (kPhasePair): column col holds positions 2 col and 2 col + 1,
   // the accumulators of phase value 0 and 1 (first: out phase 0's, whichever value that is), plus
   // the row's bias; one pair store where the position is aligned to two elements (every row where out

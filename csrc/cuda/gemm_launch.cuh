@@ -113,7 +113,7 @@ void launch_implicit_gemm(const GemmPlan& plan, const scalar_t* in, const uint32
   const GemmProblem g = make_gemm_problem(plan, nullptr, launch.gate, slices);
   TORCH_INTERNAL_ASSERT(kGemmTileShapes[plan.tile_shape].family == kFamily, "convt: a tile shape of another family");
   TORCH_INTERNAL_ASSERT(!plan.float_sums || (kFamily == GemmFamily::kWarpTiles && slices != nullptr),
-                        "convt: fp32 sums off the warp tiles, or without their slices");
+                        "convt: fp32 sums on the unpipelined warpgroup tiles, or without their slices");
   with_tile_shape(plan.tile_shape, [&](auto shape_index) {
     constexpr GemmTileShape kShape = kGemmTileShapes[decltype(shape_index)::value];
     constexpr int kWarpsM = 256 / kShape.block_n, kWarpTilesM = kShape.block_m / (16 * kWarpsM);
@@ -140,10 +140,13 @@ void launch_implicit_gemm(const GemmPlan& plan, const scalar_t* in, const uint32
 // by the phases the problem merges; kForm: the plan's pipeline_form (pipelined_gemm.cuh)
 template <typename scalar_t, Math kMath, PipelineForm kForm>
 void launch_pipelined_gemm(const GemmPlan& plan, const CUtensorMap* in_map, const scalar_t* in, const uint32_t* packed_w,
-                           const scalar_t* bias, scalar_t* out, Launch launch) {
+                           const scalar_t* bias, scalar_t* out, float* slices, Launch launch) {
   using T = cuda_type<scalar_t>;
-  const GemmProblem g = make_gemm_problem(plan, in_map, launch.gate);
+  const GemmProblem g = make_gemm_problem(plan, in_map, launch.gate, slices);
   TORCH_INTERNAL_ASSERT(pipeline_form(plan) == kForm, "convt: a pipelined problem's form");
+  TORCH_INTERNAL_ASSERT(!plan.float_sums || (kForm == PipelineForm::kOnePair && plan.row_phases == 1 && plan.channel_phases == 1 &&
+                                             slices != nullptr),
+                        "convt: pipelined fp32 sums of several pairs or merged phases, or without their slices");
   with_tile_shape(plan.tile_shape, [&](auto shape_index) {
     constexpr GemmTileShape kShape = kGemmTileShapes[decltype(shape_index)::value];
     constexpr int kSubtiles = kShape.block_n / 128;

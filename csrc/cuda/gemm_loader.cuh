@@ -439,7 +439,7 @@ struct StagedRow {
   }
 };
 
-// The producer warpgroup: walks the block's tiles and their steps (chunks; kPairs: (pair, chunk),
+// The producer warpgroup: walks the block's parts and their steps (chunks; kPairs: (pair, chunk),
 // docs/design.md §3.6), and fills the ring's stages: the step's weight slots by one bulk copy (kPairs:
 // one a part), x_s as a TMA box a tap and 64-column subtile (tap_boxes), as two TMA boxes
 // (tensor_rows, one a consumer warpgroup: its columns and their halo; TF32 rounded by the copy), or
@@ -457,22 +457,23 @@ struct PipelinedProducer {
   // chunk; the x_s of a chunk is the same for every pair (all of them read in phase value 0)
   __device__ __forceinline__ void run(const GemmScheduler& scheduler) const {
     PipelineState state;
-    auto fill_pair = [&](const GemmTile& tile, int first_slot, int slots) {
-      for (int chunk = 0; chunk < p.chunks; ++chunk) {
+    auto fill_pair = [&](const GemmTile& tile, int first_slot, int slots, ChunkRange chunks) {
+      for (int chunk = chunks.begin; chunk < chunks.end; ++chunk) {
         mbarrier_wait(stages.empty + state.stage, state.parity ^ 1);
         fill(tile, first_slot, slots, chunk, state.stage);
         state.advance(p.stages);
       }
     };
-    for (unsigned t = scheduler.first(); scheduler.has_tile(t); t = scheduler.next(t)) {
-      const GemmTile tile = scheduler.tile(t);
+    for (unsigned part = scheduler.first(); scheduler.has_part(part); part = scheduler.next(part)) {
+      const GemmTile tile = scheduler.tile_of(part);
+      const ChunkRange chunks = scheduler.chunks_of(part);
       if constexpr (kPairs) {
         for (int pair = 0; pair < p.out_phases * p.in_phases; ++pair) {
           const int first_slot = p.pair_begin[pair], slots = p.pair_begin[pair + 1] - first_slot;
-          if (slots > 0) fill_pair(tile, first_slot, slots);
+          if (slots > 0) fill_pair(tile, first_slot, slots, chunks);
         }
       } else {
-        fill_pair(tile, 0, p.taps);
+        fill_pair(tile, 0, p.taps, chunks);
       }
     }
   }

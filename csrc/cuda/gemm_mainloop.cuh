@@ -478,11 +478,12 @@ struct PipelinedMainloop {
     }
   }
 
-  // Out phase `out_phase` of a tile: its pairs' steps in the producer's order (each pair, a run of
-  // taps, over every chunk; docs/design.md §3.6)
-  __device__ __forceinline__ void run_phase(const GemmTile& tile, int out_phase, PipelineState& state, Mma& mma) const {
+  // Out phase `out_phase` of a part: its pairs' steps in the producer's order (each pair, a run of
+  // taps, over the part's chunks; docs/design.md §3.6)
+  __device__ __forceinline__ void run_phase(const GemmTile& tile, int out_phase, ChunkRange chunks, PipelineState& state,
+                                            Mma& mma) const {
     if constexpr (kMath == Math::k16Bit || kMath == Math::kTF32) {
-      if (p.tap_boxes || p.position_rows) return run_phase_by_descriptors(out_phase, state, mma);
+      if (p.tap_boxes || p.position_rows) return run_phase_by_descriptors(out_phase, chunks, state, mma);
     }
     // The shifts of this lane's rows, the same in every chunk (chunks are whole multiples of the 4
     // (float) or 8 (16-bit) rows after which shifts repeat; rows c and c + 4 (16-bit: 2c and 2c + 8) share one)
@@ -494,7 +495,7 @@ struct PipelinedMainloop {
     // a pair's steps: its slots [first_slot, first_slot + slots) over every chunk
     auto run_pair = [&](int first_slot, int slots) {
       const int* const slot_offset = p.slot_offset + first_slot;
-      for (int chunk = 0; chunk < p.chunks; ++chunk) {
+      for (int chunk = chunks.begin; chunk < chunks.end; ++chunk) {
         mbarrier_wait(stages.full + state.stage, state.parity);
         const T* x_s = stages.x_s(state.stage);
         const uint32_t* w_s = stages.w_s(state.stage);  // the pair's slots
@@ -530,7 +531,7 @@ struct PipelinedMainloop {
   // may start at any row of its swizzled atoms, the swizzle follows the address). A step's taps and k-steps are issued as one group;
   // the stage goes back to the producer once the next step's group is issued and its own has
   // completed (wgmma_wait<1>), so that the tensor cores run from one step into the next.
-  __device__ __forceinline__ void run_phase_by_descriptors(int out_phase, PipelineState& state, Mma& mma) const {
+  __device__ __forceinline__ void run_phase_by_descriptors(int out_phase, ChunkRange chunks, PipelineState& state, Mma& mma) const {
     constexpr int kBoxes = kBlockN / kTapBoxPositions;  // a tap's boxes: the tile's subtiles
     constexpr int kKstepElements = 16 * kTapBoxPositions;
     const int consumer = warp / 4, first_box = consumer * kSubtiles;
@@ -542,7 +543,7 @@ struct PipelinedMainloop {
       if (lane == 0) mbarrier_arrive(stages.empty + stage);
     };
     auto run_pair = [&](int first_slot, int slots) {
-      for (int chunk = 0; chunk < p.chunks; ++chunk) {
+      for (int chunk = chunks.begin; chunk < chunks.end; ++chunk) {
         mbarrier_wait(stages.full + state.stage, state.parity);
         const T* x_s = stages.x_s(state.stage);
         const char* rows = reinterpret_cast<const char*>(x_s + consumer * stages.box_elements);  // (position rows)

@@ -53,11 +53,18 @@ struct GemmStep {
   }
 };
 
-// The persistent walk: block b takes tiles (or parts) b, b + gridDim.x, ... in order.
-// - pipelined_gemm_kernel walks whole tiles (has_tile, tile); its producer and its consumers walk
-//   the same sequence. A ping-pong of the two consumer warpgroups plugs in here: each consumer takes
-//   every other tile of the block's sequence (a first(consumer) and a next() of twice the stride)
-//   while the producer still walks all of them in order.
+// A pipelined part's chunks [begin, end): every chunk of its tile, or with a reduction split (one
+// pair: a step is a chunk) its run of split_steps
+struct ChunkRange {
+  int begin, end;
+};
+
+// The persistent walk: block b takes parts b, b + gridDim.x, ... in order.
+// - pipelined_gemm_kernel walks parts (tile_of, chunks_of): whole tiles, or with a reduction split a
+//   tile's runs of chunks; its producer and its consumers walk the same sequence. A ping-pong of the
+//   two consumer warpgroups plugs in here: each consumer takes every other part of the block's
+//   sequence (a first(consumer) and a next() of twice the stride) while the producer still walks all
+//   of them in order.
 // - implicit_gemm_kernel walks parts (GemmProblem::tile_parts: one out_phase's steps of a tile each,
 //   a run of split_steps of them with a reduction split, or the whole tile) step by step, and stages
 //   a step ahead: after() is the step that follows.
@@ -66,9 +73,6 @@ struct GemmScheduler {
   __device__ __forceinline__ explicit GemmScheduler(const GemmProblem& problem) : p(problem) {}
   __device__ __forceinline__ unsigned first() const { return blockIdx.x; }
   __device__ __forceinline__ unsigned next(unsigned index) const { return index + gridDim.x; }
-
-  __device__ __forceinline__ bool has_tile(unsigned t) const { return t < p.tiles; }
-  __device__ __forceinline__ GemmTile tile(unsigned t) const { return GemmTile(t, p); }
 
   __device__ __forceinline__ bool has_part(unsigned part) const { return part < p.parts; }
   __device__ __forceinline__ GemmTile tile_of(unsigned part) const { return GemmTile(p.div_tile_parts.div(part), p); }
@@ -88,6 +92,11 @@ struct GemmScheduler {
     return min(first + p.split_steps, (first / phase_steps + 1) * phase_steps) - 1;
   }
   __device__ __forceinline__ int split_of(unsigned part) const { return int(p.div_splits.mod(p.div_tile_parts.mod(part))); }
+  __device__ __forceinline__ ChunkRange chunks_of(unsigned part) const {
+    if (p.splits == 1) return {0, p.chunks};
+    const int begin = split_of(part) * p.split_steps;
+    return {begin, min(begin + p.split_steps, p.chunks)};
+  }
   // The step after (part, step): the part's next step, or the first step of the block's next part
   // when this one ends (`valid`: there is one; `new_tile`: it belongs to another tile, tile_of(part))
   struct Next {

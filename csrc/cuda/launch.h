@@ -104,7 +104,7 @@ void launch_implicit_gemm(const GemmPlan& plan, const scalar_t* in, const uint32
 // kForm: pipeline_form(plan) (pipelined_gemm.cuh; no kPhasePair in 3xTF32)
 template <typename scalar_t, Math kMath, PipelineForm kForm>
 void launch_pipelined_gemm(const GemmPlan& plan, const CUtensorMap* in_map, const scalar_t* in, const uint32_t* packed_w,
-                           const scalar_t* bias, scalar_t* out, Launch launch);
+                           const scalar_t* bias, scalar_t* out, float* slices, Launch launch);
 
 // ---- grad_weight on tensor cores: partial sums per slice (then launch_sum_slices) ----------------------
 

@@ -333,7 +333,7 @@ void run_gemm(const GemmPlan& gemm, const GemmWeight& weight, const at::Tensor& 
           const CUtensorMap* map = part.tensor_rows ? in_map : nullptr;
           auto run = [&](auto form) {
             launch_pipelined_gemm<scalar_t, kMath, decltype(form)::value>(part, map, in_data, packed_w, bias_data, out_data,
-                                                                         launch);
+                                                                         slices_data, launch);
           };
           switch (pipeline_form(part)) {
             case PipelineForm::kOnePair: run(std::integral_constant<PipelineForm, PipelineForm::kOnePair>()); break;

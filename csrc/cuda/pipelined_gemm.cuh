@@ -63,20 +63,25 @@ __global__ void __launch_bounds__(kPipelineThreads, 1)
   const PipelinedEpilogue<T, kMath, kMerge, kBlockM, kSubtiles, kForm> epilogue(p, bias, out, lane, warp);
   WarpgroupMma<T, kMath, kMerge, kBlockM, kSubtiles> mma;
   PipelineState state;
-  for (unsigned t = scheduler.first(); scheduler.has_tile(t); t = scheduler.next(t)) {
-    const GemmTile tile = scheduler.tile(t);
+  for (unsigned part = scheduler.first(); scheduler.has_part(part); part = scheduler.next(part)) {
+    const GemmTile tile = scheduler.tile_of(part);
+    const ChunkRange chunks = scheduler.chunks_of(part);
     if constexpr (kForm == PipelineForm::kPhasePair) {
       WarpgroupMma<T, kMath, kMerge, kBlockM, kSubtiles> second;  // out phase 1's accumulators
       mma.clear();
-      mainloop.run_phase(tile, 0, state, mma);
+      mainloop.run_phase(tile, 0, chunks, state, mma);
       second.clear();
-      mainloop.run_phase(tile, 1, state, second);
+      mainloop.run_phase(tile, 1, chunks, state, second);
       epilogue.store_phase_pair(tile, mma, second);
     } else {
       for (int out_phase = 0; out_phase < (kPairs ? p.out_phases : 1); ++out_phase) {
         mma.clear();
-        mainloop.run_phase(tile, out_phase, state, mma);
-        epilogue.store_tile(tile, out_phase, mma);
+        mainloop.run_phase(tile, out_phase, chunks, state, mma);
+        if (p.float_sums) {
+          epilogue.store_slice(tile, scheduler.split_of(part), mma);
+        } else {
+          epilogue.store_tile(tile, out_phase, mma);
+        }
       }
     }
   }

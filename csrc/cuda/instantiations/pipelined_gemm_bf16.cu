@@ -3,5 +3,5 @@
 
 namespace convt::cuda {
 template void launch_pipelined_gemm<c10::BFloat16, Math::k16Bit, PipelineForm::kOnePair>(const GemmPlan&, const CUtensorMap*,
-                                                                  const c10::BFloat16*, const uint32_t*, const c10::BFloat16*, c10::BFloat16*, Launch);
+                                                                  const c10::BFloat16*, const uint32_t*, const c10::BFloat16*, c10::BFloat16*, float*, Launch);
 }  // namespace convt::cuda

@@ -3,5 +3,5 @@
 
 namespace convt::cuda {
 template void launch_pipelined_gemm<c10::Half, Math::k16Bit, PipelineForm::kPairs>(const GemmPlan&, const CUtensorMap*,
-                                                                  const c10::Half*, const uint32_t*, const c10::Half*, c10::Half*, Launch);
+                                                                  const c10::Half*, const uint32_t*, const c10::Half*, c10::Half*, float*, Launch);
 }  // namespace convt::cuda

@@ -3,5 +3,5 @@
 
 namespace convt::cuda {
 template void launch_pipelined_gemm<float, Math::kTF32, PipelineForm::kPhasePair>(const GemmPlan&, const CUtensorMap*,
-                                                                  const float*, const uint32_t*, const float*, float*, Launch);
+                                                                  const float*, const uint32_t*, const float*, float*, float*, Launch);
 }  // namespace convt::cuda
