@@ -320,13 +320,18 @@ double tile_time(const GemmPlan& g, int chunks, bool later_chunks, Math math) {
 // it on small layers.
 PlanOverride gemm_splits_override() { return read_plan_override("CONVT_GEMM_SPLITS"); }
 
+// CONVT_PIPELINED_SPLITS=never: no fp32 sums on the pipelined tiles (v101's planner: their plans
+// that do not reach half the SMs give way to the warp tiles; read_plan_override). Read at every plan.
+PlanOverride pipelined_splits_override() { return read_plan_override("CONVT_PIPELINED_SPLITS"); }
+
 // Whether a plan's parts can store fp32 sums into slices of out's shape (GemmPlan::float_sums), with
 // direct stores of every out phase (the slices then hold every out position) and no merged phases:
 // implicit_gemm_kernel's warp tiles, or pipelined_gemm_kernel on one pair at out_step 1 (a part a run
 // of chunks)
 bool sums_in_slices(const GemmPlan& g) {
   const GemmFamily family = kGemmTileShapes[g.tile_shape].family;
-  const bool one_pair = family == GemmFamily::kPipelined && g.out_step == 1 && g.out_phases * g.in_phases == 1;
+  const bool one_pair = family == GemmFamily::kPipelined && g.out_step == 1 && g.out_phases * g.in_phases == 1 &&
+                        pipelined_splits_override() != PlanOverride::kNever;
   return (family == GemmFamily::kWarpTiles || one_pair) && !g.stage_output && g.out_phases == g.out_step && g.row_phases == 1 &&
          g.channel_phases == 1;
 }
@@ -2363,6 +2368,7 @@ constexpr const char* kPlannerVariables[] = {
     "CONVT_NARROW_ROWS_PIPELINED", "CONVT_POSITION_ROWS", "CONVT_STAGED_WARP_TILES", "CONVT_TAP_BOXES",
     "CONVT_ZERO_TAP_COPIES", "CONVT_ONE_CHANNEL_GEMM", "CONVT_GRAD_INPUT_DEINTERLEAVE", "CONVT_GRAD_WEIGHT_DILATED_COPY",
     "CONVT_PERMUTED_POSITIONS", "CONVT_GRAD_WEIGHT_PIPELINED", "CONVT_STRICT_WIDE_MERGE", "CONVT_GRAD_WEIGHT_ELEMENT_COPIES",
+    "CONVT_PIPELINED_SPLITS",
 };
 
 // (every field of these is in the key: one added to them must join it)

@@ -306,16 +306,20 @@ def test_pipelined_plans_on_half_the_sms_before_two_buffer_plans(dtype, tf32):
 
 
 @pytest.mark.parametrize("dtype,tf32", MATHS)
-def test_pipelined_tiles_split_a_long_reduction_over_few_tiles(dtype, tf32):
+def test_pipelined_tiles_split_a_long_reduction_over_few_tiles(dtype, tf32, monkeypatch):
     """Wide channels on short rows (one pair at out_step 1, nothing merged): where neither pipelined tile
     reaches half the SMs, the 128 x 128 tiles run anyway if a reduction split (runs of chunks into fp32
     slices) brings their parts there, rather than the warp tiles' mma.sync; the split's parts fill at
-    most the SMs. Not on an A100 (no pipelined tiles), not where the split cannot reach half of them."""
+    most the SMs. Not on an A100 (no pipelined tiles), not where the split cannot reach half of them,
+    not under CONVT_PIPELINED_SPLITS=never (v101's plans)."""
     for shape in ((5, 1024, 1024, 16, 100, 8, 3, 3, 1, 1), (3, 1280, 1280, 7, 226, 4, 1, 0, 1, 1)):
         grad_input = plans(shape, dtype, tf32, "h100")["grad_input"]
         assert tile(grad_input) == ("pipelined", 128, 128) and grad_input["splits"] > 1, grad_input
         assert grad_input["float_sums"] == 1 and 132 // 2 <= grad_input["parts"] <= 132, grad_input  # (132 SMs)
         assert plans(shape, dtype, tf32, "a100")["grad_input"]["family"] == "warp"
+        with monkeypatch.context() as env:
+            env.setenv("CONVT_PIPELINED_SPLITS", "never")
+            assert plans(shape, dtype, tf32, "h100")["grad_input"]["family"] == "warp"
     forward = plans((1, 640, 1024, 3, 100, 1, 1, 0, 1, 1), dtype, tf32, "h100")["forward"]  # 8 tiles
     assert tile(forward) == ("pipelined", 128, 128) and forward["splits"] > 1, forward
     few = plans((1, 640, 256, 3, 100, 1, 1, 0, 1, 1), dtype, tf32, "h100")["forward"]  # 2 tiles
