@@ -1791,10 +1791,23 @@ constexpr double kRowCopySeconds = 25e-9;
 constexpr double kBoxStepSeconds = 0.4e-6;
 constexpr double kTileFixedSeconds = 4e-6;
 constexpr double kAlignedCopyMargin = 0.9;
-// An x copy moves every element twice at kCopyBandwidth; each batch chunk costs its copy's and its
+// An x copy moves every element twice at copy_bandwidth(); each batch chunk costs its copy's and its
 // GEMM's launches.
 constexpr double kCopyBandwidth = 1e12;
 constexpr double kChunkLaunchSeconds = 10e-6;
+// The copies' bytes a second: kCopyBandwidth, or CONVT_COPY_BANDWIDTH_GBPS (a whole number of GB/s, read
+// at every plan) for an A/B of the copies' model in one process
+double copy_bandwidth() {
+  const char* text = std::getenv("CONVT_COPY_BANDWIDTH_GBPS");
+  if (text == nullptr || *text == '\0') return kCopyBandwidth;
+  char* end = nullptr;
+  const long long gigabytes = std::strtoll(text, &end, 10);
+  if (*end != '\0' || gigabytes < 1 || gigabytes > 1000000) {
+    throw std::invalid_argument(std::string("convt: CONVT_COPY_BANDWIDTH_GBPS must be a whole number of GB/s, 1 or more; got '") +
+                                text + "'");
+  }
+  return double(gigabytes) * 1e9;
+}
 // Position rows' share of a box plan's time: bf16 forwards on channels-last x ran 1.07-1.23x faster
 // than on the same x's boxes (H200, docs/perf/2026-11-30-position-rows.md)
 constexpr double kPositionRowsTimeShare = 0.85;
@@ -1981,7 +1994,7 @@ DataPlan plan_forward_uncached(const ConvTParams& p, const TensorFacts& x, Math 
   }
   if (chunk == 0) return plan;
   const double over_x = double(launch_waves(plan.gemm, plan.gemm.row_tiles, limits)) * pipelined_tile_seconds(plan.gemm, true, math);
-  const double over_copies = seconds[size_t(chunk)] + 2.0 * p.batch * element_bytes / kCopyBandwidth;
+  const double over_copies = seconds[size_t(chunk)] + 2.0 * p.batch * element_bytes / copy_bandwidth();
   if (over_copies > kAlignedCopyMargin * over_x && copies != PlanOverride::kAlways) return plan;
   over.copy_batch = chunk;
   return over;
@@ -2033,7 +2046,7 @@ DataPlan plan_grad_input(const ConvTParams& p, const TensorFacts& grad_y, Math m
   // (zero taps: the exact plan over grad_y, which the copy's flag gates; plan's own where it has one)
   const bool exact_stands = plan.gemm.zero_taps || (plan.gemm.splits == 1 && !bias_first(plan.gemm));
   if (copied->zero_taps && !exact_stands) return plan;
-  const double copy_seconds = 2.0 * p.batch * rows * row_elements * element_size / kCopyBandwidth;
+  const double copy_seconds = 2.0 * p.batch * rows * row_elements * element_size / copy_bandwidth();
   const double over_copy = double(launch_waves(*copied, copied->row_tiles, limits)) * pipelined_tile_seconds(*copied, false, math) *
                                kPositionRowsTimeShare + copy_seconds;
   const double over_grad_y = double(launch_waves(plan.gemm, plan.gemm.launch_row_tiles, limits)) *
@@ -2368,7 +2381,7 @@ constexpr const char* kPlannerVariables[] = {
     "CONVT_NARROW_ROWS_PIPELINED", "CONVT_POSITION_ROWS", "CONVT_STAGED_WARP_TILES", "CONVT_TAP_BOXES",
     "CONVT_ZERO_TAP_COPIES", "CONVT_ONE_CHANNEL_GEMM", "CONVT_GRAD_INPUT_DEINTERLEAVE", "CONVT_GRAD_WEIGHT_DILATED_COPY",
     "CONVT_PERMUTED_POSITIONS", "CONVT_GRAD_WEIGHT_PIPELINED", "CONVT_STRICT_WIDE_MERGE", "CONVT_GRAD_WEIGHT_ELEMENT_COPIES",
-    "CONVT_PIPELINED_SPLITS",
+    "CONVT_PIPELINED_SPLITS", "CONVT_COPY_BANDWIDTH_GBPS",
 };
 
 // (every field of these is in the key: one added to them must join it)

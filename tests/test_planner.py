@@ -1097,6 +1097,27 @@ def test_workspace_bound_names_a_bad_value(value, monkeypatch):
         plans((4, 1536, 768, 16, 200, 8, 4, 0, 1, 1), torch.bfloat16, True, "h100")
 
 
+def test_copy_bandwidth_prices_the_copies(monkeypatch):
+    """The copies' model prices a pass over a copy at its bandwidth, CONVT_COPY_BANDWIDTH_GBPS (GB/s)
+    where set: a 16-bit stride-2 grad_input whose channels-last copy of grad_y loses to the
+    deinterleaved plan at the default rate takes the copy where copies run twice as fast, and a slow
+    copy turns it away again."""
+    shape, dtype = (1, 512, 512, 3, 18814, 2, 0, 0, 1, 1), torch.bfloat16
+    monkeypatch.delenv("CONVT_COPY_BANDWIDTH_GBPS", raising=False)
+    assert plans(shape, dtype, True, "h200")["grad_input"]["channels_last_grad_y"] == 0
+    monkeypatch.setenv("CONVT_COPY_BANDWIDTH_GBPS", "2000")
+    assert plans(shape, dtype, True, "h200")["grad_input"]["channels_last_grad_y"] == 1
+    monkeypatch.setenv("CONVT_COPY_BANDWIDTH_GBPS", "100")
+    assert plans(shape, dtype, True, "h200")["grad_input"]["channels_last_grad_y"] == 0
+
+
+@pytest.mark.parametrize("value", ["0", "-4", "2TB", "1.5", "fast"])
+def test_copy_bandwidth_names_a_bad_value(value, monkeypatch):
+    monkeypatch.setenv("CONVT_COPY_BANDWIDTH_GBPS", value)
+    with pytest.raises(Exception, match="CONVT_COPY_BANDWIDTH_GBPS must be a whole number of GB/s"):
+        plans((1, 512, 512, 3, 18814, 2, 0, 0, 1, 1), torch.bfloat16, True, "h200")
+
+
 def test_h200_plans_as_h100():
     for shape in list(NAMED.values()) + random_shapes(30, seed=6):
         assert plans(shape, torch.float32, True, "h200") == plans(shape, torch.float32, True, "h100")

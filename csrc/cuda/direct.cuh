@@ -186,27 +186,47 @@ __global__ void unroll_grad_y_kernel(const scalar_t* __restrict__ grad_y, scalar
   }
 }
 
+// The layout copies' shared-memory tile (channels_last_kernel, deinterleave_channels_last_kernel):
+// an out row's values of the tile, kChannelsLastTile a row or more, in 16-byte vectors; vector v of
+// row t at v ^ (swizzle mod 8) of the row. A warp's element stores then fall on up to 8 different
+// vectors of 8 rows (the rows of a tile are 32 words apart: unswizzled, a warp's stores down a column
+// hit one bank), and a 16-byte load takes an out vector whole, in order, for one 16-byte store.
+template <typename scalar_t>
+struct alignas(16) CopyVector {
+  static constexpr int kElements = 16 / int(sizeof(scalar_t));
+  scalar_t v[kElements];
+};
+__device__ __forceinline__ int swizzled_vector(int row_vectors, int row, int vector, int swizzle) {
+  return row * row_vectors + (vector ^ (swizzle & 7));
+}
+
 // Channels-last rows by phase (launch_channels_last): out[((n * phases + r) * phase_rows + m) *
 // row_elements + c] = in[n, c, m * phases + r]. A block of kChannelsLastThreads moves tiles of
 // kChannelsLastTile channels x kChannelsLastTile positions of in through shared memory: it reads each
-// channel's positions in order and writes each position's channels in order, both sides coalesced
-// (a pad element a staged row keeps the column reads on distinct banks). A thread issues all its
-// loads of a tile before it stages any (one memory latency a tile, not one a load), kLoadElements
-// consecutive positions a load (rows and the base aligned to that many elements, positions
-// contiguous; 1: through the length stride). kVectorStores: a thread writes 16 bytes of an out row
-// (row_elements a multiple of 16 bytes), channels past `channels` as zeros, else one element of each
-// channel below `channels`. Any phases: position j's row is (j mod phases, j div phases).
+// channel's positions in order and writes each position's channels in order, both sides coalesced.
+// A thread issues all its loads of a tile before it stages any (one memory latency a tile, not one a
+// load), kLoadElements consecutive positions a load (rows and the base aligned to that many elements,
+// positions contiguous; 1: through the length stride), staged by position row, swizzled by the load's
+// position group (so a warp's stores of one element of its loads, 8 groups, take 8 vectors).
+// kVectorStores: a thread writes 16 bytes of an out row (row_elements a multiple of 16 bytes),
+// channels past `channels` as zeros, else one element of each channel below `channels`. Any phases:
+// position j's row is (j mod phases, j div phases), from one 64-bit division a tile and a 32-bit one a
+// row (a 64-bit division a store made the copy bound by its instructions).
 constexpr int kChannelsLastTile = 64, kChannelsLastThreads = 256;
 static_assert(kChannelsLastTile == kChannelsLastCopyMostPhases, "plan.h's most phases of a channels-last copy: a tile's positions");
 
 template <typename scalar_t, int kLoadElements, bool kVectorStores>
 __global__ void __launch_bounds__(kChannelsLastThreads)
     channels_last_kernel(const scalar_t* __restrict__ in, scalar_t* __restrict__ out, ChannelsLastCopy copy) {
-  constexpr int kTile = kChannelsLastTile, kVector = 16 / int(sizeof(scalar_t));
+  using Vector = CopyVector<scalar_t>;
+  constexpr int kTile = kChannelsLastTile, kVector = Vector::kElements, kRowVectors = kTile / kVector;
   constexpr int kLoads = kTile * kTile / kLoadElements / kChannelsLastThreads;  // a thread's loads a tile
   struct alignas(sizeof(scalar_t) * kLoadElements) Load { scalar_t v[kLoadElements]; };
-  struct alignas(16) Vector { scalar_t v[kVector]; };
-  __shared__ scalar_t staged[kTile][kTile + 1];  // [position][channel]
+  __shared__ Vector staged_vectors[kTile * kRowVectors];  // position j's channels: row j
+  scalar_t* const staged = reinterpret_cast<scalar_t*>(staged_vectors);
+  auto staged_at = [&](int j, int c) {
+    return staged + swizzled_vector(kRowVectors, j, c / kVector, j / kLoadElements) * kVector + c % kVector;
+  };
   const RowsView& rows = copy.in;
   for (int64_t n = blockIdx.z; n < rows.batch; n += gridDim.z) {
     for (int64_t first_c = int64_t(blockIdx.y) * kTile; first_c < rows.channels; first_c += int64_t(gridDim.y) * kTile) {
@@ -233,27 +253,27 @@ __global__ void __launch_bounds__(kChannelsLastThreads)
           const int e = int(threadIdx.x) + u * kChannelsLastThreads;
           const int c = e / (kTile / kLoadElements), j = e % (kTile / kLoadElements) * kLoadElements;
 #pragma unroll
-          for (int v = 0; v < kLoadElements; ++v) staged[j + v][c] = loads[u].v[v];
+          for (int v = 0; v < kLoadElements; ++v) *staged_at(j + v, c) = loads[u].v[v];
         }
         __syncthreads();
+        // (position first_j + j is phase (first_phase + j) mod phases of row first_m + (first_phase + j) div phases)
+        const int64_t first_m = first_j / copy.phases;
+        const int first_phase = int(first_j - first_m * copy.phases), phases = int(copy.phases);
         auto out_row = [&](int j) {
-          const int64_t position = first_j + j, phase = position % copy.phases, m = position / copy.phases;
-          return out + ((n * copy.phases + phase) * copy.phase_rows + m) * copy.row_elements + first_c;
+          const int local = first_phase + j, rows_on = local / phases, phase = local - rows_on * phases;
+          return out + ((n * copy.phases + phase) * copy.phase_rows + first_m + rows_on) * copy.row_elements + first_c;
         };
         if constexpr (kVectorStores) {
           const int row_vectors = int(std::min<int64_t>(kTile, copy.row_elements - first_c)) / kVector;
-          for (int e = threadIdx.x; e < kTile * (kTile / kVector); e += kChannelsLastThreads) {
-            const int j = e / (kTile / kVector), c = e % (kTile / kVector) * kVector;
-            if (j >= positions || c >= row_vectors * kVector) continue;
-            Vector values;
-#pragma unroll
-            for (int v = 0; v < kVector; ++v) values.v[v] = staged[j][c + v];
-            *reinterpret_cast<Vector*>(out_row(j) + c) = values;
+          for (int e = threadIdx.x; e < kTile * kRowVectors; e += kChannelsLastThreads) {
+            const int j = e / kRowVectors, vector = e % kRowVectors;
+            if (j >= positions || vector >= row_vectors) continue;
+            reinterpret_cast<Vector*>(out_row(j))[vector] = staged_vectors[swizzled_vector(kRowVectors, j, vector, j / kLoadElements)];
           }
         } else {
           for (int e = threadIdx.x; e < kTile * kTile; e += kChannelsLastThreads) {
             const int j = e / kTile, c = e % kTile;
-            if (j < positions && c < channels) out_row(j)[c] = staged[j][c];
+            if (j < positions && c < channels) out_row(j)[c] = *staged_at(j, c);
           }
         }
         __syncthreads();
@@ -266,53 +286,56 @@ __global__ void __launch_bounds__(kChannelsLastThreads)
 // row_elements + co * phases + r] = grad_y[n, co, m * stride + r - padding]. A block moves tiles of
 // kChannelsLastTile co x tile_rows rows m (tile_rows * phases <= kChannelsLastTile positions: a row's
 // phases, which are consecutive positions of grad_y where phases = stride) through shared memory as
-// channels_last_kernel does: all of a thread's loads of a tile in flight, then 16-byte stores along
-// out's rows (co * phases + r consecutive), an element at a time at a row's end.
+// channels_last_kernel does. A thread keeps one position i = t * phases + r of every tile (its
+// division by phases done once) and loads it from kLoads channels, all in flight, then stages them in
+// out's order (row t, value co * phases + r), so that each 16-byte store along out's row takes one
+// 16-byte load of the tile (an element at a time at a row's end).
 template <typename scalar_t>
 __global__ void __launch_bounds__(kChannelsLastThreads)
     deinterleave_channels_last_kernel(const scalar_t* __restrict__ grad_y, scalar_t* __restrict__ out, int* nonfinite,
                                       ConvTParams p, int phases, int64_t rows, int64_t row_elements) {
-  constexpr int kTile = kChannelsLastTile, kVector = 16 / int(sizeof(scalar_t));
-  constexpr int kLoads = kTile * kTile / kChannelsLastThreads;
-  struct alignas(16) Vector { scalar_t v[kVector]; };
-  __shared__ scalar_t staged[kTile][kTile + 1];  // [m's row in the tile * phases + r][co]
-  const int tile_rows = kTile / phases, row_length = tile_rows * phases;
+  using Vector = CopyVector<scalar_t>;
+  constexpr int kTile = kChannelsLastTile, kVector = Vector::kElements;
+  constexpr int kChannelStep = kChannelsLastThreads / kTile, kLoads = kTile / kChannelStep;  // (4 channels a pass, 16 passes)
+  __shared__ Vector staged_vectors[kTile * kTile / kVector];  // row t's values co * phases + r: tile_row_vectors a row
+  scalar_t* const staged = reinterpret_cast<scalar_t*>(staged_vectors);
+  const int tile_rows = kTile / phases, tile_row_vectors = kTile * phases / kVector;
+  const int i = int(threadIdx.x) % kTile, first_channel = int(threadIdx.x) / kTile;
+  const int t = i / phases, r = i - t * phases;
+  const bool in_tile = t < tile_rows;
   bool finite = true;
   for (int64_t n = blockIdx.z; n < p.batch; n += gridDim.z) {
     for (int64_t first_co = int64_t(blockIdx.y) * kTile; first_co < p.out_channels; first_co += int64_t(gridDim.y) * kTile) {
       for (int64_t first_m = int64_t(blockIdx.x) * tile_rows; first_m < rows; first_m += int64_t(gridDim.x) * tile_rows) {
         const int channels = int(std::min<int64_t>(kTile, p.out_channels - first_co));
-        const scalar_t* tile = grad_y + n * p.y_batch_stride + first_co * p.y_channel_stride;
+        const int64_t j = (first_m + t) * p.stride + r - p.padding;
+        const bool inside = in_tile && j >= 0 && j < p.length_out;
+        const scalar_t* position = grad_y + n * p.y_batch_stride + first_co * p.y_channel_stride + j * p.y_length_stride;
         scalar_t loads[kLoads];
 #pragma unroll
-        for (int u = 0; u < kLoads; ++u) {  // (load u: channel c, row i / phases, phase i % phases)
-          const int e = int(threadIdx.x) + u * kChannelsLastThreads, c = e / kTile, i = e % kTile;
-          const int64_t j = (first_m + i / phases) * p.stride + i % phases - p.padding;
-          loads[u] = c < channels && i < row_length && j >= 0 && j < p.length_out
-                         ? tile[c * p.y_channel_stride + j * p.y_length_stride] : scalar_t(0);
+        for (int u = 0; u < kLoads; ++u) {
+          const int c = first_channel + u * kChannelStep;
+          loads[u] = inside && c < channels ? position[c * p.y_channel_stride] : scalar_t(0);
           finite = finite && isfinite(static_cast<float>(loads[u]));
         }
+        if (in_tile) {
 #pragma unroll
-        for (int u = 0; u < kLoads; ++u) {
-          const int e = int(threadIdx.x) + u * kChannelsLastThreads;
-          staged[e % kTile][e / kTile] = loads[u];
+          for (int u = 0; u < kLoads; ++u) {
+            const int value = (first_channel + u * kChannelStep) * phases + r;
+            staged[swizzled_vector(tile_row_vectors, t, value / kVector, t) * kVector + value % kVector] = loads[u];
+          }
         }
         __syncthreads();
         const int row_values = channels * phases, row_vectors = (row_values + kVector - 1) / kVector;
         const int out_rows = int(std::min<int64_t>(tile_rows, rows - first_m));
         for (int e = threadIdx.x; e < out_rows * row_vectors; e += kChannelsLastThreads) {
-          const int row = e / row_vectors, first = e % row_vectors * kVector;
+          const int row = e / row_vectors, vector = e - row * row_vectors;
           scalar_t* const out_row = out + (n * rows + first_m + row) * row_elements + first_co * phases;
-          Vector values;
-#pragma unroll
-          for (int v = 0; v < kVector; ++v) {
-            const int value = first + v;  // (co, r) = (value / phases, value % phases)
-            values.v[v] = staged[row * phases + value % phases][value / phases];
-          }
-          if (first + kVector <= row_values) {
-            *reinterpret_cast<Vector*>(out_row + first) = values;
+          const int at = swizzled_vector(tile_row_vectors, row, vector, row);
+          if ((vector + 1) * kVector <= row_values) {
+            reinterpret_cast<Vector*>(out_row)[vector] = staged_vectors[at];
           } else {
-            for (int v = 0; first + v < row_values; ++v) out_row[first + v] = values.v[v];
+            for (int v = 0; vector * kVector + v < row_values; ++v) out_row[vector * kVector + v] = staged[at * kVector + v];
           }
         }
         __syncthreads();
@@ -342,7 +365,8 @@ __global__ void aligned_rows_kernel(const scalar_t* __restrict__ in, scalar_t* _
 }
 
 // *nonfinite = 1 where x holds Inf or NaN (else left as it is): the flag a forward's exact plan runs
-// behind (DataPlan::exact). Rows (n, ci) along y, positions along x, read through x's strides.
+// behind (DataPlan::exact). Rows (n, ci) along y, positions along x, read through x's strides (a
+// contiguous x takes flag_nonfinite_run_kernel).
 template <typename scalar_t>
 __global__ void flag_nonfinite_x_kernel(const scalar_t* __restrict__ x, int* nonfinite, ConvTParams p) {
   bool finite = true;
@@ -350,6 +374,45 @@ __global__ void flag_nonfinite_x_kernel(const scalar_t* __restrict__ x, int* non
     const scalar_t* x_row = x + row / p.in_channels * p.x_batch_stride + row % p.in_channels * p.x_channel_stride;
     // (& not &&: every load unconditional, so that the unrolled loop issues them back to back)
     CONVT_POSITION_LOOP(i, p.length_in) finite &= isfinite(static_cast<float>(x_row[i * p.x_length_stride]));
+  }
+  if (!__syncthreads_and(finite) && threadIdx.x == 0) *nonfinite = 1;
+}
+
+// The same over `elements` contiguous elements (a contiguous x: its rows back to back). A thread
+// reads kFlagVectors 16-byte vectors at once (the loads in flight, not one element's latency a load,
+// bound it: element loads along short rows read x at a tenth of HBM's bandwidth); the elements
+// before the first 16-byte boundary and after the last whole vector, one by one, in block 0.
+constexpr int kFlagVectors = 4;
+template <typename scalar_t>
+__global__ void flag_nonfinite_run_kernel(const scalar_t* __restrict__ data, int64_t elements, int* nonfinite) {
+  using Vector = CopyVector<scalar_t>;
+  constexpr int kVector = Vector::kElements;
+  const int64_t head = std::min<int64_t>(elements, (16 - int64_t(reinterpret_cast<uintptr_t>(data) % 16)) % 16 / int64_t(sizeof(scalar_t)));
+  const int64_t vectors = (elements - head) / kVector, tail = head + vectors * kVector;
+  const Vector* body = reinterpret_cast<const Vector*>(data + head);
+  bool finite = true;
+  if (blockIdx.x == 0) {
+    for (int64_t e = threadIdx.x; e < head; e += blockDim.x) finite &= isfinite(static_cast<float>(data[e]));
+    for (int64_t e = tail + threadIdx.x; e < elements; e += blockDim.x) finite &= isfinite(static_cast<float>(data[e]));
+  }
+  const int64_t step = int64_t(gridDim.x) * blockDim.x * kFlagVectors;
+  for (int64_t first = int64_t(blockIdx.x) * blockDim.x * kFlagVectors + threadIdx.x; first < vectors; first += step) {
+    Vector loaded[kFlagVectors];
+#pragma unroll
+    for (int u = 0; u < kFlagVectors; ++u) {
+      const int64_t index = first + int64_t(u) * blockDim.x;
+      if (index < vectors) {
+        loaded[u] = body[index];
+      } else {
+#pragma unroll
+        for (int v = 0; v < kVector; ++v) loaded[u].v[v] = scalar_t(0);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kFlagVectors; ++u) {
+#pragma unroll
+      for (int v = 0; v < kVector; ++v) finite &= isfinite(static_cast<float>(loaded[u].v[v]));
+    }
   }
   if (!__syncthreads_and(finite) && threadIdx.x == 0) *nonfinite = 1;
 }
