@@ -1104,11 +1104,21 @@ def test_copy_bandwidth_prices_the_copies(monkeypatch):
     copy turns it away again."""
     shape, dtype = (1, 512, 512, 3, 18814, 2, 0, 0, 1, 1), torch.bfloat16
     monkeypatch.delenv("CONVT_COPY_BANDWIDTH_GBPS", raising=False)
-    assert plans(shape, dtype, True, "h200")["grad_input"]["channels_last_grad_y"] == 0
+    g = plans(shape, dtype, True, "h200")["grad_input"]
+    assert g["channels_last_grad_y"] == 0 and "copies" not in summary(g) and "grad_y" not in summary(g), g
     monkeypatch.setenv("CONVT_COPY_BANDWIDTH_GBPS", "2000")
-    assert plans(shape, dtype, True, "h200")["grad_input"]["channels_last_grad_y"] == 1
+    g = plans(shape, dtype, True, "h200")["grad_input"]
+    assert g["channels_last_grad_y"] == 1 and summary(g).endswith(" over channels-last grad_y"), g
     monkeypatch.setenv("CONVT_COPY_BANDWIDTH_GBPS", "100")
     assert plans(shape, dtype, True, "h200")["grad_input"]["channels_last_grad_y"] == 0
+
+
+def test_summary_names_the_copies_of_x():
+    """planner.summary names the copies a forward runs over (so tools/plan_changes.py sees a change of
+    copies alone): a wide bf16 layer's forward over channels-last copies of x in chunks of the batch."""
+    f = plans((16, 1024, 512, 7, 1300, 5, 1, 0, 1, 1), torch.bfloat16, True, "h200")["forward"]
+    assert f["copy_batch"] > 0 and f["copy_channels_last"] == 1, f
+    assert summary(f).endswith(f" over channels-last copies of x, {f['copy_batch']} a chunk"), summary(f)
 
 
 @pytest.mark.parametrize("value", ["0", "-4", "2TB", "1.5", "fast"])

@@ -36,7 +36,8 @@ def explain(n: int, c_in: int, c_out: int, k: int, l_in: int, stride: int = 1, p
 
 
 def summary(plan: Dict[str, Union[str, int]]) -> str:
-    """One pass's plan in a few words, e.g. 'gemm pipelined 128x256 4 stages'."""
+    """One pass's plan in a few words, e.g. 'gemm pipelined 128x256 4 stages', with the copies it runs
+    over ('... over channels-last copies of x, 6 a chunk', '... over channels-last grad_y')."""
     kernel = str(plan["kernel"])
     if kernel == "gemm":
         text = f"gemm {plan['family']} {plan['block_m']}x{plan['block_n']}"
@@ -44,7 +45,11 @@ def summary(plan: Dict[str, Union[str, int]]) -> str:
             text += f" {plan['stages']} stages"
         if plan.get("row_phases", 1) > 1 or plan.get("channel_phases", 1) > 1:
             text += " merged"
-        return text + (" deinterleaved" if plan.get("deinterleaved") else "") + (" permuted" if plan.get("permuted_positions") else "")
+        text += (" deinterleaved" if plan.get("deinterleaved") else "") + (" permuted" if plan.get("permuted_positions") else "")
+        if plan.get("copy_batch"):
+            layout = "channels-last" if plan.get("copy_channels_last") else "aligned-row"
+            text += f" over {layout} copies of x, {plan['copy_batch']} a chunk"
+        return text + (" over channels-last grad_y" if plan.get("channels_last_grad_y") else "")
     if kernel == "grad_weight_boxes":  # (tiles of block_ci x box_slots taps of block_co)
         text = f"{kernel} {plan['block_ci']}x{plan['box_slots']}x{plan['block_co']} {plan['stages']} stages"
         copies = [name for name in ("aligned_x", "channels_last_grad_y") if plan.get(name)]
