@@ -1574,39 +1574,40 @@ def test_forward_x_copies_override():
 # ---- the CPU's plan (csrc/cpu/conv_transpose1d_cpu.cpp, plan; docs/design.md §6.3) ----------------
 
 # (N, C_in, C_out, K, L_in, stride, padding): whether the forward runs folded (one at::mm over the batch)
-# on 16-float vectors (AVX-512) and on 8-float vectors (AVX2 only)
+# on 8-float vectors (AVX2 only); on 16-float vectors (AVX-512) none does
 CPU_FOLDED_CASES = [
-    ((4, 512, 256, 4, 100, 2, 1), True, True),
-    ((4, 320, 256, 4, 100, 2, 1), True, False),   # C_in/g 256-383: folded on 16-float vectors only
-    ((1, 1280, 512, 5, 457, 1, 2), True, True),
-    ((4, 512, 256, 8, 100, 2, 3), False, False),  # 8 taps: Z holds every tap's rows
-    ((4, 512, 48, 4, 100, 2, 1), False, False),   # C_out/g < 64
-    ((1, 512, 256, 4, 200, 2, 1), False, False),  # N * L_in < 256 columns
+    ((4, 512, 256, 4, 100, 2, 1), True),
+    ((4, 320, 256, 4, 100, 2, 1), False),   # C_in/g below 384
+    ((1, 1280, 512, 5, 457, 1, 2), True),
+    ((4, 512, 256, 8, 100, 2, 3), False),   # 8 taps: Z holds every tap's rows
+    ((4, 512, 48, 4, 100, 2, 1), False),    # C_out/g < 64
+    ((1, 512, 256, 4, 200, 2, 1), False),   # N * L_in < 256 columns
 ]
 
 
 def _cpu_forward_forms():
     """{shape: forward form} of CPU_FOLDED_CASES in this process, and the AVX2 forms' vector width."""
-    forms = {shape: explain(*shape, device="cpu")["forward"] for shape, _, _ in CPU_FOLDED_CASES}
+    forms = {shape: explain(*shape, device="cpu")["forward"] for shape, _ in CPU_FOLDED_CASES}
     bits = {plan["vector_bits"] for plan in forms.values()}
     assert len(bits) == 1, forms
     return {shape: plan["kernel"] for shape, plan in forms.items()}, bits.pop()
 
 
 def test_cpu_forward_folds_the_batch_of_wide_short_filters(monkeypatch):
-    """The folded forward where at::mm outruns the micro-kernel: C_in/g from 256 on 16-float vectors,
-    from 384 on 8-float ones, C_out/g >= 64, at most 7 taps, 256 columns. In this process and, on an
-    AVX-512 CPU, in one with CONVT_CPU_VECTOR_BITS=256 (read once a process)."""
+    """The folded forward where at::mm outruns the micro-kernel: on 8-float vectors, C_in/g from 384,
+    C_out/g >= 64, at most 7 taps, 256 columns; on 16-float vectors, where the micro-kernel runs
+    16-float vectors too, nowhere. In this process and, on an AVX-512 CPU, in one with
+    CONVT_CPU_VECTOR_BITS=256 (read once a process)."""
     monkeypatch.delenv("CONVT_CPU_FORMS", raising=False)
     forms, bits = _cpu_forward_forms()
     if bits == 0:
         pytest.skip("this CPU runs no AVX2 forms")
-    for shape, wide, narrow in CPU_FOLDED_CASES:
-        assert (forms[shape] == "folded") == (wide if bits == 512 else narrow), (shape, bits, forms[shape])
+    for shape, narrow in CPU_FOLDED_CASES:
+        assert (forms[shape] == "folded") == (narrow and bits == 256), (shape, bits, forms[shape])
     if bits == 512:
         script = ("import sys; sys.path.insert(0, sys.argv[1]); import test_planner as t; "
                   "forms, bits = t._cpu_forward_forms(); assert bits == 256, bits; "
-                  "bad = [s for s, _, narrow in t.CPU_FOLDED_CASES if (forms[s] == 'folded') != narrow]; "
+                  "bad = [s for s, narrow in t.CPU_FOLDED_CASES if (forms[s] == 'folded') != narrow]; "
                   "assert not bad, bad")
         subprocess.run([sys.executable, "-c", script, os.path.dirname(os.path.abspath(__file__))],
                        env=dict(os.environ, CONVT_CPU_VECTOR_BITS="256"), check=True, timeout=300)

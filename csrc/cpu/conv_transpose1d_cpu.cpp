@@ -1716,22 +1716,22 @@ bool wide_layer(const ConvTParams& p) {
 }
 
 // The forward with the batch folded into one at::mm (forward_folded), where at::mm runs nearer the
-// CPU's peak than the micro-kernel does: wide layers (C_in/g >= 256 on AVX-512,
-// C_out/g >= 64) of at most kFoldedMostTaps taps whose Z rows of one batch element fit kFoldedBuffer.
-// It ran 1.1-1.6x faster than the planner's AVX2 form on 30 such layers of 1-32 batch elements, rows
-// of 36-2000 (short rows most: a batch element's GEMM there is a narrow one); narrow outputs (C_out/g
-// 4, its GEMM skinny, col2im the larger part) and 96 taps a phase ran slower, and C_in/g 128 as fast
-// or slower (docs/perf/2026-11-30-cpu-folded-forward.md). With CPU v30's AVX2 GEMM, filters of 8 taps
-// or more (Z holds every tap's rows: K = 8-64 at stride 1-10) ran 1.2-1.7x slower folded on a Zen 4
-// core, and up to 7 taps within about 10 % either way (docs/perf/2026-12-01-cpu-folded-taps.md).
-// On 8-float vectors (AVX2 only) at::mm's lead over the micro-kernel needs a deeper reduction: from
-// C_in/g 384 the folded form ran 0.92x the AVX2 forms' time on a Zen 1 core (fresh draws), at 256-383
-// mixed, 0.8-1.3x (docs/perf/2026-12-01-cpu-folded-avx2.md).
+// CPU's peak than the micro-kernel does: wide layers (C_in/g >= 384, C_out/g >= 64) of at most
+// kFoldedMostTaps taps whose Z rows of one batch element fit kFoldedBuffer, on CPUs of 8-float vectors
+// (AVX2 only): from C_in/g 384 it ran 0.92x the AVX2 forms' time on a Zen 1 core (fresh draws), at
+// 256-383 mixed, 0.8-1.3x (docs/perf/2026-12-01-cpu-folded-avx2.md); filters of 8 taps or more (Z holds
+// every tap's rows) 1.2-1.7x slower (docs/perf/2026-12-01-cpu-folded-taps.md). Not on 16-float vectors
+// (AVX-512), where the micro-kernel runs them too: on a Zen 4 core the folded form took 1.19x and
+// 1.13x the AVX2 forms' time (geomean) on 46 and 30 fresh sweep layers it took (1.33x and 1.20x below
+// C_in/g 1024, 1.06x and 1.03x from it), 27 and 19 of them below 0.9x oneDNN against 8 and 10
+// (docs/perf/2026-12-04-cpu-folded-zen4.md). (The rule from 256 channels came from a Xeon,
+// docs/perf/2026-11-30-cpu-folded-forward.md; on Zen 4 in CPU v32 short filters ran folded 0.94-1.18x
+// the AVX2 forms' time, docs/perf/2026-12-01-cpu-folded-taps.md.)
 constexpr int64_t kFoldedLeastColumns = 256;
 constexpr int64_t kFoldedMostTaps = 7;
-int64_t folded_least_inputs() { return avx2::wide_vectors() ? 256 : 384; }
+constexpr int64_t kFoldedLeastInputs = 384;
 bool forward_folded_applies(const ConvTParams& p) {
-  return p.in_channels_per_group >= folded_least_inputs() && p.out_channels_per_group >= 64 &&
+  return !avx2::wide_vectors() && p.in_channels_per_group >= kFoldedLeastInputs && p.out_channels_per_group >= 64 &&
          p.kernel_size <= kFoldedMostTaps && p.batch * p.length_in >= kFoldedLeastColumns &&
          p.out_channels_per_group * p.kernel_size * p.length_in <= kFoldedBuffer;
 }
