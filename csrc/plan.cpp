@@ -41,6 +41,19 @@ PlanOverride read_plan_override(const char* variable) {
   return std::strcmp(text, "never") == 0 ? PlanOverride::kNever : std::strcmp(text, "always") == 0 ? PlanOverride::kAlways
                                                                                                     : PlanOverride::kModel;
 }
+// A planner variable that sets a model's number: a whole number from 1 to `most` (`unit` names it in
+// the error), or nullopt where it is unset or empty. Anything else is an error that names the variable.
+std::optional<int64_t> read_whole_number(const char* variable, int64_t most, const char* unit) {
+  const char* text = std::getenv(variable);
+  if (text == nullptr || *text == '\0') return std::nullopt;
+  char* end = nullptr;
+  const long long value = std::strtoll(text, &end, 10);
+  if (*end != '\0' || value < 1 || value > most) {
+    throw std::invalid_argument(std::string("convt: ") + variable + " must be a whole number of " + unit + ", 1 or more; got '" +
+                                text + "'");
+  }
+  return int64_t(value);
+}
 // CONVT_TAP_BOXES: the pipelined kernel's tap boxes (GemmPlan::tap_boxes). Read once a process.
 PlanOverride tap_boxes_override() {
   static const PlanOverride value = read_plan_override("CONVT_TAP_BOXES");
@@ -1038,15 +1051,8 @@ int64_t packed_weight_words(const GemmPlan& g) {
 namespace {
 // CONVT_MAX_WORKSPACE_MB in bytes (read at every call), or nullopt where it is not set
 std::optional<int64_t> max_workspace_bytes() {
-  const char* text = std::getenv("CONVT_MAX_WORKSPACE_MB");
-  if (text == nullptr || *text == '\0') return std::nullopt;
-  char* end = nullptr;
-  const long long megabytes = std::strtoll(text, &end, 10);
-  if (*end != '\0' || megabytes < 1 || megabytes > (int64_t(1) << 40)) {
-    throw std::invalid_argument(std::string("convt: CONVT_MAX_WORKSPACE_MB must be a whole number of megabytes, 1 or more; got '") +
-                                text + "'");
-  }
-  return int64_t(megabytes) << 20;
+  const std::optional<int64_t> megabytes = read_whole_number("CONVT_MAX_WORKSPACE_MB", int64_t(1) << 40, "megabytes");
+  return megabytes ? std::optional<int64_t>(*megabytes << 20) : std::nullopt;
 }
 }  // namespace
 
@@ -1798,15 +1804,8 @@ constexpr double kChunkLaunchSeconds = 10e-6;
 // The copies' bytes a second: kCopyBandwidth, or CONVT_COPY_BANDWIDTH_GBPS (a whole number of GB/s, read
 // at every plan) for an A/B of the copies' model in one process
 double copy_bandwidth() {
-  const char* text = std::getenv("CONVT_COPY_BANDWIDTH_GBPS");
-  if (text == nullptr || *text == '\0') return kCopyBandwidth;
-  char* end = nullptr;
-  const long long gigabytes = std::strtoll(text, &end, 10);
-  if (*end != '\0' || gigabytes < 1 || gigabytes > 1000000) {
-    throw std::invalid_argument(std::string("convt: CONVT_COPY_BANDWIDTH_GBPS must be a whole number of GB/s, 1 or more; got '") +
-                                text + "'");
-  }
-  return double(gigabytes) * 1e9;
+  const std::optional<int64_t> gigabytes = read_whole_number("CONVT_COPY_BANDWIDTH_GBPS", 1000000, "GB/s");
+  return gigabytes ? double(*gigabytes) * 1e9 : kCopyBandwidth;
 }
 // Position rows' share of a box plan's time: bf16 forwards on channels-last x ran 1.07-1.23x faster
 // than on the same x's boxes (H200, docs/perf/2026-11-30-position-rows.md)
