@@ -1558,15 +1558,26 @@ std::optional<DepthwisePlan> plan_depthwise(const ConvTParams& p, bool forward, 
   a.shift_min = tap_of(0, p.stride, p.padding, p.dilation).shift;  // shifts grow with k
   a.shift_max = tap_of(p.kernel_size - 1, p.stride, p.padding, p.dilation).shift;
   const int64_t span = a.shift_max - a.shift_min;
-  a.staged = forward ? (kDwSegment - 1) / p.stride + 2 + span : (kDwSegment + span) * p.stride;
   const int64_t acc_size = std::max(element_size, 4);  // float, or double
-  // the output channels of a block: enough blocks for four of kDwThreads threads an SM (the
-  // forward's rows: (n, group), along L_out; grad_input's: (n, ci), along L_in, whose co blocks sum
-  // into partial: at most 2 * target_blocks * kDwSegment values, since blocks < target_blocks)
+  // (the forward's rows: (n, group), along L_out; grad_input's: (n, ci), along L_in)
   const int64_t rows = p.batch * (forward ? p.groups : p.in_channels);
   const int64_t length = forward ? p.length_out : p.length_in;
-  const int64_t blocks = (length + kDwSegment - 1) / kDwSegment * std::min<int64_t>(rows, 65535);
   const int64_t target_blocks = 4 * int64_t(limits.sm_count);
+  // Rows a block: the most row groups (at most kDwMostRowGroups, groups of whole warps) whose segment
+  // holds a whole row, while the rows' blocks number at least target_blocks: a row shorter than a
+  // block's segment left most of its threads idle (a block's time is its loads' latency, short rows or
+  // long)
+  a.row_groups = 1;
+  while (a.row_groups < kDwMostRowGroups && kDwSegment / (2 * a.row_groups) >= length &&
+         (rows + 2 * a.row_groups - 1) / (2 * a.row_groups) >= target_blocks) {
+    a.row_groups *= 2;
+  }
+  const int64_t segment = a.segment();
+  a.staged = forward ? (segment - 1) / p.stride + 2 + span : (segment + span) * p.stride;
+  // the output channels of a block: enough blocks for four of kDwThreads threads an SM (grad_input's
+  // co blocks sum into partial: at most 2 * target_blocks * kDwSegment values, since blocks <
+  // target_blocks)
+  const int64_t blocks = (length + segment - 1) / segment * std::min<int64_t>((rows + a.row_groups - 1) / a.row_groups, 65535);
   const int64_t co_blocks = blocks < target_blocks ? std::min(p.out_channels_per_group, (target_blocks + blocks - 1) / blocks) : 1;
   const int64_t co_block = (p.out_channels_per_group + co_blocks - 1) / co_blocks;
   a.co_block = int(std::min<int64_t>(co_block, kGemmIndexLimit));
@@ -1578,7 +1589,7 @@ std::optional<DepthwisePlan> plan_depthwise(const ConvTParams& p, bool forward, 
   if (weights >= kGemmIndexLimit) return std::nullopt;
   a.weights = int(weights);
   const int64_t staged_rows = forward ? p.in_channels_per_group : 1;
-  const int64_t smem_bytes = a.weights * acc_size + staged_rows * a.staged * element_size;
+  const int64_t smem_bytes = a.row_groups * (a.weights * acc_size + staged_rows * a.staged * element_size);
   if (smem_bytes > limits.smem_one_block()) return std::nullopt;
   a.smem_bytes = size_t(smem_bytes);
   a.tap_step = forward ? depthwise_tap_step(p) : 1;
@@ -1797,15 +1808,23 @@ constexpr double kRowCopySeconds = 25e-9;
 constexpr double kBoxStepSeconds = 0.4e-6;
 constexpr double kTileFixedSeconds = 4e-6;
 constexpr double kAlignedCopyMargin = 0.9;
-// An x copy moves every element twice at copy_bandwidth(); each batch chunk costs its copy's and its
-// GEMM's launches.
-constexpr double kCopyBandwidth = 1e12;
+// An x copy moves every element twice at its kind's copy_bandwidth(); each batch chunk costs its copy's
+// and its GEMM's launches.
 constexpr double kChunkLaunchSeconds = 10e-6;
-// The copies' bytes a second: kCopyBandwidth, or CONVT_COPY_BANDWIDTH_GBPS (a whole number of GB/s, read
-// at every plan) for an A/B of the copies' model in one process
-double copy_bandwidth() {
+// The copies' effective rates, bytes a second, read and written: the plan over a copy against the
+// plan it replaces, each priced by the models here, so a rate also makes up the models' errors. The
+// copies themselves run at about 2 TB/s (H200, v104); priced so, against 1 TB/s, the plans that move
+// ran 0.97x the time on 51 bf16 training steps over grad_input's channels-last grad_y (below cuDNN
+// 13 -> 7) and 0.87x on 7 strict forwards over aligned-row copies of x, while 9 bf16 forwards over
+// channels-last copies of x ran 1.12x slower (their position-row plans' share, not the copy, is what
+// 1 TB/s makes up; TF32 even) (docs/perf/2026-12-04-v104.md).
+enum class CopyKind { kAlignedRows, kChannelsLastX, kChannelsLastGradY };
+double copy_bandwidth(CopyKind kind) {
+  // (CONVT_COPY_BANDWIDTH_GBPS, a whole number of GB/s read at every plan: every kind's rate, for an
+  // A/B of the copies' model in one process)
   const std::optional<int64_t> gigabytes = read_whole_number("CONVT_COPY_BANDWIDTH_GBPS", 1000000, "GB/s");
-  return gigabytes ? double(*gigabytes) * 1e9 : kCopyBandwidth;
+  if (gigabytes) return double(*gigabytes) * 1e9;
+  return kind == CopyKind::kChannelsLastX ? 1e12 : 2e12;
 }
 // Position rows' share of a box plan's time: bf16 forwards on channels-last x ran 1.07-1.23x faster
 // than on the same x's boxes (H200, docs/perf/2026-11-30-position-rows.md)
@@ -1993,7 +2012,8 @@ DataPlan plan_forward_uncached(const ConvTParams& p, const TensorFacts& x, Math 
   }
   if (chunk == 0) return plan;
   const double over_x = double(launch_waves(plan.gemm, plan.gemm.row_tiles, limits)) * pipelined_tile_seconds(plan.gemm, true, math);
-  const double over_copies = seconds[size_t(chunk)] + 2.0 * p.batch * element_bytes / copy_bandwidth();
+  const double over_copies = seconds[size_t(chunk)] +
+                             2.0 * p.batch * element_bytes / copy_bandwidth(channels_last ? CopyKind::kChannelsLastX : CopyKind::kAlignedRows);
   if (over_copies > kAlignedCopyMargin * over_x && copies != PlanOverride::kAlways) return plan;
   over.copy_batch = chunk;
   return over;
@@ -2045,7 +2065,7 @@ DataPlan plan_grad_input(const ConvTParams& p, const TensorFacts& grad_y, Math m
   // (zero taps: the exact plan over grad_y, which the copy's flag gates; plan's own where it has one)
   const bool exact_stands = plan.gemm.zero_taps || (plan.gemm.splits == 1 && !bias_first(plan.gemm));
   if (copied->zero_taps && !exact_stands) return plan;
-  const double copy_seconds = 2.0 * p.batch * rows * row_elements * element_size / copy_bandwidth();
+  const double copy_seconds = 2.0 * p.batch * rows * row_elements * element_size / copy_bandwidth(CopyKind::kChannelsLastGradY);
   const double over_copy = double(launch_waves(*copied, copied->row_tiles, limits)) * pipelined_tile_seconds(*copied, false, math) *
                                kPositionRowsTimeShare + copy_seconds;
   const double over_grad_y = double(launch_waves(plan.gemm, plan.gemm.launch_row_tiles, limits)) *
@@ -2476,7 +2496,8 @@ std::string describe(const DataPlan& plan) {
       text += key_values({{"copy_ns", int64_t(plan.copy_seconds * 1e9)}, {"grad_y_ns", int64_t(plan.grad_y_seconds * 1e9)}});
     }
   } else if (plan.kernel == Kernel::kDepthwise) {
-    text += key_values({{"staged", plan.depthwise.staged}, {"co_blocks", plan.depthwise.co_blocks}, {"tap_step", plan.depthwise.tap_step},
+    text += key_values({{"staged", plan.depthwise.staged}, {"co_blocks", plan.depthwise.co_blocks}, {"row_groups", plan.depthwise.row_groups},
+                        {"tap_step", plan.depthwise.tap_step},
                         {"smem_bytes", int64_t(plan.depthwise.smem_bytes)}});
   }
   return text;

@@ -117,6 +117,7 @@ CONVT_HOST_DEVICE constexpr int wgmma_min_blocks(int taps) { return taps <= 3 ? 
 // depthwise kernels (depthwise.cuh)
 constexpr int kDwThreads = 256, kDwPerThread = 8, kDwSegment = kDwThreads * kDwPerThread;  // outputs per block
 constexpr int kDwMaxTaps = 16;
+constexpr int kDwMostRowGroups = 8;  // (DepthwisePlan::row_groups: groups of 32 threads or more)
 // Groups of at most kDwMaxInChannels input channels whose C_in/groups x C_out/groups is at most
 // kDwMaxGroupProducts run on the depthwise kernels: tensor-core tiles would pad both to 16 or more.
 // The forward's thread visits every tap of every input channel of its group for each output (Cig *
@@ -485,11 +486,15 @@ struct DepthwisePlan {
   // channel multiplier); grad_input's co blocks sum into partial[co block] (DepthwisePlan's user
   // adds them: sum_slices).
   int co_block, co_blocks;
+  // Rows a block (depthwise.cuh's DwRowGroup): row groups of kDwThreads / row_groups threads, each
+  // taking one row's segment of segment() outputs (inputs), so that short rows fill a block
+  int row_groups;
+  CONVT_HOST_DEVICE int segment() const { return kDwSegment / row_groups; }
   int weights;        // w[ci, co, :] staged per row: co_block * K values per input channel, then co_block biases in the forward
   // The forward: 1, each output visits every tap (those of other phases skipped); above 1, only its
   // phase's taps, tap_step = stride / gcd(dilation, stride) apart (plan_depthwise)
   int tap_step;
-  size_t smem_bytes;  // the weights (and biases), then the row segment
+  size_t smem_bytes;  // every row group's weights (and biases), then every row group's row segment
 };
 
 // ---- whole passes ---------------------------------------------------------------------------------------

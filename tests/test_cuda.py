@@ -128,6 +128,28 @@ def test_depthwise_long_rows_backward(case, dtype):
     assert_gradients_deterministic(x, w, b, case)
 
 
+# Depthwise rows shorter than a block's segment, several a block (DepthwisePlan::row_groups): row
+# counts no multiple of the groups (the last block's groups past the last row), one and two input
+# channels a group, a channel multiplier of 2 with dilation, and the forward over its phases' taps.
+DEPTHWISE_SHORT_ROW_CASES = [
+    Case(9, 513, 513, 4, 60, stride=3, groups=513),
+    Case(12, 768, 768, 4, 125, stride=3, groups=768),
+    Case(10, 1100, 550, 3, 100, stride=2, padding=1, groups=550),
+    Case(8, 600, 1200, 5, 90, stride=2, padding=4, dilation=2, groups=600),
+    Case(9, 520, 520, 16, 30, stride=8, padding=4, groups=520),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("case", DEPTHWISE_SHORT_ROW_CASES, ids=str)
+def test_depthwise_short_rows_in_row_groups(case, dtype, layers_as_given):
+    plan = cuda_plans(case, dtype)
+    assert plan["forward"]["kernel"] == "depthwise" and plan["forward"]["row_groups"] > 1, plan["forward"]
+    assert plan["grad_input"]["kernel"] == "depthwise" and plan["grad_input"]["row_groups"] > 1, plan["grad_input"]
+    x, w, b = assert_backward_matches_reference(case, dtype, "cuda", check_forward=True)
+    assert_gradients_deterministic(x, w, b, case)
+
+
 # The depthwise forward over each output's phase's taps (tap_step = stride / gcd(dilation, stride)
 # apart) and over every tap: one input channel a group and several, phases with no tap, taps reaching
 # past the row's ends, strides above the block's phase table (kDwThreads = 256: the taps found by a

@@ -385,6 +385,7 @@ def test_16_bit_register_fragments_read_permuted_positions(monkeypatch):
     tap boxes or position rows, not where x is staged row by row, not at a stride (merged rows, or
     per phase: the paired columns' stores fall apart), and `never` turns it off."""
     wide = (16, 1536, 512, 7, 1300, 1, 3, 0, 1, 1)  # tensor rows of 2 channel phases
+    monkeypatch.setenv("CONVT_GRAD_INPUT_COPIES", "never")  # (grad_input on grad_y's own rows)
     for name in ("forward", "grad_input"):
         g = plans(wide, torch.bfloat16, True, "h100")[name]
         assert g["tensor_rows"] == 1 and g["tap_boxes"] == 0 and g["permuted_positions"] == 1, (name, g)
@@ -401,6 +402,7 @@ def test_16_bit_register_fragments_read_permuted_positions(monkeypatch):
     monkeypatch.setenv("CONVT_PERMUTED_POSITIONS", "never")
     assert plans(wide, torch.bfloat16, True, "h100")["forward"]["permuted_positions"] == 0
     monkeypatch.delenv("CONVT_PERMUTED_POSITIONS")
+    monkeypatch.delenv("CONVT_GRAD_INPUT_COPIES")
     # the kernels compile the permuted path only for 16-bit plans of unmerged rows and channels
     # (WarpgroupMma::kMayPermute): every plan that permutes, over a sweep's layers, is one of those
     permuted = 0
@@ -1105,18 +1107,16 @@ def test_planner_numbers_name_a_bad_value(variable, unit, shape, value, monkeypa
 
 def test_copy_bandwidth_prices_the_copies(monkeypatch):
     """The copies' model prices a pass over a copy at its bandwidth, CONVT_COPY_BANDWIDTH_GBPS (GB/s)
-    where set: a 16-bit stride-2 grad_input whose channels-last copy of grad_y loses to the
-    deinterleaved plan at the default rate takes the copy where copies run twice as fast, and a slow
-    copy turns it away again."""
+    where set: a 16-bit stride-2 grad_input takes its channels-last copy of grad_y at the default
+    rate (2 TB/s), and the deinterleaved plan where copies run at half that or slower."""
     shape, dtype = (1, 512, 512, 3, 18814, 2, 0, 0, 1, 1), torch.bfloat16
     monkeypatch.delenv("CONVT_COPY_BANDWIDTH_GBPS", raising=False)
     g = plans(shape, dtype, True, "h200")["grad_input"]
-    assert g["channels_last_grad_y"] == 0 and "copies" not in summary(g) and "grad_y" not in summary(g), g
-    monkeypatch.setenv("CONVT_COPY_BANDWIDTH_GBPS", "2000")
-    g = plans(shape, dtype, True, "h200")["grad_input"]
     assert g["channels_last_grad_y"] == 1 and summary(g).endswith(" over channels-last grad_y"), g
-    monkeypatch.setenv("CONVT_COPY_BANDWIDTH_GBPS", "100")
-    assert plans(shape, dtype, True, "h200")["grad_input"]["channels_last_grad_y"] == 0
+    for slower in ("1000", "100"):
+        monkeypatch.setenv("CONVT_COPY_BANDWIDTH_GBPS", slower)
+        g = plans(shape, dtype, True, "h200")["grad_input"]
+        assert g["channels_last_grad_y"] == 0 and "copies" not in summary(g) and "grad_y" not in summary(g), g
 
 
 def test_summary_names_the_copies_of_x():
@@ -1219,6 +1219,7 @@ def test_grad_input_deinterleave_override(monkeypatch):
     16-bit grad_input the model keeps merged in place), never keeps every grad_input on grad_y as it
     is (here one the model copies)."""
     in_place, copied = (4, 512, 256, 8, 3000, 4, 2, 0, 1, 1), (2, 1024, 512, 16, 1300, 8, 4, 0, 1, 1)
+    monkeypatch.setenv("CONVT_GRAD_INPUT_COPIES", "never")  # (grad_y itself or its deinterleaved copy)
     assert plans(in_place, torch.bfloat16, True, "h100")["grad_input"]["deinterleaved"] == 0
     assert plans(copied, torch.bfloat16, True, "h100")["grad_input"]["deinterleaved"] == 1
     monkeypatch.setenv("CONVT_GRAD_INPUT_DEINTERLEAVE", "always")
@@ -1443,6 +1444,27 @@ def test_depthwise_grad_input_splits_wide_output_channels_over_blocks():
             assert g["co_blocks"] * n * l_in <= 2 * 4 * sms * 2048, (shape, g)
     many_rows = plans((16, 512, 512, 5, 4000, 2, 2, 0, 1, 512), torch.float32, True, "h100")["grad_input"]
     assert many_rows["kernel"] == "depthwise" and many_rows["co_blocks"] == 1, many_rows
+
+
+def test_depthwise_short_rows_take_row_groups():
+    """Depthwise rows shorter than a block's 2048-output segment share a block: the most row groups
+    (a power of two up to 8, groups of 32 threads or more) whose segment holds a whole row, while the
+    rows' blocks still number four an SM; long rows, and few rows, keep one row a block."""
+    depthwise = (12, 768, 768, 4, 125, 3, 0, 0, 1, 768)  # forward rows of 376 outputs, grad_input's of 125 inputs
+    for dtype, tf32 in MATHS:
+        g = plans(depthwise, dtype, tf32, "h100")
+        assert g["forward"]["kernel"] == "depthwise" and g["forward"]["row_groups"] == 4, g["forward"]
+        assert g["grad_input"]["kernel"] == "depthwise" and g["grad_input"]["row_groups"] == 8, g["grad_input"]
+    for shape in ((12, 768, 768, 4, 3000, 3, 0, 0, 1, 768), (1, 64, 64, 3, 100, 1, 1, 0, 1, 64)):  # long rows; 64 rows
+        g = plans(shape, torch.float32, True, "h100")
+        assert g["forward"]["row_groups"] == 1 and g["grad_input"]["row_groups"] == 1, (shape, g)
+    for _, case in sweep.draw_shapes(200, 76, "cuda"):
+        for name, g in plans(case.sizes, torch.bfloat16, False, "h100").items():
+            if isinstance(g, dict) and g.get("kernel") == "depthwise" and "row_groups" in g:
+                length = case.sizes[4] if name == "grad_input" else None
+                assert g["row_groups"] in (1, 2, 4, 8), (case, name, g)
+                if length is not None and g["row_groups"] > 1:
+                    assert 2048 // g["row_groups"] >= length, (case, g)
 
 
 def test_narrow_forwards_merge_with_zero_taps():

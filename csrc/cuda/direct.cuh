@@ -93,6 +93,20 @@ __global__ void grad_input_direct_kernel(const scalar_t* __restrict__ grad_y, co
   }
 }
 
+// The layout copies' shared-memory tile (channels_last_kernel, deinterleave_channels_last_kernel):
+// an out row's values of the tile, kChannelsLastTile a row or more, in 16-byte vectors; vector v of
+// row t at v ^ (swizzle mod 8) of the row. A warp's element stores then fall on up to 8 different
+// vectors of 8 rows (the rows of a tile are 32 words apart: unswizzled, a warp's stores down a column
+// hit one bank), and a 16-byte load takes an out vector whole, in order, for one 16-byte store.
+template <typename scalar_t>
+struct alignas(16) CopyVector {
+  static constexpr int kElements = 16 / int(sizeof(scalar_t));
+  scalar_t v[kElements];
+};
+__device__ __forceinline__ int swizzled_vector(int row_vectors, int row, int vector, int swizzle) {
+  return row * row_vectors + (vector ^ (swizzle & 7));
+}
+
 // grad_y deinterleaved (GemmPlan::deinterleaved, WeightPlan::deinterleaved_grad_y; docs/design.md
 // §3.2, §5.5): out[n, co*phases + r, m] = grad_y[n, co, m*stride + r*phase_step - padding] for r <
 // phases, m < row_length, zero where that lies outside grad_y (phase_step: 1, or grad_weight's
@@ -156,20 +170,15 @@ __global__ void deinterleave_grad_y_kernel(const scalar_t* __restrict__ grad_y, 
 // grad_y unrolled by taps (WeightPlan::unrolled_grad_y; docs/design.md §5.6): out[n, co*K + k, i] =
 // grad_y[n, co, i*stride + k*dilation - padding] for i < row_length, zero outside grad_y. A row (n,
 // co*K + k) along y, positions along x; grad_y read through the params' y strides. A thread takes
-// kUnrollVector consecutive positions (16 bytes of out: row_length is a multiple of 8 elements, so
+// a CopyVector of consecutive positions (16 bytes of out: row_length is a multiple of 8 elements, so
 // each run starts 16-byte aligned), issues all their loads, then stores the run at once: a copy of
 // hundreds of MB is bound by the loads in flight, and one element a thread left it at a fraction of
 // HBM's bandwidth.
 template <typename scalar_t>
-constexpr int kUnrollVector = 16 / int(sizeof(scalar_t));
-
-template <typename scalar_t>
 __global__ void unroll_grad_y_kernel(const scalar_t* __restrict__ grad_y, scalar_t* __restrict__ out, ConvTParams p,
                                      int64_t row_length) {
-  constexpr int kVector = kUnrollVector<scalar_t>;
-  struct alignas(16) Run {
-    scalar_t values[kVector];
-  };
+  using Run = CopyVector<scalar_t>;
+  constexpr int kVector = Run::kElements;
   CONVT_ROW_LOOP(row, p.batch * p.out_channels * p.kernel_size) {
     const int64_t k = row % p.kernel_size, channel = row / p.kernel_size;
     const scalar_t* grad_y_row = grad_y + channel / p.out_channels * p.y_batch_stride + channel % p.out_channels * p.y_channel_stride;
@@ -179,48 +188,60 @@ __global__ void unroll_grad_y_kernel(const scalar_t* __restrict__ grad_y, scalar
 #pragma unroll
       for (int e = 0; e < kVector; ++e) {
         const int64_t i = run * kVector + e, j = first_j + i * p.stride;
-        values.values[e] = i < p.length_in && j >= 0 && j < p.length_out ? grad_y_row[j * p.y_length_stride] : scalar_t(0);
+        values.v[e] = i < p.length_in && j >= 0 && j < p.length_out ? grad_y_row[j * p.y_length_stride] : scalar_t(0);
       }
       reinterpret_cast<Run*>(out + row * row_length)[run] = values;
     }
   }
 }
 
-// The layout copies' shared-memory tile (channels_last_kernel, deinterleave_channels_last_kernel):
-// an out row's values of the tile, kChannelsLastTile a row or more, in 16-byte vectors; vector v of
-// row t at v ^ (swizzle mod 8) of the row. A warp's element stores then fall on up to 8 different
-// vectors of 8 rows (the rows of a tile are 32 words apart: unswizzled, a warp's stores down a column
-// hit one bank), and a 16-byte load takes an out vector whole, in order, for one 16-byte store.
-template <typename scalar_t>
-struct alignas(16) CopyVector {
-  static constexpr int kElements = 16 / int(sizeof(scalar_t));
-  scalar_t v[kElements];
-};
-__device__ __forceinline__ int swizzled_vector(int row_vectors, int row, int vector, int swizzle) {
-  return row * row_vectors + (vector ^ (swizzle & 7));
+// The layout copies' tile loop (channels_last_kernel, deinterleave_channels_last_kernel): block b
+// takes tiles b, b + gridDim.x, ... (a grid of a few blocks an SM: copy_grid). A tile's loads go to
+// registers (load), then to the shared-memory tile (stage); the next tile's loads are issued before
+// this tile's stores from shared memory (store), so their latency passes behind those stores: a
+// block keeps a tile's loads in flight all the time, not one latency per tile in turn.
+template <typename LoadTile, typename StageTile, typename StoreTile>
+__device__ __forceinline__ void copy_tiles(int tiles, LoadTile load, StageTile stage, StoreTile store) {
+  int tile = int(blockIdx.x);
+  if (tile >= tiles) return;
+  load(tile);
+  for (;;) {
+    stage();
+    __syncthreads();
+    const int next = tile + int(gridDim.x);
+    if (next < tiles) load(next);  // (the registers were staged)
+    store(tile);
+    if (next >= tiles) return;
+    __syncthreads();  // (the tile is stored: shared memory free for the next)
+    tile = next;
+  }
 }
 
 // Channels-last rows by phase (launch_channels_last): out[((n * phases + r) * phase_rows + m) *
 // row_elements + c] = in[n, c, m * phases + r]. A block of kChannelsLastThreads moves tiles of
-// kChannelsLastTile channels x kChannelsLastTile positions of in through shared memory: it reads each
-// channel's positions in order and writes each position's channels in order, both sides coalesced.
-// A thread issues all its loads of a tile before it stages any (one memory latency a tile, not one a
-// load), kLoadElements consecutive positions a load (rows and the base aligned to that many elements,
-// positions contiguous; 1: through the length stride), staged by position row, swizzled by the load's
-// position group (so a warp's stores of one element of its loads, 8 groups, take 8 vectors).
-// kVectorStores: a thread writes 16 bytes of an out row (row_elements a multiple of 16 bytes),
-// channels past `channels` as zeros, else one element of each channel below `channels`. Any phases:
-// position j's row is (j mod phases, j div phases), from one 64-bit division a tile and a 32-bit one a
-// row (a 64-bit division a store made the copy bound by its instructions).
-constexpr int kChannelsLastTile = 64, kChannelsLastThreads = 256;
+// kChannelsLastTile channels x kChannelsLastTile positions of in through shared memory (copy_tiles;
+// tile t: batch element, channel tile, position tile, the last fastest): it reads each channel's
+// positions in order and writes each position's channels in order, both sides coalesced. A thread's
+// loads of a tile are kLoadElements consecutive positions each (rows and the base aligned to that
+// many elements, positions contiguous; 1: through the length stride), all in flight at once, staged
+// by position row, swizzled by the load's position group (so a warp's stores of one element of its
+// loads, 8 groups, take 8 vectors). kVectorStores: a thread writes 16 bytes of an out row
+// (row_elements a multiple of 16 bytes), channels past `channels` as zeros, else one element of each
+// channel below `channels`. Any phases: position j's row is (j mod phases, j div phases), from one
+// 64-bit division a tile and a 32-bit one a stored row (a 64-bit division a store made the copy bound
+// by its instructions).
+constexpr int kChannelsLastTile = 64, kChannelsLastThreads = 256, kCopyBlocksPerSm = 4;
 static_assert(kChannelsLastTile == kChannelsLastCopyMostPhases, "plan.h's most phases of a channels-last copy: a tile's positions");
 
 template <typename scalar_t, int kLoadElements, bool kVectorStores>
-__global__ void __launch_bounds__(kChannelsLastThreads)
-    channels_last_kernel(const scalar_t* __restrict__ in, scalar_t* __restrict__ out, ChannelsLastCopy copy) {
+__global__ void __launch_bounds__(kChannelsLastThreads, kCopyBlocksPerSm)
+    channels_last_kernel(const scalar_t* __restrict__ in, scalar_t* __restrict__ out, ChannelsLastCopy copy, int channel_tiles,
+                         int position_tiles) {
   using Vector = CopyVector<scalar_t>;
   constexpr int kTile = kChannelsLastTile, kVector = Vector::kElements, kRowVectors = kTile / kVector;
-  constexpr int kLoads = kTile * kTile / kLoadElements / kChannelsLastThreads;  // a thread's loads a tile
+  constexpr int kLoadGroups = kTile / kLoadElements;                     // a channel's loads a tile
+  constexpr int kLoads = kTile * kLoadGroups / kChannelsLastThreads;      // a thread's loads a tile
+  constexpr int kLoadChannelStep = kChannelsLastThreads / kLoadGroups;  // between a thread's loads
   struct alignas(sizeof(scalar_t) * kLoadElements) Load { scalar_t v[kLoadElements]; };
   __shared__ Vector staged_vectors[kTile * kRowVectors];  // position j's channels: row j
   scalar_t* const staged = reinterpret_cast<scalar_t*>(staged_vectors);
@@ -228,72 +249,92 @@ __global__ void __launch_bounds__(kChannelsLastThreads)
     return staged + swizzled_vector(kRowVectors, j, c / kVector, j / kLoadElements) * kVector + c % kVector;
   };
   const RowsView& rows = copy.in;
-  for (int64_t n = blockIdx.z; n < rows.batch; n += gridDim.z) {
-    for (int64_t first_c = int64_t(blockIdx.y) * kTile; first_c < rows.channels; first_c += int64_t(gridDim.y) * kTile) {
-      for (int64_t first_j = int64_t(blockIdx.x) * kTile; first_j < rows.length; first_j += int64_t(gridDim.x) * kTile) {
-        const int channels = int(std::min<int64_t>(kTile, rows.channels - first_c));
-        const int positions = int(std::min<int64_t>(kTile, rows.length - first_j));
-        const scalar_t* tile = in + n * rows.batch_stride + first_c * rows.channel_stride + first_j * rows.length_stride;
-        Load loads[kLoads];
+  // (a thread's loads: channels first_channel + u * kLoadChannelStep, positions first_position + v)
+  const int first_channel = int(threadIdx.x) / kLoadGroups, first_position = int(threadIdx.x) % kLoadGroups * kLoadElements;
+  struct TileAt {
+    int64_t n, first_c, first_j;
+    int channels, positions;
+  };
+  auto tile_at = [&](int tile) {
+    const int position_tile = tile % position_tiles, rest = tile / position_tiles;
+    TileAt at{rest / channel_tiles, int64_t(rest % channel_tiles) * kTile, int64_t(position_tile) * kTile, 0, 0};
+    at.channels = int(std::min<int64_t>(kTile, rows.channels - at.first_c));
+    at.positions = int(std::min<int64_t>(kTile, rows.length - at.first_j));
+    return at;
+  };
+  Load loads[kLoads];
+  auto load = [&](int tile) {
+    const TileAt at = tile_at(tile);
+    const scalar_t* first = in + at.n * rows.batch_stride + (at.first_c + first_channel) * rows.channel_stride +
+                            (at.first_j + first_position) * rows.length_stride;
 #pragma unroll
-        for (int u = 0; u < kLoads; ++u) {  // (load u: channel c, positions j .. j + kLoadElements - 1)
-          const int e = int(threadIdx.x) + u * kChannelsLastThreads;
-          const int c = e / (kTile / kLoadElements), j = e % (kTile / kLoadElements) * kLoadElements;
-          if (c < channels && j + kLoadElements <= positions) {
-            loads[u] = *reinterpret_cast<const Load*>(tile + c * rows.channel_stride + j * rows.length_stride);
-          } else {
+    for (int u = 0; u < kLoads; ++u) {
+      const int c = first_channel + u * kLoadChannelStep;
+      const scalar_t* at_load = first + int64_t(u * kLoadChannelStep) * rows.channel_stride;
+      if (c < at.channels && first_position + kLoadElements <= at.positions) {
+        loads[u] = *reinterpret_cast<const Load*>(at_load);
+      } else {
 #pragma unroll
-            for (int v = 0; v < kLoadElements; ++v)
-              loads[u].v[v] = c < channels && j + v < positions ? tile[c * rows.channel_stride + (j + v) * rows.length_stride]
-                                                                : scalar_t(0);
-          }
-        }
-#pragma unroll
-        for (int u = 0; u < kLoads; ++u) {
-          const int e = int(threadIdx.x) + u * kChannelsLastThreads;
-          const int c = e / (kTile / kLoadElements), j = e % (kTile / kLoadElements) * kLoadElements;
-#pragma unroll
-          for (int v = 0; v < kLoadElements; ++v) *staged_at(j + v, c) = loads[u].v[v];
-        }
-        __syncthreads();
-        // (position first_j + j is phase (first_phase + j) mod phases of row first_m + (first_phase + j) div phases)
-        const int64_t first_m = first_j / copy.phases;
-        const int first_phase = int(first_j - first_m * copy.phases), phases = int(copy.phases);
-        auto out_row = [&](int j) {
-          const int local = first_phase + j, rows_on = local / phases, phase = local - rows_on * phases;
-          return out + ((n * copy.phases + phase) * copy.phase_rows + first_m + rows_on) * copy.row_elements + first_c;
-        };
-        if constexpr (kVectorStores) {
-          const int row_vectors = int(std::min<int64_t>(kTile, copy.row_elements - first_c)) / kVector;
-          for (int e = threadIdx.x; e < kTile * kRowVectors; e += kChannelsLastThreads) {
-            const int j = e / kRowVectors, vector = e % kRowVectors;
-            if (j >= positions || vector >= row_vectors) continue;
-            reinterpret_cast<Vector*>(out_row(j))[vector] = staged_vectors[swizzled_vector(kRowVectors, j, vector, j / kLoadElements)];
-          }
-        } else {
-          for (int e = threadIdx.x; e < kTile * kTile; e += kChannelsLastThreads) {
-            const int j = e / kTile, c = e % kTile;
-            if (j < positions && c < channels) out_row(j)[c] = *staged_at(j, c);
-          }
-        }
-        __syncthreads();
+        for (int v = 0; v < kLoadElements; ++v)
+          loads[u].v[v] = c < at.channels && first_position + v < at.positions ? at_load[v * rows.length_stride] : scalar_t(0);
       }
     }
-  }
+  };
+  auto stage = [&] {
+#pragma unroll
+    for (int u = 0; u < kLoads; ++u) {
+#pragma unroll
+      for (int v = 0; v < kLoadElements; ++v) *staged_at(first_position + v, first_channel + u * kLoadChannelStep) = loads[u].v[v];
+    }
+  };
+  auto store = [&](int tile) {
+    const TileAt at = tile_at(tile);
+    // (position first_j + j is phase (first_phase + j) mod phases of row first_m + (first_phase + j) div phases)
+    const int64_t first_m = at.first_j / copy.phases;
+    const int first_phase = int(at.first_j - first_m * copy.phases), phases = int(copy.phases);
+    const int64_t plane = copy.phase_rows * copy.row_elements;
+    scalar_t* const first_row = out + at.n * copy.phases * plane + first_m * copy.row_elements + at.first_c;
+    auto out_row = [&](int j) {
+      const int local = first_phase + j, rows_on = local / phases, phase = local - rows_on * phases;
+      return first_row + phase * plane + rows_on * copy.row_elements;
+    };
+    if constexpr (kVectorStores) {
+      const int row_vectors = int(std::min<int64_t>(kTile, copy.row_elements - at.first_c)) / kVector;
+      constexpr int kRowStep = kChannelsLastThreads / kRowVectors;  // (a thread's rows: first_row_j + s * kRowStep)
+      const int vector = int(threadIdx.x) % kRowVectors, first_row_j = int(threadIdx.x) / kRowVectors;
+#pragma unroll
+      for (int s = 0; s < kTile / kRowStep; ++s) {
+        const int j = first_row_j + s * kRowStep;
+        if (j < at.positions && vector < row_vectors)
+          reinterpret_cast<Vector*>(out_row(j))[vector] = staged_vectors[swizzled_vector(kRowVectors, j, vector, j / kLoadElements)];
+      }
+    } else {
+      constexpr int kRowStep = kChannelsLastThreads / kTile;
+      const int c = int(threadIdx.x) % kTile, first_row_j = int(threadIdx.x) / kTile;
+#pragma unroll 4
+      for (int s = 0; s < kTile / kRowStep; ++s) {
+        const int j = first_row_j + s * kRowStep;
+        if (j < at.positions && c < at.channels) out_row(j)[c] = *staged_at(j, c);
+      }
+    }
+  };
+  copy_tiles(int(rows.batch) * channel_tiles * position_tiles, load, stage, store);
 }
 
 // grad_y deinterleaved channels-last (launch_deinterleave_grad_y_channels_last): out[(n * rows + m) *
 // row_elements + co * phases + r] = grad_y[n, co, m * stride + r - padding]. A block moves tiles of
 // kChannelsLastTile co x tile_rows rows m (tile_rows * phases <= kChannelsLastTile positions: a row's
-// phases, which are consecutive positions of grad_y where phases = stride) through shared memory as
-// channels_last_kernel does. A thread keeps one position i = t * phases + r of every tile (its
-// division by phases done once) and loads it from kLoads channels, all in flight, then stages them in
-// out's order (row t, value co * phases + r), so that each 16-byte store along out's row takes one
-// 16-byte load of the tile (an element at a time at a row's end).
+// phases, which are consecutive positions of grad_y where phases = stride) through shared memory
+// (copy_tiles; tile t: batch element, channel tile, row tile, the last fastest). A thread keeps one
+// position i = t * phases + r of every tile (its division by phases done once) and loads it from
+// kLoads channels, all in flight, then stages them in out's order (row t, value co * phases + r), so
+// that each 16-byte store along out's row takes one 16-byte load of the tile (an element at a time at
+// a row's end).
 template <typename scalar_t>
-__global__ void __launch_bounds__(kChannelsLastThreads)
+__global__ void __launch_bounds__(kChannelsLastThreads, kCopyBlocksPerSm)
     deinterleave_channels_last_kernel(const scalar_t* __restrict__ grad_y, scalar_t* __restrict__ out, int* nonfinite,
-                                      ConvTParams p, int phases, int64_t rows, int64_t row_elements) {
+                                      ConvTParams p, int phases, int64_t rows, int64_t row_elements, int channel_tiles,
+                                      int row_tiles) {
   using Vector = CopyVector<scalar_t>;
   constexpr int kTile = kChannelsLastTile, kVector = Vector::kElements;
   constexpr int kChannelStep = kChannelsLastThreads / kTile, kLoads = kTile / kChannelStep;  // (4 channels a pass, 16 passes)
@@ -303,45 +344,57 @@ __global__ void __launch_bounds__(kChannelsLastThreads)
   const int i = int(threadIdx.x) % kTile, first_channel = int(threadIdx.x) / kTile;
   const int t = i / phases, r = i - t * phases;
   const bool in_tile = t < tile_rows;
+  struct TileAt {
+    int64_t n, first_co, first_m;
+    int channels;
+  };
+  auto tile_at = [&](int tile) {
+    const int row_tile = tile % row_tiles, rest = tile / row_tiles;
+    TileAt at{rest / channel_tiles, int64_t(rest % channel_tiles) * kTile, int64_t(row_tile) * tile_rows, 0};
+    at.channels = int(std::min<int64_t>(kTile, p.out_channels - at.first_co));
+    return at;
+  };
   bool finite = true;
-  for (int64_t n = blockIdx.z; n < p.batch; n += gridDim.z) {
-    for (int64_t first_co = int64_t(blockIdx.y) * kTile; first_co < p.out_channels; first_co += int64_t(gridDim.y) * kTile) {
-      for (int64_t first_m = int64_t(blockIdx.x) * tile_rows; first_m < rows; first_m += int64_t(gridDim.x) * tile_rows) {
-        const int channels = int(std::min<int64_t>(kTile, p.out_channels - first_co));
-        const int64_t j = (first_m + t) * p.stride + r - p.padding;
-        const bool inside = in_tile && j >= 0 && j < p.length_out;
-        const scalar_t* position = grad_y + n * p.y_batch_stride + first_co * p.y_channel_stride + j * p.y_length_stride;
-        scalar_t loads[kLoads];
+  scalar_t loads[kLoads];
+  auto load = [&](int tile) {
+    const TileAt at = tile_at(tile);
+    const int64_t j = (at.first_m + t) * p.stride + r - p.padding;
+    const bool inside = in_tile && j >= 0 && j < p.length_out;
+    // (a thread outside grad_y forms no pointer there)
+    const scalar_t* position = grad_y + at.n * p.y_batch_stride + (at.first_co + first_channel) * p.y_channel_stride +
+                               (inside ? j : 0) * p.y_length_stride;
 #pragma unroll
-        for (int u = 0; u < kLoads; ++u) {
-          const int c = first_channel + u * kChannelStep;
-          loads[u] = inside && c < channels ? position[c * p.y_channel_stride] : scalar_t(0);
-          finite = finite && isfinite(static_cast<float>(loads[u]));
-        }
-        if (in_tile) {
+    for (int u = 0; u < kLoads; ++u) {
+      const int c = first_channel + u * kChannelStep;
+      loads[u] = inside && c < at.channels ? position[int64_t(u * kChannelStep) * p.y_channel_stride] : scalar_t(0);
+      finite = finite && isfinite(static_cast<float>(loads[u]));
+    }
+  };
+  auto stage = [&] {
+    if (!in_tile) return;
 #pragma unroll
-          for (int u = 0; u < kLoads; ++u) {
-            const int value = (first_channel + u * kChannelStep) * phases + r;
-            staged[swizzled_vector(tile_row_vectors, t, value / kVector, t) * kVector + value % kVector] = loads[u];
-          }
-        }
-        __syncthreads();
-        const int row_values = channels * phases, row_vectors = (row_values + kVector - 1) / kVector;
-        const int out_rows = int(std::min<int64_t>(tile_rows, rows - first_m));
-        for (int e = threadIdx.x; e < out_rows * row_vectors; e += kChannelsLastThreads) {
-          const int row = e / row_vectors, vector = e - row * row_vectors;
-          scalar_t* const out_row = out + (n * rows + first_m + row) * row_elements + first_co * phases;
-          const int at = swizzled_vector(tile_row_vectors, row, vector, row);
-          if ((vector + 1) * kVector <= row_values) {
-            reinterpret_cast<Vector*>(out_row)[vector] = staged_vectors[at];
-          } else {
-            for (int v = 0; vector * kVector + v < row_values; ++v) out_row[vector * kVector + v] = staged[at * kVector + v];
-          }
-        }
-        __syncthreads();
+    for (int u = 0; u < kLoads; ++u) {
+      const int value = (first_channel + u * kChannelStep) * phases + r;
+      staged[swizzled_vector(tile_row_vectors, t, value / kVector, t) * kVector + value % kVector] = loads[u];
+    }
+  };
+  auto store = [&](int tile) {
+    const TileAt at = tile_at(tile);
+    const int row_values = at.channels * phases, row_vectors = (row_values + kVector - 1) / kVector;
+    const int out_rows = int(std::min<int64_t>(tile_rows, rows - at.first_m));
+    scalar_t* const first_row = out + (at.n * rows + at.first_m) * row_elements + at.first_co * phases;
+    for (int e = threadIdx.x; e < out_rows * row_vectors; e += kChannelsLastThreads) {
+      const int row = e / row_vectors, vector = e - row * row_vectors;
+      scalar_t* const out_row = first_row + row * row_elements;
+      const int at_vector = swizzled_vector(tile_row_vectors, row, vector, row);
+      if ((vector + 1) * kVector <= row_values) {
+        reinterpret_cast<Vector*>(out_row)[vector] = staged_vectors[at_vector];
+      } else {
+        for (int v = 0; vector * kVector + v < row_values; ++v) out_row[vector * kVector + v] = staged[at_vector * kVector + v];
       }
     }
-  }
+  };
+  copy_tiles(int(p.batch) * channel_tiles * row_tiles, load, stage, store);
   if (!__syncthreads_and(finite) && threadIdx.x == 0) *nonfinite = 1;
 }
 
@@ -350,8 +403,8 @@ __global__ void __launch_bounds__(kChannelsLastThreads)
 // bytes) from element loads, which a warp's consecutive threads make consecutive along the row.
 template <typename scalar_t>
 __global__ void aligned_rows_kernel(const scalar_t* __restrict__ in, scalar_t* __restrict__ out, RowsView rows, int64_t row_elements) {
-  constexpr int kVector = 16 / int(sizeof(scalar_t));
-  struct alignas(16) Vector { scalar_t v[kVector]; };
+  using Vector = CopyVector<scalar_t>;
+  constexpr int kVector = Vector::kElements;
   const int64_t row_vectors = row_elements / kVector, vectors = rows.batch * rows.channels * row_vectors;
   for (int64_t index = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; index < vectors; index += int64_t(gridDim.x) * blockDim.x) {
     const int64_t row = index / row_vectors, first = index % row_vectors * kVector;

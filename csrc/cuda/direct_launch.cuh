@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <array>
+#include <limits>
 #include <utility>
 #include <type_traits>
 
@@ -34,9 +35,11 @@ inline unsigned grid_size(int64_t items, int threads, const Launch& launch) {
 }
 
 template <typename Kernel>
-dim3 depthwise_grid(int64_t rows, int64_t length, Kernel kernel, int co_blocks, const Launch& launch) {
+dim3 depthwise_grid(int64_t rows, int64_t length, Kernel kernel, const DepthwisePlan& plan, const Launch& launch) {
   C10_CUDA_CHECK(allow_dynamic_smem(kernel, launch));
-  return dim3(unsigned((length + kDwSegment - 1) / kDwSegment), unsigned(std::min<int64_t>(rows, 65535)), unsigned(co_blocks));
+  const int64_t row_blocks = (rows + plan.row_groups - 1) / plan.row_groups;
+  return dim3(unsigned((length + plan.segment() - 1) / plan.segment()), unsigned(std::min<int64_t>(row_blocks, 65535)),
+              unsigned(plan.co_blocks));
 }
 
 template <typename scalar_t>
@@ -56,7 +59,7 @@ void launch_depthwise_forward(const ConvTParams& p, const DepthwisePlan& plan, c
                                                 : depthwise_forward_kernel<scalar_t, acc_t, true, false>)
                                   : (phase_taps ? depthwise_forward_kernel<scalar_t, acc_t, false, true>
                                                 : depthwise_forward_kernel<scalar_t, acc_t, false, false>);
-  const dim3 grid = depthwise_grid(p.batch * p.groups, p.length_out, kernel, plan.co_blocks, launch);
+  const dim3 grid = depthwise_grid(p.batch * p.groups, p.length_out, kernel, plan, launch);
   kernel<<<grid, kDwThreads, plan.smem_bytes, launch.stream>>>(x, w, bias, y, p, plan);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
@@ -73,7 +76,7 @@ template <typename scalar_t>
 void launch_depthwise_grad_input(const ConvTParams& p, const DepthwisePlan& plan, const scalar_t* grad_y, const scalar_t* w,
                                  scalar_t* grad_x, acc_type<scalar_t>* partial, Launch launch) {
   auto kernel = depthwise_grad_input_kernel<scalar_t, acc_type<scalar_t>>;
-  const dim3 grid = depthwise_grid(p.batch * p.in_channels, p.length_in, kernel, plan.co_blocks, launch);
+  const dim3 grid = depthwise_grid(p.batch * p.in_channels, p.length_in, kernel, plan, launch);
   kernel<<<grid, kDwThreads, plan.smem_bytes, launch.stream>>>(grad_y, w, grad_x, partial, p, plan);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
@@ -126,7 +129,7 @@ void launch_deinterleave_grad_y(const ConvTParams& p, const scalar_t* grad_y, sc
 template <typename scalar_t>
 void launch_unroll_grad_y(const ConvTParams& p, const scalar_t* grad_y, scalar_t* out, Launch launch) {
   const int64_t row_length = unrolled_row_length(p);
-  unroll_grad_y_kernel<scalar_t><<<row_grid(p.batch * p.out_channels * p.kernel_size, row_length / kUnrollVector<scalar_t>,
+  unroll_grad_y_kernel<scalar_t><<<row_grid(p.batch * p.out_channels * p.kernel_size, row_length / CopyVector<scalar_t>::kElements,
                                             kDirectThreads),
                                    kDirectThreads, 0, launch.stream>>>(grad_y, out, p, row_length);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
@@ -161,36 +164,48 @@ void launch_flag_nonfinite_x(const ConvTParams& p, const scalar_t* x, int* nonfi
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
+// Blocks of a copy_tiles kernel (direct.cuh): as many as the device runs at once, at most one a tile
+template <typename Kernel>
+unsigned copy_grid(Kernel kernel, int64_t tiles, const Launch& launch) {
+  TORCH_CHECK(tiles <= std::numeric_limits<int>::max(), "convt: internal error: a layout copy of ", tiles, " tiles");
+  int blocks_per_sm = 0;
+  C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, kernel, kChannelsLastThreads, 0));
+  return unsigned(std::clamp<int64_t>(tiles, 1, int64_t(launch.sm_count) * std::max(blocks_per_sm, 1)));
+}
+inline int64_t copy_tiles_of(int64_t extent, int64_t tile) { return (extent + tile - 1) / tile; }
+
 template <typename scalar_t>
 void launch_channels_last(const ChannelsLastCopy& copy, const scalar_t* in, scalar_t* out, Launch launch) {
-  auto tiles = [](int64_t extent, int64_t cap) {
-    return unsigned(std::clamp<int64_t>((extent + kChannelsLastTile - 1) / kChannelsLastTile, 1, cap));
-  };
   const RowsView& rows = copy.in;
-  const dim3 grid(tiles(rows.length, 1 << 20), tiles(rows.channels, 65535), unsigned(std::clamp<int64_t>(rows.batch, 1, 65535)));
+  const int64_t channel_tiles = copy_tiles_of(rows.channels, kChannelsLastTile), position_tiles = copy_tiles_of(rows.length, kChannelsLastTile);
+  const int64_t tiles = rows.batch * channel_tiles * position_tiles;
   // the widest loads (16, 8, 4 bytes or one element) that every row's start and the base allow
   auto loads_of = [&](int64_t elements) {
     return rows.length_stride == 1 && rows.channel_stride % elements == 0 && rows.batch_stride % elements == 0 &&
            reinterpret_cast<uintptr_t>(in) % (elements * sizeof(scalar_t)) == 0;
   };
-  constexpr int kVector = 16 / int(sizeof(scalar_t));
+  constexpr int kVector = CopyVector<scalar_t>::kElements;
   const bool vector_stores = copy.row_elements % kVector == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0;
-  auto run = [&](auto load_elements) {
-    constexpr int kLoadElements = decltype(load_elements)::value;
+  auto run = [&](auto load_elements, auto vector_store) {
+    const auto kernel = channels_last_kernel<scalar_t, decltype(load_elements)::value, decltype(vector_store)::value>;
+    kernel<<<copy_grid(kernel, tiles, launch), kChannelsLastThreads, 0, launch.stream>>>(in, out, copy, int(channel_tiles),
+                                                                                         int(position_tiles));
+  };
+  auto run_loads = [&](auto load_elements) {
     if (vector_stores) {
-      channels_last_kernel<scalar_t, kLoadElements, true><<<grid, kChannelsLastThreads, 0, launch.stream>>>(in, out, copy);
+      run(load_elements, std::true_type{});
     } else {
-      channels_last_kernel<scalar_t, kLoadElements, false><<<grid, kChannelsLastThreads, 0, launch.stream>>>(in, out, copy);
+      run(load_elements, std::false_type{});
     }
   };
   if (loads_of(kVector)) {
-    run(std::integral_constant<int, kVector>{});
+    run_loads(std::integral_constant<int, kVector>{});
   } else if (kVector >= 4 && loads_of(kVector / 2)) {
-    run(std::integral_constant<int, std::max(1, kVector / 2)>{});
+    run_loads(std::integral_constant<int, std::max(1, kVector / 2)>{});
   } else if (kVector >= 8 && loads_of(kVector / 4)) {
-    run(std::integral_constant<int, std::max(1, kVector / 4)>{});
+    run_loads(std::integral_constant<int, std::max(1, kVector / 4)>{});
   } else {
-    run(std::integral_constant<int, 1>{});
+    run_loads(std::integral_constant<int, 1>{});
   }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
@@ -201,12 +216,11 @@ void launch_deinterleave_grad_y_channels_last(const ConvTParams& p, const scalar
   TORCH_CHECK(phases >= 1 && phases <= kChannelsLastTile && row_elements * int64_t(sizeof(scalar_t)) % 16 == 0 &&
                   reinterpret_cast<uintptr_t>(out) % 16 == 0,
               "convt: internal error: a channels-last deinterleaved copy of ", phases, " phases, rows of ", row_elements);
-  const int64_t tile_rows = kChannelsLastTile / phases;
-  const dim3 grid(unsigned(std::clamp<int64_t>((rows + tile_rows - 1) / tile_rows, 1, 1 << 20)),
-                  unsigned(std::clamp<int64_t>((p.out_channels + kChannelsLastTile - 1) / kChannelsLastTile, 1, 65535)),
-                  unsigned(std::clamp<int64_t>(p.batch, 1, 65535)));
-  deinterleave_channels_last_kernel<scalar_t><<<grid, kChannelsLastThreads, 0, launch.stream>>>(grad_y, out, nonfinite, p, int(phases),
-                                                                                                rows, row_elements);
+  const int64_t channel_tiles = copy_tiles_of(p.out_channels, kChannelsLastTile);
+  const int64_t row_tiles = copy_tiles_of(rows, kChannelsLastTile / phases);
+  const auto kernel = deinterleave_channels_last_kernel<scalar_t>;
+  kernel<<<copy_grid(kernel, p.batch * channel_tiles * row_tiles, launch), kChannelsLastThreads, 0, launch.stream>>>(
+      grad_y, out, nonfinite, p, int(phases), rows, row_elements, int(channel_tiles), int(row_tiles));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
