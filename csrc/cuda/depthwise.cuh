@@ -13,22 +13,25 @@ namespace convt::cuda {
 
 // A block's row groups (DepthwisePlan::row_groups): row_groups rows side by side, each taken by
 // kDwThreads / row_groups consecutive threads (whole warps) with its own staged weights and row
-// segment, so that rows shorter than a block's kDwSegment outputs keep its threads busy.
+// segment, so that rows shorter than a block's kDwSegment outputs keep its threads busy. Without
+// kRowGroups (one row a block) every member is a constant: long rows' loops keep their constant
+// steps (a run-time group size cost them registers and spills, and a fifth of their time).
+template <bool kRowGroups>
 struct DwRowGroup {
   int group, lane, threads;  // this thread's group and place in it, the group's threads
   __device__ explicit DwRowGroup(int row_groups)
-      : group(int(threadIdx.x) / (kDwThreads / row_groups)),
-        lane(int(threadIdx.x) % (kDwThreads / row_groups)),
-        threads(kDwThreads / row_groups) {}
+      : group(kRowGroups ? int(threadIdx.x) / (kDwThreads / row_groups) : 0),
+        lane(kRowGroups ? int(threadIdx.x) % (kDwThreads / row_groups) : int(threadIdx.x)),
+        threads(kRowGroups ? kDwThreads / row_groups : kDwThreads) {}
 };
 
 // Stages w_s[(c*co_count + cc)*K + k] = w[first_ci + c, co_begin + cc, k] for c < ci_count, cc <
 // co_count (and, given bias, b_s[cc] = bias[first_bias + cc] after them) by the threads of a row
 // group: issued beside a row segment's loads, so that one barrier covers both.
-template <typename scalar_t, typename acc_t>
+template <typename scalar_t, typename acc_t, bool kRowGroups>
 __device__ void stage_depthwise_weights(const scalar_t* w, const scalar_t* bias, acc_t* w_s, int64_t first_ci, int ci_count,
                                         int co_begin, int co_count, int64_t first_bias, const ConvTParams& p,
-                                        const DwRowGroup& rows) {
+                                        const DwRowGroup<kRowGroups>& rows) {
   const int row_weights = co_count * int(p.kernel_size), weights = ci_count * row_weights;
   for (int e = rows.lane; e < weights; e += rows.threads) {
     const int64_t ci = first_ci + e / row_weights, co = co_begin + e % row_weights / int(p.kernel_size);
@@ -49,12 +52,12 @@ __device__ void stage_depthwise_weights(const scalar_t* w, const scalar_t* bias,
 // tap_step, ... (k0 from a per-phase table); else every tap, skipping those of other phases. Either
 // way in increasing k: the same sums. (Cig * K steps an output, or Cig * K / tap_step: planned only
 // for Cig <= 4.) kOneInputChannel: Cig is 1 (a constant: the channel loop compiles away).
-template <typename scalar_t, typename acc_t, bool kOneInputChannel, bool kPhaseTaps>
+template <typename scalar_t, typename acc_t, bool kOneInputChannel, bool kPhaseTaps, bool kRowGroups>
 __global__ void __launch_bounds__(kDwThreads, 4)
     depthwise_forward_kernel(const scalar_t* __restrict__ x, const scalar_t* __restrict__ w,
                              const scalar_t* __restrict__ bias, scalar_t* __restrict__ y, ConvTParams p, DepthwisePlan a) {
   extern __shared__ __align__(16) unsigned char dw_smem[];
-  const DwRowGroup rows(a.row_groups);
+  const DwRowGroup<kRowGroups> rows(a.row_groups);
   const int in_per_group = kOneInputChannel ? 1 : int(p.in_channels_per_group);
   acc_t* w_s = reinterpret_cast<acc_t*>(dw_smem) + rows.group * a.weights;
   scalar_t* x_s = reinterpret_cast<scalar_t*>(reinterpret_cast<acc_t*>(dw_smem) + a.row_groups * a.weights) +
@@ -149,12 +152,12 @@ __global__ void __launch_bounds__(kDwThreads, 4)
 // weights (w_s) with the first co's. With one co block the sums go to grad_x; with several (a few
 // rows of many output channels would leave the SMs idle) block z's go to partial[z] (grad_x's
 // layout, acc_t), added in order by sum_slices_kernel.
-template <typename scalar_t, typename acc_t>
+template <typename scalar_t, typename acc_t, bool kRowGroups>
 __global__ void __launch_bounds__(kDwThreads)
     depthwise_grad_input_kernel(const scalar_t* __restrict__ grad_y, const scalar_t* __restrict__ w,
                                 scalar_t* __restrict__ grad_x, acc_t* __restrict__ partial, ConvTParams p, DepthwisePlan a) {
   extern __shared__ __align__(16) unsigned char dw_smem[];
-  const DwRowGroup rows(a.row_groups);
+  const DwRowGroup<kRowGroups> rows(a.row_groups);
   acc_t* w_s = reinterpret_cast<acc_t*>(dw_smem) + rows.group * a.weights;
   scalar_t* gy_s = reinterpret_cast<scalar_t*>(reinterpret_cast<acc_t*>(dw_smem) + a.row_groups * a.weights) + rows.group * a.staged;
   __shared__ TapTable taps;
@@ -210,9 +213,8 @@ __global__ void __launch_bounds__(kDwThreads)
 // grad_w[ci, co, k] = sum over n and i of x[n, ci, i] * grad_y[n, g*Cog + co, i*stride - padding + k*dilation] (g = ci div Cig)
 // (that is (i + shift_k)*stride + phase_k). Block: one (weight row (ci, co), slice s). Its threads
 // stride over the (n, i) of every n and the slice's inputs i in [s*L_in/slices, (s+1)*L_in/slices),
-// n-major (a thread's next item kDwThreads on, into the next n's inputs where the slice is short:
-// every thread busy on rows shorter than a block), each thread in a fixed order, keeping every
-// tap's sum (x is read once per row, not once per tap); fixed-order block sums go to
+// n-major (on slices shorter than a block, items n * span + offset kDwThreads apart, so that every
+// thread is busy), each thread in a fixed order, keeping every tap's sum (x is read once per row, not once per tap); fixed-order block sums go to
 // partial[s][row][k], and sum_slices_kernel adds the slices in order: deterministic (§8). Slices
 // give long rows several blocks; 64 registers give four blocks per SM.
 template <typename scalar_t, typename acc_t>
@@ -226,23 +228,22 @@ __global__ void __launch_bounds__(kDwThreads, 4)
     const int64_t channel = ci / p.in_channels_per_group * p.out_channels_per_group + co;
     const int64_t i_begin = slice * p.length_in / slices, span = (slice + 1) * p.length_in / slices - i_begin;
     acc_t acc[kDwMaxTaps] = {};
-    // (item (n, i_begin + offset); offset stepped by kDwThreads, carried into n past the span)
-    int64_t n = span > 0 ? int64_t(threadIdx.x) / span : p.batch, offset = span > 0 ? int64_t(threadIdx.x) % span : 0;
-    for (; n < p.batch; offset += kDwThreads) {
-      const scalar_t* x_row = x + n * p.x_batch_stride + ci * p.x_channel_stride;
+    auto accumulate = [&](int64_t n, int64_t i) {
       const scalar_t* gy_row = grad_y + n * p.y_batch_stride + channel * p.y_channel_stride;
-      const int64_t i = i_begin + offset;
-      const acc_t x_value = acc_t(x_row[i * p.x_length_stride]);
+      const acc_t x_value = acc_t(x[n * p.x_batch_stride + ci * p.x_channel_stride + i * p.x_length_stride]);
       int64_t j = i * p.stride - p.padding;  // input i meets tap k at output j = i*stride - padding + k*dilation
 #pragma unroll
       for (int k = 0; k < kDwMaxTaps; ++k, j += p.dilation) {
         if (k >= p.kernel_size) break;
         if (j >= 0 && j < p.length_out) acc[k] += x_value * acc_t(gy_row[j * p.y_length_stride]);
       }
-      while (offset + kDwThreads >= span && n < p.batch) {  // (the next item lies in a later n)
-        offset -= span;
-        ++n;
+    };
+    if (span >= kDwThreads) {
+      for (int64_t n = 0; n < p.batch; ++n) {
+        for (int64_t i = i_begin + threadIdx.x; i < i_begin + span; i += kDwThreads) accumulate(n, i);
       }
+    } else {  // (items n * span + offset: every thread busy on short rows)
+      for (int64_t item = threadIdx.x; item < p.batch * span; item += kDwThreads) accumulate(item / span, i_begin + item % span);
     }
 #pragma unroll
     for (int k = 0; k < kDwMaxTaps; ++k) {

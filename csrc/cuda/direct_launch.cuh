@@ -55,12 +55,20 @@ void launch_depthwise_forward(const ConvTParams& p, const DepthwisePlan& plan, c
                               const scalar_t* bias, scalar_t* y, Launch launch) {
   using acc_t = acc_type<scalar_t>;
   const bool one_input_channel = p.in_channels_per_group == 1, phase_taps = plan.tap_step > 1;
-  auto kernel = one_input_channel ? (phase_taps ? depthwise_forward_kernel<scalar_t, acc_t, true, true>
-                                                : depthwise_forward_kernel<scalar_t, acc_t, true, false>)
-                                  : (phase_taps ? depthwise_forward_kernel<scalar_t, acc_t, false, true>
-                                                : depthwise_forward_kernel<scalar_t, acc_t, false, false>);
-  const dim3 grid = depthwise_grid(p.batch * p.groups, p.length_out, kernel, plan, launch);
-  kernel<<<grid, kDwThreads, plan.smem_bytes, launch.stream>>>(x, w, bias, y, p, plan);
+  auto run = [&](auto row_groups) {
+    constexpr bool kRowGroups = decltype(row_groups)::value;
+    auto kernel = one_input_channel ? (phase_taps ? depthwise_forward_kernel<scalar_t, acc_t, true, true, kRowGroups>
+                                                  : depthwise_forward_kernel<scalar_t, acc_t, true, false, kRowGroups>)
+                                    : (phase_taps ? depthwise_forward_kernel<scalar_t, acc_t, false, true, kRowGroups>
+                                                  : depthwise_forward_kernel<scalar_t, acc_t, false, false, kRowGroups>);
+    const dim3 grid = depthwise_grid(p.batch * p.groups, p.length_out, kernel, plan, launch);
+    kernel<<<grid, kDwThreads, plan.smem_bytes, launch.stream>>>(x, w, bias, y, p, plan);
+  };
+  if (plan.row_groups > 1) {
+    run(std::true_type{});
+  } else {
+    run(std::false_type{});
+  }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
@@ -75,9 +83,16 @@ void launch_grad_input_direct(const ConvTParams& p, const scalar_t* grad_y, cons
 template <typename scalar_t>
 void launch_depthwise_grad_input(const ConvTParams& p, const DepthwisePlan& plan, const scalar_t* grad_y, const scalar_t* w,
                                  scalar_t* grad_x, acc_type<scalar_t>* partial, Launch launch) {
-  auto kernel = depthwise_grad_input_kernel<scalar_t, acc_type<scalar_t>>;
-  const dim3 grid = depthwise_grid(p.batch * p.in_channels, p.length_in, kernel, plan, launch);
-  kernel<<<grid, kDwThreads, plan.smem_bytes, launch.stream>>>(grad_y, w, grad_x, partial, p, plan);
+  auto run = [&](auto row_groups) {
+    auto kernel = depthwise_grad_input_kernel<scalar_t, acc_type<scalar_t>, decltype(row_groups)::value>;
+    const dim3 grid = depthwise_grid(p.batch * p.in_channels, p.length_in, kernel, plan, launch);
+    kernel<<<grid, kDwThreads, plan.smem_bytes, launch.stream>>>(grad_y, w, grad_x, partial, p, plan);
+  };
+  if (plan.row_groups > 1) {
+    run(std::true_type{});
+  } else {
+    run(std::false_type{});
+  }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
