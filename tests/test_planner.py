@@ -1634,6 +1634,29 @@ def test_cpu_forward_folds_the_batch_of_wide_short_filters(monkeypatch):
                        env=dict(os.environ, CONVT_CPU_VECTOR_BITS="256"), check=True, timeout=300)
 
 
+# (N, C_in, C_out, K, L_in, stride, padding): grad_weight's form on 16-float vectors (AVX-512)
+CPU_GRAD_WEIGHT_CASES = [
+    ((1, 1024, 512, 8, 100, 4, 2), "positions"),   # 8 taps: G^T by runs, one GEMM over every tap's columns
+    ((1, 512, 256, 96, 119, 4, 46), "positions"),  # a long filter on a short row
+    ((2, 256, 256, 64, 130, 5, 29), "positions"),
+    ((1, 1024, 512, 7, 100, 4, 1), "taps"),        # 7 taps: G^T column by column, the taps form kept
+    ((4, 256, 256, 4, 300, 2, 1), "taps"),         # a short filter
+    ((2, 128, 128, 16, 243, 8, 0), "taps"),        # the model's choice there the dot products: taps kept
+]
+
+
+def test_cpu_grad_weight_over_positions_from_eight_taps(monkeypatch):
+    """On 16-float vectors, grad_weight of 64 channels a group or more in and out runs as the BLAS taps
+    form, except filters of 8 taps or more that grad_weight_by_gemm gives to the GEMM over positions
+    (a GEMM a tap against one GEMM over every tap's columns, G^T built by runs of grad_y)."""
+    monkeypatch.delenv("CONVT_CPU_FORMS", raising=False)
+    plans = {shape: explain(*shape, device="cpu")["grad_weight"] for shape, _ in CPU_GRAD_WEIGHT_CASES}
+    if {plan.get("vector_bits", 0) for plan in plans.values()} != {512}:
+        pytest.skip("this CPU runs no 16-float AVX2 forms")
+    for shape, form in CPU_GRAD_WEIGHT_CASES:
+        assert plans[shape]["kernel"] == form, (shape, plans[shape])
+
+
 def test_cpu_one_channel_groups_run_the_direct_loops(monkeypatch):
     """One or two channels a group (C_in/g x C_out/g <= 2): the forward and grad_input on the direct
     loops wherever the AVX2 forms run, grad_weight on rows of at most 256 inputs (longer rows: the dot

@@ -1380,6 +1380,7 @@ int64_t grad_weight_row_block(const ConvTParams& p) {
 // batch and the chunks in order (deterministic: the blocks and chunks depend on the problem only).
 // G^T's zeros meet x: false where a value of grad_w is not finite (Inf or NaN in x may have made NaN of
 // what the products that exist leave finite; the caller reruns the pass as dot products).
+constexpr int64_t kRunsLeastTaps = 8;  // (G^T copied by rows, each output channel's taps a run of grad_y)
 bool grad_weight_avx2_gemm(const float* grad_y, const float* x, float* grad_w, const ConvTParams& p) {
   const int64_t Cig = p.in_channels_per_group, Cog = p.out_channels_per_group, K = p.kernel_size, R = Cog * K;
   const int64_t column_blocks = ceil_div(R, kWeightColumns);
@@ -1425,7 +1426,7 @@ bool grad_weight_avx2_gemm(const float* grad_y, const float* x, float* grad_w, c
           float* rows_n = rows_t.data() + t0 * width;
           // copied by rows (each output channel's K taps a run of grad_y) where runs are long, else by
           // columns (each read along a row of grad_y)
-          if (K >= 8) {
+          if (K >= kRunsLeastTaps) {
             for (int64_t i = 0; i < run; ++i) {
               float* out = rows_n + i * width;
               const int64_t base = (i0 + i) * p.stride - p.padding;
@@ -1741,10 +1742,19 @@ bool forward_folded_applies(const ConvTParams& p) {
 // GEMM outruns the micro-kernel; where the CPU has AVX-512 (at::mm then runs 16-float vectors nearer
 // their peak than the micro-kernel does) from 64 channels a group in and out on rows of at least 64
 // inputs, whatever the batch and the taps a phase (each tap is a GEMM of its own; a call sums one
-// row's positions, too few below that) (docs/perf/2026-11-30-cpu-grad-weight-taps.md).
+// row's positions, too few below that) (docs/perf/2026-11-30-cpu-grad-weight-taps.md). Except, on
+// 16-float vectors, filters of kRunsLeastTaps taps or more that grad_weight_by_gemm gives to the
+// GEMM over positions: from that many taps it builds G^T by runs of grad_y, and reads x once for
+// every tap's columns (co, k), where the taps form runs a GEMM a tap, each re-reading x's window and
+// zeroing, reading and writing its tap's (C_in/g x C_out/g) block, then unpacks every tap's block into
+// w's layout. On a Zen 4 core the taps form took 1.33x and 1.30x the positions form's time (geomean)
+// on 20 and 23 fresh sweep layers of 8 taps or more; at 7 taps (G^T built column by column) 0.92x
+// (10 layers); where the model picks the dot products, those were no faster than the taps form
+// (docs/perf/2026-12-04-cpu-zen4-rules.md).
 bool grad_weight_by_blas_taps(const ConvTParams& p) {
   const bool wide_rows = p.batch * p.length_in >= 192 && wide_layer(p);
   if (!avx2::wide_vectors()) return wide_rows;
+  if (p.kernel_size >= kRunsLeastTaps && grad_weight_by_gemm(p)) return false;
   return wide_rows || (p.in_channels_per_group >= 64 && p.out_channels_per_group >= 64 && p.length_in >= 64);
 }
 
