@@ -1773,9 +1773,10 @@ bool forward_folded_applies(const ConvTParams& p) {
 // 16-float vectors, filters of kRunsLeastTaps taps or more that grad_weight_by_gemm gives to the
 // GEMM over positions: from that many taps it builds G^T by runs of grad_y, and reads x once for
 // every tap's columns (co, k), where the taps form runs a GEMM a tap, each re-reading x's window and
-// zeroing, reading and writing its tap's (C_in/g x C_out/g) block, then transposes every input channel's
-// (K x C_out/g) block into w's layout. On a Zen 4 core the taps form took 1.33x and 1.30x the positions form's time (geomean)
-// on 20 and 23 fresh sweep layers of 8 taps or more; at 7 taps (G^T built column by column) 0.92x
+// zeroing, reading and writing its tap's (C_in/g x C_out/g) block, then transposes every input
+// channel's (K x C_out/g) block into w's layout. On a Zen 4 core the taps form took 1.33x and 1.30x
+// the positions form's time (geomean) on 20 and 23 fresh sweep layers of 8 taps or more (CPU v36,
+// before that transpose); at 7 taps (G^T built column by column) 0.92x
 // (10 layers); where the model picks the dot products, those were no faster than the taps form
 // (docs/perf/2026-12-04-cpu-zen4-rules.md).
 bool grad_weight_by_blas_taps(const ConvTParams& p) {
