@@ -106,6 +106,18 @@ def test_shape_classes_match_reference(case, device_dtype_forms, monkeypatch):
     assert_backward_matches_reference(case, dtype, device, check_forward=True)
 
 
+@pytest.mark.quick
+@pytest.mark.parametrize("k", range(1, 10))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_blas_taps_grad_weight_interleaves_every_filter_length(k, dtype, monkeypatch):
+    """The BLAS taps form's grad_weight sums each tap's (C_in/g x C_out/g) matrix into rows (C_in, K,
+    C_out/g) and transposes every input channel's block into w's (C_out/g, K) row, with the tap loop
+    unrolled for each K up to 8 and a loop past that: every length lands each tap in its place."""
+    monkeypatch.setenv("CONVT_CPU_FORMS", "grad_weight=taps")
+    case = Case(2, 12, 10, k, 23, stride=2, padding=k // 2, groups=2)
+    assert_backward_matches_reference(case, dtype, "cpu")
+
+
 def _classes(t):
     t = t.detach().to("cpu", torch.float64)
     return torch.isnan(t).long() + 2 * (t == float("inf")).long() + 3 * (t == float("-inf")).long()

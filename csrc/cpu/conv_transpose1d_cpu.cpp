@@ -108,7 +108,7 @@ int64_t threads() { return std::max<int64_t>(1, at::get_num_threads()); }
 enum class Form { kDirect, kTaps, kUnrolled, kFolded, kPacked, kStreamed, kScatter, kDot, kPositions };
 
 // ---- weight layouts ------------------------------------------------------------------------------
-// The weight (C_in, Cog, K) as one (C_in, Cog) matrix per tap: (K, C_in, Cog), and back.
+// The weight (C_in, Cog, K) as one (C_in, Cog) matrix per tap: (K, C_in, Cog).
 template <typename T>
 void pack_taps(const T* w, T* out, int64_t rows, int64_t cols, int64_t taps) {
   at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
@@ -116,17 +116,6 @@ void pack_taps(const T* w, T* out, int64_t rows, int64_t cols, int64_t taps) {
       const T* in = w + r * cols * taps;
       for (int64_t c = 0; c < cols; ++c) {
         for (int64_t k = 0; k < taps; ++k) out[(k * rows + r) * cols + c] = in[c * taps + k];
-      }
-    }
-  });
-}
-template <typename T>
-void unpack_taps(const T* packed, T* w, int64_t rows, int64_t cols, int64_t taps) {
-  at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      T* out = w + r * cols * taps;
-      for (int64_t c = 0; c < cols; ++c) {
-        for (int64_t k = 0; k < taps; ++k) out[c * taps + k] = packed[(k * rows + r) * cols + c];
       }
     }
   });
@@ -442,14 +431,18 @@ void grad_input_taps(const T* phases, const T* w_taps, T* grad_x, const ConvTPar
 }
 
 // grad_weight: grad_w_k (Cig x Cog) = sum over n of x window (Cig x positions) @ phase window^T, per
-// (tap, group, block of input channels), the batch and positions summed in order (deterministic).
+// (tap, group, block of input channels), the batch and positions summed in order (deterministic), into
+// rows (C_in, K, Cog): each input channel's K x Cog block in one run, which interleave_taps transposes
+// into grad_w's (Cog, K) row within L1 (one read and one write stream through memory, where a layout
+// (K, C_in, Cog) would read K streams a row).
 template <typename T>
-void grad_weight_taps(const T* phases, const T* x, T* grad_w_taps, const ConvTParams& p) {
-  const int64_t Cig = p.in_channels_per_group, Cog = p.out_channels_per_group;
+void grad_weight_taps(const T* phases, const T* x, T* grad_w_rows, const ConvTParams& p) {
+  const int64_t Cig = p.in_channels_per_group, Cog = p.out_channels_per_group, K = p.kernel_size;
+  const int64_t ld = K * Cog;
   const int64_t capacity = phase_length(0, p.length_out, p.stride);
   const int64_t phase_stride = p.batch * p.out_channels * capacity;
   constexpr int64_t kColumns = 512;  // positions summed per GEMM call
-  const int64_t units = p.kernel_size * p.groups;
+  const int64_t units = K * p.groups;
   const int64_t ci_blocks = std::clamp<int64_t>(ceil_div(8, units), 1, ceil_div(Cig, 32));
   const int64_t ci_block = ceil_div(Cig, ci_blocks);
   at::parallel_for(0, units * ci_blocks, 1, [&](int64_t begin, int64_t end) {
@@ -459,7 +452,7 @@ void grad_weight_taps(const T* phases, const T* x, T* grad_w_taps, const ConvTPa
       if (c0 >= c1) continue;
       const Tap tap = tap_of(k, p.stride, p.padding, p.dilation);
       const TapRange r = tap_range(tap, phase_length(tap.phase, p.length_out, p.stride), p.length_in);
-      T* out = grad_w_taps + (k * p.in_channels + g * Cig + c0) * Cog;
+      T* out = grad_w_rows + (g * Cig + c0) * ld + k * Cog;
       bool first = true;
       for (int64_t n = 0; n < p.batch; ++n) {
         for (int64_t m = r.begin; m < r.end; m += kColumns) {
@@ -467,11 +460,45 @@ void grad_weight_taps(const T* phases, const T* x, T* grad_w_taps, const ConvTPa
           gemm<T>(false, /*trans_b=*/true, c1 - c0, Cog, count,
                   x + (n * p.in_channels + g * Cig + c0) * p.length_in + m - tap.shift, p.length_in,
                   phases + tap.phase * phase_stride + (n * p.out_channels + g * Cog) * capacity + m, capacity, !first,
-                  out, Cog);
+                  out, ld);
           first = false;
         }
       }
-      if (first) std::fill(out, out + (c1 - c0) * Cog, T(0));
+      if (first) {
+        for (int64_t ci = 0; ci < c1 - c0; ++ci) std::fill_n(out + ci * ld, Cog, T(0));
+      }
+    }
+  });
+}
+
+// grad_w[ci, co, k] = rows[(ci * K + k) * Cog + co]: per input channel a (K x Cog) -> (Cog x K)
+// transpose, the tap loop unrolled for K up to 8 (the taps form's filters; longer ones: a loop).
+template <typename T, int64_t K>
+void interleave_row(const T* in, T* out, int64_t Cog) {
+  for (int64_t co = 0; co < Cog; ++co) {
+    for (int64_t k = 0; k < K; ++k) out[co * K + k] = in[k * Cog + co];
+  }
+}
+template <typename T>
+void interleave_taps(const T* rows, T* w, int64_t C_in, int64_t Cog, int64_t K) {
+  at::parallel_for(0, C_in, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t ci = begin; ci < end; ++ci) {
+      const T* in = rows + ci * K * Cog;
+      T* out = w + ci * Cog * K;
+      switch (K) {
+        case 1: std::copy_n(in, Cog, out); break;
+        case 2: interleave_row<T, 2>(in, out, Cog); break;
+        case 3: interleave_row<T, 3>(in, out, Cog); break;
+        case 4: interleave_row<T, 4>(in, out, Cog); break;
+        case 5: interleave_row<T, 5>(in, out, Cog); break;
+        case 6: interleave_row<T, 6>(in, out, Cog); break;
+        case 7: interleave_row<T, 7>(in, out, Cog); break;
+        case 8: interleave_row<T, 8>(in, out, Cog); break;
+        default:
+          for (int64_t co = 0; co < Cog; ++co) {
+            for (int64_t k = 0; k < K; ++k) out[co * K + k] = in[k * Cog + co];
+          }
+      }
     }
   });
 }
@@ -1746,9 +1773,10 @@ bool forward_folded_applies(const ConvTParams& p) {
 // 16-float vectors, filters of kRunsLeastTaps taps or more that grad_weight_by_gemm gives to the
 // GEMM over positions: from that many taps it builds G^T by runs of grad_y, and reads x once for
 // every tap's columns (co, k), where the taps form runs a GEMM a tap, each re-reading x's window and
-// zeroing, reading and writing its tap's (C_in/g x C_out/g) block, then unpacks every tap's block into
-// w's layout. On a Zen 4 core the taps form took 1.33x and 1.30x the positions form's time (geomean)
-// on 20 and 23 fresh sweep layers of 8 taps or more; at 7 taps (G^T built column by column) 0.92x
+// zeroing, reading and writing its tap's (C_in/g x C_out/g) block, then transposes every input
+// channel's (K x C_out/g) block into w's layout. On a Zen 4 core the taps form took 1.33x and 1.30x
+// the positions form's time (geomean) on 20 and 23 fresh sweep layers of 8 taps or more (CPU v36,
+// before that transpose); at 7 taps (G^T built column by column) 0.92x
 // (10 layers); where the model picks the dot products, those were no faster than the taps form
 // (docs/perf/2026-12-04-cpu-zen4-rules.md).
 bool grad_weight_by_blas_taps(const ConvTParams& p) {
@@ -1963,11 +1991,10 @@ void backward(const at::Tensor& grad_y, const at::Tensor& x, const at::Tensor& w
     if (!weight_done && weight_form == Form::kDirect) {
       grad_weight_direct<scalar_t>(grad_y_c, x_c, p, grad_w_c);
     } else if (!weight_done) {
-      at::Tensor w_taps = at::empty({p.kernel_size, p.in_channels, p.out_channels_per_group}, w_c.options());
-      grad_weight_taps<scalar_t>(phases.data_ptr<scalar_t>(), x_c.data_ptr<scalar_t>(), w_taps.data_ptr<scalar_t>(),
-                                 p);
-      unpack_taps(w_taps.data_ptr<scalar_t>(), grad_w_c.data_ptr<scalar_t>(), p.in_channels,
-                  p.out_channels_per_group, p.kernel_size);
+      at::Tensor rows = at::empty({p.in_channels, p.kernel_size, p.out_channels_per_group}, w_c.options());
+      grad_weight_taps<scalar_t>(phases.data_ptr<scalar_t>(), x_c.data_ptr<scalar_t>(), rows.data_ptr<scalar_t>(), p);
+      interleave_taps(rows.data_ptr<scalar_t>(), grad_w_c.data_ptr<scalar_t>(), p.in_channels,
+                      p.out_channels_per_group, p.kernel_size);
     }
   });
   if (grad_x.defined()) finish(grad_x, grad_x_c);
