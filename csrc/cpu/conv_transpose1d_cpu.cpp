@@ -472,11 +472,13 @@ void grad_weight_taps(const T* phases, const T* x, T* grad_w_rows, const ConvTPa
 }
 
 // grad_w[ci, co, k] = rows[(ci * K + k) * Cog + co]: per input channel a (K x Cog) -> (Cog x K)
-// transpose, the tap loop unrolled for K up to 8 (the taps form's filters; longer ones: a loop).
-template <typename T, int64_t K>
-void interleave_row(const T* in, T* out, int64_t Cog) {
+// transpose, the tap loop unrolled for K up to 8 (kTaps; the taps form's filters), longer ones a loop
+// (kTaps 0: K at run time).
+template <typename T, int64_t kTaps>
+void interleave_row(const T* in, T* out, int64_t Cog, int64_t K) {
+  const int64_t taps = kTaps > 0 ? kTaps : K;
   for (int64_t co = 0; co < Cog; ++co) {
-    for (int64_t k = 0; k < K; ++k) out[co * K + k] = in[k * Cog + co];
+    for (int64_t k = 0; k < taps; ++k) out[co * taps + k] = in[k * Cog + co];
   }
 }
 template <typename T>
@@ -487,17 +489,14 @@ void interleave_taps(const T* rows, T* w, int64_t C_in, int64_t Cog, int64_t K) 
       T* out = w + ci * Cog * K;
       switch (K) {
         case 1: std::copy_n(in, Cog, out); break;
-        case 2: interleave_row<T, 2>(in, out, Cog); break;
-        case 3: interleave_row<T, 3>(in, out, Cog); break;
-        case 4: interleave_row<T, 4>(in, out, Cog); break;
-        case 5: interleave_row<T, 5>(in, out, Cog); break;
-        case 6: interleave_row<T, 6>(in, out, Cog); break;
-        case 7: interleave_row<T, 7>(in, out, Cog); break;
-        case 8: interleave_row<T, 8>(in, out, Cog); break;
-        default:
-          for (int64_t co = 0; co < Cog; ++co) {
-            for (int64_t k = 0; k < K; ++k) out[co * K + k] = in[k * Cog + co];
-          }
+        case 2: interleave_row<T, 2>(in, out, Cog, K); break;
+        case 3: interleave_row<T, 3>(in, out, Cog, K); break;
+        case 4: interleave_row<T, 4>(in, out, Cog, K); break;
+        case 5: interleave_row<T, 5>(in, out, Cog, K); break;
+        case 6: interleave_row<T, 6>(in, out, Cog, K); break;
+        case 7: interleave_row<T, 7>(in, out, Cog, K); break;
+        case 8: interleave_row<T, 8>(in, out, Cog, K); break;
+        default: interleave_row<T, 0>(in, out, Cog, K);
       }
     }
   });
@@ -1776,9 +1775,8 @@ bool forward_folded_applies(const ConvTParams& p) {
 // zeroing, reading and writing its tap's (C_in/g x C_out/g) block, then transposes every input
 // channel's (K x C_out/g) block into w's layout. On a Zen 4 core the taps form took 1.33x and 1.30x
 // the positions form's time (geomean) on 20 and 23 fresh sweep layers of 8 taps or more (CPU v36,
-// before that transpose); at 7 taps (G^T built column by column) 0.92x
-// (10 layers); where the model picks the dot products, those were no faster than the taps form
-// (docs/perf/2026-12-04-cpu-zen4-rules.md).
+// before that transpose); at 7 taps (G^T built column by column) 0.92x (10 layers); where the model
+// picks the dot products, those were no faster than the taps form (docs/perf/2026-12-04-cpu-zen4-rules.md).
 bool grad_weight_by_blas_taps(const ConvTParams& p) {
   const bool wide_rows = p.batch * p.length_in >= 192 && wide_layer(p);
   if (!avx2::wide_vectors()) return wide_rows;
