@@ -596,6 +596,19 @@ std::optional<GemmPlan> plan_pipelined_tiles(const GemmPlan& problem, const Tens
 // few to hide a step's copies behind the MMA; shorter runs restage x a run but keep 3 or more.
 constexpr int kNarrowTileRunTaps = 16;
 
+// CONVT_STRIDED_STORES_FIRST=never: a strided problem's pipelined plan with strided stores tried in
+// place of the warp tiles only, not of the warpgroup tiles, and on 256-column tiles too (v104's
+// planner; read_plan_override).
+PlanOverride strided_stores_first_override() { return read_plan_override("CONVT_STRIDED_STORES_FIRST"); }
+
+// CONVT_STORE_BOUND=never: no staged warp tiles for store-bound strided problems ahead of the other
+// plans (v104's planner; read_plan_override). Read at every plan.
+PlanOverride store_bound_override() { return read_plan_override("CONVT_STORE_BOUND"); }
+
+// CONVT_NARROWER_PIPELINED=never: no row tiles narrower than the rows call for (v104's planner;
+// read_plan_override). Read at every plan.
+PlanOverride narrower_pipelined_override() { return read_plan_override("CONVT_NARROWER_PIPELINED"); }
+
 // The pipelined plan of a problem that has one and fills the SMs, or at least kPipelinedLeastFill of them
 // (choose_gemm_plan takes that only in place of a two-buffer plan): groups of at most 64 rows take 16,
 // 32 or 64 x 256 tiles (pipelined_narrow_rows); others 128 x 128 or 128 x 256 tiles. The waves of their launches (launch_waves) decide
@@ -618,18 +631,32 @@ std::optional<GemmPlan> plan_pipelined(const GemmPlan& problem, const TensorFact
     set_splits(split, math, limits);
     return split.splits > 1 && half_fills(split);
   };
+  // Row tiles narrower than the rows call for, down to 16, where those do not reach half the SMs
+  // (kPipelinedLeastFill): more parts, each over the whole reduction
+  auto narrower_tiles = [&](int rows) -> std::optional<GemmPlan> {
+    if (narrower_pipelined_override() == PlanOverride::kNever) return std::nullopt;
+    for (int narrower = rows / 2; narrower >= (strided_stores ? 32 : 16); narrower /= 2) {  // (as choose_gemm_plan: strided stores above 16 rows)
+      const auto plan = plan_pipelined_tiles(problem, in, gemm_tile_index(GemmFamily::kPipelined, narrower, 256), math, limits,
+                                             strided_stores, narrower <= 32 ? kNarrowTileRunTaps : kMaxGemmTaps);
+      if (half_fills(plan) && plan->stages >= 3) return plan;  // (two stages: long filters in 3xTF32 ran 0.5-0.75x)
+    }
+    return std::nullopt;
+  };
   if (problem.rows_per_group <= 64) {
     const int rows = pipelined_narrow_rows(problem.rows_per_group);
     const auto plan = plan_pipelined_tiles(problem, in, gemm_tile_index(GemmFamily::kPipelined, rows, 256), math, limits,
                                            strided_stores, rows <= 32 ? kNarrowTileRunTaps : kMaxGemmTaps);
-    return half_fills(plan) ? plan : std::nullopt;
+    return half_fills(plan) ? plan : narrower_tiles(rows);
   }
   const auto narrow = plan_pipelined_tiles(problem, in, gemm_tile_index(GemmFamily::kPipelined, 128, 128), math, limits, strided_stores);
   // (3xTF32 and a TF32 or 16-bit phase pair: two accumulator sets, 64 floats each a thread)
   const bool two_sets = math == Math::k3xTF32 || (problem.out_step == 2 && problem.out_phases == 2);
-  const auto wide = two_sets ? std::nullopt
+  // (strided stores: 128 columns, whose stores a thread's row spans half as far; 256-column strided
+  // plans ran 0.6-0.9x the 128-column ones' speed on an H200, docs/perf/2026-12-04-v105-planner.md)
+  const bool narrow_stores = strided_stores && problem.out_step > 1 && strided_stores_first_override() != PlanOverride::kNever;
+  const auto wide = two_sets || narrow_stores ? std::nullopt
                              : plan_pipelined_tiles(problem, in, gemm_tile_index(GemmFamily::kPipelined, 128, 256), math, limits, strided_stores);
-  if (!fills(wide)) return half_fills(narrow) || split_half_fills(narrow) ? narrow : std::nullopt;
+  if (!fills(wide)) return half_fills(narrow) || split_half_fills(narrow) ? narrow : narrower_tiles(128);
   if (!fills(narrow)) return wide;
   auto waves = [&](const GemmPlan& g) { return planned_launch_waves(g, in, math, limits); };
   const int taps = most_taps_per_step(*wide);
@@ -904,6 +931,34 @@ bool narrow_rows_pipelined(const GemmPlan& g) {
   return g.out_phases == 1 || g.channels_per_group * g.taps >= kNarrowRowsPipelinedMacs * g.out_phases;
 }
 
+// CONVT_GEMM_TILE=FAMILY:MxN[:unmerged] (FAMILY warp, warpgroup or pipelined; a shape of
+// kGemmTileShapes): that tile on the merged problem where there is one (warpgroup and pipelined
+// tiles; on the problem itself with `unmerged`, and warp tiles always), with strided stores on
+// 32 rows and more, wherever it plans, whatever it fills: an A/B of the tile choice on one build
+// (tools/override_screen.py). Unset or empty: the model's choice; anything else is an error that
+// names the variable. Read at every plan.
+struct ForcedTile {
+  int shape;
+  bool unmerged;
+};
+std::optional<ForcedTile> forced_gemm_tile() {
+  const char* text = std::getenv("CONVT_GEMM_TILE");
+  if (text == nullptr || *text == '\0') return std::nullopt;
+  char family[16] = {}, merge[16] = {};
+  int block_m = 0, block_n = 0;
+  const int fields = std::sscanf(text, "%15[a-z]:%dx%d:%15s", family, &block_m, &block_n, merge);
+  const GemmFamily families[] = {GemmFamily::kWarpTiles, GemmFamily::kWarpgroupTiles, GemmFamily::kPipelined};
+  const char* names[] = {"warp", "warpgroup", "pipelined"};
+  int shape = -1;
+  for (int i = 0; i < 3 && fields >= 3; ++i)
+    if (std::strcmp(family, names[i]) == 0) shape = gemm_tile_index(families[i], block_m, block_n);
+  if (shape < 0 || (fields == 4 && std::strcmp(merge, "unmerged") != 0)) {
+    throw std::invalid_argument(std::string("convt: CONVT_GEMM_TILE must be warp|warpgroup|pipelined:MxN[:unmerged] naming a tile "
+                                            "shape of the planner; got '") + text + "'");
+  }
+  return ForcedTile{shape, fields == 4};
+}
+
 // A problem whose phases merge runs merged on warpgroup tiles where those fill the SMs (more than 32
 // merged rows, or a narrow output); warpgroup problems run pipelined where that plans, on at least
 // half the SMs where none fills them; then the warp tiles by the rows of a group and the taps of a
@@ -912,6 +967,15 @@ bool narrow_rows_pipelined(const GemmPlan& g) {
 // and no 64-row warp tiles (two accumulators would spill).
 std::optional<GemmPlan> choose_gemm_plan(const GemmPlan& g, const std::optional<GemmPlan>& merged, const TensorFacts& in,
                                          Math math, const DeviceLimits& limits) {
+  if (const auto forced = forced_gemm_tile()) {  // (only the forms the model below takes)
+    const GemmTileShape& shape = kGemmTileShapes[forced->shape];
+    if (shape.one_accumulator && math == Math::k3xTF32) return std::nullopt;
+    const bool on_merged = merged && !forced->unmerged && shape.family != GemmFamily::kWarpTiles;
+    const GemmPlan& problem = on_merged ? *merged : g;
+    if (shape.family != GemmFamily::kPipelined) return plan_gemm_tiles(problem, in, forced->shape, limits);
+    const bool strided_stores = !on_merged && problem.out_step > 1 && shape.block_m > 16 && problem.rows_per_group > 16;
+    return plan_pipelined_tiles(problem, in, forced->shape, math, limits, strided_stores);
+  }
   const bool one_accumulator = math != Math::k3xTF32;
   const bool pipelined = limits.wgmma;
   // A pipelined plan (that `pays`, where given) that fills the SMs is taken at once; the first one on
@@ -927,6 +991,22 @@ std::optional<GemmPlan> choose_gemm_plan(const GemmPlan& g, const std::optional<
     }
     return plan;
   };
+  // A strided problem of at most kStoreBoundMacs MACs an output whose phases do not merge is bound
+  // by its stores: warp tiles that stage whole output rows (64 x 128, else 32 x 128) where they fill
+  // the SMs, in place of every plan that stores each phase out_step apart (merged phases, which read
+  // x once, ran 1.1-2x faster than staged rows)
+  auto staged_warp_tiles = [&]() -> std::optional<GemmPlan> {
+    for (const int rows : {64, 32}) {
+      if (rows == 64 && g.rows_per_group <= 32) continue;
+      const auto staged = plan_gemm_tiles(g, in, gemm_tile_index(GemmFamily::kWarpTiles, rows, 128), limits);
+      if (staged && staged->stage_output && staged->parts >= limits.sm_count) return staged;
+    }
+    return std::nullopt;
+  };
+  if (!merged && g.out_step > 1 && g.channels_per_group * most_taps_per_step(g) <= kStoreBoundMacs &&
+      store_bound_override() != PlanOverride::kNever && read_plan_override("CONVT_STAGED_WARP_TILES") != PlanOverride::kNever) {
+    if (auto staged = staged_warp_tiles()) return staged;
+  }
   const bool warpgroups = one_accumulator && pipelined;  // implicit_gemm_kernel's warpgroup tiles
   const int warpgroup_tiles = gemm_tile_index(GemmFamily::kWarpgroupTiles, 128, 128);
   // (a narrow output, fewer than 8 rows a phase, reads x once merged instead of once a phase, which
@@ -986,7 +1066,10 @@ std::optional<GemmPlan> choose_gemm_plan(const GemmPlan& g, const std::optional<
   bool strided_tried = false;
   for (const int shape : shapes) {
     if (kGemmTileShapes[shape].one_accumulator && !one_accumulator) continue;
-    if (strided_stores && kGemmTileShapes[shape].family == GemmFamily::kWarpTiles && !strided_tried) {
+    if (strided_stores && !strided_tried &&
+        (kGemmTileShapes[shape].family == GemmFamily::kWarpTiles ||
+         (strided_stores_first_override() != PlanOverride::kNever &&
+          g.channels_per_group * g.taps >= kStridedStoreWarpgroupMacs * g.out_phases))) {
       strided_tried = true;
       if (auto strided = pipelined_plan(g, /*strided_stores=*/true)) return strided;
       if (half_filling) return half_filling;
@@ -1011,11 +1094,7 @@ std::optional<GemmPlan> choose_gemm_plan(const GemmPlan& g, const std::optional<
       (staged_rows == PlanOverride::kModel &&
        (output_macs <= kStagedFewMacs || (2 * g.out_phases <= g.out_step && output_macs <= kStagedWarpTileMacs)));
   if (plan && !plan->stage_output && tapless_phases && staged_pays) {
-    for (const int rows : {64, 32}) {
-      if (rows == 64 && g.rows_per_group <= 32) continue;
-      const auto staged = plan_gemm_tiles(g, in, warp_tiles(rows, 128), limits);
-      if (staged && staged->stage_output && staged->parts >= limits.sm_count) return staged;
-    }
+    if (auto staged = staged_warp_tiles()) return staged;
   }
   return plan;
 }
@@ -1830,9 +1909,25 @@ double copy_bandwidth(CopyKind kind) {
 // than on the same x's boxes (H200, docs/perf/2026-11-30-position-rows.md)
 constexpr double kPositionRowsTimeShare = 0.85;
 
+// Steps of several taps over 16-bit x in TMA boxes of rows (tensor_rows, not position rows or tap
+// boxes) read A from shared memory into register fragments, each tap at its own shift (2-byte loads
+// and PRMT where the shift is odd), where position rows give wgmma A by descriptor: their MMA time counts
+// kFragmentTapsTimeFactor times on 128-row tiles (bf16 forwards and grad_inputs of 3-7 taps a step
+// on 256-column permuted-position tiles ran 1.1-1.6x the time of position rows over channels-last
+// copies, one-tap steps as fast; on 32 and 64-row tiles the copies ran up to 1.9x slower; H200,
+// docs/perf/2026-12-04-v105-planner.md). CONVT_FRAGMENT_TAPS=never: no such
+// cost, and the forward's copies only where x's plan stages rows (v104's planner).
+constexpr double kFragmentTapsTimeFactor = 1.4;
+PlanOverride fragment_taps_override() { return read_plan_override("CONVT_FRAGMENT_TAPS"); }
+bool fragment_taps(const GemmPlan& g, Math math) {
+  return math == Math::k16Bit && g.block_m == 128 && g.tensor_rows && !g.position_rows && !g.tap_boxes && most_taps_per_step(g) >= 2 &&
+         fragment_taps_override() != PlanOverride::kNever;
+}
+
 double pipelined_tile_seconds(const GemmPlan& g, bool staged_by_rows, Math math) {
   const double flops_per_second =
-      math == Math::k16Bit ? kMmaFlopsPerSm16Bit : math == Math::kTF32 ? kMmaFlopsPerSm16Bit / 2 : kMmaFlopsPerSm16Bit / 6;
+      (math == Math::k16Bit ? kMmaFlopsPerSm16Bit : math == Math::kTF32 ? kMmaFlopsPerSm16Bit / 2 : kMmaFlopsPerSm16Bit / 6) /
+      (fragment_taps(g, math) ? kFragmentTapsTimeFactor : 1.0);
   const double staging = staged_by_rows ? g.staged_rows * kRowCopySeconds : kBoxStepSeconds;
   double chunk_seconds = 0;
   for (int pair = 0; pair < g.out_phases * g.in_phases; ++pair) {
@@ -1936,7 +2031,10 @@ namespace {
 DataPlan plan_forward_uncached(const ConvTParams& p, const TensorFacts& x, Math math, const DeviceLimits& limits) {
   DataPlan plan = plan_data(p, x, math, /*forward=*/true, limits);
   const PlanOverride copies = copies_override();
-  if (!limits.tma || !one_pipelined_launch(plan) || plan.gemm.tensor_rows || copies == PlanOverride::kNever) return plan;
+  if (!limits.tma || !one_pipelined_launch(plan) || (plan.gemm.tensor_rows && !fragment_taps(plan.gemm, math)) ||
+      copies == PlanOverride::kNever) {
+    return plan;
+  }
   const int element_size = x.element_size;
   const int64_t element_bytes = p.in_channels * aligned_row_length(p.length_in, element_size) * element_size;
   const int64_t room = workspace_bound(plan.gemm) - 4 * packed_weight_words(plan.gemm);  // (the copy's plan packs the same weight)
@@ -2011,7 +2109,8 @@ DataPlan plan_forward_uncached(const ConvTParams& p, const TensorFacts& x, Math 
     break;
   }
   if (chunk == 0) return plan;
-  const double over_x = double(launch_waves(plan.gemm, plan.gemm.row_tiles, limits)) * pipelined_tile_seconds(plan.gemm, true, math);
+  const double over_x =
+      double(launch_waves(plan.gemm, plan.gemm.row_tiles, limits)) * pipelined_tile_seconds(plan.gemm, !plan.gemm.tensor_rows, math);
   const double over_copies = seconds[size_t(chunk)] +
                              2.0 * p.batch * element_bytes / copy_bandwidth(channels_last ? CopyKind::kChannelsLastX : CopyKind::kAlignedRows);
   if (over_copies > kAlignedCopyMargin * over_x && copies != PlanOverride::kAlways) return plan;
@@ -2400,7 +2499,7 @@ constexpr const char* kPlannerVariables[] = {
     "CONVT_NARROW_ROWS_PIPELINED", "CONVT_POSITION_ROWS", "CONVT_STAGED_WARP_TILES", "CONVT_TAP_BOXES",
     "CONVT_ZERO_TAP_COPIES", "CONVT_ONE_CHANNEL_GEMM", "CONVT_GRAD_INPUT_DEINTERLEAVE", "CONVT_GRAD_WEIGHT_DILATED_COPY",
     "CONVT_PERMUTED_POSITIONS", "CONVT_GRAD_WEIGHT_PIPELINED", "CONVT_STRICT_WIDE_MERGE", "CONVT_GRAD_WEIGHT_ELEMENT_COPIES",
-    "CONVT_PIPELINED_SPLITS", "CONVT_COPY_BANDWIDTH_GBPS",
+    "CONVT_PIPELINED_SPLITS", "CONVT_COPY_BANDWIDTH_GBPS", "CONVT_GEMM_TILE", "CONVT_NARROWER_PIPELINED", "CONVT_FRAGMENT_TAPS", "CONVT_STRIDED_STORES_FIRST", "CONVT_STORE_BOUND",
 };
 
 // (every field of these is in the key: one added to them must join it)

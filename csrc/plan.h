@@ -62,6 +62,14 @@ constexpr double kPipelinedLeastFill = 0.5;
 // MACs an output element takes (C_in/groups x a phase's taps) from which a strided forward runs on
 // pipelined tiles with strided stores rather than on warp tiles (choose_gemm_plan)
 constexpr int64_t kStridedStoreMacs = 128;
+// ... and in place of the warpgroup tiles (their staged output stores whole rows) from this many:
+// 205 MACs an output ran a bf16 forward 0.75x as fast pipelined, 450 and more 1.1-1.7x as fast
+// (H200, docs/perf/2026-12-04-v105-planner.md)
+constexpr int64_t kStridedStoreWarpgroupMacs = 256;
+// MACs an output (C_in/groups x a step's taps) up to which a strided problem is bound by its stores
+// (choose_gemm_plan: staged warp tiles first; 3-4 MACs an output ran 1.4-2.1x faster staged than on
+// the warpgroup or pipelined tiles, 6-16 MACs 0.6-1.2x; H200, docs/perf/2026-12-04-v105-planner.md)
+constexpr int64_t kStoreBoundMacs = 4;
 // Staged warp tiles in place of warpgroup tiles' phase-strided stores (choose_gemm_plan) where an
 // output of a reached phase takes at most kStagedFewMacs MACs (C_in/groups x its taps) and some
 // phase no tap reaches, or at most kStagedWarpTileMacs and half the phases or more: what staging

@@ -6,7 +6,7 @@ reduced, tests/test_shared_step.py)."""
 import pytest
 import torch
 
-from conftest import (BOX_TILE_CASES, CHUNK_RANGE_CASES, CPU_TILE_CASES, CPU_TILE_SCALE,
+from conftest import (BOX_TILE_CASES, CHUNK_RANGE_CASES, Case, CPU_TILE_CASES, CPU_TILE_SCALE,
                       DILATED_GRAD_WEIGHT_COPY_CASES, DTYPES, ELEMENT_COPY_CASES, FLOAT_CHUNK_RANGE_CASES,
                       GRAD_INPUT_COPY_CASES, GRAD_WEIGHT_MMA_SYNC_CASES, GRAD_WEIGHT_TILE_CASES, NARROW_ROW_CASES,
                       PIPELINED_SPLIT_CASES, SPLIT_TILE_CASES, WIDE_TILE_CASES, ZERO_TAP_CHUNK_RANGE_CASES,
@@ -187,9 +187,11 @@ def test_pipelined_reduction_split(case, dtype, tf32):
 @requires_cuda
 @pytest.mark.parametrize("case", CHUNK_RANGE_CASES, ids=str)
 @pytest.mark.parametrize("dtype,tf32", CUDA_MODES, ids=lambda v: str(v).removeprefix("torch."), indirect=["tf32"])
-def test_chunk_range_launches(case, dtype, tf32, workspace_16mb):
+def test_chunk_range_launches(case, dtype, tf32, workspace_16mb, monkeypatch):
     """Launches of chunk ranges (a weight of more than the 16 MB bound over few tiles): 16-bit sums accumulated in
-    an fp32 slice, float ones added to out; y and the gradients against float64."""
+    an fp32 slice, float ones added to out; y and the gradients against float64. (The tiles the cases were
+    chosen on: CONVT_NARROWER_PIPELINED=never.)"""
+    monkeypatch.setenv("CONVT_NARROWER_PIPELINED", "never")
     plan = cuda_plans(case, dtype, tf32)
     for name in ("forward", "grad_input"):
         assert plan[name]["launch_chunks"] < plan[name]["chunks"], plan[name]
@@ -220,4 +222,36 @@ def test_chunk_range_launches_with_zero_taps(case, dtype, tf32, workspace_16mb):
     names = ("forward", "grad_input") if dtype == torch.float32 and tf32 else ("grad_input",)
     for name in names:
         assert plan[name]["zero_taps"] == 1 and plan[name]["launch_chunks"] < plan[name]["chunks"], plan[name]
+    assert_backward_matches_reference(case, dtype, "cuda", check_forward=True)
+
+
+# Every tile shape the planner's CONVT_GEMM_TILE can force (tools/override_screen.py's A/B of the tile
+# choice), on the problem merged where one merges (pipelined and warpgroup tiles, as the planner takes
+# them) and on the problem itself: layers of each form the
+# planner treats apart (compact rows of a filter shorter than the stride, merged phases, dilated
+# strided phases, 16-channel groups, a narrow input, a narrow output, stride 1). A shape that does not
+# plan for a layer leaves it to the direct kernels; every one gives y and the gradients of float64's.
+FORCED_TILES = [f"{family}:{shape}{merge}" for family, shapes in (("warp", ("16x256", "32x128", "64x128", "128x64",
+                                                                           "64x256", "128x128")),
+                                                                 ("warpgroup", ("128x128",)),
+                                                                 ("pipelined", ("16x256", "32x256", "64x256", "128x128",
+                                                                                "128x256")))
+                for shape in shapes for merge in ("", ":unmerged")]
+FORCED_TILE_CASES = [
+    Case(2, 160, 96, 3, 200, stride=5, padding=1, output_padding=4),   # K < stride: compact rows
+    Case(2, 40, 80, 8, 150, stride=4, padding=2),                      # K a multiple of stride: merged phases
+    Case(2, 64, 64, 7, 300, stride=4, padding=4, dilation=2, groups=4),  # 16 channels a group, dilated
+    Case(1, 40, 24, 1, 300, stride=4),                                 # K = 1, tapless phases
+    Case(2, 4, 72, 4, 250, stride=4, padding=3, dilation=3),           # narrow input
+    Case(2, 48, 3, 9, 400, stride=2, padding=4, dilation=2),           # narrow output
+    Case(2, 24, 40, 5, 300, padding=2),                                # stride 1
+]
+
+
+@requires_cuda
+@pytest.mark.parametrize("tile", FORCED_TILES)
+@pytest.mark.parametrize("case", FORCED_TILE_CASES, ids=str)
+@pytest.mark.parametrize("dtype,tf32", CUDA_MODES[:3], ids=lambda v: str(v).removeprefix("torch."), indirect=["tf32"])
+def test_forced_tile_shapes(case, dtype, tf32, tile, monkeypatch):
+    monkeypatch.setenv("CONVT_GEMM_TILE", tile)
     assert_backward_matches_reference(case, dtype, "cuda", check_forward=True)
