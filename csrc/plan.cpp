@@ -635,7 +635,8 @@ std::optional<GemmPlan> plan_pipelined(const GemmPlan& problem, const TensorFact
   // (kPipelinedLeastFill): more parts, each over the whole reduction
   auto narrower_tiles = [&](int rows) -> std::optional<GemmPlan> {
     if (narrower_pipelined_override() == PlanOverride::kNever) return std::nullopt;
-    for (int narrower = rows / 2; narrower >= (strided_stores ? 32 : 16); narrower /= 2) {  // (as choose_gemm_plan: strided stores above 16 rows)
+    // (strided stores above 16 rows, as choose_gemm_plan takes them)
+    for (int narrower = rows / 2; narrower >= (strided_stores ? 32 : 16); narrower /= 2) {
       const auto plan = plan_pipelined_tiles(problem, in, gemm_tile_index(GemmFamily::kPipelined, narrower, 256), math, limits,
                                              strided_stores, narrower <= 32 ? kNarrowTileRunTaps : kMaxGemmTaps);
       if (half_fills(plan) && plan->stages >= 3) return plan;  // (two stages: long filters in 3xTF32 ran 0.5-0.75x)
@@ -653,7 +654,8 @@ std::optional<GemmPlan> plan_pipelined(const GemmPlan& problem, const TensorFact
   const bool two_sets = math == Math::k3xTF32 || (problem.out_step == 2 && problem.out_phases == 2);
   // (strided stores: 128 columns, whose stores a thread's row spans half as far; 256-column strided
   // plans ran 0.6-0.9x the 128-column ones' speed on an H200, docs/perf/2026-12-04-v105-planner.md)
-  const bool narrow_stores = strided_stores && problem.out_step > 1 && strided_stores_first_override() != PlanOverride::kNever;
+  const bool narrow_stores =
+      strided_stores && problem.out_step > 1 && strided_stores_first_override() != PlanOverride::kNever;
   const auto wide = two_sets || narrow_stores ? std::nullopt
                              : plan_pipelined_tiles(problem, in, gemm_tile_index(GemmFamily::kPipelined, 128, 256), math, limits, strided_stores);
   if (!fills(wide)) return half_fills(narrow) || split_half_fills(narrow) ? narrow : narrower_tiles(128);
@@ -1004,7 +1006,8 @@ std::optional<GemmPlan> choose_gemm_plan(const GemmPlan& g, const std::optional<
     return std::nullopt;
   };
   if (!merged && g.out_step > 1 && g.channels_per_group * most_taps_per_step(g) <= kStoreBoundMacs &&
-      store_bound_override() != PlanOverride::kNever && read_plan_override("CONVT_STAGED_WARP_TILES") != PlanOverride::kNever) {
+      store_bound_override() != PlanOverride::kNever &&
+      read_plan_override("CONVT_STAGED_WARP_TILES") != PlanOverride::kNever) {
     if (auto staged = staged_warp_tiles()) return staged;
   }
   const bool warpgroups = one_accumulator && pipelined;  // implicit_gemm_kernel's warpgroup tiles
@@ -1911,17 +1914,17 @@ constexpr double kPositionRowsTimeShare = 0.85;
 
 // Steps of several taps over 16-bit x in TMA boxes of rows (tensor_rows, not position rows or tap
 // boxes) read A from shared memory into register fragments, each tap at its own shift (2-byte loads
-// and PRMT where the shift is odd), where position rows give wgmma A by descriptor: their MMA time counts
-// kFragmentTapsTimeFactor times on 128-row tiles (bf16 forwards and grad_inputs of 3-7 taps a step
-// on 256-column permuted-position tiles ran 1.1-1.6x the time of position rows over channels-last
-// copies, one-tap steps as fast; on 32 and 64-row tiles the copies ran up to 1.9x slower; H200,
-// docs/perf/2026-12-04-v105-planner.md). CONVT_FRAGMENT_TAPS=never: no such
-// cost, and the forward's copies only where x's plan stages rows (v104's planner).
+// and PRMT where the shift is odd), where position rows give wgmma A by descriptor: on 128-row
+// tiles their MMA time counts kFragmentTapsTimeFactor times (bf16 forwards and grad_inputs of 3-7
+// taps a step on 256-column permuted-position tiles ran 1.1-1.6x the time of position rows over
+// channels-last copies, one-tap steps as fast; on 32 and 64-row tiles the copies ran up to 1.9x
+// slower; H200, docs/perf/2026-12-04-v105-planner.md). CONVT_FRAGMENT_TAPS=never: no such cost, and
+// the forward's copies only where x's plan stages rows (v104's planner).
 constexpr double kFragmentTapsTimeFactor = 1.4;
 PlanOverride fragment_taps_override() { return read_plan_override("CONVT_FRAGMENT_TAPS"); }
 bool fragment_taps(const GemmPlan& g, Math math) {
-  return math == Math::k16Bit && g.block_m == 128 && g.tensor_rows && !g.position_rows && !g.tap_boxes && most_taps_per_step(g) >= 2 &&
-         fragment_taps_override() != PlanOverride::kNever;
+  return math == Math::k16Bit && g.block_m == 128 && g.tensor_rows && !g.position_rows && !g.tap_boxes &&
+         most_taps_per_step(g) >= 2 && fragment_taps_override() != PlanOverride::kNever;
 }
 
 double pipelined_tile_seconds(const GemmPlan& g, bool staged_by_rows, Math math) {
@@ -2499,7 +2502,8 @@ constexpr const char* kPlannerVariables[] = {
     "CONVT_NARROW_ROWS_PIPELINED", "CONVT_POSITION_ROWS", "CONVT_STAGED_WARP_TILES", "CONVT_TAP_BOXES",
     "CONVT_ZERO_TAP_COPIES", "CONVT_ONE_CHANNEL_GEMM", "CONVT_GRAD_INPUT_DEINTERLEAVE", "CONVT_GRAD_WEIGHT_DILATED_COPY",
     "CONVT_PERMUTED_POSITIONS", "CONVT_GRAD_WEIGHT_PIPELINED", "CONVT_STRICT_WIDE_MERGE", "CONVT_GRAD_WEIGHT_ELEMENT_COPIES",
-    "CONVT_PIPELINED_SPLITS", "CONVT_COPY_BANDWIDTH_GBPS", "CONVT_GEMM_TILE", "CONVT_NARROWER_PIPELINED", "CONVT_FRAGMENT_TAPS", "CONVT_STRIDED_STORES_FIRST", "CONVT_STORE_BOUND",
+    "CONVT_PIPELINED_SPLITS", "CONVT_COPY_BANDWIDTH_GBPS", "CONVT_GEMM_TILE", "CONVT_NARROWER_PIPELINED",
+    "CONVT_FRAGMENT_TAPS", "CONVT_STRIDED_STORES_FIRST", "CONVT_STORE_BOUND",
 };
 
 // (every field of these is in the key: one added to them must join it)

@@ -1193,6 +1193,18 @@ def test_planner_numbers_name_a_bad_value(variable, unit, shape, value, monkeypa
         plans(shape, torch.bfloat16, True, "h100")
 
 
+@pytest.mark.parametrize("value", ["warp", "warp:48x128", "pipelined:128x512", "tiles:128x128", "warp:32x128:merged",
+                                   "pipelined:128"])
+def test_forced_gemm_tile_names_a_bad_value(value, monkeypatch):
+    """CONVT_GEMM_TILE (a screen's forced tile shape) rejects anything but FAMILY:MxN[:unmerged] naming
+    a tile shape of the planner, naming the variable; a good value plans that tile."""
+    monkeypatch.setenv("CONVT_GEMM_TILE", value)
+    with pytest.raises(Exception, match="CONVT_GEMM_TILE must be warp|warpgroup|pipelined:MxN"):
+        plans((2, 64, 64, 5, 3000, 2, 2, 0, 1, 1), torch.bfloat16, True, "h200")
+    monkeypatch.setenv("CONVT_GEMM_TILE", "warp:64x128")
+    assert tile(plans((2, 64, 64, 5, 3000, 2, 2, 0, 1, 1), torch.bfloat16, True, "h200")["forward"]) == ("warp", 64, 128)
+
+
 def test_copy_bandwidth_prices_the_copies(monkeypatch):
     """The copies' model prices a pass over a copy at its bandwidth, CONVT_COPY_BANDWIDTH_GBPS (GB/s)
     where set: a 16-bit stride-2 grad_input takes its channels-last copy of grad_y at the default
