@@ -1,6 +1,7 @@
 """The CUDA planner (csrc/plan.cpp), asked on the CPU for an H100's and an A100's limits: which kernel
 each shape gets, and that every plan fits the card. No GPU needed: the planner is pure code. At the
 end, the CPU's plan (explain(device="cpu")): which form this CPU runs for a shape."""
+import json
 import os
 import random
 import subprocess
@@ -1851,3 +1852,26 @@ def test_plan_changes_against_saved_plans(tmp_path):
     against = last_line("--against", saved, "--b", "CONVT_NARROW_ROWS_PIPELINED=always")
     settings = last_line("--a", "CONVT_NARROW_ROWS_PIPELINED=never", "--b", "CONVT_NARROW_ROWS_PIPELINED=always")
     assert against and against == settings
+
+
+def test_screen_estimate_times_this_builds_plans_by_the_variant_that_ran_them(tmp_path, monkeypatch):
+    """tools/screen_estimate.py: a screened cell whose plan under this build one variant ran counts at
+    that variant's time (1,540,310,1,1883,s4 TF32: v104's warp tiles at 2 ms, this build's narrower
+    pipelined tiles at 1 ms, torch 1 ms: 0.5x -> 1x); a plan no variant ran counts at the baseline's
+    time, listed as unmatched."""
+    layer = (1, 540, 310, 1, 1883, 4, 0, 0, 1, 1)
+    monkeypatch.setenv("CONVT_NARROWER_PIPELINED", "never")
+    old = summary(plans(layer, torch.float32, True, "h200")["forward"])
+    monkeypatch.delenv("CONVT_NARROWER_PIPELINED")
+    new = summary(plans(layer, torch.float32, True, "h200")["forward"])
+    assert old != new
+    screen = {"1,540,310,1,1883,4,0,0,1,1 tf32": {"ms": {"old": 2.0, "new": 1.0, "torch": 1.0}, "plans": [old, new]},
+              "1,540,310,1,1883,4,0,0,1,1 bf16": {"ms": {"old": 2.0, "new": 1.0, "torch": 1.0}, "plans": [old, old]}}
+    path = tmp_path / "screen.json"
+    path.write_text(json.dumps(screen))
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    command = [sys.executable, os.path.join(root, "tools", "screen_estimate.py"), str(path), "--baseline", "old"]
+    lines = subprocess.run(command, capture_output=True, text=True, check=True).stdout.splitlines()
+    assert lines[0].startswith("old ") and "geomean 0.500" in lines[0], lines
+    assert lines[1].startswith("this build") and "geomean 0.707" in lines[1] and "min 0.50" in lines[1], lines
+    assert "2 cells change plan (1 unmatched" in lines[2], lines
