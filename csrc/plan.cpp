@@ -1005,9 +1005,11 @@ std::optional<GemmPlan> choose_gemm_plan(const GemmPlan& g, const std::optional<
     }
     return std::nullopt;
   };
-  if (!merged && g.out_step > 1 && g.channels_per_group * most_taps_per_step(g) <= kStoreBoundMacs &&
-      store_bound_override() != PlanOverride::kNever &&
-      read_plan_override("CONVT_STAGED_WARP_TILES") != PlanOverride::kNever) {
+  // (CONVT_STAGED_WARP_TILES=never: no staged warp tiles, here or for tapless phases below)
+  const PlanOverride staged_rows = read_plan_override("CONVT_STAGED_WARP_TILES");
+  const int64_t output_macs = g.channels_per_group * most_taps_per_step(g);
+  if (!merged && g.out_step > 1 && output_macs <= kStoreBoundMacs && store_bound_override() != PlanOverride::kNever &&
+      staged_rows != PlanOverride::kNever) {
     if (auto staged = staged_warp_tiles()) return staged;
   }
   const bool warpgroups = one_accumulator && pipelined;  // implicit_gemm_kernel's warpgroup tiles
@@ -1089,9 +1091,7 @@ std::optional<GemmPlan> choose_gemm_plan(const GemmPlan& g, const std::optional<
   // the wider tiles' would not, rather than storing each phase out_step apart and the bias at the
   // others a position at a time (docs/perf/2026-12-02-staged-tapless-share.md;
   // CONVT_STAGED_WARP_TILES=never|always)
-  const PlanOverride staged_rows = read_plan_override("CONVT_STAGED_WARP_TILES");
   const bool tapless_phases = g.out_step > 2 && g.out_phases < g.out_step;
-  const int64_t output_macs = g.channels_per_group * most_taps_per_step(g);
   const bool staged_pays =
       staged_rows == PlanOverride::kAlways ||
       (staged_rows == PlanOverride::kModel &&

@@ -14,7 +14,6 @@ pass the screens timed (fwd, fwd+bwd, grad_input, grad_weight; default fwd).
 import argparse
 import json
 import math
-import os
 
 import torch
 
