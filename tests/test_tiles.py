@@ -227,10 +227,10 @@ def test_chunk_range_launches_with_zero_taps(case, dtype, tf32, workspace_16mb):
 
 # Every tile shape the planner's CONVT_GEMM_TILE can force (tools/override_screen.py's A/B of the tile
 # choice), on the problem merged where one merges (pipelined and warpgroup tiles, as the planner takes
-# them) and on the problem itself: layers of each form the
-# planner treats apart (compact rows of a filter shorter than the stride, merged phases, dilated
-# strided phases, 16-channel groups, a narrow input, a narrow output, stride 1). A shape that does not
-# plan for a layer leaves it to the direct kernels; every one gives y and the gradients of float64's.
+# them) and on the problem itself: layers of each form the planner treats apart (compact rows of a
+# filter shorter than the stride, merged phases, dilated strided phases, 16-channel groups, a narrow
+# input, a narrow output, stride 1). A shape that does not plan for a layer leaves it to the direct
+# kernels; every one gives y and the gradients of float64's.
 FORCED_TILES = [f"{family}:{shape}{merge}" for family, shapes in (("warp", ("16x256", "32x128", "64x128", "128x64",
                                                                            "64x256", "128x128")),
                                                                  ("warpgroup", ("128x128",)),
