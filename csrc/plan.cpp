@@ -976,7 +976,10 @@ std::optional<GemmPlan> choose_gemm_plan(const GemmPlan& g, const std::optional<
     const GemmPlan& problem = on_merged ? *merged : g;
     if (shape.family != GemmFamily::kPipelined) return plan_gemm_tiles(problem, in, forced->shape, limits);
     const bool strided_stores = !on_merged && problem.out_step > 1 && shape.block_m > 16 && problem.rows_per_group > 16;
-    return plan_pipelined_tiles(problem, in, forced->shape, math, limits, strided_stores);
+    auto plan = plan_pipelined_tiles(problem, in, forced->shape, math, limits, strided_stores);
+    // (a phase pair's tile holds two accumulator sets: none on a one-accumulator tile)
+    if (plan && shape.one_accumulator && pipeline_form(*plan) == PipelineForm::kPhasePair) return std::nullopt;
+    return plan;
   }
   const bool one_accumulator = math != Math::k3xTF32;
   const bool pipelined = limits.wgmma;
@@ -1552,11 +1555,22 @@ double box_cost(int64_t tiles, int tap_groups, int slots, int columns, int64_t s
 std::optional<WeightGradPlan> plan_grad_weight_boxes(const ConvTParams& q, const TensorFacts& x, const TensorFacts& grad_y,
                                                      const DeviceLimits& limits) {
   const int element_size = x.element_size;
-  if (!limits.wgmma || !limits.tma || element_size != 2 || q.in_channels_per_group <= kBoxBlockCi / 2 ||
-      q.kernel_size > kMaxBoxTaps || !gemm_applies(q, element_size) || q.x_length_stride != 1 || q.y_channel_stride != 1 ||
-      !tensor_map_fits(x, q.length_in, q.in_channels, q.batch, q.x_channel_stride, q.x_batch_stride) ||
-      !tensor_map_fits(grad_y, q.out_channels, q.length_out, q.batch, q.y_length_stride, q.y_batch_stride))
+  const bool k_major = element_size == 4;  // TF32: grad_y K-major (its rows' positions contiguous)
+  if (!limits.wgmma || !limits.tma || (element_size != 2 && !k_major) || q.in_channels_per_group <= kBoxBlockCi / 2 ||
+      q.kernel_size > kMaxBoxTaps || !gemm_applies(q, element_size) || q.x_length_stride != 1 ||
+      !tensor_map_fits(x, q.length_in, q.in_channels, q.batch, q.x_channel_stride, q.x_batch_stride))
     return std::nullopt;
+  if (k_major) {
+    // a stride-1 problem whose every tap's box starts at a 16-byte multiple of its row
+    if (q.stride != 1 || q.y_length_stride != 1 ||
+        !tensor_map_fits(grad_y, q.length_out, q.out_channels, q.batch, q.y_channel_stride, q.y_batch_stride))
+      return std::nullopt;
+    for (int k = 0; k < q.kernel_size; ++k)
+      if (floor_mod(tap_of(k, q.stride, q.padding, q.dilation).shift, 16 / element_size) != 0) return std::nullopt;
+  } else if (q.y_channel_stride != 1 ||
+             !tensor_map_fits(grad_y, q.out_channels, q.length_out, q.batch, q.y_length_stride, q.y_batch_stride)) {
+    return std::nullopt;
+  }
   const int positions = kBoxItemBytes / element_size;  // an item's x positions
   WeightGradPlan g{};
   g.batch = q.batch, g.groups = q.groups;
@@ -2195,18 +2209,34 @@ PlanOverride grad_weight_boxes_override() { return read_plan_override("CONVT_GRA
 // nowhere (read_plan_override), else as the work model has it. Read at every plan.
 PlanOverride grad_weight_unrolled_override() { return read_plan_override("CONVT_GRAD_WEIGHT_UNROLLED"); }
 
-// The box tiles over x (aligned where it has no tensor map) and grad_y copied channels-last (by phase
-// at stride > 1): the plan, or nullopt
+// The box tiles over x (aligned where it has no tensor map) and, 16-bit, grad_y copied channels-last
+// (by phase at stride > 1); TF32 (grad_y K-major), grad_y's own rows where a stride-1 problem's
+// every shift is a multiple of 16 bytes, else grad_y unrolled by taps (§5.6: one tap at shift 0).
+// The plan, or nullopt
 std::optional<WeightGradPlan> plan_boxes_over_copies(const ConvTParams& p, const TensorFacts& x, const TensorFacts& grad_y,
                                                       const DeviceLimits& limits, WeightPlan& weight) {
   const bool align_x = p.x_length_stride != 1 ||
                        !tensor_map_fits(x, p.length_in, p.in_channels, p.batch, p.x_channel_stride, p.x_batch_stride);
-  const ConvTParams q = grad_weight_over_channels_last_grad_y(
-      grad_weight_over_copies(p, x.element_size, align_x, /*deinterleaved=*/false), grad_y.element_size);
-  const auto boxes = plan_grad_weight_boxes(q, align_x ? copy_facts(x.element_size) : x, copy_facts(grad_y.element_size), limits);
+  const TensorFacts box_x = align_x ? copy_facts(x.element_size) : x;
+  const ConvTParams over_x = grad_weight_over_copies(p, x.element_size, align_x, /*deinterleaved=*/false);
+  std::optional<WeightGradPlan> boxes;
+  if (grad_y.element_size == 4) {
+    boxes = plan_grad_weight_boxes(over_x, box_x, grad_y, limits);
+    weight.problem = over_x;
+    const bool unrolled_fits = p.out_channels * p.kernel_size < kGemmIndexLimit &&
+                               p.batch * p.out_channels * p.kernel_size * unrolled_row_length(p) * 4 <= kUnrolledGradYBytes;
+    if (!boxes && unrolled_fits) {
+      weight.problem = grad_weight_over_unrolled(p, x.element_size, align_x);
+      boxes = plan_grad_weight_boxes(weight.problem, box_x, copy_facts(grad_y.element_size), limits);
+      weight.unrolled_grad_y = true;
+    }
+  } else {
+    weight.problem = grad_weight_over_channels_last_grad_y(over_x, grad_y.element_size);
+    boxes = plan_grad_weight_boxes(weight.problem, box_x, copy_facts(grad_y.element_size), limits);
+    weight.channels_last_grad_y = true;
+  }
   if (!boxes) return std::nullopt;
-  weight.aligned_x = align_x, weight.channels_last_grad_y = true;
-  weight.problem = q;
+  weight.aligned_x = align_x;
   return boxes;
 }
 
@@ -2231,6 +2261,11 @@ constexpr double kGradWUnitSeconds = 0.28e-12;
 constexpr double kGradWRowPositions = 300;
 constexpr double kBoxMargin = 1.3;
 constexpr int64_t kBoxWideChannels = 256;
+// TF32 (box tiles over grad_y K-major): the other tiles take kTf32GradWTilesFactor times the time of
+// the 16-bit fit (their A fragments and x_s twice the bytes, wgmma at half the rate: 1.2-2.0x, median
+// 1.5x, on 76 H200 layers timed both ways, docs/perf/2026-12-04-tf32-box-tiles.md; the box tiles'
+// own fit held within 0.6-1.5x), and no margin: the box tiles at the lesser estimate
+constexpr double kTf32GradWTilesFactor = 1.8;
 // The copies a grad_weight plan makes, in grad_weight_time's units (grad_y_shared: grad_input
 // deinterleaves grad_y, and a plan over that copy reads it at no cost)
 double weight_copies_time(const WeightPlan& weight, bool grad_y_shared) {
@@ -2402,7 +2437,7 @@ WeightPlan plan_grad_weight_tiles_pass(const ConvTParams& p, const TensorFacts& 
 }
 
 // grad_weight's pass (plan_backward): the box tiles where they apply (C_out per group filling at least
-// half a slot) and take less time than the other kernels' plan (by kBoxMargin on narrower layers;
+// half a slot) and take less time than the other kernels' plan (by kBoxMargin on narrower 16-bit layers;
 // box_tiles_seconds against grad_weight_tiles_seconds; grad_y_shared: that plan's copy of grad_y
 // deinterleaved is grad_input's); `always`: wherever they apply
 WeightPlan plan_grad_weight_pass(const ConvTParams& p, const TensorFacts& x, const TensorFacts& grad_y, Math math,
@@ -2423,10 +2458,12 @@ WeightPlan plan_grad_weight_pass(const ConvTParams& p, const TensorFacts& x, con
                                                  grad_weight_dilated_copy_override() == PlanOverride::kAlways, limits);
   const bool gemm_tiles = tiles.kernel == Kernel::kGradWeightGemm || tiles.kernel == Kernel::kGradWeightWgmma;
   if (!gemm_tiles) return boxes;
+  const bool tf32 = math == Math::kTF32;
   boxes.box_seconds = tiles.box_seconds = box_tiles_seconds(boxes, limits);
-  boxes.tiles_seconds = tiles.tiles_seconds = grad_weight_tiles_seconds(tiles, p, grad_y_shared);
+  boxes.tiles_seconds = tiles.tiles_seconds =
+      grad_weight_tiles_seconds(tiles, p, grad_y_shared) * (tf32 ? kTf32GradWTilesFactor : 1.0);
   const bool wide = p.in_channels_per_group >= kBoxWideChannels && p.out_channels_per_group >= kBoxWideChannels;
-  return (wide ? 1.0 : kBoxMargin) * boxes.box_seconds <= boxes.tiles_seconds ? boxes : tiles;
+  return (wide || tf32 ? 1.0 : kBoxMargin) * boxes.box_seconds <= boxes.tiles_seconds ? boxes : tiles;
 }
 
 }  // namespace
@@ -2610,7 +2647,8 @@ std::string describe(const WeightPlan& plan) {
   std::string text = std::string("kernel=") + kernel_name(plan.kernel);
   if (plan.kernel == Kernel::kGradWeightBoxes) {
     const WeightGradPlan& g = plan.gemm;
-    text += key_values({{"aligned_x", plan.aligned_x}, {"channels_last_grad_y", plan.channels_last_grad_y}, {"block_ci", g.block_ci}, {"block_co", g.block_co},
+    text += key_values({{"aligned_x", plan.aligned_x}, {"channels_last_grad_y", plan.channels_last_grad_y},
+                        {"unrolled_grad_y", plan.unrolled_grad_y}, {"block_ci", g.block_ci}, {"block_co", g.block_co},
                         {"box_columns", g.box_columns}, {"box_slots", g.box_slots}, {"tap_groups", g.tap_groups},
                         {"stages", g.stages}, {"slices", g.slices}, {"tiles", g.tiles}, {"sums_bias", g.sums_bias},
                         {"smem_bytes", int64_t(g.smem_bytes)}});

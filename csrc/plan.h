@@ -356,12 +356,13 @@ int64_t channels_last_grad_y_row_elements(const ConvTParams& p, int element_size
 constexpr int64_t kChannelsLastCopyMostPhases = 64;  // (direct.cuh's kChannelsLastTile, static_assert there)
 // The box tiles of grad_weight (grad_weight_boxes.cuh; docs/design.md §5.7): a 16-bit problem of any
 // stride over x with a tensor map and grad_y copied channels-last (grad_weight_over_channels_last_grad_y),
-// C_in per group above 64, at most kMaxBoxTaps taps (a launch carries the maps of kBoxWindowTaps of
-// them, whole tap groups: grad_weight_boxes_launch.cuh). Each item is 128 bytes of x positions
-// (kBoxItemBytes); a tile is 128 ci (two consumer warpgroups, x's boxes as wgmma's K-major A) x
-// box_columns columns (box_slots taps x block_co co: boxes of 64 positions x kBoxSlotCo co at each
-// tap's shift in its phase's rows, wgmma's N-major B), each tap through a map whose positions end where
-// its x positions do.
+// or a TF32 stride-1 problem over grad_y's rows (its own, or unrolled by taps) whose every tap's shift
+// is a multiple of 16 bytes; C_in per group above 64, at most kMaxBoxTaps taps (a launch carries the
+// maps of kBoxWindowTaps of them, whole tap groups: grad_weight_boxes_launch.cuh). Each item is 128
+// bytes of x positions (kBoxItemBytes); a tile is 128 ci (two consumer warpgroups, x's boxes as
+// wgmma's K-major A) x box_columns columns (box_slots taps x block_co co: boxes of kBoxSlotCo co x 128
+// bytes of positions at each tap's shift in its phase's rows, wgmma's N-major B in 16-bit, K-major
+// in TF32), each tap through a map whose positions end where its x positions do.
 constexpr int kMaxBoxTaps = kMaxGemmTaps, kBoxWindowTaps = 32, kMaxBoxSlots = 4, kMaxBoxStages = 6;
 // A box plan's launches, in order: body(first_group, groups) for each window of whole tap groups of
 // box_slots taps, kBoxWindowTaps taps at most (the planner's box_cost and the launcher alike)
@@ -479,7 +480,8 @@ struct WeightGradPlan {
   int box_columns, box_slots;
 };
 
-// The box tiles of a stride-1 problem (the constants beside kMaxBoxTaps), or nullopt
+// The box tiles of a problem over grad_y channels-last (16-bit) or a stride-1 problem over grad_y's
+// rows (TF32; the constants beside kMaxBoxTaps), or nullopt
 std::optional<WeightGradPlan> plan_grad_weight_boxes(const ConvTParams& q, const TensorFacts& x, const TensorFacts& grad_y,
                                                      const DeviceLimits& limits);
 

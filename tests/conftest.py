@@ -446,11 +446,10 @@ GRAD_INPUT_COPY_CASES = [
     Case(12, 96, 130, 6, 900, stride=3, padding=2),           # three 64-co tiles of the copy, the last 2 co
     Case(12, 96, 20, 16, 700, stride=8, padding=4),           # 8 phases of 2 taps
 ]
-# The box tiles (sm_90a, 16-bit; C_in per group above 64, C_out per group above 32): 128 ci x up to 256
-# (tap slot, co) columns, x's and each tap's channels-last grad_y rows (by phase at stride > 1) by TMA
-# boxes; on CUDA the
-# cases above run with them turned off (CONVT_GRAD_WEIGHT_BOXES=never) so that the other kernels keep
-# their cover.
+# The box tiles (sm_90a, 16-bit and TF32; C_in per group above 64, C_out per group above 32): 128 ci x
+# up to 256 (tap slot, co) columns, x's and each tap's grad_y rows by TMA boxes (16-bit: channels-last,
+# by phase at stride > 1; TF32: grad_y's own rows or unrolled by taps); on CUDA the cases above run
+# with them turned off (CONVT_GRAD_WEIGHT_BOXES=never) so that the other kernels keep their cover.
 BOX_TILE_CASES = [
     Case(3, 136, 72, 3, 2000),                          # two ci tiles, the last 8 ci (one warpgroup empty); a
                                                         # part-empty last item
@@ -473,6 +472,9 @@ BOX_TILE_CASES = [
     Case(2, 80, 40, 3, 1, stride=5, output_padding=1),  # L_out 4 < stride: a phase without positions
     Case(2, 160, 96, 4, 333, stride=2, padding=1, groups=2),  # two groups at stride 2
     Case(2, 96, 40, 4, 1024, stride=4, layout="transposed"),  # strided, x's batch stride below its channels'
+    Case(2, 96, 72, 3, 800, padding=4, dilation=4),     # TF32: shifts -4, 0, 4 (16 bytes): grad_y's own rows
+    Case(3, 136, 80, 1, 701),                           # TF32: rows of 701 floats (no 16-byte multiple): unrolled
+    Case(2, 96, 80, 1, 500, stride=3, output_padding=2),  # TF32: K = 1 at stride 3, unrolled
 ]
 
 # Groups of 8-32 rows (C_out/groups forward, C_in/groups grad_input) on the pipelined kernel's 16 and

@@ -954,11 +954,13 @@ def test_grad_weight_warpgroup_tap_slots_and_slices(dtype, monkeypatch):
 
 @pytest.mark.parametrize("dtype,tf32,card", [(torch.float32, True, "h100"), (torch.bfloat16, True, "h100"),
                                              (torch.float32, False, "h100"), (torch.float32, True, "a100")])
-def test_narrow_outputs_take_grad_weight_over_grad_y_unrolled(dtype, tf32, card):
+def test_narrow_outputs_take_grad_weight_over_grad_y_unrolled(dtype, tf32, card, monkeypatch):
     """Narrow outputs with several taps (any stride and dilation) run grad_weight over grad_y unrolled
     by taps, one tap of C_out * K channels, where that at least halves the MMA work, the copy
     included: the tiles' padded channels then take the taps. Not wide layers, nor long filters whose
-    copy would outweigh what it saves; grad_bias then from grad_y's row sums."""
+    copy would outweigh what it saves; grad_bias then from grad_y's row sums. (With the box tiles
+    off: in TF32 they read a wide layer's grad_y unrolled, test_tf32_box_tiles_over_grad_y_rows.)"""
+    monkeypatch.setenv("CONVT_GRAD_WEIGHT_BOXES", "never")
     for shape in ((6, 1024, 1, 40, 127166, 10, 39, 5, 2, 1), (1, 512, 4, 9, 1953125, 1, 12, 2, 3, 1),
                   (1, 768, 1, 7, 1302083, 1, 6, 0, 2, 1), (2, 136, 1, 12, 3001, 5, 9, 0, 2, 1)):
         plan = plans(shape, dtype, tf32, card)
@@ -1090,9 +1092,10 @@ def test_grad_weight_box_tiles_where_their_time_is_less(monkeypatch):
     stride and dilation, long filters (15,256,256,40,2875,s8,d3: launches of 32 taps' maps), and
     narrower ones where the margin is wide (13,150,90,12,9491,s4,d4); not
     kb64 (128 x 128 channels on rows of 65,536 positions: 2.9x slower measured), nor layers of 64
-    output channels on long rows (21,128,64,2,43153,s2: 2.5x). Not float32 (grad_y N-major is 16-bit
-    only), not without wgmma; CONVT_GRAD_WEIGHT_BOXES=always takes them wherever they apply,
-    `never` nowhere. A plan's shared memory holds the tile's staged sums."""
+    output channels on long rows (21,128,64,2,43153,s2: 2.5x). (TF32's box tiles read grad_y's rows,
+    not a channels-last copy: test_tf32_box_tiles_over_grad_y_rows.) Not without wgmma;
+    CONVT_GRAD_WEIGHT_BOXES=always takes them wherever they apply, `never` nowhere. A plan's shared
+    memory holds the tile's staged sums."""
     wide = (8, 1280, 1280, 5, 1159, 1, 2, 0, 1, 1)
     for shape in (wide, (10, 1280, 1280, 7, 299, 4, 1, 0, 1, 1), (4, 768, 512, 9, 1000, 3, 4, 1, 2, 1),
                   (13, 150, 90, 12, 9491, 4, 7, 3, 4, 1), NAMED["hifigan_up0"], (15, 256, 256, 40, 2875, 8, 0, 0, 3, 1)):
@@ -1107,7 +1110,6 @@ def test_grad_weight_box_tiles_where_their_time_is_less(monkeypatch):
             columns = g["box_slots"] * (g["block_co"] + 8)
             assert g["smem_bytes"] >= 128 * 4 * (columns + (40 - columns % 32) % 32), g
             assert plans(shape, dtype, True, "h100")["grad_bias"]["kernel"] == "row_sums"
-    assert plans(wide, torch.float32, True, "h100")["grad_weight"]["kernel"] == "grad_weight_wgmma"
     assert plans(wide, torch.bfloat16, True, "a100")["grad_weight"]["kernel"] != "grad_weight_boxes"
     narrow = (21, 128, 64, 2, 43153, 2, 0, 0, 1, 1)
     for shape in (narrow, NAMED["kb64"]):
@@ -1116,6 +1118,35 @@ def test_grad_weight_box_tiles_where_their_time_is_less(monkeypatch):
     assert plans(narrow, torch.bfloat16, True, "h100")["grad_weight"]["kernel"] == "grad_weight_boxes"
     monkeypatch.setenv("CONVT_GRAD_WEIGHT_BOXES", "never")
     assert plans(wide, torch.bfloat16, True, "h100")["grad_weight"]["kernel"] == "grad_weight_wgmma"
+
+
+def test_tf32_box_tiles_over_grad_y_rows(monkeypatch):
+    """On sm_90a, TF32 grad_weight takes the box tiles with grad_y K-major (TF32's B has no N-major
+    form): over grad_y's own rows where the problem is at stride 1 and every tap's shift a multiple of
+    16 bytes (K = 1, or taps 4 positions apart), else over grad_y unrolled by taps (one tap at shift
+    0, C_out * K channels), where their time model gives them less time than the other tiles' at
+    kTf32GradWTilesFactor (1.8) times the 16-bit fit: wide layers (measured on an H200: 13,1536,1536,
+    3,201,s8 2.6x, 16,1536,768,7,262,s8 2.9x, 3,1280,1280,7,1300,s8 1.6x faster), not long filters on
+    few channels (2,128,64,16,113759,s8: 4.8x slower; 9,128,64,64,6191,s10: 3.1x) nor where the
+    unrolled copy would pass 1 GB (kb64). Strict float32 (3xTF32) and cards without wgmma never."""
+    def weight(shape, dtype=torch.float32, tf32=True, card="h100"):
+        return plans(shape, dtype, tf32, card)["grad_weight"]
+    for shape in ((13, 1536, 1536, 3, 201, 8, 0, 5, 1, 1), (16, 1536, 768, 7, 262, 8, 0, 1, 1, 1), (3, 1280, 1280, 7, 1300, 8, 0, 1, 1, 1)):
+        g = weight(shape)
+        assert g["kernel"] == "grad_weight_boxes" and (g["unrolled_grad_y"], g["channels_last_grad_y"]) == (1, 0), (shape, g)
+        assert (g["tap_groups"], g["box_slots"]) == (1, 1) and g["box_ns"] <= g["tiles_ns"], (shape, g)
+        assert weight(shape, tf32=False)["kernel"] != "grad_weight_boxes"
+        assert weight(shape, card="a100")["kernel"] != "grad_weight_boxes"
+    own_rows = weight((16, 1536, 768, 1, 1300, 1, 0, 0, 1, 1))
+    assert own_rows["kernel"] == "grad_weight_boxes" and own_rows["unrolled_grad_y"] == 0, own_rows
+    for shape in ((2, 128, 64, 16, 113759, 8, 4, 0, 1, 1), (9, 128, 64, 64, 6191, 10, 20, 5, 1, 1), NAMED["kb64"]):
+        assert weight(shape)["kernel"] == "grad_weight_wgmma", shape
+    monkeypatch.setenv("CONVT_GRAD_WEIGHT_BOXES", "always")
+    for shape, unrolled in (((2, 96, 72, 3, 800, 1, 4, 0, 4, 1), 0), ((2, 96, 72, 3, 800, 1, 3, 0, 4, 1), 1),
+                            ((3, 136, 80, 1, 701, 1, 0, 0, 1, 1), 1), ((2, 96, 80, 1, 500, 3, 0, 2, 1, 1), 1)):
+        g = weight(shape)  # (shifts -4, 0, 4: own rows; -3, 1, 5: unrolled; rows of 701 floats, or strided: unrolled)
+        assert g["kernel"] == "grad_weight_boxes" and g["unrolled_grad_y"] == unrolled, (shape, g)
+    assert weight(NAMED["kb64"])["kernel"] == "grad_weight_wgmma"  # (its unrolled copy: 6.4 GB)
 
 
 def test_box_choice_shows_both_estimates():
@@ -1148,8 +1179,9 @@ def test_h100_named_shapes(dtype):
     assert up0["forward"]["family"] == "pipelined" and up0["forward"]["row_phases"] == 8
     assert up0["grad_input"]["family"] == "pipelined"  # deinterleaved (1024 MACs a grad_y element at stride 8)
     assert (up0["grad_input"]["deinterleaved"], up0["grad_input"]["channel_phases"]) == (1, 1)
-    # (16-bit: the box tiles, 0.86x the merged tiles' time measured on an H200)
-    assert up0["grad_weight"]["kernel"] == "grad_weight_boxes" if dtype.itemsize == 2 else up0["grad_weight"]["merged"] == 1
+    # (the box tiles: 16-bit 0.86x the merged tiles' time measured on an H200; TF32 over grad_y unrolled)
+    assert up0["grad_weight"]["kernel"] == "grad_weight_boxes"
+    assert up0["grad_weight"]["unrolled_grad_y"] == int(dtype.itemsize == 4), up0["grad_weight"]
     kb74 = plans(NAMED["kb74"], dtype, True, "h100")
     assert tile(kb74["forward"]) == ("pipelined", 64, 256)
     kb79 = plans(NAMED["kb79"], dtype, True, "h100")  # strided, dilated: the staged-output warp tiles

@@ -162,11 +162,12 @@ def _assert_gradients_propagate(case, dtype, value, device, position):
 
 
 @pytest.mark.parametrize(**VALUES)
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
 def test_box_tiles_keep_grad_output_values_in_place(dtype, value, device, monkeypatch):
-    """The sm_90 grad_weight box tiles (forced on: CONVT_GRAD_WEIGHT_BOXES=always) read each tap's
-    grad_y through a tensor map whose positions end where the tap's x positions do: a value at
-    grad_y's last position reaches only the taps whose products hold it."""
+    """The sm_90 grad_weight box tiles (forced on: CONVT_GRAD_WEIGHT_BOXES=always; float32 in TF32,
+    over grad_y unrolled by taps) read each tap's grad_y through a tensor map whose positions end
+    where the tap's x positions do: a value at grad_y's last position reaches only the taps whose
+    products hold it."""
     monkeypatch.setenv("CONVT_GRAD_WEIGHT_BOXES", "always")
     _assert_gradients_propagate(Case(2, 136, 48, 3, 150, padding=1), dtype, value, device, position=1)
 

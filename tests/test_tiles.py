@@ -137,11 +137,12 @@ def test_grad_input_over_channels_last_copies(case, dtype, tf32, monkeypatch):
 @pytest.mark.parametrize("case", BOX_TILE_CASES, ids=str)
 @pytest.mark.parametrize("dtype,tf32", CUDA_MODES, ids=lambda v: str(v).removeprefix("torch."), indirect=["tf32"])
 def test_grad_weight_box_tiles(case, dtype, tf32, monkeypatch):
-    """The box tiles (forced on: CONVT_GRAD_WEIGHT_BOXES=always) on an H100 or H200 in 16-bit, against
-    float64, deterministic; float32 on the kernels it plans."""
+    """The box tiles (forced on: CONVT_GRAD_WEIGHT_BOXES=always) on an H100 or H200 in 16-bit (over
+    grad_y channels-last) and TF32 (over grad_y unrolled by taps, or its own rows where every shift is
+    a multiple of 16 bytes), against float64, deterministic; strict float32 on the kernels it plans."""
     monkeypatch.setenv("CONVT_GRAD_WEIGHT_BOXES", "always")
     plan = cuda_plans(case, dtype, tf32)["grad_weight"]
-    if torch.cuda.get_device_capability() == (9, 0) and dtype != torch.float32:
+    if torch.cuda.get_device_capability() == (9, 0) and (dtype != torch.float32 or tf32):
         assert plan["kernel"] == "grad_weight_boxes", plan
     x, w, b = assert_backward_matches_reference(case, dtype, "cuda")
     assert_gradients_deterministic(x, w, b, case)
@@ -229,7 +230,7 @@ def test_chunk_range_launches_with_zero_taps(case, dtype, tf32, workspace_16mb):
 # choice), on the problem merged where one merges (pipelined and warpgroup tiles, as the planner takes
 # them) and on the problem itself: layers of each form the planner treats apart (compact rows of a
 # filter shorter than the stride, merged phases, dilated strided phases, 16-channel groups, a narrow
-# input, a narrow output, stride 1). A shape that does not plan for a layer leaves it to the direct
+# input, a narrow output, stride 1, a phase pair). A shape that does not plan for a layer leaves it to the direct
 # kernels; every one gives y and the gradients of float64's.
 FORCED_TILES = [f"{family}:{shape}{merge}" for family, shapes in (("warp", ("16x256", "32x128", "64x128", "128x64",
                                                                            "64x256", "128x128")),
@@ -245,6 +246,7 @@ FORCED_TILE_CASES = [
     Case(2, 4, 72, 4, 250, stride=4, padding=3, dilation=3),           # narrow input
     Case(2, 48, 3, 9, 400, stride=2, padding=4, dilation=2),           # narrow output
     Case(2, 24, 40, 5, 300, padding=2),                                # stride 1
+    Case(2, 96, 64, 3, 200, stride=2),                                 # a phase pair (two accumulator sets)
 ]
 
 

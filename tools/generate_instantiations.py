@@ -59,8 +59,8 @@ def files():
                     name = f"grad_weight_wgmma_{'pipelined_' if pipelined == 'true' else ''}" \
                            f"{'merged_' if merged == 'true' else ''}{suffix}.cu"
                     yield name, "grad_weight_launch.cuh", GRAD_WEIGHT_WGMMA.format(t=t, pipelined=pipelined, merged=merged)
-            if m == "Math::k16Bit":  # (grad_y N-major: 16-bit only)
-                yield f"grad_weight_boxes_{suffix}.cu", "grad_weight_boxes_launch.cuh", GRAD_WEIGHT_BOXES.format(t=t)
+            # (box tiles: 16-bit over grad_y N-major, TF32 over grad_y K-major)
+            yield f"grad_weight_boxes_{suffix}.cu", "grad_weight_boxes_launch.cuh", GRAD_WEIGHT_BOXES.format(t=t)
     for suffix, t in CUDA_CORE:
         yield f"direct_{suffix}.cu", "direct_launch.cuh", DIRECT.format(t=t)
 

@@ -1,17 +1,19 @@
-// grad_weight by box tiles (sm_90a, 16-bit; docs/design.md §5.7). For a stride-1 problem, tap k at
-// shift s_k = k * dilation - padding:
+// grad_weight by box tiles (sm_90a, 16-bit and TF32; docs/design.md §5.7). For a stride-1 problem,
+// tap k at shift s_k = k * dilation - padding:
 //
 //   grad_w[g*Cig + ci, co, k] = sum over n, i in [0, L_in) of x[n, g*Cig + ci, i] * gy[n, g*Cog + co, i + s_k]
 //
-// one GEMM whose M is ci (A = x, K-major: positions contiguous), whose N is (tap slot, co) (B = gy
-// channels-last, N-major: each tap's rows read at that tap's shift) and whose reduction runs over
-// the items (n, 64 x positions). Both operands come by TMA boxes straight into wgmma's swizzled
-// layouts: x as 64 ci x 64 positions per consumer warpgroup, gy (a channels-last copy: a tap's shift
-// is an outer coordinate, which TMA takes at any value, while an inner one must be 16-byte aligned)
-// as 64 positions x 64 co per box, a slot's block_co / 64 boxes back to back, so that one wgmma
-// covers every tap of the tile. A tap's boxes are read through its own
-// tensor map, whose positions end at L_in + s_k (at most L_out), where the tap's x positions do:
-// positions past L_in give zeros on both sides, so Inf or NaN in gy stays where torch puts it.
+// one GEMM whose M is ci (A = x, K-major: positions contiguous), whose N is (tap slot, co) and whose
+// reduction runs over the items (n, 128 bytes of x positions). Both operands come by TMA boxes
+// straight into wgmma's swizzled layouts: x as 64 ci x 128 bytes of positions per consumer
+// warpgroup, gy as 64 co x 128 bytes of positions per box, a slot's block_co / 64 boxes back to
+// back, so that one wgmma covers every tap of the tile. 16-bit: gy is a channels-last copy, B
+// N-major (a tap's shift is an outer coordinate, which TMA takes at any value, while an inner one
+// must be 16-byte aligned). TF32 (whose B is K-major only): gy's own rows or a copy of them, B
+// K-major as A is, every tap's shift a multiple of 16 bytes (the planner's). A tap's boxes are read
+// through its own tensor map, whose positions end at L_in + s_k (at most L_out), where the tap's x
+// positions do: positions past L_in give zeros on both sides, so Inf or NaN in gy stays where torch
+// puts it.
 //
 // A block owns one tile (group, 128 ci, block_co co x box_slots taps) and one slice of the items;
 // its fp32 sums go to partial[slice], added by sum_slices_kernel in a fixed order (§8). Pieces:
@@ -24,6 +26,8 @@
 
 #include <cuda.h>  // CUtensorMap
 
+#include <type_traits>
+
 #include "plan.h"
 #include "cuda/gemm_problem.cuh"
 #include "cuda/wgmma.cuh"
@@ -35,13 +39,17 @@ namespace convt::cuda {
 struct WeightBoxProblem : WeightGradPlan {
   CUtensorMap x_map;  // x as (position, channel, batch): boxes of 64 ci x 64 positions
   int first_window_tap;  // the launch's first tap (its tap groups: tap_groups from first_window_tap / box_slots)
-  // tap first_window_tap + k: gy as (channel, position < min(L_out, L_in + s_k), batch)
+  // tap first_window_tap + k: gy as (channel, position < min(L_out, L_in + s_k), batch), 16-bit; as
+  // (position, channel, batch), TF32
   CUtensorMap grad_y_maps[kBoxWindowTaps];
 };
 
 constexpr int kBoxHalfCi = kBoxBlockCi / 2;  // a consumer warpgroup's ci (wgmma's M)
 constexpr int kBoxXBytes = kBoxBlockCi * kBoxItemBytes;
-constexpr int kBoxBoxBytes = kBoxSlotCo * kBoxItemBytes;  // a gy box: 64 positions x 64 co
+constexpr int kBoxBoxBytes = kBoxSlotCo * kBoxItemBytes;  // a gy box: 64 co x 128 bytes of positions
+// gy K-major (TF32: B's only layout) or N-major (16-bit: channels-last)
+template <typename T>
+constexpr bool kBoxKMajorGradY = sizeof(T) == 4;
 
 // The block's tile and slice, from blockIdx.x = slice * tiles + tile (the blocks of a wave walk the
 // same items: their boxes come from L2), tile = ((group * ci_tiles + ci_tile) * co_tiles + co_tile)
@@ -64,7 +72,7 @@ struct BoxTile {
   }
 };
 
-// Stage s: x_s (two 64-ci boxes) then gy_s (kColumns / 64 boxes of 64 positions x 64 co), kBoxXBytes +
+// Stage s: x_s (two 64-ci boxes) then gy_s (kColumns / 64 boxes of 64 co x 128 bytes), kBoxXBytes +
 // kColumns * 128 bytes (a multiple of the 1024-byte swizzle atom); after the stages, full[s] (the producer's arrival and the
 // boxes' bytes) and empty[s] (the consumers' 8 warps)
 template <int kColumns>
@@ -124,22 +132,32 @@ struct BoxProducer {
       for (int slot = 0; slot < tile.taps; ++slot) {
         const int k = tile.first_tap + slot;
         for (int co = 0; co < p.block_co; co += kBoxSlotCo)
-          tensor_copy_to_shared(stages.gy_s(at.stage) + (slot * p.block_co + co) * kBoxItemBytes, &p.grad_y_maps[k - p.first_window_tap],
-                                grad_y_channel + co, i0 + p.group_tap_shift[k], n, full);
+          copy_grad_y_box(stages.gy_s(at.stage) + (slot * p.block_co + co) * kBoxItemBytes, &p.grad_y_maps[k - p.first_window_tap],
+                          grad_y_channel + co, i0 + p.group_tap_shift[k], n, full);
       }
       mbarrier_arrive(full);
       at.advance(stages.count);
     }
   }
+  // a gy box of 64 co from `channel` at `position` (the map's coordinates: the inner one first)
+  __device__ __forceinline__ static void copy_grad_y_box(void* shared, const CUtensorMap* map, int channel, int position, int n,
+                                                         uint64_t* full) {
+    if constexpr (kBoxKMajorGradY<T>) {
+      tensor_copy_to_shared(shared, map, position, channel, n, full);
+    } else {
+      tensor_copy_to_shared(shared, map, channel, position, n, full);
+    }
+  }
 };
 
-// Consumer warpgroup wg (ci 64 * wg on): per item, wait for its stage, 4 k-steps of 16 positions
-// (32 bytes along x's rows, 16 rows of 128 bytes of gy's boxes), commit;
+// Consumer warpgroup wg (ci 64 * wg on): per item, wait for its stage, 4 k-steps of 32 bytes of
+// positions (16-bit: 16 positions, 16 rows of 128 bytes of gy's N-major boxes; TF32: 8, 32 bytes
+// along gy's K-major rows as along x's), commit;
 // the previous item's stage goes back to the producer once that item's wgmma are done (one group in flight)
 template <typename T, int kColumns>
 struct BoxMainloop {
-  static_assert(sizeof(T) == 2, "gy N-major: 16-bit only");
-  using Kind = T;
+  static constexpr bool kKMajorB = kBoxKMajorGradY<T>;
+  using Kind = std::conditional_t<kKMajorB, Tf32, T>;
   const BoxTile& tile;
   const BoxStages<kColumns>& stages;
   int wg, lane;
@@ -149,12 +167,14 @@ struct BoxMainloop {
     for (int64_t item = tile.begin; item < tile.end; ++item) {
       mbarrier_wait(stages.full + at.stage, at.parity);
       const uint64_t a0 = swizzled_descriptor<kBoxItemBytes>(stages.x_s(at.stage) + wg * kBoxHalfCi * kBoxItemBytes);
-      const uint64_t b0 = mn_major_descriptor(stages.gy_s(at.stage), kBoxBoxBytes);
+      const uint64_t b0 = kKMajorB ? swizzled_descriptor<kBoxItemBytes>(stages.gy_s(at.stage))
+                                   : mn_major_descriptor(stages.gy_s(at.stage), kBoxBoxBytes);
+      constexpr int kBStep = kKMajorB ? 2 : 128;  // (B a k-step: K-major 32 bytes, N-major 2048; the address field /16)
       wgmma_fence_accumulators(acc);
       wgmma_fence();
 #pragma unroll
-      for (int step = 0; step < kBoxItemBytes / 32; ++step)  // (A: 32 bytes a k-step, 2 in the address field; B: 2048, 128)
-        wgmma_kstep<Kind, kColumns, KMajorA, /*kMnMajorB=*/true>(acc, KMajorA{a0 + uint64_t(2 * step)}, b0 + uint64_t(128 * step));
+      for (int step = 0; step < kBoxItemBytes / 32; ++step)  // (A: 32 bytes a k-step, 2 in the address field)
+        wgmma_kstep<Kind, kColumns, KMajorA, /*kMnMajorB=*/!kKMajorB>(acc, KMajorA{a0 + uint64_t(2 * step)}, b0 + uint64_t(kBStep * step));
       wgmma_commit();
       wgmma_fence_accumulators(acc);
       wgmma_wait<1>();

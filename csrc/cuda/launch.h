@@ -115,7 +115,7 @@ void launch_grad_weight_gemm(const WeightGradPlan& plan, const scalar_t* x, cons
 template <typename scalar_t, bool kPipelined, bool kMerged>
 void launch_grad_weight_wgmma(const WeightGradPlan& plan, const CUtensorMap* x_map, const scalar_t* x,
                               const scalar_t* grad_y, float* partial, float* bias_partial, Launch launch);
-// The box tiles (plan.box_columns > 0; 16-bit): x's map and grad_y's map of each tap (plan.taps)
+// The box tiles (plan.box_columns > 0; 16-bit and TF32): x's map and grad_y's map of each tap (plan.taps)
 template <typename scalar_t>
 void launch_grad_weight_boxes(const WeightGradPlan& plan, const CUtensorMap* x_map, const CUtensorMap* grad_y_maps,
                               float* partial, Launch launch);

@@ -8,6 +8,7 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
 #include "convt.h"
@@ -447,21 +448,28 @@ void run_data(DataPlan plan, const ConvTParams& p, const at::Tensor& in_tensor, 
   });
 }
 
-// The box tiles' grad_y maps (WeightBoxProblem::grad_y_maps) over grad_y channels-last (by phase,
-// channels_last_grad_y): tap k's over its phase's rows, which end at min(phase_length, L_in + shift_k)
-// (at least 1: a tap past every position reads zeros at negative ones), boxes of 64 co x 64 positions
+// The box tiles' grad_y maps (WeightBoxProblem::grad_y_maps), tap k's over rows that end at
+// min(rows, L_in + shift_k) (at least 1: a tap past every position reads zeros at negative ones),
+// boxes of 64 co x 128 bytes of positions. 16-bit: over grad_y channels-last (by phase,
+// channels_last_grad_y), tap k's over its phase's rows, as (channel, position, batch). TF32: over
+// grad_y's own rows (a stride-1 problem, every shift a multiple of 16 bytes) or its unrolled copy (one
+// tap at shift 0), as (position, channel, batch), rounded to TF32 as they land.
 void encode_grad_y_maps(CUtensorMap* maps, const WeightGradPlan& g, const at::Tensor& grad_y, const ConvTParams& p) {
   const int positions = kBoxItemBytes / int(grad_y.element_size());
-  const int64_t phase_rows = channels_last_phase_length(p);
+  const bool k_major = grad_y.element_size() == 4;
+  const int64_t phase_rows = k_major ? 0 : channels_last_phase_length(p);
   for (int k = 0; k < g.taps; ++k) {
     const Tap tap = tap_of(k, p.stride, p.padding, p.dilation);
     TORCH_INTERNAL_ASSERT(tap.shift == g.group_tap_shift[k], "convt: a box tap's shift differs from its plan's");
-    const int64_t rows = phase_length(tap.phase, p.length_out, p.stride);
+    const int64_t rows = k_major ? p.length_out : phase_length(tap.phase, p.length_out, p.stride);
     const int64_t length = std::max<int64_t>(1, std::min<int64_t>(rows, p.length_in + tap.shift));
-    const at::Tensor phase = grad_y.as_strided({1}, {1}, grad_y.storage_offset() + tap.phase * phase_rows * p.y_length_stride);
-    TORCH_CHECK(encode_tensor_map(maps[k], phase, {p.out_channels, length, p.batch}, {p.y_length_stride, p.y_batch_stride},
-                                  {kBoxSlotCo, positions, 1}, CU_TENSOR_MAP_SWIZZLE_128B, /*tf32=*/false),
-                "convt: the driver refused grad_output's tensor map");
+    const bool encoded =
+        k_major ? encode_tensor_map(maps[k], grad_y, {length, p.out_channels, p.batch}, {p.y_channel_stride, p.y_batch_stride},
+                                    {positions, kBoxSlotCo, 1}, CU_TENSOR_MAP_SWIZZLE_128B, /*tf32=*/true)
+                : encode_tensor_map(maps[k], grad_y.as_strided({1}, {1}, grad_y.storage_offset() + tap.phase * phase_rows * p.y_length_stride),
+                                    {p.out_channels, length, p.batch}, {p.y_length_stride, p.y_batch_stride},
+                                    {kBoxSlotCo, positions, 1}, CU_TENSOR_MAP_SWIZZLE_128B, /*tf32=*/false);
+    TORCH_CHECK(encoded, "convt: the driver refused grad_output's tensor map");
   }
 }
 
@@ -477,7 +485,8 @@ void run_grad_weight(const WeightPlan& plan, const ConvTParams& p, const at::Ten
     encode_grad_y_maps(grad_y_maps, g, grad_y, p);
     dispatch_dtype(x.scalar_type(), [&](auto element) {
       using scalar_t = decltype(element);
-      if constexpr (sizeof(scalar_t) == 2) {
+      if constexpr (sizeof(scalar_t) == 2 || std::is_same_v<scalar_t, float>) {
+        TORCH_INTERNAL_ASSERT(sizeof(scalar_t) == 2 || math == Math::kTF32, "convt: box tiles planned for strict float32");
         launch_grad_weight_boxes<scalar_t>(g, &x_map, grad_y_maps, data_of<float>(partial), launch);
       } else {
         TORCH_INTERNAL_ASSERT(false, "convt: box tiles planned for a ", sizeof(scalar_t), "-byte dtype");
