@@ -2264,8 +2264,12 @@ constexpr int64_t kBoxWideChannels = 256;
 // TF32 (box tiles over grad_y K-major): the other tiles take kTf32GradWTilesFactor times the time of
 // the 16-bit fit (their A fragments and x_s twice the bytes, wgmma at half the rate: 1.2-2.0x, median
 // 1.5x, on 76 H200 layers timed both ways, docs/perf/2026-12-04-tf32-box-tiles.md; the box tiles'
-// own fit held within 0.6-1.5x), and no margin: the box tiles at the lesser estimate
+// own fit held within 0.6-1.5x), and no margin: the box tiles at the lesser estimate. Their copy of
+// grad_y unrolled from a filter of two taps a phase or more (K >= 2 * stride: each grad_y value
+// written K / stride times) counts kTf32RepeatedCopyFactor times the copies' fit (the fit's largest
+// misses, 1.2-2.1x, were such layers; hifigan_up0 ran 1.38x slower on the box tiles)
 constexpr double kTf32GradWTilesFactor = 1.8;
+constexpr double kTf32RepeatedCopyFactor = 2.0;
 // The copies a grad_weight plan makes, in grad_weight_time's units (grad_y_shared: grad_input
 // deinterleaves grad_y, and a plan over that copy reads it at no cost)
 double weight_copies_time(const WeightPlan& weight, bool grad_y_shared) {
@@ -2275,11 +2279,12 @@ double weight_copies_time(const WeightPlan& weight, bool grad_y_shared) {
 }
 // (box_cost's share for the slices' partial sums sizes the slices; kBoxSliceElementSeconds is the
 // fitted time of those sums)
-double box_tiles_seconds(const WeightPlan& boxes, const DeviceLimits& limits) {
+// (copy_factor: the copies' time over their fit's)
+double box_tiles_seconds(const WeightPlan& boxes, double copy_factor, const DeviceLimits& limits) {
   const WeightGradPlan& g = boxes.gemm;
   return kBoxHostSeconds + kBoxUnitSeconds * box_cost(g.tiles, g.tap_groups, g.box_slots, g.box_columns, g.slices, g.items, grad_weight_elements(g), limits) +
          kBoxSliceElementSeconds * double(g.slices) * double(grad_weight_elements(g)) +
-         kBoxCopyUnitSeconds * weight_copies_time(boxes, /*grad_y_shared=*/false);
+         copy_factor * kBoxCopyUnitSeconds * weight_copies_time(boxes, /*grad_y_shared=*/false);
 }
 double grad_weight_tiles_seconds(const WeightPlan& weight, const ConvTParams& p, bool grad_y_shared) {
   return kGradWHostSeconds + kGradWUnitSeconds * (grad_weight_time(weight.gemm) + weight_copies_time(weight, grad_y_shared)) *
@@ -2459,7 +2464,8 @@ WeightPlan plan_grad_weight_pass(const ConvTParams& p, const TensorFacts& x, con
   const bool gemm_tiles = tiles.kernel == Kernel::kGradWeightGemm || tiles.kernel == Kernel::kGradWeightWgmma;
   if (!gemm_tiles) return boxes;
   const bool tf32 = math == Math::kTF32;
-  boxes.box_seconds = tiles.box_seconds = box_tiles_seconds(boxes, limits);
+  const double copy_factor = tf32 && boxes.unrolled_grad_y && p.kernel_size >= 2 * p.stride ? kTf32RepeatedCopyFactor : 1.0;
+  boxes.box_seconds = tiles.box_seconds = box_tiles_seconds(boxes, copy_factor, limits);
   boxes.tiles_seconds = tiles.tiles_seconds =
       grad_weight_tiles_seconds(tiles, p, grad_y_shared) * (tf32 ? kTf32GradWTilesFactor : 1.0);
   const bool wide = p.in_channels_per_group >= kBoxWideChannels && p.out_channels_per_group >= kBoxWideChannels;

@@ -1125,10 +1125,12 @@ def test_tf32_box_tiles_over_grad_y_rows(monkeypatch):
     form): over grad_y's own rows where the problem is at stride 1 and every tap's shift a multiple of
     16 bytes (K = 1, or taps 4 positions apart), else over grad_y unrolled by taps (one tap at shift
     0, C_out * K channels), where their time model gives them less time than the other tiles' at
-    kTf32GradWTilesFactor (1.8) times the 16-bit fit: wide layers (measured on an H200: 13,1536,1536,
-    3,201,s8 2.6x, 16,1536,768,7,262,s8 2.9x, 3,1280,1280,7,1300,s8 1.6x faster), not long filters on
-    few channels (2,128,64,16,113759,s8: 4.8x slower; 9,128,64,64,6191,s10: 3.1x) nor where the
-    unrolled copy would pass 1 GB (kb64). Strict float32 (3xTF32) and cards without wgmma never."""
+    kTf32GradWTilesFactor (1.8) times the 16-bit fit, an unrolled copy of two taps a phase or more
+    at kTf32RepeatedCopyFactor (2) times the copies' fit: wide layers (measured on an H200: 13,1536,
+    1536,3,201,s8 2.6x, 16,1536,768,7,262,s8 2.9x, 3,1280,1280,7,1300,s8 1.6x faster), not long
+    filters on few channels (2,128,64,16,113759,s8: 4.8x slower; 9,128,64,64,6191,s10: 3.1x), nor
+    hifigan_up0 (K = 2 * stride: 1.38x), nor where the unrolled copy would pass 1 GB (kb64). Strict
+    float32 (3xTF32) and cards without wgmma never."""
     def weight(shape, dtype=torch.float32, tf32=True, card="h100"):
         return plans(shape, dtype, tf32, card)["grad_weight"]
     for shape in ((13, 1536, 1536, 3, 201, 8, 0, 5, 1, 1), (16, 1536, 768, 7, 262, 8, 0, 1, 1, 1), (3, 1280, 1280, 7, 1300, 8, 0, 1, 1, 1)):
@@ -1139,7 +1141,8 @@ def test_tf32_box_tiles_over_grad_y_rows(monkeypatch):
         assert weight(shape, card="a100")["kernel"] != "grad_weight_boxes"
     own_rows = weight((16, 1536, 768, 1, 1300, 1, 0, 0, 1, 1))
     assert own_rows["kernel"] == "grad_weight_boxes" and own_rows["unrolled_grad_y"] == 0, own_rows
-    for shape in ((2, 128, 64, 16, 113759, 8, 4, 0, 1, 1), (9, 128, 64, 64, 6191, 10, 20, 5, 1, 1), NAMED["kb64"]):
+    for shape in ((2, 128, 64, 16, 113759, 8, 4, 0, 1, 1), (9, 128, 64, 64, 6191, 10, 20, 5, 1, 1), NAMED["kb64"],
+                  NAMED["hifigan_up0"]):
         assert weight(shape)["kernel"] == "grad_weight_wgmma", shape
     monkeypatch.setenv("CONVT_GRAD_WEIGHT_BOXES", "always")
     for shape, unrolled in (((2, 96, 72, 3, 800, 1, 4, 0, 4, 1), 0), ((2, 96, 72, 3, 800, 1, 3, 0, 4, 1), 1),
@@ -1179,9 +1182,9 @@ def test_h100_named_shapes(dtype):
     assert up0["forward"]["family"] == "pipelined" and up0["forward"]["row_phases"] == 8
     assert up0["grad_input"]["family"] == "pipelined"  # deinterleaved (1024 MACs a grad_y element at stride 8)
     assert (up0["grad_input"]["deinterleaved"], up0["grad_input"]["channel_phases"]) == (1, 1)
-    # (the box tiles: 16-bit 0.86x the merged tiles' time measured on an H200; TF32 over grad_y unrolled)
-    assert up0["grad_weight"]["kernel"] == "grad_weight_boxes"
-    assert up0["grad_weight"]["unrolled_grad_y"] == int(dtype.itemsize == 4), up0["grad_weight"]
+    # (16-bit: the box tiles, 0.86x the merged tiles' time measured on an H200; TF32: the merged
+    # tiles, 1.38x faster than the box tiles over grad_y unrolled)
+    assert up0["grad_weight"]["kernel"] == "grad_weight_boxes" if dtype.itemsize == 2 else up0["grad_weight"]["merged"] == 1
     kb74 = plans(NAMED["kb74"], dtype, True, "h100")
     assert tile(kb74["forward"]) == ("pipelined", 64, 256)
     kb79 = plans(NAMED["kb79"], dtype, True, "h100")  # strided, dilated: the staged-output warp tiles
