@@ -895,10 +895,12 @@ ConvTParams forward_over_channels_last_x(const ConvTParams& p, int64_t batch) {
 
 int64_t unrolled_row_length(const ConvTParams& p) { return (p.length_in + 7) / 8 * 8; }
 
-bool unrolls(const ConvTParams& p, int element_size) {
-  return p.kernel_size > 1 && p.out_channels * p.kernel_size < kGemmIndexLimit &&
+bool unrolled_copy_fits(const ConvTParams& p, int element_size) {
+  return p.out_channels * p.kernel_size < kGemmIndexLimit &&
          p.batch * p.out_channels * p.kernel_size * unrolled_row_length(p) * element_size <= kUnrolledGradYBytes;
 }
+
+bool unrolls(const ConvTParams& p, int element_size) { return p.kernel_size > 1 && unrolled_copy_fits(p, element_size); }
 
 ConvTParams grad_weight_over_unrolled(const ConvTParams& p, int element_size, bool aligned_x) {
   return over_grad_y_copy(grad_weight_over_copies(p, element_size, aligned_x, /*deinterleaved=*/false), p.kernel_size,
@@ -2223,9 +2225,7 @@ std::optional<WeightGradPlan> plan_boxes_over_copies(const ConvTParams& p, const
   if (grad_y.element_size == 4) {
     boxes = plan_grad_weight_boxes(over_x, box_x, grad_y, limits);
     weight.problem = over_x;
-    const bool unrolled_fits = p.out_channels * p.kernel_size < kGemmIndexLimit &&
-                               p.batch * p.out_channels * p.kernel_size * unrolled_row_length(p) * 4 <= kUnrolledGradYBytes;
-    if (!boxes && unrolled_fits) {
+    if (!boxes && unrolled_copy_fits(p, grad_y.element_size)) {  // (K = 1 too: one row of each channel)
       weight.problem = grad_weight_over_unrolled(p, x.element_size, align_x);
       boxes = plan_grad_weight_boxes(weight.problem, box_x, copy_facts(grad_y.element_size), limits);
       weight.unrolled_grad_y = true;

@@ -396,7 +396,8 @@ constexpr int64_t kUnrolledGradYBytes = int64_t(1) << 30;
 // (about the MACs of the grad_weight tiles' pace in the time of 8 bytes at the H100's bandwidth)
 constexpr int64_t kCopyElementMacs = 256;
 int64_t unrolled_row_length(const ConvTParams& p);  // L_in in 16-byte rows in every dtype
-bool unrolls(const ConvTParams& p, int element_size);
+bool unrolled_copy_fits(const ConvTParams& p, int element_size);  // the copy's rows and bytes within the limits
+bool unrolls(const ConvTParams& p, int element_size);                // ... and K > 1 (the tiles' candidate)
 ConvTParams grad_weight_over_unrolled(const ConvTParams& p, int element_size, bool aligned_x);
 GemmWeight gemm_weight(const ConvTParams& p, bool forward);
 // The tiling of a problem and its launches (launch_row_tiles); nullopt: no tensor-core plan fits
