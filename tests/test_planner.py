@@ -1137,6 +1137,7 @@ def test_tf32_box_tiles_over_grad_y_rows(monkeypatch):
         g = weight(shape)
         assert g["kernel"] == "grad_weight_boxes" and (g["unrolled_grad_y"], g["channels_last_grad_y"]) == (1, 0), (shape, g)
         assert (g["tap_groups"], g["box_slots"]) == (1, 1) and g["box_ns"] <= g["tiles_ns"], (shape, g)
+        assert summary(g).endswith("unrolled_grad_y"), summary(g)  # (the benchmark's plan column names the copy)
         assert weight(shape, tf32=False)["kernel"] != "grad_weight_boxes"
         assert weight(shape, card="a100")["kernel"] != "grad_weight_boxes"
     own_rows = weight((16, 1536, 768, 1, 1300, 1, 0, 0, 1, 1))

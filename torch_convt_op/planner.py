@@ -52,7 +52,7 @@ def summary(plan: Dict[str, Union[str, int]]) -> str:
         return text + (" over channels-last grad_y" if plan.get("channels_last_grad_y") else "")
     if kernel == "grad_weight_boxes":  # (tiles of block_ci x box_slots taps of block_co)
         text = f"{kernel} {plan['block_ci']}x{plan['box_slots']}x{plan['block_co']} {plan['stages']} stages"
-        copies = [name for name in ("aligned_x", "channels_last_grad_y") if plan.get(name)]
+        copies = [name for name in ("aligned_x", "channels_last_grad_y", "unrolled_grad_y") if plan.get(name)]
         return text + (" over " + " + ".join(copies) if copies else "")
     if kernel.startswith("grad_weight"):
         text = f"{kernel} {plan['block_ci']}x{plan['block_co']} taps {plan['group_taps']}"
