@@ -37,7 +37,7 @@ namespace convt::cuda {
 // The kernel's parameters: the plan (tiles and tap_groups: the launch's window of taps) and the
 // tensor maps the launcher encodes (ops_cuda.cpp)
 struct WeightBoxProblem : WeightGradPlan {
-  CUtensorMap x_map;  // x as (position, channel, batch): boxes of 64 ci x 64 positions
+  CUtensorMap x_map;  // x as (position, channel, batch): boxes of 64 ci x 128 bytes of positions
   int first_window_tap;  // the launch's first tap (its tap groups: tap_groups from first_window_tap / box_slots)
   // tap first_window_tap + k: gy as (channel, position < min(L_out, L_in + s_k), batch), 16-bit; as
   // (position, channel, batch), TF32
