@@ -1242,6 +1242,19 @@ def test_forced_gemm_tile_names_a_bad_value(value, monkeypatch):
     assert tile(plans((2, 64, 64, 5, 3000, 2, 2, 0, 1, 1), torch.bfloat16, True, "h200")["forward"]) == ("warp", 64, 128)
 
 
+def test_forced_gemm_tile_refuses_what_the_kernels_lack(monkeypatch):
+    """A forced one-accumulator pipelined tile (128 x 256) plans no phase pair (a stride-2 forward whose
+    two out phases a tile holds in two accumulator sets: launch_pipelined_gemm has no such kernel);
+    the layer goes to the direct kernels, while 128 x 128 plans the phase pair."""
+    layer = (2, 96, 64, 3, 200, 2, 0, 0, 1, 1)
+    for value in ("pipelined:128x256", "pipelined:128x256:unmerged"):
+        monkeypatch.setenv("CONVT_GEMM_TILE", value)
+        assert plans(layer, torch.float32, True, "h200")["forward"]["kernel"] == "direct", value
+    monkeypatch.setenv("CONVT_GEMM_TILE", "pipelined:128x128")
+    forward = plans(layer, torch.float32, True, "h200")["forward"]
+    assert tile(forward) == ("pipelined", 128, 128) and forward["out_phases"] == 2, forward
+
+
 def test_copy_bandwidth_prices_the_copies(monkeypatch):
     """The copies' model prices a pass over a copy at its bandwidth, CONVT_COPY_BANDWIDTH_GBPS (GB/s)
     where set: a 16-bit stride-2 grad_input takes its channels-last copy of grad_y at the default
