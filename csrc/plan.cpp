@@ -567,6 +567,8 @@ std::optional<GemmPlan> plan_pipelined_tiles(const GemmPlan& problem, const Tens
                                              const DeviceLimits& limits, bool strided_stores,
                                              int most_run_taps = kMaxGemmTaps) {
   const bool phase_pair = problem.out_step == 2 && problem.out_phases == 2;
+  // (3xTF32 and a phase pair hold two accumulator sets, 64 floats each a thread: no one-accumulator tile)
+  if (kGemmTileShapes[tile_shape].one_accumulator && (math == Math::k3xTF32 || phase_pair)) return std::nullopt;
   if ((problem.out_step != 1 && math != Math::k3xTF32 && !phase_pair && !strided_stores) ||
       (problem.out_phases != 1 && problem.out_phases != problem.out_step && !strided_stores) ||
       (problem.in_step != 1 && problem.channel_phases == 1) ||
@@ -650,14 +652,12 @@ std::optional<GemmPlan> plan_pipelined(const GemmPlan& problem, const TensorFact
     return half_fills(plan) ? plan : narrower_tiles(rows);
   }
   const auto narrow = plan_pipelined_tiles(problem, in, gemm_tile_index(GemmFamily::kPipelined, 128, 128), math, limits, strided_stores);
-  // (3xTF32 and a TF32 or 16-bit phase pair: two accumulator sets, 64 floats each a thread)
-  const bool two_sets = math == Math::k3xTF32 || (problem.out_step == 2 && problem.out_phases == 2);
   // (strided stores: 128 columns, whose stores a thread's row spans half as far; 256-column strided
   // plans ran 0.6-0.9x the 128-column ones' speed on an H200, docs/perf/2026-12-04-v105-planner.md)
   const bool narrow_stores =
       strided_stores && problem.out_step > 1 && strided_stores_first_override() != PlanOverride::kNever;
-  const auto wide = two_sets || narrow_stores ? std::nullopt
-                             : plan_pipelined_tiles(problem, in, gemm_tile_index(GemmFamily::kPipelined, 128, 256), math, limits, strided_stores);
+  const auto wide = narrow_stores ? std::nullopt
+                                  : plan_pipelined_tiles(problem, in, gemm_tile_index(GemmFamily::kPipelined, 128, 256), math, limits, strided_stores);
   if (!fills(wide)) return half_fills(narrow) || split_half_fills(narrow) ? narrow : narrower_tiles(128);
   if (!fills(narrow)) return wide;
   auto waves = [&](const GemmPlan& g) { return planned_launch_waves(g, in, math, limits); };
@@ -978,10 +978,7 @@ std::optional<GemmPlan> choose_gemm_plan(const GemmPlan& g, const std::optional<
     const GemmPlan& problem = on_merged ? *merged : g;
     if (shape.family != GemmFamily::kPipelined) return plan_gemm_tiles(problem, in, forced->shape, limits);
     const bool strided_stores = !on_merged && problem.out_step > 1 && shape.block_m > 16 && problem.rows_per_group > 16;
-    auto plan = plan_pipelined_tiles(problem, in, forced->shape, math, limits, strided_stores);
-    // (a phase pair's tile holds two accumulator sets: none on a one-accumulator tile)
-    if (plan && shape.one_accumulator && pipeline_form(*plan) == PipelineForm::kPhasePair) return std::nullopt;
-    return plan;
+    return plan_pipelined_tiles(problem, in, forced->shape, math, limits, strided_stores);
   }
   const bool one_accumulator = math != Math::k3xTF32;
   const bool pipelined = limits.wgmma;
@@ -1557,7 +1554,7 @@ double box_cost(int64_t tiles, int tap_groups, int slots, int columns, int64_t s
 std::optional<WeightGradPlan> plan_grad_weight_boxes(const ConvTParams& q, const TensorFacts& x, const TensorFacts& grad_y,
                                                      const DeviceLimits& limits) {
   const int element_size = x.element_size;
-  const bool k_major = element_size == 4;  // TF32: grad_y K-major (its rows' positions contiguous)
+  const bool k_major = box_grad_y_k_major(element_size);
   if (!limits.wgmma || !limits.tma || (element_size != 2 && !k_major) || q.in_channels_per_group <= kBoxBlockCi / 2 ||
       q.kernel_size > kMaxBoxTaps || !gemm_applies(q, element_size) || q.x_length_stride != 1 ||
       !tensor_map_fits(x, q.length_in, q.in_channels, q.batch, q.x_channel_stride, q.x_batch_stride))
@@ -2222,7 +2219,7 @@ std::optional<WeightGradPlan> plan_boxes_over_copies(const ConvTParams& p, const
   const TensorFacts box_x = align_x ? copy_facts(x.element_size) : x;
   const ConvTParams over_x = grad_weight_over_copies(p, x.element_size, align_x, /*deinterleaved=*/false);
   std::optional<WeightGradPlan> boxes;
-  if (grad_y.element_size == 4) {
+  if (box_grad_y_k_major(grad_y.element_size)) {
     boxes = plan_grad_weight_boxes(over_x, box_x, grad_y, limits);
     weight.problem = over_x;
     if (!boxes && unrolled_copy_fits(p, grad_y.element_size)) {  // (K = 1 too: one row of each channel)

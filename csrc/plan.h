@@ -364,6 +364,9 @@ constexpr int64_t kChannelsLastCopyMostPhases = 64;  // (direct.cuh's kChannelsL
 // bytes of positions at each tap's shift in its phase's rows, wgmma's N-major B in 16-bit, K-major
 // in TF32), each tap through a map whose positions end where its x positions do.
 constexpr int kMaxBoxTaps = kMaxGemmTaps, kBoxWindowTaps = 32, kMaxBoxSlots = 4, kMaxBoxStages = 6;
+// The box tiles read grad_y K-major (its rows) in TF32, whose wgmma has no N-major B; N-major
+// (channels-last) in 16-bit: the planner, the launcher's maps and the kernel alike
+constexpr bool box_grad_y_k_major(int element_size) { return element_size == 4; }
 // A box plan's launches, in order: body(first_group, groups) for each window of whole tap groups of
 // box_slots taps, kBoxWindowTaps taps at most (the planner's box_cost and the launcher alike)
 template <typename Body>

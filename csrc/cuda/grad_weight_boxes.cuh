@@ -47,9 +47,6 @@ struct WeightBoxProblem : WeightGradPlan {
 constexpr int kBoxHalfCi = kBoxBlockCi / 2;  // a consumer warpgroup's ci (wgmma's M)
 constexpr int kBoxXBytes = kBoxBlockCi * kBoxItemBytes;
 constexpr int kBoxBoxBytes = kBoxSlotCo * kBoxItemBytes;  // a gy box: 64 co x 128 bytes of positions
-// gy K-major (TF32: B's only layout) or N-major (16-bit: channels-last)
-template <typename T>
-constexpr bool kBoxKMajorGradY = sizeof(T) == 4;
 
 // The block's tile and slice, from blockIdx.x = slice * tiles + tile (the blocks of a wave walk the
 // same items: their boxes come from L2), tile = ((group * ci_tiles + ci_tile) * co_tiles + co_tile)
@@ -142,7 +139,7 @@ struct BoxProducer {
   // a gy box of 64 co from `channel` at `position` (the map's coordinates: the inner one first)
   __device__ __forceinline__ static void copy_grad_y_box(void* shared, const CUtensorMap* map, int channel, int position, int n,
                                                          uint64_t* full) {
-    if constexpr (kBoxKMajorGradY<T>) {
+    if constexpr (box_grad_y_k_major(sizeof(T))) {
       tensor_copy_to_shared(shared, map, position, channel, n, full);
     } else {
       tensor_copy_to_shared(shared, map, channel, position, n, full);
@@ -156,7 +153,7 @@ struct BoxProducer {
 // the previous item's stage goes back to the producer once that item's wgmma are done (one group in flight)
 template <typename T, int kColumns>
 struct BoxMainloop {
-  static constexpr bool kKMajorB = kBoxKMajorGradY<T>;
+  static constexpr bool kKMajorB = box_grad_y_k_major(sizeof(T));
   using Kind = std::conditional_t<kKMajorB, Tf32, T>;
   const BoxTile& tile;
   const BoxStages<kColumns>& stages;

@@ -456,7 +456,7 @@ void run_data(DataPlan plan, const ConvTParams& p, const at::Tensor& in_tensor, 
 // tap at shift 0), as (position, channel, batch), rounded to TF32 as they land.
 void encode_grad_y_maps(CUtensorMap* maps, const WeightGradPlan& g, const at::Tensor& grad_y, const ConvTParams& p) {
   const int positions = kBoxItemBytes / int(grad_y.element_size());
-  const bool k_major = grad_y.element_size() == 4;
+  const bool k_major = box_grad_y_k_major(int(grad_y.element_size()));
   const int64_t phase_rows = k_major ? 0 : channels_last_phase_length(p);
   for (int k = 0; k < g.taps; ++k) {
     const Tap tap = tap_of(k, p.stride, p.padding, p.dilation);
