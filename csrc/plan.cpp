@@ -895,8 +895,19 @@ ConvTParams forward_over_channels_last_x(const ConvTParams& p, int64_t batch) {
 
 int64_t unrolled_row_length(const ConvTParams& p) { return (p.length_in + 7) / 8 * 8; }
 
+UnrollWindow unroll_window(const ConvTParams& p, int element_size) {
+  // (the most elements whose padded row fits kUnrollStageBytes)
+  const int64_t most_elements = (kUnrollStageBytes / element_size - 1) * 32 / 33;
+  UnrollWindow window;
+  window.positions = std::min({unrolled_row_length(p), kUnrollPositions, ((most_elements - 1) / p.stride + 1) / 8 * 8});
+  if (window.positions < 8) return UnrollWindow{};
+  window.taps = std::min(p.kernel_size, 1 + (most_elements - 1 - (window.positions - 1) * p.stride) / p.dilation);
+  window.elements = (window.positions - 1) * p.stride + (window.taps - 1) * p.dilation + 1;
+  return window;
+}
+
 bool unrolled_copy_fits(const ConvTParams& p, int element_size) {
-  return p.out_channels * p.kernel_size < kGemmIndexLimit &&
+  return unroll_window(p, element_size).positions > 0 && p.out_channels * p.kernel_size < kGemmIndexLimit &&
          p.batch * p.out_channels * p.kernel_size * unrolled_row_length(p) * element_size <= kUnrolledGradYBytes;
 }
 
@@ -2261,12 +2272,8 @@ constexpr int64_t kBoxWideChannels = 256;
 // TF32 (box tiles over grad_y K-major): the other tiles take kTf32GradWTilesFactor times the time of
 // the 16-bit fit (their A fragments and x_s twice the bytes, wgmma at half the rate: 1.2-2.0x, median
 // 1.5x, on 76 H200 layers timed both ways, docs/perf/2026-12-04-tf32-box-tiles.md; the box tiles'
-// own fit held within 0.6-1.5x), and no margin: the box tiles at the lesser estimate. Their copy of
-// grad_y unrolled from a filter of two taps a phase or more (K >= 2 * stride: each grad_y value
-// written K / stride times) counts kTf32RepeatedCopyFactor times the copies' fit (the fit's largest
-// misses, 1.2-2.1x, were such layers; hifigan_up0 ran 1.38x slower on the box tiles)
+// own fit held within 0.6-1.5x), and no margin: the box tiles at the lesser estimate.
 constexpr double kTf32GradWTilesFactor = 1.8;
-constexpr double kTf32RepeatedCopyFactor = 2.0;
 // The copies a grad_weight plan makes, in grad_weight_time's units (grad_y_shared: grad_input
 // deinterleaves grad_y, and a plan over that copy reads it at no cost)
 double weight_copies_time(const WeightPlan& weight, bool grad_y_shared) {
@@ -2276,12 +2283,11 @@ double weight_copies_time(const WeightPlan& weight, bool grad_y_shared) {
 }
 // (box_cost's share for the slices' partial sums sizes the slices; kBoxSliceElementSeconds is the
 // fitted time of those sums)
-// (copy_factor: the copies' time over their fit's)
-double box_tiles_seconds(const WeightPlan& boxes, double copy_factor, const DeviceLimits& limits) {
+double box_tiles_seconds(const WeightPlan& boxes, const DeviceLimits& limits) {
   const WeightGradPlan& g = boxes.gemm;
   return kBoxHostSeconds + kBoxUnitSeconds * box_cost(g.tiles, g.tap_groups, g.box_slots, g.box_columns, g.slices, g.items, grad_weight_elements(g), limits) +
          kBoxSliceElementSeconds * double(g.slices) * double(grad_weight_elements(g)) +
-         copy_factor * kBoxCopyUnitSeconds * weight_copies_time(boxes, /*grad_y_shared=*/false);
+         kBoxCopyUnitSeconds * weight_copies_time(boxes, /*grad_y_shared=*/false);
 }
 double grad_weight_tiles_seconds(const WeightPlan& weight, const ConvTParams& p, bool grad_y_shared) {
   return kGradWHostSeconds + kGradWUnitSeconds * (grad_weight_time(weight.gemm) + weight_copies_time(weight, grad_y_shared)) *
@@ -2402,11 +2408,13 @@ WeightPlan plan_grad_weight_tiles_pass(const ConvTParams& p, const TensorFacts& 
   // time (grad_weight_time, the copies included): narrow outputs with several taps, whose tiles' padded
   // channels then take the taps and whose tap groups stop staging x again each (any stride and
   // dilation); x aligned where that makes it pipelined. Not merged plans, whose tiles hold the phases
-  // of a few co (all six measured lost 1.1-2.8x unrolled)
+  // of a few co (all six measured lost 1.1-2.8x unrolled). Where no tiles plan on x's own problem (a
+  // dilation whose taps' window outgrows the tiles' x rows), the unrolled copy's one tap always does:
+  // the tensor cores instead of the direct kernel.
   const PlanOverride unrolled = grad_weight_unrolled_override();
-  if (gemm && (!gemm->merged || unrolled == PlanOverride::kAlways) && unrolls(p, grad_y.element_size) &&
+  if ((gemm ? !gemm->merged || unrolled == PlanOverride::kAlways : !depthwise) && unrolls(p, grad_y.element_size) &&
       unrolled != PlanOverride::kNever) {
-    const double current_time = time_with_copies(*gemm, weight);
+    const double current_time = gemm ? time_with_copies(*gemm, weight) : std::numeric_limits<double>::infinity();
     const bool can_pipeline = one_pass && limits.wgmma && limits.tma;
     std::optional<WeightGradPlan> best;
     for (const bool align : {false, true}) {
@@ -2461,8 +2469,7 @@ WeightPlan plan_grad_weight_pass(const ConvTParams& p, const TensorFacts& x, con
   const bool gemm_tiles = tiles.kernel == Kernel::kGradWeightGemm || tiles.kernel == Kernel::kGradWeightWgmma;
   if (!gemm_tiles) return boxes;
   const bool tf32 = math == Math::kTF32;
-  const double copy_factor = tf32 && boxes.unrolled_grad_y && p.kernel_size >= 2 * p.stride ? kTf32RepeatedCopyFactor : 1.0;
-  boxes.box_seconds = tiles.box_seconds = box_tiles_seconds(boxes, copy_factor, limits);
+  boxes.box_seconds = tiles.box_seconds = box_tiles_seconds(boxes, limits);
   boxes.tiles_seconds = tiles.tiles_seconds =
       grad_weight_tiles_seconds(tiles, p, grad_y_shared) * (tf32 ? kTf32GradWTilesFactor : 1.0);
   const bool wide = p.in_channels_per_group >= kBoxWideChannels && p.out_channels_per_group >= kBoxWideChannels;

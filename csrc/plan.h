@@ -399,7 +399,21 @@ constexpr int64_t kUnrolledGradYBytes = int64_t(1) << 30;
 // (about the MACs of the grad_weight tiles' pace in the time of 8 bytes at the H100's bandwidth)
 constexpr int64_t kCopyElementMacs = 256;
 int64_t unrolled_row_length(const ConvTParams& p);  // L_in in 16-byte rows in every dtype
-bool unrolled_copy_fits(const ConvTParams& p, int element_size);  // the copy's rows and bytes within the limits
+// The copy's blocks (unroll_grad_y_kernel): a block stages one grad_y row's window, the positions j =
+// i*stride + k*dilation - padding of `positions` consecutive i (a multiple of 8, at most
+// kUnrollPositions) and `taps` consecutive k, `elements` = (positions - 1)*stride + (taps - 1)*dilation
+// + 1 of them, read once in order, and writes those taps' rows from shared memory (kUnrollStageBytes
+// at most, padded: staged_elements_padded). Positions 0: not even 8 positions fit (a stride of
+// hundreds of elements), and there is no copy.
+struct UnrollWindow {
+  int64_t positions = 0, taps = 0, elements = 0;
+};
+constexpr int64_t kUnrollStageBytes = 24 * 1024, kUnrollPositions = 512;
+// A staged row of `elements` holds element e at e + e / 32 (a pad word every 32: reads at a stride
+// of 2, 4, 8, ... elements hit distinct banks)
+constexpr int64_t staged_elements_padded(int64_t elements) { return elements + elements / 32 + 1; }
+UnrollWindow unroll_window(const ConvTParams& p, int element_size);
+bool unrolled_copy_fits(const ConvTParams& p, int element_size);  // a window fits; the copy's rows and bytes within the limits
 bool unrolls(const ConvTParams& p, int element_size);                // ... and K > 1 (the tiles' candidate)
 ConvTParams grad_weight_over_unrolled(const ConvTParams& p, int element_size, bool aligned_x);
 GemmWeight gemm_weight(const ConvTParams& p, bool forward);

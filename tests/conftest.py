@@ -422,6 +422,16 @@ DILATED_GRAD_WEIGHT_COPY_CASES = [
     Case(1, 72, 40, 10, 500, stride=5, padding=3, output_padding=1, dilation=3),
 ]
 
+# grad_weight over grad_y unrolled by taps (forced: CONVT_GRAD_WEIGHT_UNROLLED=always), the copy's
+# windows (unroll_window: 512 positions, 24 KB staged): rows of 1,504 in three whole windows and one of
+# 480; taps 3000 apart, windows of 2 taps (float32; 4 in 16-bit) and a last short tap group, most
+# windows past an end of grad_y; a stride of 700, windows of 8 positions (float32; 16 in 16-bit)
+UNROLLED_GRAD_Y_CASES = [
+    Case(2, 64, 4, 9, 1500, stride=3, padding=4),
+    Case(1, 32, 3, 5, 300, padding=100, dilation=3000),
+    Case(2, 24, 2, 3, 100, stride=700, padding=5, output_padding=3),
+]
+
 # grad_weight over the copies that give 16-bit tiles vector copies where they would stage x or grad_y
 # one element at a time (CONVT_GRAD_WEIGHT_ELEMENT_COPIES=always; the box tiles and the pipelined tiles
 # of any channels off): x in aligned rows, grad_y deinterleaved (at stride 1 in aligned rows, rows at

@@ -972,6 +972,24 @@ def test_narrow_outputs_take_grad_weight_over_grad_y_unrolled(dtype, tf32, card,
         assert plans(shape, dtype, tf32, card)["grad_weight"].get("unrolled_grad_y", 0) == 0, shape
 
 
+@pytest.mark.parametrize("dtype,tf32", MATHS)
+def test_grad_weight_of_wide_dilations_over_grad_y_unrolled(dtype, tf32):
+    """Where no tiles plan on x's own problem (taps a dilation of 100 or more apart: their window
+    outgrows the tiles' x rows), grad_weight runs on the tensor cores, not on the direct kernel: over
+    grad_y unrolled by taps (one tap at shift 0) where no other copy plans, at any dilation (the
+    copy's windows then hold fewer taps each, unroll_window). A stride of 900 leaves no window of 8 positions in the
+    copy's 24 KB of float32 (of 16-bit elements they fit), and no unrolled plan."""
+    for shape in ((2, 64, 3, 5, 2000, 1, 4, 0, 100, 1), (4, 96, 24, 3, 7000, 2, 0, 1, 512, 1),
+                  (1, 32, 3, 5, 300, 1, 100, 0, 3000, 1)):
+        g = plans(shape, dtype, tf32, "h100")["grad_weight"]
+        assert g["kernel"] in ("grad_weight_gemm", "grad_weight_wgmma") and (g["unrolled_grad_y"] or g["deinterleaved_grad_y"]), (shape, g)
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("CONVT_GRAD_WEIGHT_UNROLLED", "always")
+        env.setenv("CONVT_GRAD_WEIGHT_BOXES", "never")
+        g = plans((2, 24, 2, 3, 100, 900, 5, 0, 1, 1), dtype, tf32, "h100")["grad_weight"]
+        assert g["unrolled_grad_y"] == int(dtype != torch.float32), g
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_grad_weight_unrolls_where_tap_groups_restage_x(dtype, monkeypatch):
     """grad_weight's choice of grad_y unrolled by taps weighs time, not MMA work alone: the tiles'
@@ -1125,15 +1143,15 @@ def test_tf32_box_tiles_over_grad_y_rows(monkeypatch):
     form): over grad_y's own rows where the problem is at stride 1 and every tap's shift a multiple of
     16 bytes (K = 1, or taps 4 positions apart), else over grad_y unrolled by taps (one tap at shift
     0, C_out * K channels), where their time model gives them less time than the other tiles' at
-    kTf32GradWTilesFactor (1.8) times the 16-bit fit, an unrolled copy of two taps a phase or more
-    at kTf32RepeatedCopyFactor (2) times the copies' fit: wide layers (measured on an H200: 13,1536,
-    1536,3,201,s8 2.6x, 16,1536,768,7,262,s8 2.9x, 3,1280,1280,7,1300,s8 1.6x faster), not long
-    filters on few channels (2,128,64,16,113759,s8: 4.8x slower; 9,128,64,64,6191,s10: 3.1x), nor
-    hifigan_up0 (K = 2 * stride: 1.38x), nor where the unrolled copy would pass 1 GB (kb64). Strict
-    float32 (3xTF32) and cards without wgmma never."""
+    kTf32GradWTilesFactor (1.8) times the 16-bit fit: wide layers (measured on an H200: 13,1536,
+    1536,3,201,s8 2.6x, 16,1536,768,7,262,s8 2.9x, 3,1280,1280,7,1300,s8 1.6x faster; hifigan_up0),
+    not long filters on few channels (2,128,64,16,113759,s8: 4.8x slower; 9,128,64,64,6191,s10:
+    3.1x), nor where the unrolled copy would pass 1 GB (kb64). Strict float32 (3xTF32) and cards
+    without wgmma never."""
     def weight(shape, dtype=torch.float32, tf32=True, card="h100"):
         return plans(shape, dtype, tf32, card)["grad_weight"]
-    for shape in ((13, 1536, 1536, 3, 201, 8, 0, 5, 1, 1), (16, 1536, 768, 7, 262, 8, 0, 1, 1, 1), (3, 1280, 1280, 7, 1300, 8, 0, 1, 1, 1)):
+    for shape in ((13, 1536, 1536, 3, 201, 8, 0, 5, 1, 1), (16, 1536, 768, 7, 262, 8, 0, 1, 1, 1), (3, 1280, 1280, 7, 1300, 8, 0, 1, 1, 1),
+                  NAMED["hifigan_up0"]):
         g = weight(shape)
         assert g["kernel"] == "grad_weight_boxes" and (g["unrolled_grad_y"], g["channels_last_grad_y"]) == (1, 0), (shape, g)
         assert (g["tap_groups"], g["box_slots"]) == (1, 1) and g["box_ns"] <= g["tiles_ns"], (shape, g)
@@ -1142,8 +1160,7 @@ def test_tf32_box_tiles_over_grad_y_rows(monkeypatch):
         assert weight(shape, card="a100")["kernel"] != "grad_weight_boxes"
     own_rows = weight((16, 1536, 768, 1, 1300, 1, 0, 0, 1, 1))
     assert own_rows["kernel"] == "grad_weight_boxes" and own_rows["unrolled_grad_y"] == 0, own_rows
-    for shape in ((2, 128, 64, 16, 113759, 8, 4, 0, 1, 1), (9, 128, 64, 64, 6191, 10, 20, 5, 1, 1), NAMED["kb64"],
-                  NAMED["hifigan_up0"]):
+    for shape in ((2, 128, 64, 16, 113759, 8, 4, 0, 1, 1), (9, 128, 64, 64, 6191, 10, 20, 5, 1, 1), NAMED["kb64"]):
         assert weight(shape)["kernel"] == "grad_weight_wgmma", shape
     monkeypatch.setenv("CONVT_GRAD_WEIGHT_BOXES", "always")
     for shape, unrolled in (((2, 96, 72, 3, 800, 1, 4, 0, 4, 1), 0), ((2, 96, 72, 3, 800, 1, 3, 0, 4, 1), 1),
@@ -1183,9 +1200,8 @@ def test_h100_named_shapes(dtype):
     assert up0["forward"]["family"] == "pipelined" and up0["forward"]["row_phases"] == 8
     assert up0["grad_input"]["family"] == "pipelined"  # deinterleaved (1024 MACs a grad_y element at stride 8)
     assert (up0["grad_input"]["deinterleaved"], up0["grad_input"]["channel_phases"]) == (1, 1)
-    # (16-bit: the box tiles, 0.86x the merged tiles' time measured on an H200; TF32: the merged
-    # tiles, 1.38x faster than the box tiles over grad_y unrolled)
-    assert up0["grad_weight"]["kernel"] == "grad_weight_boxes" if dtype.itemsize == 2 else up0["grad_weight"]["merged"] == 1
+    # (the box tiles: 16-bit 0.86x the merged tiles' time measured on an H200; TF32 over grad_y unrolled)
+    assert up0["grad_weight"]["kernel"] == "grad_weight_boxes"
     kb74 = plans(NAMED["kb74"], dtype, True, "h100")
     assert tile(kb74["forward"]) == ("pipelined", 64, 256)
     kb79 = plans(NAMED["kb79"], dtype, True, "h100")  # strided, dilated: the staged-output warp tiles

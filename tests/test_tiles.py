@@ -9,7 +9,7 @@ import torch
 from conftest import (BOX_TILE_CASES, CHUNK_RANGE_CASES, Case, CPU_TILE_CASES, CPU_TILE_SCALE,
                       DILATED_GRAD_WEIGHT_COPY_CASES, DTYPES, ELEMENT_COPY_CASES, FLOAT_CHUNK_RANGE_CASES,
                       GRAD_INPUT_COPY_CASES, GRAD_WEIGHT_MMA_SYNC_CASES, GRAD_WEIGHT_TILE_CASES, NARROW_ROW_CASES,
-                      PIPELINED_SPLIT_CASES, SPLIT_TILE_CASES, WIDE_TILE_CASES, ZERO_TAP_CHUNK_RANGE_CASES,
+                      PIPELINED_SPLIT_CASES, SPLIT_TILE_CASES, UNROLLED_GRAD_Y_CASES, WIDE_TILE_CASES, ZERO_TAP_CHUNK_RANGE_CASES,
                       assert_backward_matches_reference, assert_gradients_deterministic, cuda_plans, quick,
                       requires_cuda)
 
@@ -116,6 +116,20 @@ def test_grad_weight_over_dilated_copy(case, dtype, tf32, monkeypatch):
     plan = cuda_plans(case, dtype, tf32)["grad_weight"]
     if torch.cuda.get_device_capability() == (9, 0) and (dtype != torch.float32 or tf32):
         assert plan["deinterleaved_grad_y"] == 1 and plan["stages"] > 0, plan
+    x, w, b = assert_backward_matches_reference(case, dtype, "cuda")
+    assert_gradients_deterministic(x, w, b, case)
+
+
+@requires_cuda
+@pytest.mark.parametrize("case", UNROLLED_GRAD_Y_CASES, ids=str)
+@pytest.mark.parametrize("dtype,tf32", CUDA_MODES, ids=lambda v: str(v).removeprefix("torch."), indirect=["tf32"])
+def test_grad_weight_over_unrolled_grad_y(case, dtype, tf32, monkeypatch):
+    """grad_weight over grad_y unrolled by taps (forced: CONVT_GRAD_WEIGHT_UNROLLED=always, the box
+    tiles off) through the copy's windows of positions and taps, in every math, against float64,
+    deterministic."""
+    monkeypatch.setenv("CONVT_GRAD_WEIGHT_UNROLLED", "always")
+    monkeypatch.setenv("CONVT_GRAD_WEIGHT_BOXES", "never")
+    assert cuda_plans(case, dtype, tf32)["grad_weight"]["unrolled_grad_y"] == 1
     x, w, b = assert_backward_matches_reference(case, dtype, "cuda")
     assert_gradients_deterministic(x, w, b, case)
 

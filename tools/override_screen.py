@@ -98,9 +98,9 @@ def main():
                   f" {times['torch']:9.4f}   " + " | ".join(plans), flush=True)
             del x, w, b, grad, tensors
             torch.cuda.empty_cache()
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=1)
+            if args.json:  # (after every layer: a screen cut short by a timeout keeps what it timed)
+                with open(args.json, "w") as f:
+                    json.dump(results, f, indent=1)
 
 
 if __name__ == "__main__":

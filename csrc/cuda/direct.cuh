@@ -118,7 +118,6 @@ __device__ __forceinline__ int swizzled_vector(int row_vectors, int row, int vec
 // latency). Element e = m*phases + r sits at e + e / 32 (a pad word every 32), so that the reads at
 // stride `phases` hit distinct banks. *nonfinite is set where an element copied is Inf or NaN
 // (DataPlan::exact).
-__host__ __device__ constexpr int deinterleave_staged_elements(int elements) { return elements + elements / 32 + 1; }
 constexpr int kDeinterleaveLoads = 8;
 
 template <typename scalar_t>
@@ -168,30 +167,57 @@ __global__ void deinterleave_grad_y_kernel(const scalar_t* __restrict__ grad_y, 
 }
 
 // grad_y unrolled by taps (WeightPlan::unrolled_grad_y; docs/design.md §5.6): out[n, co*K + k, i] =
-// grad_y[n, co, i*stride + k*dilation - padding] for i < row_length, zero outside grad_y. A row (n,
-// co*K + k) along y, positions along x; grad_y read through the params' y strides. A thread takes
-// a CopyVector of consecutive positions (16 bytes of out: row_length is a multiple of 8 elements, so
-// each run starts 16-byte aligned), issues all their loads, then stores the run at once: a copy of
-// hundreds of MB is bound by the loads in flight, and one element a thread left it at a fraction of
-// HBM's bandwidth.
+// grad_y[n, co, i*stride + k*dilation - padding] for i < L_in, zero outside grad_y and at i >= L_in
+// (rows of row_length). A block takes windows (unroll_window: `positions` i from i0, `taps` k from k0)
+// of (n, co) rows: blockIdx.x a (segment, tap group), blockIdx.y and its grid stride the rows. It reads
+// the window's grad_y elements j = jb + e (jb = i0*stride + k0*dilation - padding) in order, each once,
+// kDeinterleaveLoads a thread in flight, into shared memory (zero outside grad_y; e at e + e / 32), then
+// writes the taps' rows: a thread a CopyVector of consecutive i (16 bytes of out, each run 16-byte
+// aligned: row_length is a multiple of 8 elements) from staged e = (i - i0)*stride + (k - k0)*dilation.
+// Both sides coalesced: read in place, a strided gather of grad_y touched a 32-byte sector a
+// stride's elements, and rows of a few runs left most of a block's threads idle.
 template <typename scalar_t>
 __global__ void unroll_grad_y_kernel(const scalar_t* __restrict__ grad_y, scalar_t* __restrict__ out, ConvTParams p,
-                                     int64_t row_length) {
+                                     int64_t row_length, UnrollWindow window) {
   using Run = CopyVector<scalar_t>;
   constexpr int kVector = Run::kElements;
-  CONVT_ROW_LOOP(row, p.batch * p.out_channels * p.kernel_size) {
-    const int64_t k = row % p.kernel_size, channel = row / p.kernel_size;
+  extern __shared__ unsigned char unroll_smem[];
+  scalar_t* const staged = reinterpret_cast<scalar_t*>(unroll_smem);
+  const int64_t tap_groups = (p.kernel_size + window.taps - 1) / window.taps;
+  const int64_t i0 = int64_t(blockIdx.x) / tap_groups * window.positions, k0 = int64_t(blockIdx.x) % tap_groups * window.taps;
+  const int positions = int(std::min<int64_t>(window.positions, row_length - i0));
+  const int taps = int(std::min<int64_t>(window.taps, p.kernel_size - k0));
+  const int elements = (positions - 1) * int(p.stride) + (taps - 1) * int(p.dilation) + 1;
+  const int runs = positions / kVector;
+  const int64_t first_j = i0 * p.stride + k0 * p.dilation - p.padding;
+  CONVT_ROW_LOOP(channel, p.batch * p.out_channels) {
     const scalar_t* grad_y_row = grad_y + channel / p.out_channels * p.y_batch_stride + channel % p.out_channels * p.y_channel_stride;
-    const int64_t first_j = k * p.dilation - p.padding;
-    CONVT_POSITION_LOOP(run, row_length / kVector) {
+    for (int first_e = 0; first_e < elements; first_e += kDeinterleaveLoads * int(blockDim.x)) {
+      scalar_t values[kDeinterleaveLoads];
+#pragma unroll
+      for (int u = 0; u < kDeinterleaveLoads; ++u) {
+        const int e = first_e + u * int(blockDim.x) + int(threadIdx.x);
+        const int64_t j = first_j + e;
+        values[u] = e < elements && j >= 0 && j < p.length_out ? grad_y_row[j * p.y_length_stride] : scalar_t(0);
+      }
+#pragma unroll
+      for (int u = 0; u < kDeinterleaveLoads; ++u) {
+        const int e = first_e + u * int(blockDim.x) + int(threadIdx.x);
+        if (e < elements) staged[e + e / 32] = values[u];
+      }
+    }
+    __syncthreads();
+    for (int item = threadIdx.x; item < taps * runs; item += blockDim.x) {
+      const int tap = item / runs, run = item % runs;
       Run values;
 #pragma unroll
-      for (int e = 0; e < kVector; ++e) {
-        const int64_t i = run * kVector + e, j = first_j + i * p.stride;
-        values.v[e] = i < p.length_in && j >= 0 && j < p.length_out ? grad_y_row[j * p.y_length_stride] : scalar_t(0);
+      for (int v = 0; v < kVector; ++v) {
+        const int position = run * kVector + v, e = position * int(p.stride) + tap * int(p.dilation);
+        values.v[v] = i0 + position < p.length_in ? staged[e + e / 32] : scalar_t(0);
       }
-      reinterpret_cast<Run*>(out + row * row_length)[run] = values;
+      reinterpret_cast<Run*>(out + (channel * p.kernel_size + k0 + tap) * row_length + i0)[run] = values;
     }
+    __syncthreads();  // (the window is written: shared memory free for the next row's)
   }
 }
 

@@ -135,7 +135,7 @@ void launch_deinterleave_grad_y(const ConvTParams& p, const scalar_t* grad_y, sc
   // at most kMaxDeinterleavedPhases, so one position always fits)
   const int64_t stage_elements = kDeinterleaveBytes / int64_t(sizeof(scalar_t));
   const int columns = int(std::min<int64_t>(row_length, std::max<int64_t>(1, stage_elements / phases / 32 * 32)));
-  const size_t smem = sizeof(scalar_t) * deinterleave_staged_elements(int(columns * phases));
+  const size_t smem = sizeof(scalar_t) * staged_elements_padded(columns * phases);
   deinterleave_grad_y_kernel<scalar_t><<<row_grid(p.batch * p.out_channels, row_length, columns), kDirectThreads, smem,
                                          launch.stream>>>(grad_y, out, nonfinite, p, int(phases), int(phase_step), row_length, columns);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
@@ -144,9 +144,12 @@ void launch_deinterleave_grad_y(const ConvTParams& p, const scalar_t* grad_y, sc
 template <typename scalar_t>
 void launch_unroll_grad_y(const ConvTParams& p, const scalar_t* grad_y, scalar_t* out, Launch launch) {
   const int64_t row_length = unrolled_row_length(p);
-  unroll_grad_y_kernel<scalar_t><<<row_grid(p.batch * p.out_channels * p.kernel_size, row_length / CopyVector<scalar_t>::kElements,
-                                            kDirectThreads),
-                                   kDirectThreads, 0, launch.stream>>>(grad_y, out, p, row_length);
+  const UnrollWindow window = unroll_window(p, int(sizeof(scalar_t)));
+  TORCH_INTERNAL_ASSERT(window.positions > 0, "unrolled grad_y: no window fits (unrolled_copy_fits)");
+  const int64_t windows = (row_length + window.positions - 1) / window.positions * ((p.kernel_size + window.taps - 1) / window.taps);
+  const dim3 grid(unsigned(windows), unsigned(std::min<int64_t>(p.batch * p.out_channels, 65535)));
+  unroll_grad_y_kernel<scalar_t><<<grid, kDirectThreads, sizeof(scalar_t) * staged_elements_padded(window.elements), launch.stream>>>(
+      grad_y, out, p, row_length, window);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
