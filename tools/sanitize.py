@@ -45,7 +45,7 @@ SHAPES = [
     (2, 64, 48, 64, 90, 1, 20, 0, 1, 1, False),  # 64 taps of one phase: steps of a run of taps each
     (2, 48, 40, 100, 60, 3, 7, 2, 1, 2, False),  # 100 taps, strided and dilated: runs per phase
     (1, 3, 2, 130, 5, 2, 3, 0, 1, 1, False),     # more taps than the tensor cores take: direct kernels
-    (2, 16, 16, 4, 40, 1, 5, 0, 1, 300, False),  # taps hundreds of positions apart: grad_weight on the direct kernel
+    (2, 16, 16, 4, 40, 1, 5, 0, 1, 300, False),  # taps hundreds of positions apart: grad_weight over grad_y unrolled (float64: direct)
     (2, 96, 136, 20, 12001, 1, 9, 0, 1, 1, False),  # sm_90 pipelined runs of taps (the several-pair kernels)
     (8, 96, 80, 7, 6000, 2, 3, 0, 1, 1, False),  # sm_90 3xTF32 pipelined out phase by out phase (several pairs)
     (4, 40, 24, 4, 3001, 2, 1, 0, 1, 1, False),  # grad_input over grad_y deinterleaved (odd length), warp tiles
@@ -69,6 +69,9 @@ SHAPES = [
     (3, 1024, 512, 7, 301, 4, 1, 0, 1, 1, False),  # sm_90 zero-tap forward over copies of x, its exact plan gated on the copy
     (2, 1, 96, 16, 1500, 1, 7, 0, 1, 1, False),  # one input channel's forward on the GEMM (its channel padded in smem)
     (4, 7, 64, 9, 8000, 4, 6, 0, 1, 2, False),  # staged 64 x 128 warp tiles in place of 64 x 256 (2 of 4 phases tapless)
+    (2, 1024, 512, 7, 100, 8, 0, 1, 1, 1, False),  # sm_90 box tiles: TF32 over grad_y unrolled, 16-bit over grad_y by phase
+    (2, 256, 256, 1, 256, 1, 0, 0, 1, 1, False),  # sm_90 TF32 box tiles over grad_y's own rows
+    (1, 32, 3, 5, 300, 1, 100, 0, 1, 3000, False),  # grad_y unrolled in windows of 2 taps (16-bit: 4), most past grad_y
 ]
 
 
@@ -132,15 +135,15 @@ def exercise(only=None) -> None:
 
 
 # The kernels whose shared-memory stages only mbarriers order (pipelined_gemm_kernel,
-# grad_weight_wgmma_pipelined_kernel): racecheck does not model mbarrier ordering and reports hazards
+# grad_weight_wgmma_pipelined_kernel, grad_weight_boxes_kernel): racecheck does not model mbarrier ordering and reports hazards
 # on them that the PTX memory model rules out (tools/racecheck_probe.cu,
 # docs/perf/2026-11-27-racecheck-probe.md), so racecheck leaves them out and must be clean on the rest;
 # memcheck, initcheck and synccheck cover them.
-MBARRIER_KERNELS = "pipelined"  # (a substring of exactly those kernels' names)
+MBARRIER_KERNELS = ("pipelined", "boxes")  # (substrings of exactly those kernels' names)
 
 
 def run_tool(tool: str, timeout: float, shapes: str) -> tuple:
-    exclude = ["--kernel-name-exclude", f"kns={MBARRIER_KERNELS}"] if tool == "racecheck" else []
+    exclude = [arg for name in MBARRIER_KERNELS for arg in ("--kernel-name-exclude", f"kns={name}")] if tool == "racecheck" else []
     command = ["compute-sanitizer", "--tool", tool, *exclude, "--error-exitcode", "3", "--print-limit", "20",
                sys.executable, __file__, "--inner"] + (["--shapes", shapes] if shapes else [])
     start = time.time()
