@@ -42,6 +42,17 @@ dim3 depthwise_grid(int64_t rows, int64_t length, Kernel kernel, const Depthwise
               unsigned(plan.co_blocks));
 }
 
+// run(std::true_type{}) where the plan's blocks take groups of rows, else run(std::false_type{}): the
+// depthwise kernels' compile-time kRowGroups
+template <typename Run>
+void dispatch_row_groups(const DepthwisePlan& plan, Run run) {
+  if (plan.row_groups > 1) {
+    run(std::true_type{});
+  } else {
+    run(std::false_type{});
+  }
+}
+
 template <typename scalar_t>
 void launch_forward_direct(const ConvTParams& p, const scalar_t* x, const scalar_t* w, const scalar_t* bias, scalar_t* y,
                            Launch launch) {
@@ -64,11 +75,7 @@ void launch_depthwise_forward(const ConvTParams& p, const DepthwisePlan& plan, c
     const dim3 grid = depthwise_grid(p.batch * p.groups, p.length_out, kernel, plan, launch);
     kernel<<<grid, kDwThreads, plan.smem_bytes, launch.stream>>>(x, w, bias, y, p, plan);
   };
-  if (plan.row_groups > 1) {
-    run(std::true_type{});
-  } else {
-    run(std::false_type{});
-  }
+  dispatch_row_groups(plan, run);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
@@ -88,11 +95,7 @@ void launch_depthwise_grad_input(const ConvTParams& p, const DepthwisePlan& plan
     const dim3 grid = depthwise_grid(p.batch * p.in_channels, p.length_in, kernel, plan, launch);
     kernel<<<grid, kDwThreads, plan.smem_bytes, launch.stream>>>(grad_y, w, grad_x, partial, p, plan);
   };
-  if (plan.row_groups > 1) {
-    run(std::true_type{});
-  } else {
-    run(std::false_type{});
-  }
+  dispatch_row_groups(plan, run);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
