@@ -636,6 +636,10 @@ bool padding_is_small(int64_t padded, int64_t original) { return padded <= 2 * o
 // Problems of fewer multiply-adds than this run on one thread: a parallel region costs more than it
 // saves, and on a busy machine one descheduled thread stalls the region.
 constexpr double kSerialWork = double(1 << 20);
+// A copied or packed element weighs as this many multiply-adds against kSerialWork: copies of more than
+// 16k elements run on every thread. (Counted as one, a short input's padded copy of up to 2^20 elements
+// ran on one thread while the others waited: 6,384,192,9,57,g32's forward took 1.65x as long.)
+constexpr double kCopyWork = 64;
 
 // The tasks [0, tasks) on the threads, f(begin, end) per run of them; on one thread where `work`
 // (multiply-adds or copies, all tasks) is small. Guided: each thread takes the next run of
@@ -684,7 +688,7 @@ struct Jobs {
     }
   }
   void run() {
-    parallel(static_cast<int64_t>(jobs.size()), work, [&](int64_t begin, int64_t end) {
+    parallel(static_cast<int64_t>(jobs.size()), work * kCopyWork, [&](int64_t begin, int64_t end) {
       for (int64_t j = begin; j < end; ++j) jobs[j]();
     });
     jobs.clear();
@@ -901,7 +905,7 @@ void forward_avx2_scatter(const float* x, const float* w, const float* bias, flo
   at::Tensor a_packed = at::empty({std::max<int64_t>(1, p.groups * blocks * packed)}, at::TensorOptions().dtype(at::kFloat));
   float* a = a_packed.data_ptr<float>();
   const int64_t zero = 0;
-  parallel(p.groups * blocks, double(p.groups) * Cig * R, [&](int64_t begin, int64_t end) {
+  parallel(p.groups * blocks, kCopyWork * p.groups * Cig * R, [&](int64_t begin, int64_t end) {
     for (int64_t u = begin; u < end; ++u) {
       const int64_t g = u / blocks, co0 = (u % blocks) * channels, rows = std::min(channels, Cog - co0) * K;
       if (rows <= kStreamMostRows) continue;  // (read in place: stream_rows)
