@@ -118,6 +118,18 @@ def test_blas_taps_grad_weight_interleaves_every_filter_length(k, dtype, monkeyp
     assert_backward_matches_reference(case, dtype, "cpu")
 
 
+@pytest.mark.quick
+@pytest.mark.parametrize("l_in", [1, 7, 16, 17, 31, 33, 47, 48, 49, 100])
+def test_micro_kernel_last_column_step_covers_every_row_length(l_in, monkeypatch):
+    """The AVX2 GEMM runs its last column step one vector wide where at most one vector of columns is
+    left (kernels_avx2.cpp's tail kernels): row lengths on either side of the vector and step widths
+    (8 / 16 floats and 16 / 32 with AVX-512), in the packed forward and grad_input (columns: the
+    positions) and the positions grad_weight (columns: 13 x 3 (co, k) pairs), against float64."""
+    monkeypatch.setenv("CONVT_CPU_FORMS", "forward=packed,grad_input=packed,grad_weight=positions")
+    case = Case(2, 8, 13, 3, l_in, stride=1, padding=1)
+    assert_backward_matches_reference(case, torch.float32, "cpu", check_forward=True)
+
+
 def _classes(t):
     t = t.detach().to("cpu", torch.float64)
     return torch.isnan(t).long() + 2 * (t == float("inf")).long() + 3 * (t == float("-inf")).long()

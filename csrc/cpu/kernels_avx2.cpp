@@ -117,6 +117,13 @@ constexpr Kernel kNarrowKernels[6] = {nullptr,
                                       kernel<5, kVectorsFor<5>>};
 constexpr Kernel kPanelKernels512[7] = {nullptr,          kernel_512<1, 2>, kernel_512<2, 2>, kernel_512<3, 2>,
                                         kernel_512<4, 2>, kernel_512<5, 2>, kernel_512<6, 2>};
+// A panel's last column step where at most one vector of its columns is left (a row of 100 positions:
+// 3 full steps of 32 and 4 columns): one vector a row, half the products of a full step. (Its 6
+// accumulators keep fewer FMAs in flight than a full step's 12, still more of its products count.)
+constexpr Kernel kPanelTailKernels[7] = {nullptr,      kernel<1, 1>, kernel<2, 1>, kernel<3, 1>,
+                                         kernel<4, 1>, kernel<5, 1>, kernel<6, 1>};
+constexpr Kernel kPanelTailKernels512[7] = {nullptr,          kernel_512<1, 1>, kernel_512<2, 1>, kernel_512<3, 1>,
+                                            kernel_512<4, 1>, kernel_512<5, 1>, kernel_512<6, 1>};
 constexpr Kernel kNarrowKernels512[6] = {nullptr,
                                          kernel_512<1, kVectorsFor<1>>,
                                          kernel_512<2, kVectorsFor<2>>,
@@ -314,6 +321,7 @@ CONVT_TARGET void gemm_blocks(int64_t rows, int64_t cols, int64_t depth, const f
       continue;
     }
     const Kernel* const panel_kernels = wide_vectors() ? kPanelKernels512 : kPanelKernels;
+    const Kernel* const tail_kernels = wide_vectors() ? kPanelTailKernels512 : kPanelTailKernels;
     for (int64_t j = 0; j < cols; j += step) {
       // The next column step's block, into L1 while this one's products run: its kc rows are as many
       // streams (channels' rows), more than the hardware prefetcher follows, and copied in one go they
@@ -335,9 +343,10 @@ CONVT_TARGET void gemm_blocks(int64_t rows, int64_t cols, int64_t depth, const f
         for (int64_t kk = 0; kk < kc; ++kk) copied[kk] = block + kk * step;
         steps = copied, b_column = 0;
       }
+      const Kernel* const kernels = cols - j <= step / 2 ? tail_kernels : panel_kernels;
       for (int64_t r0 = 0, p = 0; r0 < rows; r0 += 6, ++p) {
         const int64_t panel_rows = rows - r0 < 6 ? rows - r0 : 6;
-        panel_kernels[panel_rows](kc, a_block + p * panel_offset, 6, steps, b_column, c + r0 * ldc + j, ldc, add);
+        kernels[panel_rows](kc, a_block + p * panel_offset, 6, steps, b_column, c + r0 * ldc + j, ldc, add);
       }
     }
   }
