@@ -118,16 +118,25 @@ def test_blas_taps_grad_weight_interleaves_every_filter_length(k, dtype, monkeyp
     assert_backward_matches_reference(case, dtype, "cpu")
 
 
+# Row lengths on either side of the AVX2 GEMM's vector and column step widths (8 / 16 floats, 16 / 32
+# with AVX-512), run in forms whose GEMM columns are the positions (the packed forward and grad_input)
+# or 13 x 3 (co, k) pairs (the positions grad_weight)
+TAIL_ROW_LENGTHS = [1, 7, 9, 16, 17, 31, 33, 47, 48, 49, 100]
+TAIL_FORMS = "forward=packed,grad_input=packed,grad_weight=positions"
+
+
+def tail_case(l_in):
+    return Case(2, 8, 13, 3, l_in, stride=1, padding=1)
+
+
 @pytest.mark.quick
-@pytest.mark.parametrize("l_in", [1, 7, 16, 17, 31, 33, 47, 48, 49, 100])
+@pytest.mark.parametrize("l_in", TAIL_ROW_LENGTHS)
 def test_micro_kernel_last_column_step_covers_every_row_length(l_in, monkeypatch):
     """The AVX2 GEMM runs its last column step one vector wide where at most one vector of columns is
-    left (kernels_avx2.cpp's tail kernels): row lengths on either side of the vector and step widths
-    (8 / 16 floats and 16 / 32 with AVX-512), in the packed forward and grad_input (columns: the
-    positions) and the positions grad_weight (columns: 13 x 3 (co, k) pairs), against float64."""
-    monkeypatch.setenv("CONVT_CPU_FORMS", "forward=packed,grad_input=packed,grad_weight=positions")
-    case = Case(2, 8, 13, 3, l_in, stride=1, padding=1)
-    assert_backward_matches_reference(case, torch.float32, "cpu", check_forward=True)
+    left (kernels_avx2.cpp's tail kernels): every row length lands each column, against float64 (this
+    CPU's vectors; test_avx2_vectors_where_the_cpu_has_avx512 runs the 8-float ones)."""
+    monkeypatch.setenv("CONVT_CPU_FORMS", TAIL_FORMS)
+    assert_backward_matches_reference(tail_case(l_in), torch.float32, "cpu", check_forward=True)
 
 
 def _classes(t):
@@ -294,13 +303,18 @@ def test_unknown_cpu_forms_are_errors(value, monkeypatch):
 def test_avx2_vectors_where_the_cpu_has_avx512():
     """CONVT_CPU_VECTOR_BITS=256 runs the GEMM's AVX2 micro-kernels on a CPU with AVX-512F too, which
     otherwise takes its 16-float ones: the suite tests the kernels of the CPU it runs on, this test the
-    others (on an AVX2-only CPU the same kernels again). CPU tile cases' forward and gradients in a
-    fresh process (the setting is read once a process), against float64."""
+    others (on an AVX2-only CPU the same kernels again). CPU tile cases' forward and gradients, and the
+    last column step's row lengths, in a fresh process (the setting is read once a process), against
+    float64."""
     tests = os.path.dirname(os.path.abspath(__file__))
-    script = ("import sys, torch; sys.path.insert(0, sys.argv[1]); "
+    script = ("import os, sys, torch; sys.path.insert(0, sys.argv[1]); "
               "from conftest import CPU_TILE_CASES, CPU_TILE_SCALE, assert_backward_matches_reference; "
+              "import test_coverage as t; "
               "[assert_backward_matches_reference(c.scaled(**CPU_TILE_SCALE), torch.float32, 'cpu', check_forward=True) "
-              "for c in CPU_TILE_CASES]")
+              "for c in CPU_TILE_CASES]; "
+              "os.environ['CONVT_CPU_FORMS'] = t.TAIL_FORMS; "
+              "[assert_backward_matches_reference(t.tail_case(l), torch.float32, 'cpu', check_forward=True) "
+              "for l in t.TAIL_ROW_LENGTHS]")
     subprocess.run([sys.executable, "-c", script, tests], env=dict(os.environ, CONVT_CPU_VECTOR_BITS="256"), check=True,
                    timeout=600)
 

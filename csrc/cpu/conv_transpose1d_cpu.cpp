@@ -637,8 +637,8 @@ bool padding_is_small(int64_t padded, int64_t original) { return padded <= 2 * o
 // saves, and on a busy machine one descheduled thread stalls the region.
 constexpr double kSerialWork = double(1 << 20);
 // A copied or packed element weighs as this many multiply-adds against kSerialWork: copies of more than
-// 16k elements run on every thread. (Counted as one, a short input's padded copy of up to 2^20 elements
-// ran on one thread while the others waited: 6,384,192,9,57,g32's forward took 1.65x as long.)
+// 16k elements run on every thread. (Counted as one, a copy of up to 2^20 elements, 4 MB, ran on one
+// thread while the others waited: a short input's padded copy took a fifth of its forward.)
 constexpr double kCopyWork = 64;
 
 // The tasks [0, tasks) on the threads, f(begin, end) per run of them; on one thread where `work`

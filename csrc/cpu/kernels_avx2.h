@@ -47,10 +47,10 @@ void pack_a(int64_t rows, int64_t outer, int64_t inner, const float* base, int64
 
 // c[r*ldc + j] (+ c where `accumulate`) = sum_{kk < depth} A(r, kk) * B(kk, j) for r < rows,
 // j < round_up_columns(cols, panel) (where panels of 6 rows leave at most one vector of columns to
-// their last column step, j up to that vector's end only): A a block of a matrix packed by pack_a with panels of `panel` rows
-// (a at the first step of the block's first panel; panels panel_stride floats apart: panel * the
-// matrix's depth), B(kk, j) = b's step kk [column + j]; every B row must be readable for
-// round_up_columns(cols, panel) floats from `column`. Single-threaded.
+// their last column step, j up to that vector's end only): A a block of a matrix packed by pack_a with
+// panels of `panel` rows (a at the first step of the block's first panel; panels panel_stride floats
+// apart: panel * the matrix's depth), B(kk, j) = b's step kk [column + j]; every B row must be readable
+// for round_up_columns(cols, panel) floats from `column`. Single-threaded.
 void gemm(int64_t rows, int64_t cols, int64_t depth, const float* a, int64_t panel, int64_t panel_stride,
           const Operand& b, int64_t column, float* c, int64_t ldc, bool accumulate);
 
