@@ -19,6 +19,7 @@ import time
 import torch
 
 import torch_convt_op
+from torch_convt_op import bench
 
 PASSES = {"fwd": "forward", "gx": "grad_input", "gw": "grad_weight"}
 
@@ -66,6 +67,10 @@ def main(argv) -> None:
     if which not in PASSES or not layers:
         raise SystemExit(__doc__)
     torch.set_num_threads(2)
+    # as the benchmark does (bench.pin_malloc_thresholds): freed buffers stay in the heap, so a form's
+    # big scratch does not come back as fresh pages (page faults) on one call and warm memory on the next
+    if not bench.pin_malloc_thresholds():
+        print("warning: could not pin glibc's malloc thresholds; page faults may distort the timings", file=sys.stderr)
     for layer in layers:
         result = time_forms(layer, which, forms)
         print(f"{layer} {which}: " + "  ".join(f"{name} {ms:.2f}" for name, ms in result.items()), flush=True)
