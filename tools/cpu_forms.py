@@ -9,7 +9,9 @@ N,C_in,C_out,K,L_in,stride,padding,output_padding,dilation,groups. CONVT_CPU_FOR
 call, so the forms alternate in rounds in one process: a VM's drift between processes (up to 30 %
 on the 2-core machines of BENCHMARKS.md) cancels. Each form runs twice untimed after a switch (the
 first calls after another form's are up to 2x slower: buffers of other sizes, page faults), then
-its best of three calls counts; the figure is the median over the rounds, in ms, two threads.
+its best of three calls counts; the figure is the median over the rounds, in ms, two threads, with
+glibc's malloc thresholds pinned as the benchmark pins them (freed scratch is reused warm, not mapped
+fresh: unpinned, a form's timings followed the process's allocation history).
 """
 import os
 import statistics
