@@ -2,9 +2,11 @@
 
     python tools/cpu_forms.py PASS FORMS LAYER [LAYER ...]
 
-PASS is fwd, gx (grad_input) or gw (grad_weight); FORMS a comma-separated list of CONVT_CPU_FORMS
-form names (csrc/cpu/conv_transpose1d_cpu.cpp), `default` (the planner's choice) or `torch`; a name
-may repeat (its runs are reported apart, which shows order effects); LAYER is
+PASS is fwd, gx (grad_input), gw (grad_weight) or step (a training step: the forward with a bias and
+the gradients of x, w and bias, as the benchmark's fwd+bwd); FORMS a comma-separated list of
+CONVT_CPU_FORMS form names (csrc/cpu/conv_transpose1d_cpu.cpp) for the pass (for step: whole
+CONVT_CPU_FORMS settings with '+' for ',', e.g. grad_input=packed+grad_weight=dot), `default` (the
+planner's choice) or `torch`; a name may repeat (its runs are reported apart, which shows order effects); LAYER is
 N,C_in,C_out,K,L_in,stride,padding,output_padding,dilation,groups. CONVT_CPU_FORMS is read at every
 call, so the forms alternate in rounds in one process: a VM's drift between processes (up to 30 %
 on the 2-core machines of BENCHMARKS.md) cancels. Each form runs twice untimed after a switch (the
@@ -23,7 +25,7 @@ import torch
 import torch_convt_op
 from torch_convt_op import bench
 
-PASSES = {"fwd": "forward", "gx": "grad_input", "gw": "grad_weight"}
+PASSES = {"fwd": "forward", "gx": "grad_input", "gw": "grad_weight", "step": None}
 
 
 def best_of(fn, calls: int = 3) -> float:
@@ -42,15 +44,21 @@ def time_forms(layer: str, which: str, forms, rounds: int = 9) -> dict:
     args = (stride, padding, output_padding, groups, dilation)
     x = torch.randn(n, c_in, l_in, requires_grad=True)
     w = (torch.randn(c_in, c_out // groups, k) * 0.05).requires_grad_()
+    bias = torch.randn(c_out, requires_grad=True)
     ops = {"ours": torch_convt_op.conv_transpose1d, "torch": torch.nn.functional.conv_transpose1d}
     outputs = {name: op(x, w, None, *args) for name, op in ops.items()}
     grad_y = torch.randn_like(outputs["ours"])
     runs = {}
     for index, form in enumerate(forms):
         side = "torch" if form == "torch" else "ours"
-        env = "" if form in ("default", "torch") else f"{PASSES[which]}={form}"
+        if form in ("default", "torch"):
+            env = ""
+        else:
+            env = form.replace("+", ",") if which == "step" else f"{PASSES[which]}={form}"
         if which == "fwd":
             fn = lambda op=ops[side]: op(x, w, None, *args)
+        elif which == "step":
+            fn = lambda op=ops[side]: torch.autograd.grad(op(x, w, bias, *args), (x, w, bias), grad_y)
         else:
             wrt = (x,) if which == "gx" else (w,)
             fn = lambda y=outputs[side], wrt=wrt: torch.autograd.grad(y, wrt, grad_y, retain_graph=True)
