@@ -6,12 +6,12 @@ PASS is fwd, gx (grad_input), gw (grad_weight) or step (a training step: the for
 the gradients of x, w and bias, as the benchmark's fwd+bwd); FORMS a comma-separated list of
 CONVT_CPU_FORMS form names (csrc/cpu/conv_transpose1d_cpu.cpp) for the pass (for step: whole
 CONVT_CPU_FORMS settings with '+' for ',', e.g. grad_input=packed+grad_weight=dot), `default` (the
-planner's choice) or `torch`; a name may repeat (its runs are reported apart, which shows order effects); LAYER is
-N,C_in,C_out,K,L_in,stride,padding,output_padding,dilation,groups. CONVT_CPU_FORMS is read at every
-call, so the forms alternate in rounds in one process: a VM's drift between processes (up to 30 %
-on the 2-core machines of BENCHMARKS.md) cancels. Each form runs twice untimed after a switch (the
-first calls after another form's are up to 2x slower: buffers of other sizes, page faults), then
-its best of three calls counts; the figure is the median over the rounds, in ms, two threads, with
+planner's choice) or `torch`; a name may repeat (its runs are reported apart, which shows order
+effects); LAYER is N,C_in,C_out,K,L_in,stride,padding,output_padding,dilation,groups.
+CONVT_CPU_FORMS is read at every call, so the forms alternate in rounds in one process: a VM's
+drift between processes (up to 30 % on the 2-core machines of BENCHMARKS.md) cancels. Each form runs
+twice untimed after a switch (the first calls after another form's are up to 2x slower: buffers of
+other sizes, page faults), then its best of three calls counts; the figure is the median over the rounds, in ms, two threads, with
 glibc's malloc thresholds pinned as the benchmark pins them (freed scratch is reused warm, not mapped
 fresh: unpinned, a form's timings followed the process's allocation history).
 """
