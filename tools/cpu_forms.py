@@ -11,9 +11,10 @@ effects); LAYER is N,C_in,C_out,K,L_in,stride,padding,output_padding,dilation,gr
 CONVT_CPU_FORMS is read at every call, so the forms alternate in rounds in one process: a VM's
 drift between processes (up to 30 % on the 2-core machines of BENCHMARKS.md) cancels. Each form runs
 twice untimed after a switch (the first calls after another form's are up to 2x slower: buffers of
-other sizes, page faults), then its best of three calls counts; the figure is the median over the rounds, in ms, two threads, with
-glibc's malloc thresholds pinned as the benchmark pins them (freed scratch is reused warm, not mapped
-fresh: unpinned, a form's timings followed the process's allocation history).
+other sizes, page faults), then its best of three calls counts; the figure is the median over the
+rounds, in ms, two threads, with glibc's malloc thresholds pinned as the benchmark pins them (freed
+scratch is reused warm, not mapped fresh: unpinned, a form's timings followed the process's
+allocation history).
 """
 import os
 import statistics
@@ -80,7 +81,8 @@ def main(argv) -> None:
     # as the benchmark does (bench.pin_malloc_thresholds): freed buffers stay in the heap, so a form's
     # big scratch does not come back as fresh pages (page faults) on one call and warm memory on the next
     if not bench.pin_malloc_thresholds():
-        print("warning: could not pin glibc's malloc thresholds; page faults may distort the timings", file=sys.stderr)
+        print("warning: could not pin glibc's malloc thresholds; page faults may distort the timings",
+              file=sys.stderr)
     for layer in layers:
         result = time_forms(layer, which, forms)
         print(f"{layer} {which}: " + "  ".join(f"{name} {ms:.2f}" for name, ms in result.items()), flush=True)
