@@ -1830,6 +1830,29 @@ def test_cpu_grad_weight_over_positions_from_eight_taps(monkeypatch):
         assert plans[shape]["kernel"] == form, (shape, plans[shape])
 
 
+# (N, C_in, C_out, K, L_in, stride, padding, output_padding, dilation, groups): grad_input's form on
+# 16-float vectors around the long filters on short rows (16 taps or more, at most 64 inputs)
+CPU_LONG_FILTER_GRAD_INPUT_CASES = [
+    ((1, 1024, 512, 16, 32, 8, 4, 0, 1, 1), "packed"),      # one batch row
+    ((1, 6, 1536, 17, 36, 8, 4, 3, 1, 1), "packed"),        # few input channels
+    ((7, 256, 128, 40, 32, 5, 17, 0, 1, 1), "packed"),      # 7 batch rows
+    ((1, 1024, 1024, 16, 32, 4, 0, 1, 2, 16), "packed"),    # 16 groups, 4 taps a phase: not a GEMM a tap
+    ((9, 1024, 512, 16, 66, 4, 6, 0, 1, 16), "taps"),       # 66 inputs: the short rows' batch rules
+    ((8, 256, 128, 12, 40, 8, 2, 0, 1, 1), "taps"),         # 12 taps: the batch rules
+]
+
+
+def test_cpu_long_filter_grad_input_on_short_rows(monkeypatch):
+    """On 16-float vectors, grad_input of a long filter on a short row runs packed at any batch (B's rows
+    read in place at each tap's shift), not as the batch rules' GEMM a tap or one at::mm over an im2col."""
+    monkeypatch.delenv("CONVT_CPU_FORMS", raising=False)
+    plans = {shape: explain(*shape, device="cpu")["grad_input"] for shape, _ in CPU_LONG_FILTER_GRAD_INPUT_CASES}
+    if {plan.get("vector_bits", 0) for plan in plans.values()} != {512}:
+        pytest.skip("this CPU runs no 16-float AVX2 forms")
+    for shape, form in CPU_LONG_FILTER_GRAD_INPUT_CASES:
+        assert plans[shape]["kernel"] == form, (shape, plans[shape])
+
+
 def test_cpu_one_channel_groups_run_the_direct_loops(monkeypatch):
     """One or two channels a group (C_in/g x C_out/g <= 2): the forward and grad_input on the direct
     loops wherever the AVX2 forms run, grad_weight on rows of at most 256 inputs (longer rows: the dot

@@ -1799,17 +1799,15 @@ bool grad_weight_by_blas_taps(const ConvTParams& p) {
 // of positions a row there (docs/perf/2026-11-30-cpu-grad-weight-taps.md); at more than 4 taps a phase
 // rows of at most kUnrolledShortRow inputs take the unrolled form (one at::mm over every tap): 0.37-
 // 0.61x the packed form's time on five such layers, as fast on a sixth (docs/perf/2026-11-30-cpu-folded-forward.md).
-// Short rows of long filters (kUnrolledLongFilter taps or more) take the unrolled form at any batch:
-// one at::mm whose reduction runs over every (co, k), where the taps form runs a GEMM a tap and the
-// packed form's narrow block re-reads grad_y's phases; 0.44-0.87x the planner's earlier form's time
-// on 13 such layers of 12-64 taps, 1.07x on one (tools/cpu_forms.py gx; at 12 taps on 64 inputs it
-// lost: 1.08-1.12x; docs/perf/2026-11-30-cpu-folded-forward.md).
-constexpr int64_t kUnrolledShortRow = 64, kUnrolledLongFilter = 16;
+// Short rows of long filters (kLongFilter taps or more on at most kUnrolledShortRow inputs) take the
+// packed form at any batch, its B rows read in place at each tap's shift (CPU v30), where the batch
+// rules below would give them a GEMM a tap or one at::mm over an im2col of grad_y. On a Zen 4 core,
+// training steps 0.89x the time with the unrolled form there (47 layers of 16-128 taps, two runs; 1.06-
+// 1.11x on two of 115-128 taps at batch 2) (CPU v40, replacing v29's unrolled form, which a Xeon
+// measured before v30: docs/perf/2026-12-04-cpu-v38.md).
+constexpr int64_t kUnrolledShortRow = 64, kLongFilter = 16;
 Form grad_input_avx2_form(const ConvTParams& p) {
-  if (avx2::wide_vectors() && p.length_in <= kUnrolledShortRow && p.kernel_size >= kUnrolledLongFilter &&
-      blas_form(p) != Form::kDirect) {
-    return Form::kUnrolled;
-  }
+  if (avx2::wide_vectors() && p.length_in <= kUnrolledShortRow && p.kernel_size >= kLongFilter) return Form::kPacked;
   // (blas_form: at most 4 taps a phase, and no tiny matrices)
   if (avx2::wide_vectors() && p.batch * p.groups >= 6) {
     if (p.length_in <= 128 && blas_form(p) == Form::kTaps) return Form::kTaps;
