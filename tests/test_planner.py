@@ -1822,11 +1822,17 @@ def test_cpu_grad_weight_over_positions_from_eight_taps(monkeypatch):
     """On 16-float vectors, grad_weight of 64 channels a group or more in and out runs as the BLAS taps
     form, except filters of 8 taps or more that grad_weight_by_gemm gives to the GEMM over positions
     (a GEMM a tap against one GEMM over every tap's columns, G^T built by runs of grad_y)."""
+    _assert_wide_vector_forms(CPU_GRAD_WEIGHT_CASES, "grad_weight", monkeypatch)
+
+
+def _assert_wide_vector_forms(cases, pass_name, monkeypatch):
+    """Each (shape, form) of cases: the planner's form for pass_name on this CPU, which must run the
+    16-float AVX2 forms (else the test skips)."""
     monkeypatch.delenv("CONVT_CPU_FORMS", raising=False)
-    plans = {shape: explain(*shape, device="cpu")["grad_weight"] for shape, _ in CPU_GRAD_WEIGHT_CASES}
+    plans = {shape: explain(*shape, device="cpu")[pass_name] for shape, _ in cases}
     if {plan.get("vector_bits", 0) for plan in plans.values()} != {512}:
         pytest.skip("this CPU runs no 16-float AVX2 forms")
-    for shape, form in CPU_GRAD_WEIGHT_CASES:
+    for shape, form in cases:
         assert plans[shape]["kernel"] == form, (shape, plans[shape])
 
 
@@ -1845,12 +1851,7 @@ CPU_LONG_FILTER_GRAD_INPUT_CASES = [
 def test_cpu_long_filter_grad_input_on_short_rows(monkeypatch):
     """On 16-float vectors, grad_input of a long filter on a short row runs packed at any batch (B's rows
     read in place at each tap's shift), not as the batch rules' GEMM a tap or one at::mm over an im2col."""
-    monkeypatch.delenv("CONVT_CPU_FORMS", raising=False)
-    plans = {shape: explain(*shape, device="cpu")["grad_input"] for shape, _ in CPU_LONG_FILTER_GRAD_INPUT_CASES}
-    if {plan.get("vector_bits", 0) for plan in plans.values()} != {512}:
-        pytest.skip("this CPU runs no 16-float AVX2 forms")
-    for shape, form in CPU_LONG_FILTER_GRAD_INPUT_CASES:
-        assert plans[shape]["kernel"] == form, (shape, plans[shape])
+    _assert_wide_vector_forms(CPU_LONG_FILTER_GRAD_INPUT_CASES, "grad_input", monkeypatch)
 
 
 def test_cpu_one_channel_groups_run_the_direct_loops(monkeypatch):
