@@ -106,24 +106,22 @@ CONVT_TARGET_512 void kernel_512(int64_t kc, const float* a, int64_t a_step, con
 }
 
 using Kernel = void (*)(int64_t, const float*, int64_t, const float* const*, int64_t, float*, int64_t, bool);
-// Panels' kernels by rows (1..6), 16 columns; narrow tiles' by rows (1..5), wider.
-constexpr Kernel kPanelKernels[7] = {nullptr,      kernel<1, 2>, kernel<2, 2>, kernel<3, 2>,
-                                     kernel<4, 2>, kernel<5, 2>, kernel<6, 2>};
+// Panels' kernels by rows (1..6) at NV vectors a row: 2, a column step; 1, a panel's last column step
+// where at most one vector of its columns is left (a row of 100 positions: 3 full steps of 32 and 4
+// columns), half the products of a full step (its 6 accumulators keep fewer FMAs in flight than a full
+// step's 12, still more of its products count). Narrow tiles' by rows (1..5), wider.
+template <int NV>
+constexpr Kernel kPanelKernels[7] = {nullptr,       kernel<1, NV>, kernel<2, NV>, kernel<3, NV>,
+                                     kernel<4, NV>, kernel<5, NV>, kernel<6, NV>};
 constexpr Kernel kNarrowKernels[6] = {nullptr,
                                       kernel<1, kVectorsFor<1>>,
                                       kernel<2, kVectorsFor<2>>,
                                       kernel<3, kVectorsFor<3>>,
                                       kernel<4, kVectorsFor<4>>,
                                       kernel<5, kVectorsFor<5>>};
-constexpr Kernel kPanelKernels512[7] = {nullptr,          kernel_512<1, 2>, kernel_512<2, 2>, kernel_512<3, 2>,
-                                        kernel_512<4, 2>, kernel_512<5, 2>, kernel_512<6, 2>};
-// A panel's last column step where at most one vector of its columns is left (a row of 100 positions:
-// 3 full steps of 32 and 4 columns): one vector a row, half the products of a full step. (Its 6
-// accumulators keep fewer FMAs in flight than a full step's 12, still more of its products count.)
-constexpr Kernel kPanelTailKernels[7] = {nullptr,      kernel<1, 1>, kernel<2, 1>, kernel<3, 1>,
-                                         kernel<4, 1>, kernel<5, 1>, kernel<6, 1>};
-constexpr Kernel kPanelTailKernels512[7] = {nullptr,          kernel_512<1, 1>, kernel_512<2, 1>, kernel_512<3, 1>,
-                                            kernel_512<4, 1>, kernel_512<5, 1>, kernel_512<6, 1>};
+template <int NV>
+constexpr Kernel kPanelKernels512[7] = {nullptr,           kernel_512<1, NV>, kernel_512<2, NV>, kernel_512<3, NV>,
+                                        kernel_512<4, NV>, kernel_512<5, NV>, kernel_512<6, NV>};
 constexpr Kernel kNarrowKernels512[6] = {nullptr,
                                          kernel_512<1, kVectorsFor<1>>,
                                          kernel_512<2, kVectorsFor<2>>,
@@ -320,8 +318,8 @@ CONVT_TARGET void gemm_blocks(int64_t rows, int64_t cols, int64_t depth, const f
       }
       continue;
     }
-    const Kernel* const panel_kernels = wide_vectors() ? kPanelKernels512 : kPanelKernels;
-    const Kernel* const tail_kernels = wide_vectors() ? kPanelTailKernels512 : kPanelTailKernels;
+    const Kernel* const panel_kernels = wide_vectors() ? kPanelKernels512<2> : kPanelKernels<2>;
+    const Kernel* const tail_kernels = wide_vectors() ? kPanelKernels512<1> : kPanelKernels<1>;
     for (int64_t j = 0; j < cols; j += step) {
       // The next column step's block, into L1 while this one's products run: its kc rows are as many
       // streams (channels' rows), more than the hardware prefetcher follows, and copied in one go they
