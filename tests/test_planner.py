@@ -350,8 +350,10 @@ def test_narrower_pipelined_tiles_where_the_rows_tile_does_not_half_fill(dtype, 
     assert forward["family"] == "pipelined" and forward["block_m"] in (16, 32) and forward["parts"] >= 66, forward
     grad_input = plans((7, 128, 64, 16, 1011, 8, 4, 0, 1, 1), dtype, tf32, "h200")["grad_input"]
     assert tile(grad_input) == ("pipelined", 32, 256) and grad_input["parts"] >= 66, grad_input
-    if dtype == torch.float32 and not tf32:
-        long_filter = plans((13, 384, 384, 114, 123, 5, 54, 0, 1, 1), dtype, tf32, "h200")["forward"]
+    if dtype == torch.float32 and not tf32:  # (per phase: the model merges it, strict_wide_merge_pays)
+        with monkeypatch.context() as env:
+            env.setenv("CONVT_STRICT_WIDE_MERGE", "never")
+            long_filter = plans((13, 384, 384, 114, 123, 5, 54, 0, 1, 1), dtype, tf32, "h200")["forward"]
         assert long_filter["family"] != "pipelined" or long_filter["stages"] >= 3, long_filter
     monkeypatch.setenv("CONVT_NARROWER_PIPELINED", "never")
     assert plans((1, 540, 310, 1, 1883, 4, 0, 0, 1, 1), dtype, tf32, "h200")["forward"]["family"] == "warp"
@@ -572,6 +574,23 @@ def test_strict_wide_forwards_merge_where_strided_stores_cost_more():
     staged = plans((3, 8, 32, 11, 97820, 5, 4, 1, 1, 1), torch.float32, False, "h100")["forward"]
     assert staged["row_phases"] == 1 and staged["stage_output"] == 1, staged
     assert plans(few, torch.float32, True, "h100")["forward"]["row_phases"] == 8
+
+
+def test_strict_wide_forwards_merge_where_per_phase_tiles_narrow(monkeypatch):
+    """A 3xTF32 wide forward merges its zero-tap phases wherever its per-phase plan runs on pipelined
+    row tiles narrower than its rows (plan_pipelined's narrower tiles, taken where 128-row ones reach
+    too few parts), whatever the stores cost: 4 x 768 -> 192, K = 116, stride 10 on 345 positions
+    (per phase: 16 x 256 tiles, 96 parts; merged: 128 x 128 tiles over the ten phases' rows) and
+    6 x 256 -> 128, K = 82, stride 8 (per phase: 32 x 256)."""
+    for layer, phases, per_phase_rows in (((4, 768, 192, 116, 345, 10, 53, 0, 1, 1), 10, 16),
+                                          ((6, 256, 128, 82, 662, 8, 28, 3, 1, 1), 8, 32)):
+        forward = plans(layer, torch.float32, False, "h100")["forward"]
+        assert forward["row_phases"] == phases and forward["zero_taps"] == 1 and forward["block_m"] == 128, forward
+        monkeypatch.setenv("CONVT_STRICT_WIDE_MERGE", "never")
+        per_phase = plans(layer, torch.float32, False, "h100")["forward"]
+        monkeypatch.delenv("CONVT_STRICT_WIDE_MERGE")
+        assert per_phase["row_phases"] == 1 and per_phase["family"] == "pipelined", per_phase
+        assert per_phase["block_m"] == per_phase_rows, per_phase
 
 
 def test_strict_wide_merge_override(monkeypatch):
