@@ -1757,7 +1757,9 @@ constexpr double kStrictWideMergeMargin = 2.0;
 // (a per-phase plan on pipelined row tiles narrower than its rows (plan_pipelined's narrower tiles,
 // taken where wider ones reach less than half the SMs) runs the long reductions of a few wide rows
 // on few, narrow parts, at a fraction of the MMA rate; the merged plan's 128-row tiles have a part a
-// tile over every phase: merged there, whatever the stores cost)
+// tile over every phase: merged there, whatever the stores cost; except at stride 2 (the layer's or
+// its shared-step reduced layer's), where a phase's stores fill half of each 32-byte sector and the
+// merged plan's pass over x is not paid back, as in strict_narrow_merge_pays's stride-2 layers)
 bool narrowed_pipelined_tiles(const GemmPlan& g) {
   return kGemmTileShapes[g.tile_shape].family == GemmFamily::kPipelined && g.block_m < pipelined_narrow_rows(g.rows_per_group);
 }
@@ -1765,7 +1767,7 @@ bool strict_wide_merge_pays(const ConvTParams& p, const GemmPlan& merged, const 
   const PlanOverride merge = read_plan_override("CONVT_STRICT_WIDE_MERGE");
   if (merge != PlanOverride::kModel) return merge == PlanOverride::kAlways;
   if (!exact || exact->out_step == 1 || exact->stage_output) return false;
-  if (narrowed_pipelined_tiles(*exact)) return true;
+  if (narrowed_pipelined_tiles(*exact) && exact->out_step > 2) return true;
   const double store_seconds = 4.0 / kStoreBytesPerSecondPerSm, mac_seconds = 2.0 / (kMmaFlopsPerSm16Bit / 6);
   const double channels = double(merged.chunk_channels) * double(merged.chunks);
   const double per_phase = store_seconds * double(std::min<int64_t>(exact->out_step, 8)) +

@@ -581,7 +581,8 @@ def test_strict_wide_forwards_merge_where_per_phase_tiles_narrow(monkeypatch):
     row tiles narrower than its rows (plan_pipelined's narrower tiles, taken where 128-row ones reach
     too few parts), whatever the stores cost: 4 x 768 -> 192, K = 116, stride 10 on 345 positions
     (per phase: 16 x 256 tiles, 96 parts; merged: 128 x 128 tiles over the ten phases' rows) and
-    6 x 256 -> 128, K = 82, stride 8 (per phase: 32 x 256)."""
+    6 x 256 -> 128, K = 82, stride 8 (per phase: 32 x 256). Not at stride 2: 11 x 123 -> 203, K = 9
+    keeps its per-phase 32 x 256 tiles (so does its layer at stride 6, dilation 3, which runs as it)."""
     for layer, phases, per_phase_rows in (((4, 768, 192, 116, 345, 10, 53, 0, 1, 1), 10, 16),
                                           ((6, 256, 128, 82, 662, 8, 28, 3, 1, 1), 8, 32)):
         forward = plans(layer, torch.float32, False, "h100")["forward"]
@@ -591,6 +592,8 @@ def test_strict_wide_forwards_merge_where_per_phase_tiles_narrow(monkeypatch):
         monkeypatch.delenv("CONVT_STRICT_WIDE_MERGE")
         assert per_phase["row_phases"] == 1 and per_phase["family"] == "pipelined", per_phase
         assert per_phase["block_m"] == per_phase_rows, per_phase
+    stride_2 = plans((11, 123, 203, 9, 185, 2, 3, 0, 1, 1), torch.float32, False, "h100")["forward"]
+    assert stride_2["row_phases"] == 1 and stride_2["family"] == "pipelined" and stride_2["block_m"] == 32, stride_2
 
 
 def test_strict_wide_merge_override(monkeypatch):
