@@ -1006,8 +1006,9 @@ std::optional<GemmPlan> choose_gemm_plan(const GemmPlan& g, const std::optional<
     }
     return plan;
   };
-  // A strided problem of at most kStoreBoundMacs MACs an output whose phases do not merge is bound
-  // by its stores: warp tiles that stage whole output rows (64 x 128, else 32 x 128) where they fill
+  // A strided problem of at most kStoreBoundMacs MACs an output (kPhaseStridedStoreBoundMacs where
+  // its phases are stored apart) whose phases do not merge is bound by its stores: warp tiles that
+  // stage whole output rows (64 x 128, else 32 x 128) where they fill
   // the SMs, in place of every plan that stores each phase out_step apart (merged phases, which read
   // x once, ran 1.1-2x faster than staged rows)
   auto staged_warp_tiles = [&]() -> std::optional<GemmPlan> {
@@ -1021,7 +1022,9 @@ std::optional<GemmPlan> choose_gemm_plan(const GemmPlan& g, const std::optional<
   // (CONVT_STAGED_WARP_TILES=never: no staged warp tiles, here or for tapless phases below)
   const PlanOverride staged_rows = read_plan_override("CONVT_STAGED_WARP_TILES");
   const int64_t output_macs = g.channels_per_group * most_taps_per_step(g);
-  if (!merged && g.out_step > 1 && output_macs <= kStoreBoundMacs && store_bound_override() != PlanOverride::kNever &&
+  const bool phase_strided_stores = math != Math::k3xTF32 && g.out_step > 2 && g.rows_per_group > 16;
+  const int64_t store_bound_macs = phase_strided_stores ? kPhaseStridedStoreBoundMacs : kStoreBoundMacs;
+  if (!merged && g.out_step > 1 && output_macs <= store_bound_macs && store_bound_override() != PlanOverride::kNever &&
       staged_rows != PlanOverride::kNever) {
     if (auto staged = staged_warp_tiles()) return staged;
   }

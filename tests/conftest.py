@@ -220,6 +220,9 @@ WIDE_TILE_CASES = [
     # channels; 128 x 64 in 3xTF32: 2 of 8 phases, 2 input channels, 32 x 128 staged)
     Case(4, 7, 64, 9, 8000, stride=4, padding=6, dilation=2),
     Case(2, 2, 512, 8, 697, stride=8, padding=3, dilation=2),
+    # ... store-bound at a stride above 2 (every phase reached, 12 MACs an output: 16-bit and TF32 on
+    # 32 x 128, v109): 136 rows, the last row tile 8 rows
+    Case(2, 4, 136, 11, 3000, stride=5, padding=8, dilation=2),
     # narrow outputs whose phases merge, on the 16 x 256 pipelined tiles: 16 merged rows (2 x 8) and
     # 15 (3 x 5, an odd stride); a phase's taps, 2 and 2, in one step; 20 merged rows (4 x 5) on the
     # 32 x 256 tiles; a narrow output of stride 1 (not merged), 5 taps a step on 16 x 256

@@ -415,6 +415,26 @@ def test_store_bound_strided_forwards_stage_whole_rows(dtype, tf32, monkeypatch)
 
 
 @pytest.mark.parametrize("dtype,tf32", MATHS)
+def test_phase_strided_forwards_stage_whole_rows_up_to_32_macs(dtype, tf32):
+    """In TF32 and 16-bit, a strided forward at a stride above 2 on more than 16 rows a group, whose
+    phases do not merge, is store-bound up to kPhaseStridedStoreBoundMacs (32) MACs an output: 2 x 4
+    -> 1536, K = 11, dilation 2, stride 5 (12 MACs) and 3 x 7 -> 1024, K = 9, dilation 3, stride 4
+    (21 MACs) on staged 32 x 128 warp tiles. Not at stride 2 (5 x 4 -> 512, K = 5: 12 MACs; its phase
+    pairs store adjacent elements), not at 16 rows (5 x 3 -> 16, K = 11, stride 5), not at 40 MACs
+    (4 x 20 -> 1024, K = 10, dilation 2, stride 5), not in 3xTF32."""
+    strict = dtype == torch.float32 and not tf32
+    for layer in ((2, 4, 1536, 11, 7300, 5, 8, 0, 2, 1), (3, 7, 1024, 9, 3154, 4, 10, 0, 3, 1)):
+        forward = plans(layer, dtype, tf32, "h200")["forward"]
+        if strict:
+            assert forward["stage_output"] == 0, forward
+        else:
+            assert tile(forward) == ("warp", 32, 128) and forward["stage_output"] == 1, forward
+    for layer in ((5, 4, 512, 5, 4236, 2, 2, 0, 1, 1), (5, 3, 16, 11, 84155, 5, 13, 0, 3, 1), (4, 20, 1024, 10, 2000, 5, 0, 0, 2, 1)):
+        forward = plans(layer, dtype, tf32, "h200")["forward"]
+        assert forward["stage_output"] == 0, (layer, forward)
+
+
+@pytest.mark.parametrize("dtype,tf32", MATHS)
 def test_pipelined_x_by_tma_boxes_where_rows_allow(dtype, tf32):
     """The pipelined forward stages x by TMA boxes (tensor_rows: one box a consumer warpgroup) in
     float and 16-bit alike where x's rows are 16-byte multiples. Other rows back to back go as super
