@@ -70,12 +70,10 @@ constexpr int64_t kStridedStoreWarpgroupMacs = 256;
 // (choose_gemm_plan: staged warp tiles first; 3-4 MACs an output ran 1.4-2.1x faster staged than on
 // the warpgroup or pipelined tiles, 6-16 MACs at stride 2 0.6-1.2x; H200,
 // docs/perf/2026-12-04-v105-planner.md), and kPhaseStridedStoreBoundMacs at strides above 2 on more
-// than 16 rows a group in TF32 and 16-bit: each phase's stores land out_step apart, a sector taking
-// one element a store, whatever the MACs (6-21 MACs ran 1.1-2.9x faster staged in TF32, 1.0-1.6x in
-// bf16; H200, docs/perf/2026-12-05-store-bound-refit.md). Not in 3xTF32, whose per-phase plan here
-// is also the exact plan that strict_wide_merge_pays weighs against a merged one (a staged one
-// keeps its phases unmerged), where 6-21 MACs ran 1.3-2.4x faster staged too but merged plans were
-// not timed against staged ones.
+// than 16 rows a group in TF32 and 16-bit, where each phase's stores land out_step apart, a sector
+// taking one element a store whatever the MACs (docs/perf/2026-12-05-store-bound-refit.md). Not in
+// 3xTF32: there this per-phase plan is also the exact plan that strict_wide_merge_pays weighs against
+// a merged one, and staging it would keep its phases unmerged, untimed against merged plans.
 constexpr int64_t kStoreBoundMacs = 4, kPhaseStridedStoreBoundMacs = 32;
 // Staged warp tiles in place of warpgroup tiles' phase-strided stores (choose_gemm_plan) where an
 // output of a reached phase takes at most kStagedFewMacs MACs (C_in/groups x its taps) and some
