@@ -1896,6 +1896,29 @@ def test_cpu_long_filter_grad_input_on_short_rows(monkeypatch):
     _assert_wide_vector_forms(CPU_LONG_FILTER_GRAD_INPUT_CASES, "grad_input", monkeypatch)
 
 
+# grad_input's form on 16-float vectors for rows longer than 128 inputs: the BLAS taps form at 6 or more
+# (batch, group) items where each tap's GEMM reduces over 16 output channels or more and its weight block
+# holds 8,192 elements or more (CPU v41), else packed
+CPU_LONG_ROW_GRAD_INPUT_CASES = [
+    ((8, 1024, 512, 2, 171, 2, 0, 0, 1, 1), "taps"),
+    ((6, 512, 512, 5, 165, 2, 1, 0, 1, 1), "taps"),
+    ((8, 64, 32, 4, 264, 2, 1, 0, 1, 1), "packed"),         # a block of 2,048
+    ((11, 6, 256, 2, 549, 1, 0, 0, 1, 1), "packed"),        # 6 input channels: a block of 1,536
+    ((4, 1536, 768, 3, 1000, 5, 0, 2, 1, 1), "packed"),     # 4 items
+    ((10, 1024, 4, 16, 861, 4, 6, 0, 1, 1), "packed"),      # a narrow output: 4 channels to reduce over
+    ((2, 512, 512, 4, 312, 2, 0, 0, 1, 32), "packed"),      # 16 x 16 blocks (64 items)
+    ((1, 1024, 1024, 2, 442, 2, 0, 0, 1, 1), "packed"),     # one item
+]
+
+
+def test_cpu_grad_input_of_long_rows_takes_a_gemm_a_tap_at_six_items(monkeypatch):
+    """On 16-float vectors, grad_input of rows longer than 128 inputs runs a GEMM a tap over grad_y's
+    phases in place (the BLAS taps form) at 6 or more (batch, group) items and wide weight blocks, where
+    the packed form would pack grad_y's rows for every block of input channels: not for narrow
+    outputs, smaller weight blocks or fewer items."""
+    _assert_wide_vector_forms(CPU_LONG_ROW_GRAD_INPUT_CASES, "grad_input", monkeypatch)
+
+
 def test_cpu_one_channel_groups_run_the_direct_loops(monkeypatch):
     """One or two channels a group (C_in/g x C_out/g <= 2): the forward and grad_input on the direct
     loops wherever the AVX2 forms run, grad_weight on rows of at most 256 inputs (longer rows: the dot

@@ -1805,6 +1805,14 @@ bool grad_weight_by_blas_taps(const ConvTParams& p) {
 // training steps 0.89x the time with the unrolled form there (47 layers of 16-128 taps, two runs; 1.06-
 // 1.11x on two of 115-128 taps at batch 2) (CPU v40, replacing v29's unrolled form, which a Xeon
 // measured before v30: docs/perf/2026-12-04-cpu-v38.md).
+// On an AVX-512 CPU, longer rows of 6 or more items take the BLAS taps form too where each tap's GEMM
+// reduces over at least kTapsLeastOutputs output channels and its weight block holds at least
+// kTapsLeastWeights elements: at::mm's blocked GEMM then outruns the micro-kernel, and the taps form
+// reads grad_y's phases in place, one at::mm a tap, where the packed form packs grad_y's (C_out/g x
+// taps) rows for every block of input channels. Narrow outputs (a reduction of a few channels),
+// smaller blocks (the micro-kernel's packed tiles) and fewer items keep the packed form (CPU v41,
+// docs/perf/2026-12-05-cpu-v41.md).
+constexpr int64_t kTapsLeastOutputs = 16, kTapsLeastWeights = 8192;
 constexpr int64_t kUnrolledShortRow = 64, kLongFilter = 16;
 Form grad_input_avx2_form(const ConvTParams& p) {
   if (avx2::wide_vectors() && p.length_in <= kUnrolledShortRow && p.kernel_size >= kLongFilter) return Form::kPacked;
@@ -1812,6 +1820,10 @@ Form grad_input_avx2_form(const ConvTParams& p) {
   if (avx2::wide_vectors() && p.batch * p.groups >= 6) {
     if (p.length_in <= 128 && blas_form(p) == Form::kTaps) return Form::kTaps;
     if (p.length_in <= kUnrolledShortRow && blas_form(p) == Form::kUnrolled) return Form::kUnrolled;
+    if (blas_form(p) == Form::kTaps && p.out_channels_per_group >= kTapsLeastOutputs &&
+        p.in_channels_per_group * p.out_channels_per_group >= kTapsLeastWeights) {
+      return Form::kTaps;
+    }
   }
   const bool few_positions = p.batch * p.length_in <= 128 && !(avx2::wide_vectors() && p.batch == 1);
   return wide_layer(p) && few_positions ? Form::kUnrolled : Form::kPacked;
