@@ -1008,9 +1008,9 @@ std::optional<GemmPlan> choose_gemm_plan(const GemmPlan& g, const std::optional<
   };
   // A strided problem of at most kStoreBoundMacs MACs an output (kPhaseStridedStoreBoundMacs where
   // its phases are stored apart) whose phases do not merge is bound by its stores: warp tiles that
-  // stage whole output rows (64 x 128, else 32 x 128) where they fill
-  // the SMs, in place of every plan that stores each phase out_step apart (merged phases, which read
-  // x once, ran 1.1-2x faster than staged rows)
+  // stage whole output rows (64 x 128, else 32 x 128) where they fill the SMs, in place of every plan
+  // that stores each phase out_step apart (merged phases, which read x once, ran 1.1-2x faster than
+  // staged rows)
   auto staged_warp_tiles = [&]() -> std::optional<GemmPlan> {
     for (const int rows : {64, 32}) {
       if (rows == 64 && g.rows_per_group <= 32) continue;

@@ -1818,12 +1818,11 @@ Form grad_input_avx2_form(const ConvTParams& p) {
   if (avx2::wide_vectors() && p.length_in <= kUnrolledShortRow && p.kernel_size >= kLongFilter) return Form::kPacked;
   // (blas_form: at most 4 taps a phase, and no tiny matrices)
   if (avx2::wide_vectors() && p.batch * p.groups >= 6) {
-    if (p.length_in <= 128 && blas_form(p) == Form::kTaps) return Form::kTaps;
-    if (p.length_in <= kUnrolledShortRow && blas_form(p) == Form::kUnrolled) return Form::kUnrolled;
-    if (blas_form(p) == Form::kTaps && p.out_channels_per_group >= kTapsLeastOutputs &&
-        p.in_channels_per_group * p.out_channels_per_group >= kTapsLeastWeights) {
-      return Form::kTaps;
-    }
+    const Form blas = blas_form(p);
+    const bool wide_blocks = p.out_channels_per_group >= kTapsLeastOutputs &&
+                             p.in_channels_per_group * p.out_channels_per_group >= kTapsLeastWeights;
+    if (blas == Form::kTaps && (p.length_in <= 128 || wide_blocks)) return Form::kTaps;
+    if (blas == Form::kUnrolled && p.length_in <= kUnrolledShortRow) return Form::kUnrolled;
   }
   const bool few_positions = p.batch * p.length_in <= 128 && !(avx2::wide_vectors() && p.batch == 1);
   return wide_layer(p) && few_positions ? Form::kUnrolled : Form::kPacked;
