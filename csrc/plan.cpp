@@ -54,16 +54,10 @@ std::optional<int64_t> read_whole_number(const char* variable, int64_t most, con
   }
   return int64_t(value);
 }
-// CONVT_TAP_BOXES: the pipelined kernel's tap boxes (GemmPlan::tap_boxes). Read once a process.
-PlanOverride tap_boxes_override() {
-  static const PlanOverride value = read_plan_override("CONVT_TAP_BOXES");
-  return value;
-}
-// CONVT_POSITION_ROWS: the pipelined kernel's position rows (GemmPlan::position_rows). Read once a process.
-PlanOverride position_rows_override() {
-  static const PlanOverride value = read_plan_override("CONVT_POSITION_ROWS");
-  return value;
-}
+// CONVT_TAP_BOXES: the pipelined kernel's tap boxes (GemmPlan::tap_boxes). Read at every plan.
+PlanOverride tap_boxes_override() { return read_plan_override("CONVT_TAP_BOXES"); }
+// CONVT_POSITION_ROWS: the pipelined kernel's position rows (GemmPlan::position_rows). Read at every plan.
+PlanOverride position_rows_override() { return read_plan_override("CONVT_POSITION_ROWS"); }
 
 // CONVT_PERMUTED_POSITIONS: GemmPlan::permuted_positions wherever they apply (the model), or never
 // (read_plan_override). Read at every plan.
@@ -2039,11 +2033,8 @@ DataPlan plan_data(const ConvTParams& p, const TensorFacts& in, Math math, bool 
   return best ? *best : plan;
 }
 
-// CONVT_FORWARD_X_COPIES overrides the copies' cost model (read_plan_override). Read once a process.
-PlanOverride copies_override() {
-  static const PlanOverride value = read_plan_override("CONVT_FORWARD_X_COPIES");
-  return value;
-}
+// CONVT_FORWARD_X_COPIES overrides the copies' cost model (read_plan_override). Read at every plan.
+PlanOverride copies_override() { return read_plan_override("CONVT_FORWARD_X_COPIES"); }
 
 // CONVT_ZERO_TAP_COPIES=never: zero-tap plans take no copies (v78's planner; read_plan_override).
 // Read at every plan.

@@ -1,12 +1,11 @@
 """CUDA-only semantics: TF32 and strict float32 precision, tile edges on the tensor-core path (and, in
 tests/test_tiles.py, with the CPU, problems of many tiles), streams, CUDA graphs, devices."""
-import os
-import subprocess
-import sys
-
 import pytest
 import torch
 import torch.nn.functional as F
+
+import torch_convt_op
+from torch_convt_op.planner import explain
 
 from conftest import (Case, assert_backward_matches_reference, assert_close, assert_gradients_deterministic, cuda_plans,
                       make_inputs, ours, reference, relative_error, requires_cuda, requires_two_gpus)
@@ -202,18 +201,16 @@ def test_merged_groups(case, dtype, tf32, merge, monkeypatch):
     assert_backward_matches_reference(case, dtype, "cuda", check_forward=True)
 
 
-def test_merged_groups_over_copies_of_x():
-    """A merged forward over copies of x (CONVT_FORWARD_X_COPIES=always, read once a process: a
-    process of its own): the block-diagonal weight with the copy's strides, bf16 and TF32, against
-    float64."""
-    script = """
-import torch, torch.nn.functional as F
-import torch_convt_op
-from torch_convt_op.planner import explain
-torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
-n, c_in, k, l_in, stride, padding = 4, 128, 5, 3001, 2, 2
-# TF32 merges groups of <= 8 outputs only, and 64 / 8 outputs take the warp tiles (no copies).
-for dtype, bound, c_out, groups in ((torch.bfloat16, 2e-2, 64, 8), (torch.float32, 2e-3, 128, 16)):
+@pytest.mark.parametrize("dtype, bound, c_out, groups", [(torch.bfloat16, 2e-2, 64, 8), (torch.float32, 2e-3, 128, 16)],
+                         ids=["bf16", "tf32"])
+def test_merged_groups_over_copies_of_x(dtype, bound, c_out, groups, monkeypatch):
+    """A merged forward over copies of x (CONVT_FORWARD_X_COPIES=always): the block-diagonal weight
+    with the copy's strides, bf16 and TF32 (which merges groups of <= 8 outputs only; 64 / 8 outputs
+    take the warp tiles, no copies), against float64."""
+    monkeypatch.setenv("CONVT_FORWARD_X_COPIES", "always")
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", True)
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", True)
+    n, c_in, k, l_in, stride, padding = 4, 128, 5, 3001, 2, 2
     plan = explain(n, c_in, c_out, k, l_in, stride, padding, 0, 1, groups, dtype=dtype, tf32=True, device="cuda")["forward"]
     assert plan["merged_groups"] > 1 and plan["copy_batch"] > 0, plan
     x = torch.randn(n, c_in, l_in, device="cuda").to(dtype)
@@ -223,11 +220,6 @@ for dtype, bound, c_out, groups in ((torch.bfloat16, 2e-2, 64, 8), (torch.float3
     ref = F.conv_transpose1d(x.double().cpu(), w.double().cpu(), b.double().cpu(), stride, padding, 0, groups)
     error = ((y.double().cpu() - ref).abs().max() / ref.abs().max()).item()
     assert error < bound, (dtype, error)
-print("ok")
-"""
-    env = dict(os.environ, CONVT_FORWARD_X_COPIES="always")
-    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), (done.stdout, done.stderr)
 
 
 # One input channel a group on tensor cores (CONVT_ONE_CHANNEL_GEMM=always: forward and grad_input;
