@@ -975,7 +975,7 @@ std::optional<ForcedTile> forced_gemm_tile() {
 // their place where that pays (docs/design.md §4.5). 3xTF32 takes warpgroup tiles only pipelined,
 // and no 64-row warp tiles (two accumulators would spill).
 std::optional<GemmPlan> choose_gemm_plan(const GemmPlan& g, const std::optional<GemmPlan>& merged, const TensorFacts& in,
-                                         Math math, const DeviceLimits& limits) {
+                                         Math math, const DeviceLimits& limits, bool strict_phase_staging) {
   if (const auto forced = forced_gemm_tile()) {  // (only the forms the model below takes)
     const GemmTileShape& shape = kGemmTileShapes[forced->shape];
     if (shape.one_accumulator && math == Math::k3xTF32) return std::nullopt;
@@ -1016,7 +1016,11 @@ std::optional<GemmPlan> choose_gemm_plan(const GemmPlan& g, const std::optional<
   // (CONVT_STAGED_WARP_TILES=never: no staged warp tiles, here or for tapless phases below)
   const PlanOverride staged_rows = read_plan_override("CONVT_STAGED_WARP_TILES");
   const int64_t output_macs = g.channels_per_group * most_taps_per_step(g);
-  const bool phase_strided_stores = math != Math::k3xTF32 && g.out_step > 2 && g.rows_per_group > 16;
+  // (3xTF32 with one input channel a group keeps the pipelined plan that one_channel_gemm_pays
+  // weighs against the depthwise kernels)
+  const bool strict = math == Math::k3xTF32;
+  const bool phase_strided_stores =
+      g.rows_per_group > 16 && (strict ? strict_phase_staging && g.out_step > 1 && g.channels_per_group > 1 : g.out_step > 2);
   const int64_t store_bound_macs = phase_strided_stores ? kPhaseStridedStoreBoundMacs : kStoreBoundMacs;
   if (!merged && g.out_step > 1 && output_macs <= store_bound_macs && store_bound_override() != PlanOverride::kNever &&
       staged_rows != PlanOverride::kNever) {
@@ -1115,8 +1119,8 @@ std::optional<GemmPlan> choose_gemm_plan(const GemmPlan& g, const std::optional<
 }  // namespace
 
 std::optional<GemmPlan> plan_gemm(const GemmPlan& g, const std::optional<GemmPlan>& merged, const TensorFacts& in, Math math,
-                                  const DeviceLimits& limits) {
-  auto plan = choose_gemm_plan(g, merged, in, math, limits);
+                                  const DeviceLimits& limits, bool strict_phase_staging) {
+  auto plan = choose_gemm_plan(g, merged, in, math, limits, strict_phase_staging);
   if (plan) set_launches(*plan, in, math, limits);
   return plan;
 }
@@ -1817,20 +1821,27 @@ DataPlan plan_data_over_groups(const ConvTParams& p, const TensorFacts& in, Math
       // strided forwards do) where the per-phase plan's stores cost more (strict_wide_merge_pays).
       if (gemm && gemm->zero_taps) {
         auto exact = plan_gemm(gemm_problem(p, forward, step_taps), std::nullopt, in, math, limits);
+        // 3xTF32 weighs the merge against the per-phase plan without its phase-strided staging (the
+        // plan strict_wide_merge_pays and strict_narrow_merge_pays were measured against); the staged
+        // plan runs where the phases do not merge
+        auto unstaged = exact;
+        if (math == Math::k3xTF32 && exact && exact->stage_output) {
+          unstaged = plan_gemm(gemm_problem(p, forward, step_taps), std::nullopt, in, math, limits, false);
+        }
         // (an exact plan of strided stores counts as the two-buffer plan it replaces)
         auto pipelined = [](const std::optional<GemmPlan>& plan) {
           return plan && kGemmTileShapes[plan->tile_shape].family == GemmFamily::kPipelined &&
                  (plan->out_step == 1 || pipeline_form(*plan) == PipelineForm::kPhasePair);
         };
         const bool merges = !narrow_merged_rows(p) ? pipelined(gemm) && (math != Math::k3xTF32 ? !pipelined(exact)
-                                                                                              : strict_wide_merge_pays(p, *gemm, exact))
-                            : math == Math::k3xTF32 ? strict_narrow_merge_pays(p, *gemm, exact)
+                                                                                              : strict_wide_merge_pays(p, *gemm, unstaged))
+                            : math == Math::k3xTF32 ? strict_narrow_merge_pays(p, *gemm, unstaged)
                                                     : math != Math::k16Bit || p.out_channels_per_group < 16;
         // (the exact plan runs over the merged plan's outputs, whose zero taps may have made NaN at
         // positions no tap reaches: it must store every position, so not one that leaves some to the
         // launcher's bias_first; that plan runs alone instead)
-        if (exact && merges && !bias_first(*exact)) {
-          plan_exact = *exact;
+        if (unstaged && merges && !bias_first(*unstaged)) {
+          plan_exact = *unstaged;
         } else {
           gemm = exact;
         }

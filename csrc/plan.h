@@ -71,9 +71,11 @@ constexpr int64_t kStridedStoreWarpgroupMacs = 256;
 // the warpgroup or pipelined tiles, 6-16 MACs at stride 2 0.6-1.2x; H200,
 // docs/perf/2026-12-04-v105-planner.md), and kPhaseStridedStoreBoundMacs at strides above 2 on more
 // than 16 rows a group in TF32 and 16-bit, where each phase's stores land out_step apart, a sector
-// taking one element a store whatever the MACs (docs/perf/2026-12-05-store-bound-refit.md). Not in
-// 3xTF32: there this per-phase plan is also the exact plan that strict_wide_merge_pays weighs against
-// a merged one, and staging it would keep its phases unmerged, untimed against merged plans.
+// taking one element a store whatever the MACs (docs/perf/2026-12-05-store-bound-refit.md); in
+// 3xTF32 at stride 2 too (its staged tiles ran 1.1-2.4x faster than the per-phase plan on 20 layers
+// of 6-24 MACs an output, strides 2-5, more than 16 rows a group; 16 rows or fewer 0.4-0.9x), but
+// only where its phases do not merge: the merge is weighed against the unstaged plan, as v108
+// measured it (plan_data_over_groups).
 constexpr int64_t kStoreBoundMacs = 4, kPhaseStridedStoreBoundMacs = 32;
 // Staged warp tiles in place of warpgroup tiles' phase-strided stores (choose_gemm_plan) where an
 // output of a reached phase takes at most kStagedFewMacs MACs (C_in/groups x its taps) and some
@@ -424,7 +426,7 @@ ConvTParams grad_weight_over_unrolled(const ConvTParams& p, int element_size, bo
 GemmWeight gemm_weight(const ConvTParams& p, bool forward);
 // The tiling of a problem and its launches (launch_row_tiles); nullopt: no tensor-core plan fits
 std::optional<GemmPlan> plan_gemm(const GemmPlan& problem, const std::optional<GemmPlan>& merged, const TensorFacts& in,
-                                  Math math, const DeviceLimits& limits);
+                                  Math math, const DeviceLimits& limits, bool strict_phase_staging = true);
 int64_t packed_weight_words(const GemmPlan& g);
 // The fp32 slices of a plan with float_sums (0 without), within workspace_bound with the packed weight
 int64_t float_sums_bytes(const GemmPlan& g);
