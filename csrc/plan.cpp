@@ -2176,7 +2176,7 @@ PlanOverride grad_input_copies_override() { return read_plan_override("CONVT_GRA
 // (DataPlan::channels_last_grad_y: deinterleaved at stride > 1, the copy's channel co*P + r, so the
 // deinterleaved problem's weight as it is): the pipelined kernel then reads position rows, wgmma's A
 // from shared memory at every tap's shift, where on rows it assembles A's fragments in registers
-// (or stages rows one by one). 16-bit, where a grad_x element sums at least kCopyLeastReduction
+// (or stages rows one by one). 16-bit and TF32, where a grad_x element sums at least kCopyLeastReduction
 // products (below, grad_input is bound by its memory traffic, which the copy adds to: layers of
 // C_out 1-14 ran up to 3.4x slower over it) and the copy's plan and its copy take at most
 // kAlignedCopyMargin of the plan on grad_y's time (pipelined_tile_seconds, the forward's copies'
@@ -2186,7 +2186,7 @@ DataPlan plan_grad_input(const ConvTParams& p, const TensorFacts& grad_y, Math m
   DataPlan plan = plan_data(p, grad_y, math, /*forward=*/false, limits);
   const PlanOverride copies = grad_input_copies_override();
   if (copies == PlanOverride::kNever || !limits.tma || !limits.wgmma || plan.kernel != Kernel::kGemm || plan.gemm.position_rows ||
-      plan.merged_groups > 1 || math == Math::k3xTF32 || (math != Math::k16Bit && copies != PlanOverride::kAlways) ||
+      plan.merged_groups > 1 || math == Math::k3xTF32 ||
       (p.stride > 1 && (!deinterleaves(p) || deinterleaved_phases(p) > kChannelsLastCopyMostPhases))) {
     return plan;
   }

@@ -1379,35 +1379,35 @@ def test_bench_explain_names_this_cpus_forms(monkeypatch, capsys):
         bench.main(["--explain", "cpu", "--dtypes", "tf32"])
 
 
-def test_busy_16_bit_grad_input_reads_grad_y_copied_channels_last():
-    """sm_90 16-bit grad_input over grad_y copied channels-last (deinterleaved at stride > 1), read as
-    position rows, where a grad_x element sums at least 256 products (C_out/groups * K) and the
-    model has the copy's plan at most 0.9x the time of the plan on grad_y: wide strided layers
-    whose plans load A's fragments in registers; not a narrow output (memory-bound), not TF32 or
-    strict float32 (unless forced: CONVT_GRAD_INPUT_COPIES=always), not an A100, and `never` turns it off."""
+def test_busy_grad_input_reads_grad_y_copied_channels_last():
+    """sm_90 16-bit and TF32 grad_input over grad_y copied channels-last (deinterleaved at stride > 1),
+    read as position rows, where a grad_x element sums at least 256 products (C_out/groups * K) and
+    the model has the copy's plan at most 0.9x the time of the plan on grad_y: wide strided layers
+    whose plans load A's fragments in registers; not a narrow output (memory-bound), not strict
+    float32 (not even forced: CONVT_GRAD_INPUT_COPIES=always), not an A100, and `never` turns it off."""
     wide = (10, 1024, 512, 2, 828, 2, 0, 0, 1, 1)  # deinterleaved without zero taps
     zero_taps = (11, 1536, 1536, 7, 298, 4, 1, 0, 1, 1)  # deinterleaved with zero taps: exact plan on grad_y
     long_filter = (14, 768, 384, 78, 329, 4, 37, 0, 1, 1)
     narrow = (3, 96, 3, 8, 179153, 4, 2, 0, 1, 1)  # 24 products an element
     for shape in (wide, zero_taps, long_filter):
-        for dtype in (torch.bfloat16, torch.float16):
+        for dtype in (torch.bfloat16, torch.float16, torch.float32):
             g = plans(shape, dtype, True, "h100")["grad_input"]
             assert g["channels_last_grad_y"] == 1 and g["position_rows"] == 1 and g["family"] == "pipelined", (shape, g)
             assert g["deinterleaved"] == 1 and g["channel_phases"] == 1, (shape, g)
             assert plans(shape, dtype, True, "a100")["grad_input"]["channels_last_grad_y"] == 0
-        assert plans(shape, torch.float32, True, "h100")["grad_input"]["channels_last_grad_y"] == 0
         assert plans(shape, torch.float32, False, "h100")["grad_input"]["channels_last_grad_y"] == 0
     g = plans(zero_taps, torch.bfloat16, True, "h100")["grad_input"]
     assert g["zero_taps"] == 1 and g["exact_family"] in ("pipelined", "warpgroup", "warp"), g
     assert 0 < g["copy_ns"] <= 0.9 * g["grad_y_ns"], g  # (explain shows the model's two estimates)
-    assert plans(narrow, torch.bfloat16, True, "h100")["grad_input"]["channels_last_grad_y"] == 0
+    for dtype in (torch.bfloat16, torch.float32):
+        assert plans(narrow, dtype, True, "h100")["grad_input"]["channels_last_grad_y"] == 0
     with pytest.MonkeyPatch.context() as env:
         env.setenv("CONVT_GRAD_INPUT_COPIES", "always")
         assert plans(narrow, torch.bfloat16, True, "h100")["grad_input"]["channels_last_grad_y"] == 1
-        assert plans(wide, torch.float32, True, "h100")["grad_input"]["channels_last_grad_y"] == 1
         assert plans(wide, torch.float32, False, "h100")["grad_input"]["channels_last_grad_y"] == 0
         env.setenv("CONVT_GRAD_INPUT_COPIES", "never")
         assert plans(wide, torch.bfloat16, True, "h100")["grad_input"]["channels_last_grad_y"] == 0
+        assert plans(wide, torch.float32, True, "h100")["grad_input"]["channels_last_grad_y"] == 0
 
 
 def test_busy_grad_input_reads_grad_y_deinterleaved_rather_than_in_place():
