@@ -4,9 +4,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import torch_convt_op
-from torch_convt_op.planner import explain
-
 from conftest import (Case, assert_backward_matches_reference, assert_close, assert_gradients_deterministic, cuda_plans,
                       make_inputs, ours, reference, relative_error, requires_cuda, requires_two_gpus)
 
@@ -201,25 +198,17 @@ def test_merged_groups(case, dtype, tf32, merge, monkeypatch):
     assert_backward_matches_reference(case, dtype, "cuda", check_forward=True)
 
 
-@pytest.mark.parametrize("dtype, bound, c_out, groups", [(torch.bfloat16, 2e-2, 64, 8), (torch.float32, 2e-3, 128, 16)],
-                         ids=["bf16", "tf32"])
-def test_merged_groups_over_copies_of_x(dtype, bound, c_out, groups, monkeypatch):
+@pytest.mark.parametrize("case,dtype,tf32", [(Case(4, 128, 64, 5, 3001, stride=2, padding=2, groups=8), torch.bfloat16, True),
+                                             (Case(4, 128, 128, 5, 3001, stride=2, padding=2, groups=16), torch.float32, True)],
+                         ids=["bf16", "tf32"], indirect=["tf32"])
+def test_merged_groups_over_copies_of_x(case, dtype, tf32, monkeypatch):
     """A merged forward over copies of x (CONVT_FORWARD_X_COPIES=always): the block-diagonal weight
     with the copy's strides, bf16 and TF32 (which merges groups of <= 8 outputs only; 64 / 8 outputs
     take the warp tiles, no copies), against float64."""
     monkeypatch.setenv("CONVT_FORWARD_X_COPIES", "always")
-    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", True)
-    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", True)
-    n, c_in, k, l_in, stride, padding = 4, 128, 5, 3001, 2, 2
-    plan = explain(n, c_in, c_out, k, l_in, stride, padding, 0, 1, groups, dtype=dtype, tf32=True, device="cuda")["forward"]
+    plan = cuda_plans(case, dtype, tf32)["forward"]
     assert plan["merged_groups"] > 1 and plan["copy_batch"] > 0, plan
-    x = torch.randn(n, c_in, l_in, device="cuda").to(dtype)
-    w = torch.randn(c_in, c_out // groups, k, device="cuda").to(dtype)
-    b = torch.randn(c_out, device="cuda").to(dtype)
-    y = torch_convt_op.conv_transpose1d(x, w, b, stride, padding, 0, groups)
-    ref = F.conv_transpose1d(x.double().cpu(), w.double().cpu(), b.double().cpu(), stride, padding, 0, groups)
-    error = ((y.double().cpu() - ref).abs().max() / ref.abs().max()).item()
-    assert error < bound, (dtype, error)
+    assert_backward_matches_reference(case, dtype, "cuda", check_forward=True)
 
 
 # One input channel a group on tensor cores (CONVT_ONE_CHANNEL_GEMM=always: forward and grad_input;
