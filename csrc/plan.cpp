@@ -1962,17 +1962,33 @@ constexpr double kPositionRowsTimeShare = 0.85;
 // channels-last copies, one-tap steps as fast; on 32 and 64-row tiles the copies ran up to 1.9x
 // slower; H200, docs/perf/2026-12-04-v105-planner.md). CONVT_FRAGMENT_TAPS=never: no such cost, and
 // the forward's copies only where x's plan stages rows (v104's planner).
+// Warp tiles (mma.sync, whose A and B always come from register fragments) count it too, and so do
+// stride-1 forwards of at least kDenseFragmentLeastTaps taps a step on any tile (staged rows or
+// boxes). bf16 on an H100, each plan against the one it replaces: grad_inputs moved off warp tiles
+// onto channels-last grad_y 0.63x the time (9 of 9 faster); stride-1 forwards of 7-90 taps moved
+// onto copies of x 0.72x (7 of 7); not counted where it lost: 3 and 5-tap forward steps (1.12x,
+// 1.48x), grad_inputs on pipelined tiles (1.05x, 26 of 40 slower)
+// (docs/perf/2026-12-05-v112-fragment-taps.md). CONVT_FRAGMENT_TAPS_ANY_TILE=never: 128-row tensor
+// rows only (v111's planner).
 constexpr double kFragmentTapsTimeFactor = 1.4;
+constexpr int kDenseFragmentLeastTaps = 6;
 PlanOverride fragment_taps_override() { return read_plan_override("CONVT_FRAGMENT_TAPS"); }
-bool fragment_taps(const GemmPlan& g, Math math) {
-  return math == Math::k16Bit && g.block_m == 128 && g.tensor_rows && !g.position_rows && !g.tap_boxes &&
-         most_taps_per_step(g) >= 2 && fragment_taps_override() != PlanOverride::kNever;
+PlanOverride fragment_taps_any_tile_override() { return read_plan_override("CONVT_FRAGMENT_TAPS_ANY_TILE"); }
+bool fragment_taps(const GemmPlan& g, Math math, bool stride_one_forward) {
+  if (math != Math::k16Bit || g.position_rows || g.tap_boxes || most_taps_per_step(g) < 2 ||
+      fragment_taps_override() == PlanOverride::kNever) {
+    return false;
+  }
+  if (g.block_m == 128 && g.tensor_rows) return true;
+  if (fragment_taps_any_tile_override() == PlanOverride::kNever) return false;
+  return kGemmTileShapes[g.tile_shape].family == GemmFamily::kWarpTiles ||
+         (stride_one_forward && most_taps_per_step(g) >= kDenseFragmentLeastTaps);
 }
 
-double pipelined_tile_seconds(const GemmPlan& g, bool staged_by_rows, Math math) {
+double pipelined_tile_seconds(const GemmPlan& g, bool staged_by_rows, Math math, bool stride_one_forward = false) {
   const double flops_per_second =
       (math == Math::k16Bit ? kMmaFlopsPerSm16Bit : math == Math::kTF32 ? kMmaFlopsPerSm16Bit / 2 : kMmaFlopsPerSm16Bit / 6) /
-      (fragment_taps(g, math) ? kFragmentTapsTimeFactor : 1.0);
+      (fragment_taps(g, math, stride_one_forward) ? kFragmentTapsTimeFactor : 1.0);
   const double staging = staged_by_rows ? g.staged_rows * kRowCopySeconds : kBoxStepSeconds;
   double chunk_seconds = 0;
   for (int pair = 0; pair < g.out_phases * g.in_phases; ++pair) {
@@ -2073,7 +2089,7 @@ namespace {
 DataPlan plan_forward_uncached(const ConvTParams& p, const TensorFacts& x, Math math, const DeviceLimits& limits) {
   DataPlan plan = plan_data(p, x, math, /*forward=*/true, limits);
   const PlanOverride copies = copies_override();
-  if (!limits.tma || !one_pipelined_launch(plan) || (plan.gemm.tensor_rows && !fragment_taps(plan.gemm, math)) ||
+  if (!limits.tma || !one_pipelined_launch(plan) || (plan.gemm.tensor_rows && !fragment_taps(plan.gemm, math, p.stride == 1)) ||
       copies == PlanOverride::kNever) {
     return plan;
   }
@@ -2152,7 +2168,7 @@ DataPlan plan_forward_uncached(const ConvTParams& p, const TensorFacts& x, Math 
   }
   if (chunk == 0) return plan;
   const double over_x =
-      double(launch_waves(plan.gemm, plan.gemm.row_tiles, limits)) * pipelined_tile_seconds(plan.gemm, !plan.gemm.tensor_rows, math);
+      double(launch_waves(plan.gemm, plan.gemm.row_tiles, limits)) * pipelined_tile_seconds(plan.gemm, !plan.gemm.tensor_rows, math, p.stride == 1);
   const double over_copies = seconds[size_t(chunk)] +
                              2.0 * p.batch * element_bytes / copy_bandwidth(channels_last ? CopyKind::kChannelsLastX : CopyKind::kAlignedRows);
   if (over_copies > kAlignedCopyMargin * over_x && copies != PlanOverride::kAlways) return plan;
@@ -2565,7 +2581,7 @@ constexpr const char* kPlannerVariables[] = {
     "CONVT_ZERO_TAP_COPIES", "CONVT_ONE_CHANNEL_GEMM", "CONVT_GRAD_INPUT_DEINTERLEAVE", "CONVT_GRAD_WEIGHT_DILATED_COPY",
     "CONVT_PERMUTED_POSITIONS", "CONVT_GRAD_WEIGHT_PIPELINED", "CONVT_STRICT_WIDE_MERGE", "CONVT_GRAD_WEIGHT_ELEMENT_COPIES",
     "CONVT_PIPELINED_SPLITS", "CONVT_COPY_BANDWIDTH_GBPS", "CONVT_GEMM_TILE", "CONVT_NARROWER_PIPELINED",
-    "CONVT_FRAGMENT_TAPS", "CONVT_STRIDED_STORES_FIRST", "CONVT_STORE_BOUND",
+    "CONVT_FRAGMENT_TAPS", "CONVT_STRIDED_STORES_FIRST", "CONVT_STORE_BOUND", "CONVT_FRAGMENT_TAPS_ANY_TILE",
 };
 
 // (every field of these is in the key: one added to them must join it)

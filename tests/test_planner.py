@@ -381,6 +381,32 @@ def test_fragment_taps_take_position_rows_over_copies(monkeypatch):
     assert plan["forward"]["permuted_positions"] == 1 and plan["grad_input"]["permuted_positions"] == 1, plan
 
 
+@pytest.mark.parametrize("card", ["h100", "h200"])
+def test_fragment_taps_on_warp_tiles_and_long_stride_one_forwards(card, monkeypatch):
+    """The fragment taps' cost counts on warp tiles and, in stride-1 forwards of 6 or more taps a step,
+    on any tile: 16-bit stride-1 forwards of long filters on 32, 64 and 128-row tiles run over
+    channels-last copies of x (position rows), and strided grad_inputs that would run on warp tiles
+    run over grad_y copied channels-last; short stride-1 filters (3 taps), strided forwards and
+    grad_inputs on pipelined tiles keep their plans. CONVT_FRAGMENT_TAPS_ANY_TILE=never: v111's plans."""
+    forwards = {(2, 128, 64, 48, 27549, 1, 0, 0, 1, 1): 64, (10, 32, 32, 64, 41498, 1, 0, 0, 1, 1): 32,
+                (11, 1280, 640, 7, 955, 1, 0, 0, 1, 1): 128}
+    for shape, rows in forwards.items():
+        forward = plans(shape, torch.bfloat16, True, card)["forward"]
+        assert forward["copy_channels_last"] == 1 and forward["position_rows"] == 1 and forward["block_m"] == rows, forward
+    warp_grad_input = (2, 64, 64, 42, 32681, 2, 20, 0, 1, 1)
+    g = plans(warp_grad_input, torch.bfloat16, True, card)["grad_input"]
+    assert g["channels_last_grad_y"] == 1 and g["family"] == "pipelined", g
+    for shape in ((10, 1280, 512, 3, 1089, 1, 1, 0, 1, 1), (10, 1024, 512, 4, 4393, 2, 0, 0, 1, 1)):
+        assert plans(shape, torch.bfloat16, True, card)["forward"]["copy_batch"] == 0, shape
+    assert plans((2, 170, 162, 5, 84019, 1, 2, 0, 1, 1), torch.bfloat16, True, card)["grad_input"]["channels_last_grad_y"] == 0
+    for tf32 in (True, False):  # (4-byte A fragments: no such cost)
+        assert plans((2, 128, 64, 48, 27549, 1, 0, 0, 1, 1), torch.float32, tf32, card)["forward"]["copy_channels_last"] == 0
+    monkeypatch.setenv("CONVT_FRAGMENT_TAPS_ANY_TILE", "never")
+    for shape in forwards:
+        assert plans(shape, torch.bfloat16, True, card)["forward"]["copy_batch"] == 0, shape
+    assert plans(warp_grad_input, torch.bfloat16, True, card)["grad_input"]["family"] == "warp"
+
+
 @pytest.mark.parametrize("dtype,tf32", [(torch.float32, True), (torch.bfloat16, True)])
 def test_strided_stores_before_warpgroup_tiles(dtype, tf32, monkeypatch):
     """A strided forward whose phases the pipelined kernel takes only with strided stores runs so, on
