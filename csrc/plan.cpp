@@ -2089,7 +2089,8 @@ namespace {
 DataPlan plan_forward_uncached(const ConvTParams& p, const TensorFacts& x, Math math, const DeviceLimits& limits) {
   DataPlan plan = plan_data(p, x, math, /*forward=*/true, limits);
   const PlanOverride copies = copies_override();
-  if (!limits.tma || !one_pipelined_launch(plan) || (plan.gemm.tensor_rows && !fragment_taps(plan.gemm, math, p.stride == 1)) ||
+  const bool stride_one = p.stride == 1;  // (fragment_taps' stride-1 forwards)
+  if (!limits.tma || !one_pipelined_launch(plan) || (plan.gemm.tensor_rows && !fragment_taps(plan.gemm, math, stride_one)) ||
       copies == PlanOverride::kNever) {
     return plan;
   }
@@ -2168,7 +2169,7 @@ DataPlan plan_forward_uncached(const ConvTParams& p, const TensorFacts& x, Math 
   }
   if (chunk == 0) return plan;
   const double over_x =
-      double(launch_waves(plan.gemm, plan.gemm.row_tiles, limits)) * pipelined_tile_seconds(plan.gemm, !plan.gemm.tensor_rows, math, p.stride == 1);
+      double(launch_waves(plan.gemm, plan.gemm.row_tiles, limits)) * pipelined_tile_seconds(plan.gemm, !plan.gemm.tensor_rows, math, stride_one);
   const double over_copies = seconds[size_t(chunk)] +
                              2.0 * p.batch * element_bytes / copy_bandwidth(channels_last ? CopyKind::kChannelsLastX : CopyKind::kAlignedRows);
   if (over_copies > kAlignedCopyMargin * over_x && copies != PlanOverride::kAlways) return plan;
