@@ -1004,14 +1004,20 @@ std::optional<GemmPlan> choose_gemm_plan(const GemmPlan& g, const std::optional<
   // its phases are stored apart) whose phases do not merge is bound by its stores: warp tiles that
   // stage whole output rows (64 x 128, else 32 x 128) where they fill the SMs, in place of every plan
   // that stores each phase out_step apart (merged phases, which read x once, ran 1.1-2x faster than
-  // staged rows)
+  // staged rows); where none fills them, the one of most parts (32 x 128): whatever share of the
+  // SMs they filled (15-97 %), staged rows ran 1.3-6x faster than phase-strided stores
+  // (docs/perf/2026-12-05-staged-part-fill.md; CONVT_STAGED_PART_FILL=never: only those that fill them)
+  const bool staged_part_fill = read_plan_override("CONVT_STAGED_PART_FILL") != PlanOverride::kNever;
   auto staged_warp_tiles = [&]() -> std::optional<GemmPlan> {
+    std::optional<GemmPlan> part_filling;
     for (const int rows : {64, 32}) {
       if (rows == 64 && g.rows_per_group <= 32) continue;
       const auto staged = plan_gemm_tiles(g, in, gemm_tile_index(GemmFamily::kWarpTiles, rows, 128), limits);
-      if (staged && staged->stage_output && staged->parts >= limits.sm_count) return staged;
+      if (!staged || !staged->stage_output) continue;
+      if (staged->parts >= limits.sm_count) return staged;
+      if (staged_part_fill && (!part_filling || staged->parts > part_filling->parts)) part_filling = staged;
     }
-    return std::nullopt;
+    return part_filling;
   };
   // (CONVT_STAGED_WARP_TILES=never: no staged warp tiles, here or for tapless phases below)
   const PlanOverride staged_rows = read_plan_override("CONVT_STAGED_WARP_TILES");
@@ -2583,6 +2589,7 @@ constexpr const char* kPlannerVariables[] = {
     "CONVT_PERMUTED_POSITIONS", "CONVT_GRAD_WEIGHT_PIPELINED", "CONVT_STRICT_WIDE_MERGE", "CONVT_GRAD_WEIGHT_ELEMENT_COPIES",
     "CONVT_PIPELINED_SPLITS", "CONVT_COPY_BANDWIDTH_GBPS", "CONVT_GEMM_TILE", "CONVT_NARROWER_PIPELINED",
     "CONVT_FRAGMENT_TAPS", "CONVT_STRIDED_STORES_FIRST", "CONVT_STORE_BOUND", "CONVT_FRAGMENT_TAPS_ANY_TILE",
+    "CONVT_STAGED_PART_FILL",
 };
 
 // (every field of these is in the key: one added to them must join it)

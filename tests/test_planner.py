@@ -1611,6 +1611,23 @@ def test_tapless_phases_stage_whole_rows_on_warp_tiles():
             assert plans((9, 80, 123, 4, 2590, 6, 0, 0, 2, 1), dtype, tf32, "h100")["forward"]["family"] == "warpgroup"
 
 
+
+def test_staged_rows_where_no_staged_tile_fills_the_sms():
+    """Where no staged warp tile fills the SMs, the one of most parts (32 x 128) still takes a strided
+    forward that the store rules stage, whatever share of the SMs it fills (120 and 20 parts of
+    132), in every math. CONVT_STAGED_PART_FILL=never: only tiles that fill the SMs, so these store
+    each phase out_step apart (warpgroup or 64-row warp tiles)."""
+    layers = {(2, 51, 147, 9, 1477, 6, 6, 3, 2, 1): 120, (1, 51, 147, 9, 400, 6, 6, 3, 2, 1): 20,
+              (6, 8, 64, 8, 1048, 8, 3, 7, 2, 1): 108}
+    for dtype, tf32 in MATHS:
+        for shape, parts in layers.items():
+            staged = plans(shape, dtype, tf32, "h100")["forward"]
+            assert tile(staged) == ("warp", 32, 128) and staged["stage_output"] == 1 and staged["parts"] == parts, (shape, staged)
+        with pytest.MonkeyPatch.context() as monkeypatch:
+            monkeypatch.setenv("CONVT_STAGED_PART_FILL", "never")
+            for shape in layers:
+                assert plans(shape, dtype, tf32, "h100")["forward"]["stage_output"] == 0, shape
+
 def test_groups_of_few_channels_run_depthwise():
     """Groups of 2-8 input channels whose product with the output channels a group is at most 16 run
     their backward passes on the depthwise kernels, and their forward (which stages the group's
