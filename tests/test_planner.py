@@ -1855,43 +1855,61 @@ def test_forward_x_copies_override():
 # ---- the CPU's plan (csrc/cpu/conv_transpose1d_cpu.cpp, plan; docs/design.md §6.3) ----------------
 
 # (N, C_in, C_out, K, L_in, stride, padding): whether the forward runs folded (one at::mm over the batch)
-# on 8-float vectors (AVX2 only); on 16-float vectors (AVX-512) none does
+# on 8-float vectors (AVX2 only), and on 16-float vectors (AVX-512) where at::mm is fast (fast_blas)
 CPU_FOLDED_CASES = [
-    ((4, 512, 256, 4, 100, 2, 1), True),
-    ((4, 320, 256, 4, 100, 2, 1), False),   # C_in/g below 384
-    ((1, 1280, 512, 5, 457, 1, 2), True),
-    ((4, 512, 256, 8, 100, 2, 3), False),   # 8 taps: Z holds every tap's rows
-    ((4, 512, 48, 4, 100, 2, 1), False),    # C_out/g < 64
-    ((1, 512, 256, 4, 200, 2, 1), False),   # N * L_in < 256 columns
+    ((4, 512, 256, 4, 100, 2, 1), (True, True)),
+    ((4, 320, 256, 4, 100, 2, 1), (False, True)),    # C_in/g below 384, from 256
+    ((4, 200, 256, 4, 100, 2, 1), (False, False)),   # below 256
+    ((1, 1280, 512, 5, 457, 1, 2), (True, True)),
+    ((4, 512, 256, 8, 100, 2, 3), (False, True)),    # 8 taps: Z holds every tap's rows; at most 12
+    ((4, 512, 256, 16, 100, 2, 7), (False, False)),  # 16 taps
+    ((4, 512, 48, 4, 100, 2, 1), (False, False)),    # C_out/g < 64
+    ((1, 512, 256, 4, 200, 2, 1), (False, True)),    # N * L_in < 256 columns, from 128
+    ((1, 512, 256, 4, 100, 2, 1), (False, False)),   # below 128
 ]
 
 
+def _folded(expected, bits, fast):
+    """Whether a CPU_FOLDED_CASES case runs folded with these vectors and BLAS (16-float vectors
+    without fast_blas: nowhere)"""
+    narrow_vectors, fast_blas = expected
+    return narrow_vectors if bits == 256 else fast_blas and fast == 1
+
+
 def _cpu_forward_forms():
-    """{shape: forward form} of CPU_FOLDED_CASES in this process, and the AVX2 forms' vector width."""
+    """{shape: forward form} of CPU_FOLDED_CASES in this process, the AVX2 forms' vector width, and
+    whether at::mm is taken to be fast"""
     forms = {shape: explain(*shape, device="cpu")["forward"] for shape, _ in CPU_FOLDED_CASES}
-    bits = {plan["vector_bits"] for plan in forms.values()}
-    assert len(bits) == 1, forms
-    return {shape: plan["kernel"] for shape, plan in forms.items()}, bits.pop()
+    facts = {(plan["vector_bits"], plan["fast_blas"]) for plan in forms.values()}
+    assert len(facts) == 1, forms
+    return {shape: plan["kernel"] for shape, plan in forms.items()}, *facts.pop()
+
+
+_FOLDED_SCRIPT = ("import sys; sys.path.insert(0, sys.argv[1]); import test_planner as t; "
+                  "forms, bits, fast = t._cpu_forward_forms(); assert (bits, fast) == (int(sys.argv[2]), int(sys.argv[3])), (bits, fast); "
+                  "bad = [s for s, e in t.CPU_FOLDED_CASES if (forms[s] == 'folded') != t._folded(e, bits, fast)]; "
+                  "assert not bad, bad")
 
 
 def test_cpu_forward_folds_the_batch_of_wide_short_filters(monkeypatch):
-    """The folded forward where at::mm outruns the micro-kernel: on 8-float vectors, C_in/g from 384,
-    C_out/g >= 64, at most 7 taps, 256 columns; on 16-float vectors, where the micro-kernel runs
-    16-float vectors too, nowhere. In this process and, on an AVX-512 CPU, in one with
-    CONVT_CPU_VECTOR_BITS=256 (read once a process)."""
+    """The folded forward where at::mm outruns the micro-kernel: on 8-float vectors C_in/g from 384,
+    C_out/g >= 64, at most 7 taps, 256 columns; on 16-float vectors only where at::mm is MKL on an
+    Intel CPU (fast_blas), and there from 256 input channels, up to 12 taps, from 128 columns. In this
+    process and, in processes of their own (both variables are read once a process), with
+    CONVT_CPU_FAST_BLAS 0 and 1 and, on an AVX-512 CPU, CONVT_CPU_VECTOR_BITS=256."""
     monkeypatch.delenv("CONVT_CPU_FORMS", raising=False)
-    forms, bits = _cpu_forward_forms()
+    forms, bits, fast = _cpu_forward_forms()
     if bits == 0:
         pytest.skip("this CPU runs no AVX2 forms")
-    for shape, narrow in CPU_FOLDED_CASES:
-        assert (forms[shape] == "folded") == (narrow and bits == 256), (shape, bits, forms[shape])
+    for shape, expected in CPU_FOLDED_CASES:
+        assert (forms[shape] == "folded") == _folded(expected, bits, fast), (shape, bits, fast, forms[shape])
+    here = os.path.dirname(os.path.abspath(__file__))
+    settings = [({"CONVT_CPU_FAST_BLAS": str(f)}, bits, f) for f in (0, 1)]
     if bits == 512:
-        script = ("import sys; sys.path.insert(0, sys.argv[1]); import test_planner as t; "
-                  "forms, bits = t._cpu_forward_forms(); assert bits == 256, bits; "
-                  "bad = [s for s, narrow in t.CPU_FOLDED_CASES if (forms[s] == 'folded') != narrow]; "
-                  "assert not bad, bad")
-        subprocess.run([sys.executable, "-c", script, os.path.dirname(os.path.abspath(__file__))],
-                       env=dict(os.environ, CONVT_CPU_VECTOR_BITS="256"), check=True, timeout=300)
+        settings.append(({"CONVT_CPU_VECTOR_BITS": "256", "CONVT_CPU_FAST_BLAS": "0"}, 256, 0))
+    for variables, expected_bits, expected_fast in settings:
+        subprocess.run([sys.executable, "-c", _FOLDED_SCRIPT, here, str(expected_bits), str(expected_fast)],
+                       env=dict(os.environ, **variables), check=True, timeout=300)
 
 
 # (N, C_in, C_out, K, L_in, stride, padding): grad_weight's form on 16-float vectors (AVX-512)

@@ -13,7 +13,8 @@ import torch
 PASSES = ("forward", "grad_input", "grad_weight", "grad_bias")
 CARDS = ("h100", "h200", "a100", "cuda")  # "cuda": the current device (needs the CUDA kernels)
 # device="cpu": each pass's CPU form, {"kernel": a CONVT_CPU_FORMS name, "vector_bits": the AVX2 forms'
-# vector width (256 or 512; 0 where they do not run)}, CONVT_CPU_FORMS applied
+# vector width (256 or 512; 0 where they do not run), "fast_blas": 1 where at::mm is taken to outrun the
+# 16-float micro-kernel (MKL on an Intel CPU; CONVT_CPU_FAST_BLAS)}, CONVT_CPU_FORMS applied
 
 
 def _parse(text: str) -> Dict[str, Union[str, int]]:

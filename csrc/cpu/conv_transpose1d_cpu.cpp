@@ -1742,6 +1742,26 @@ Form overridden(Form form, const std::string& name, bool avx2_float, bool is_for
 }
 
 // Wide layers: every per-tap GEMM large (C_in/g >= 256 and C_out/g >= 128, at most 4 taps a phase).
+// Whether at::mm outruns the 16-float micro-kernel on wide layers: MKL (the x86 builds' BLAS) on an
+// Intel CPU, whose AVX-512 kernels it runs; not on an AMD one (Zen 4: forward_folded_applies).
+// CONVT_CPU_FAST_BLAS=0|1 sets it (read once a process: tests plan both on one machine).
+bool fast_blas() {
+  static const bool yes = [] {
+    const char* value = std::getenv("CONVT_CPU_FAST_BLAS");
+    if (value != nullptr && *value != '\0') {
+      TORCH_CHECK(std::strcmp(value, "0") == 0 || std::strcmp(value, "1") == 0, "CONVT_CPU_FAST_BLAS must be 0 or 1; got '",
+                  value, "'");
+      return value[0] == '1';
+    }
+#if defined(__x86_64__) || defined(__i386__)
+    return bool(__builtin_cpu_is("intel"));
+#else
+    return false;
+#endif
+  }();
+  return yes;
+}
+
 bool wide_layer(const ConvTParams& p) {
   return p.in_channels_per_group >= 256 && p.out_channels_per_group >= 128 && blas_form(p) == Form::kTaps;
 }
@@ -1752,19 +1772,30 @@ bool wide_layer(const ConvTParams& p) {
 // (AVX2 only): from C_in/g 384 it ran 0.92x the AVX2 forms' time on a Zen 1 core (fresh draws), at
 // 256-383 mixed, 0.8-1.3x (docs/perf/2026-12-01-cpu-folded-avx2.md); filters of 8 taps or more (Z holds
 // every tap's rows) 1.2-1.7x slower (docs/perf/2026-12-01-cpu-folded-taps.md). Not on 16-float vectors
-// (AVX-512), where the micro-kernel runs them too: on a Zen 4 core the folded form took 1.19x and
+// (AVX-512) of an AMD CPU, where the micro-kernel runs them too: on a Zen 4 core the folded form took 1.19x and
 // 1.13x the AVX2 forms' time (geomean) on 46 and 30 fresh sweep layers it took (1.33x and 1.20x below
 // C_in/g 1024, 1.06x and 1.03x from it), 27 and 19 of them below 0.9x oneDNN against 8 and 10
 // (docs/perf/2026-12-04-cpu-folded-zen4.md). (The rule from 256 channels came from a Xeon,
 // docs/perf/2026-11-30-cpu-folded-forward.md; on Zen 4 in CPU v32 short filters ran folded 0.94-1.18x
 // the AVX2 forms' time, docs/perf/2026-12-01-cpu-folded-taps.md.)
-constexpr int64_t kFoldedLeastColumns = 256;
-constexpr int64_t kFoldedMostTaps = 7;
-constexpr int64_t kFoldedLeastInputs = 384;
+// On 16-float vectors where at::mm is MKL on an Intel CPU (fast_blas), where MKL's AVX-512 sgemm ran
+// 330 GFLOP/s on two cores against the micro-kernel's 200-250, wider: from 256 input channels a group,
+// up to kFastBlasFoldedMostTaps taps, from 128 columns. On a 2-core Xeon the folded form took 0.83x
+// the AVX-512 forms' time on 30 fresh layers of the 8-float rule (0.73-0.93x, every one faster; below
+// 0.9x torch 15 -> 0), and on 30 fresh layers that only the wider rule takes 0.89x (25 faster, 5 of
+// 139-204 columns 1.03-1.09x slower; below 0.9x torch 9 -> 1); filters of 16 taps or more mostly
+// slower (1.2-1.7x on short rows of 768-1536 channels), narrow outputs, narrow inputs and groups of
+// few channels up to 4x and more (docs/perf/2026-12-05-cpu-folded-intel.md).
+constexpr int64_t kFoldedLeastColumns = 256, kFoldedMostTaps = 7, kFoldedLeastInputs = 384;
+constexpr int64_t kFastBlasFoldedLeastColumns = 128, kFastBlasFoldedMostTaps = 12, kFastBlasFoldedLeastInputs = 256;
 bool forward_folded_applies(const ConvTParams& p) {
-  return !avx2::wide_vectors() && p.in_channels_per_group >= kFoldedLeastInputs && p.out_channels_per_group >= 64 &&
-         p.kernel_size <= kFoldedMostTaps && p.batch * p.length_in >= kFoldedLeastColumns &&
-         p.out_channels_per_group * p.kernel_size * p.length_in <= kFoldedBuffer;
+  const bool narrow_vectors = !avx2::wide_vectors();
+  if (!narrow_vectors && !fast_blas()) return false;
+  const int64_t least_inputs = narrow_vectors ? kFoldedLeastInputs : kFastBlasFoldedLeastInputs;
+  const int64_t most_taps = narrow_vectors ? kFoldedMostTaps : kFastBlasFoldedMostTaps;
+  const int64_t least_columns = narrow_vectors ? kFoldedLeastColumns : kFastBlasFoldedLeastColumns;
+  return p.in_channels_per_group >= least_inputs && p.out_channels_per_group >= 64 && p.kernel_size <= most_taps &&
+         p.batch * p.length_in >= least_columns && p.out_channels_per_group * p.kernel_size * p.length_in <= kFoldedBuffer;
 }
 
 // Whether grad_weight runs faster as the BLAS taps form than as the AVX2 forms: on wide layers where the
@@ -1881,7 +1912,7 @@ const char* form_name(Form form, bool padded_copy) {
 
 std::vector<std::string> describe_plan(const ConvTParams& p, at::ScalarType dtype) {
   const Plans plans = plan(p, compute_type(dtype));
-  const std::string bits = " vector_bits=" + std::to_string(plans.vector_bits);
+  const std::string bits = " vector_bits=" + std::to_string(plans.vector_bits) + " fast_blas=" + std::to_string(int(fast_blas()));
   return {std::string("kernel=") + form_name(plans.forward, plans.padded_copy) + bits,
           std::string("kernel=") + form_name(plans.grad_input, false) + bits,
           std::string("kernel=") + form_name(plans.grad_weight, false) + bits, "kernel=sum"};
