@@ -1611,7 +1611,6 @@ def test_tapless_phases_stage_whole_rows_on_warp_tiles():
             assert plans((9, 80, 123, 4, 2590, 6, 0, 0, 2, 1), dtype, tf32, "h100")["forward"]["family"] == "warpgroup"
 
 
-
 def test_staged_rows_where_no_staged_tile_fills_the_sms():
     """Where no staged warp tile fills the SMs, the one of most parts (32 x 128) still takes a strided
     forward that the store rules stage, whatever share of the SMs it fills (120 and 20 parts of
@@ -1627,6 +1626,7 @@ def test_staged_rows_where_no_staged_tile_fills_the_sms():
             monkeypatch.setenv("CONVT_STAGED_PART_FILL", "never")
             for shape in layers:
                 assert plans(shape, dtype, tf32, "h100")["forward"]["stage_output"] == 0, shape
+
 
 def test_groups_of_few_channels_run_depthwise():
     """Groups of 2-8 input channels whose product with the output channels a group is at most 16 run

@@ -1741,7 +1741,6 @@ Form overridden(Form form, const std::string& name, bool avx2_float, bool is_for
   return name == "dot" ? Form::kDot : Form::kPositions;
 }
 
-// Wide layers: every per-tap GEMM large (C_in/g >= 256 and C_out/g >= 128, at most 4 taps a phase).
 // Whether at::mm outruns the 16-float micro-kernel on wide layers: MKL (the x86 builds' BLAS) on an
 // Intel CPU, whose AVX-512 kernels it runs; not on an AMD one (Zen 4: forward_folded_applies).
 // CONVT_CPU_FAST_BLAS=0|1 sets it (read once a process: tests plan both on one machine).
@@ -1762,6 +1761,7 @@ bool fast_blas() {
   return yes;
 }
 
+// Wide layers: every per-tap GEMM large (C_in/g >= 256 and C_out/g >= 128, at most 4 taps a phase).
 bool wide_layer(const ConvTParams& p) {
   return p.in_channels_per_group >= 256 && p.out_channels_per_group >= 128 && blas_form(p) == Form::kTaps;
 }
@@ -1772,10 +1772,10 @@ bool wide_layer(const ConvTParams& p) {
 // (AVX2 only): from C_in/g 384 it ran 0.92x the AVX2 forms' time on a Zen 1 core (fresh draws), at
 // 256-383 mixed, 0.8-1.3x (docs/perf/2026-12-01-cpu-folded-avx2.md); filters of 8 taps or more (Z holds
 // every tap's rows) 1.2-1.7x slower (docs/perf/2026-12-01-cpu-folded-taps.md). Not on 16-float vectors
-// (AVX-512) of an AMD CPU, where the micro-kernel runs them too: on a Zen 4 core the folded form took 1.19x and
-// 1.13x the AVX2 forms' time (geomean) on 46 and 30 fresh sweep layers it took (1.33x and 1.20x below
-// C_in/g 1024, 1.06x and 1.03x from it), 27 and 19 of them below 0.9x oneDNN against 8 and 10
-// (docs/perf/2026-12-04-cpu-folded-zen4.md). (The rule from 256 channels came from a Xeon,
+// (AVX-512) of an AMD CPU, where the micro-kernel runs them too: on a Zen 4 core the folded form took
+// 1.19x and 1.13x the AVX2 forms' time (geomean) on 46 and 30 fresh sweep layers it took (1.33x and
+// 1.20x below C_in/g 1024, 1.06x and 1.03x from it), 27 and 19 of them below 0.9x oneDNN against 8
+// and 10 (docs/perf/2026-12-04-cpu-folded-zen4.md). (The rule from 256 channels came from a Xeon,
 // docs/perf/2026-11-30-cpu-folded-forward.md; on Zen 4 in CPU v32 short filters ran folded 0.94-1.18x
 // the AVX2 forms' time, docs/perf/2026-12-01-cpu-folded-taps.md.)
 // On 16-float vectors where at::mm is MKL on an Intel CPU (fast_blas), where MKL's AVX-512 sgemm ran
@@ -1912,7 +1912,8 @@ const char* form_name(Form form, bool padded_copy) {
 
 std::vector<std::string> describe_plan(const ConvTParams& p, at::ScalarType dtype) {
   const Plans plans = plan(p, compute_type(dtype));
-  const std::string bits = " vector_bits=" + std::to_string(plans.vector_bits) + " fast_blas=" + std::to_string(int(fast_blas()));
+  const std::string bits =
+      " vector_bits=" + std::to_string(plans.vector_bits) + " fast_blas=" + std::to_string(int(fast_blas()));
   return {std::string("kernel=") + form_name(plans.forward, plans.padded_copy) + bits,
           std::string("kernel=") + form_name(plans.grad_input, false) + bits,
           std::string("kernel=") + form_name(plans.grad_weight, false) + bits, "kernel=sum"};
