@@ -2096,8 +2096,8 @@ DataPlan plan_forward_uncached(const ConvTParams& p, const TensorFacts& x, Math 
   DataPlan plan = plan_data(p, x, math, /*forward=*/true, limits);
   const PlanOverride copies = copies_override();
   const bool stride_one = p.stride == 1;  // (fragment_taps' stride-1 forwards)
-  if (!limits.tma || !one_pipelined_launch(plan) || (plan.gemm.tensor_rows && !fragment_taps(plan.gemm, math, stride_one)) ||
-      copies == PlanOverride::kNever) {
+  if (!limits.tma || !one_pipelined_launch(plan) ||
+      (plan.gemm.tensor_rows && !fragment_taps(plan.gemm, math, stride_one)) || copies == PlanOverride::kNever) {
     return plan;
   }
   const int element_size = x.element_size;
@@ -2174,8 +2174,8 @@ DataPlan plan_forward_uncached(const ConvTParams& p, const TensorFacts& x, Math 
     break;
   }
   if (chunk == 0) return plan;
-  const double over_x =
-      double(launch_waves(plan.gemm, plan.gemm.row_tiles, limits)) * pipelined_tile_seconds(plan.gemm, !plan.gemm.tensor_rows, math, stride_one);
+  const double over_x = double(launch_waves(plan.gemm, plan.gemm.row_tiles, limits)) *
+                        pipelined_tile_seconds(plan.gemm, !plan.gemm.tensor_rows, math, stride_one);
   const double over_copies = seconds[size_t(chunk)] +
                              2.0 * p.batch * element_bytes / copy_bandwidth(channels_last ? CopyKind::kChannelsLastX : CopyKind::kAlignedRows);
   if (over_copies > kAlignedCopyMargin * over_x && copies != PlanOverride::kAlways) return plan;

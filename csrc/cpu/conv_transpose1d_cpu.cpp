@@ -1768,7 +1768,7 @@ bool wide_layer(const ConvTParams& p) {
 
 // The forward with the batch folded into one at::mm (forward_folded), where at::mm runs nearer the
 // CPU's peak than the micro-kernel does: wide layers (C_in/g >= 384, C_out/g >= 64) of at most
-// kFoldedMostTaps taps whose Z rows of one batch element fit kFoldedBuffer, on CPUs of 8-float vectors
+// 7 taps (kFoldedRule) whose Z rows of one batch element fit kFoldedBuffer, on CPUs of 8-float vectors
 // (AVX2 only): from C_in/g 384 it ran 0.92x the AVX2 forms' time on a Zen 1 core (fresh draws), at
 // 256-383 mixed, 0.8-1.3x (docs/perf/2026-12-01-cpu-folded-avx2.md); filters of 8 taps or more (Z holds
 // every tap's rows) 1.2-1.7x slower (docs/perf/2026-12-01-cpu-folded-taps.md). Not on 16-float vectors
@@ -1780,22 +1780,22 @@ bool wide_layer(const ConvTParams& p) {
 // the AVX2 forms' time, docs/perf/2026-12-01-cpu-folded-taps.md.)
 // On 16-float vectors where at::mm is MKL on an Intel CPU (fast_blas), where MKL's AVX-512 sgemm ran
 // 330 GFLOP/s on two cores against the micro-kernel's 200-250, wider: from 256 input channels a group,
-// up to kFastBlasFoldedMostTaps taps, from 128 columns. On a 2-core Xeon the folded form took 0.83x
+// up to 12 taps, from 128 columns (kFastBlasFoldedRule). On a 2-core Xeon the folded form took 0.83x
 // the AVX-512 forms' time on 30 fresh layers of the 8-float rule (0.73-0.93x, every one faster; below
 // 0.9x torch 15 -> 0), and on 30 fresh layers that only the wider rule takes 0.89x (25 faster, 5 of
 // 139-204 columns 1.03-1.09x slower; below 0.9x torch 9 -> 1); filters of 16 taps or more mostly
 // slower (1.2-1.7x on short rows of 768-1536 channels), narrow outputs, narrow inputs and groups of
 // few channels up to 4x and more (docs/perf/2026-12-05-cpu-folded-intel.md).
-constexpr int64_t kFoldedLeastColumns = 256, kFoldedMostTaps = 7, kFoldedLeastInputs = 384;
-constexpr int64_t kFastBlasFoldedLeastColumns = 128, kFastBlasFoldedMostTaps = 12, kFastBlasFoldedLeastInputs = 256;
+struct FoldedRule {
+  int64_t least_inputs, most_taps, least_columns;  // C_in/g, K, N * L_in
+};
+constexpr FoldedRule kFoldedRule{384, 7, 256}, kFastBlasFoldedRule{256, 12, 128};
 bool forward_folded_applies(const ConvTParams& p) {
   const bool narrow_vectors = !avx2::wide_vectors();
   if (!narrow_vectors && !fast_blas()) return false;
-  const int64_t least_inputs = narrow_vectors ? kFoldedLeastInputs : kFastBlasFoldedLeastInputs;
-  const int64_t most_taps = narrow_vectors ? kFoldedMostTaps : kFastBlasFoldedMostTaps;
-  const int64_t least_columns = narrow_vectors ? kFoldedLeastColumns : kFastBlasFoldedLeastColumns;
-  return p.in_channels_per_group >= least_inputs && p.out_channels_per_group >= 64 && p.kernel_size <= most_taps &&
-         p.batch * p.length_in >= least_columns && p.out_channels_per_group * p.kernel_size * p.length_in <= kFoldedBuffer;
+  const FoldedRule& rule = narrow_vectors ? kFoldedRule : kFastBlasFoldedRule;
+  return p.in_channels_per_group >= rule.least_inputs && p.out_channels_per_group >= 64 && p.kernel_size <= rule.most_taps &&
+         p.batch * p.length_in >= rule.least_columns && p.out_channels_per_group * p.kernel_size * p.length_in <= kFoldedBuffer;
 }
 
 // Whether grad_weight runs faster as the BLAS taps form than as the AVX2 forms: on wide layers where the
