@@ -6,8 +6,10 @@ error of both against a float64 reference and, on CUDA, the percentage of the ro
 the memory each allocates beyond its output. Progress goes to stderr; the table, last, to stdout.
 
 Method
-  CUDA: CUDA events around each call, warm-up first, median of many runs, L2 flushed (a 256 MB
-        buffer written) before every run.
+  CUDA: CUDA events around each call, warm-up first, median of many runs; torch and ours alternate
+        run by run; before every run the L2 is flushed (a 256 MB buffer written) and the GPU spins
+        for longer than the host takes to enqueue the call, so the events time the device's work,
+        not the host's (CudaTimer; the sweep's JSON keeps each side's host ms a call).
   CPU:  time.perf_counter, warm-up first, median; torch and ours alternate run by run so that both
         see the same machine state; glibc's malloc thresholds pinned (pin_malloc_thresholds) so
         page faults do not swamp the timings. Needs an otherwise idle machine: with few cores, one
@@ -183,29 +185,68 @@ class CpuTimer:
 
 
 class CudaTimer:
+    """Median device ms of each fn; the fns alternate run by run (the order turning each round), so a
+    slow spell of the machine falls on all of them alike. Before every run the L2 is flushed (a
+    256 MB buffer written), and before the flush the GPU spins (`torch.cuda._sleep`) longer than the
+    host takes to enqueue the run: the events then time the kernels and not the host's launches. A
+    small training step enqueues for longer than its kernels run (Python, autograd, the dispatcher),
+    and without the spin its events would time that host time and its jitter. `host_ms` keeps each
+    fn's median enqueue time of the last `median_ms`."""
     L2_FLUSH_BYTES = 256 * 1024 * 1024
+    SPIN_MARGIN = 1.5  # the spin is SPIN_MARGIN x the longest host time + SPIN_EXTRA_MS
+    SPIN_EXTRA_MS = 0.05
 
     def __init__(self, min_time: float, min_runs: int = 10, max_runs: int = 1000, warmup: int = 3):
         self.min_time, self.min_runs, self.max_runs, self.warmup = min_time, min_runs, max_runs, warmup
         self.flush_buffer = torch.empty(self.L2_FLUSH_BYTES, dtype=torch.int8, device="cuda")
+        self.cycles_per_ms = self._spin_rate()
+        self.host_ms: List[float] = []
 
-    def _event_ms(self, fn: Callable, runs: int) -> List[float]:
-        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(runs)]
-        for start, end in events:
-            self.flush_buffer.zero_()
-            start.record()
-            fn()
-            end.record()
+    @staticmethod
+    def _spin_rate() -> float:
+        cycles = 2_000_000
+        torch.cuda._sleep(cycles // 10)  # the first spin loads its kernel
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        torch.cuda._sleep(cycles)
+        end.record()
+        end.synchronize()
+        return cycles / start.elapsed_time(end)
+
+    def _host_ms(self, fn: Callable) -> float:
+        """Enqueue time of one call into an idle queue."""
         torch.cuda.synchronize()
-        return [start.elapsed_time(end) for start, end in events]
+        start = time.perf_counter()
+        fn()
+        ms = (time.perf_counter() - start) * 1e3
+        torch.cuda.synchronize()
+        return ms
+
+    def _event_ms(self, fns: Sequence[Callable], rounds: int, spin_ms: float) -> List[List[float]]:
+        spin_cycles = int(spin_ms * self.cycles_per_ms)
+        events = [[] for _ in fns]
+        for r in range(rounds):
+            order = range(len(fns)) if r % 2 == 0 else reversed(range(len(fns)))
+            for i in order:
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                torch.cuda._sleep(spin_cycles)
+                self.flush_buffer.zero_()
+                start.record()
+                fns[i]()
+                end.record()
+                events[i].append((start, end))
+        torch.cuda.synchronize()
+        return [[start.elapsed_time(end) for start, end in pairs] for pairs in events]
 
     def median_ms(self, fns: Sequence[Callable]) -> List[float]:
-        medians = []
-        for fn in fns:
-            estimate = statistics.median(self._event_ms(fn, self.warmup))  # also the warm-up
-            runs = max(self.min_runs, min(self.max_runs, math.ceil(self.min_time * 1e3 / max(estimate, 1e-3))))
-            medians.append(statistics.median(self._event_ms(fn, runs)))
-        return medians
+        for fn in fns:  # the warm-up: kernels loaded, plans cached, the allocator's blocks in place
+            fn()
+        self.host_ms = [statistics.median(self._host_ms(fn) for _ in range(max(2, self.warmup))) for fn in fns]
+        spin_ms = self.SPIN_MARGIN * max(self.host_ms) + self.SPIN_EXTRA_MS
+        estimates = [statistics.median(ms) for ms in self._event_ms(fns, self.warmup, spin_ms)]
+        typical = math.exp(sum(math.log(max(ms, 1e-3)) for ms in estimates) / len(estimates))
+        runs = max(self.min_runs, min(self.max_runs, math.ceil(self.min_time * 1e3 / typical)))
+        return [statistics.median(ms) for ms in self._event_ms(fns, runs, spin_ms)]
 
 
 def copy_bandwidth(nbytes: int = 2 << 30) -> float:

@@ -280,6 +280,8 @@ class Cell:
     error64: Optional[float] = None
     torch_error64: Optional[float] = None
     failure: Optional[str] = None  # an exception message (out of memory, a crash)
+    torch_host_ms: Optional[float] = None  # CUDA: a call's enqueue time on the host (not in *_ms)
+    ours_host_ms: Optional[float] = None
 
     @property
     def speedup(self) -> Optional[float]:
@@ -301,6 +303,7 @@ class Cell:
                 "dtype": self.dtype, "torch_ms": self.torch_ms, "ours_ms": self.ours_ms, "speedup": self.speedup,
                 "error": self.error, "tolerance": self.tolerance, "error64": self.error64,
                 "torch_error64": self.torch_error64, "flagged": self.flagged, "failure": self.failure,
+                "torch_host_ms": self.torch_host_ms, "ours_host_ms": self.ours_host_ms,
                 "args": {"n": c.n, "c_in": c.c_in, "c_out": c.c_out, "k": c.k, "l_in": c.l_in, "stride": c.stride,
                          "padding": c.padding, "output_padding": c.output_padding, "dilation": c.dilation,
                          "groups": c.groups},
@@ -343,6 +346,7 @@ def _run_cell(cell: Cell, inputs, timer, device: str) -> None:
         del ours, theirs
         cell.torch_ms, cell.ours_ms = timer.median_ms(fns)
     if device == "cuda":
+        cell.torch_host_ms, cell.ours_host_ms = timer.host_ms
         torch.cuda.synchronize()
 
 
