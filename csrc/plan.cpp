@@ -1117,6 +1117,15 @@ std::optional<GemmPlan> choose_gemm_plan(const GemmPlan& g, const std::optional<
       (staged_rows == PlanOverride::kModel &&
        (output_macs <= kStagedFewMacs || (2 * g.out_phases <= g.out_step && output_macs <= kStagedWarpTileMacs)));
   if (plan && !plan->stage_output && tapless_phases && staged_pays) {
+    // (CONVT_TAPLESS_PIPELINED=never: staged tiles whatever the reached phases and channels)
+    // (TF32 and 16-bit: the screen's maths; on at least half the SMs, as half_filling)
+    const bool strided_pipelined = pipelined && one_accumulator && g.out_phases >= 2 && g.rows_per_group > 16 &&
+                                   g.channels_per_group >= kTaplessPipelinedChannels &&
+                                   read_plan_override("CONVT_TAPLESS_PIPELINED") != PlanOverride::kNever;
+    if (strided_pipelined) {
+      const auto strided = plan_pipelined(g, in, math, limits, /*strided_stores=*/true);
+      if (strided && strided->parts >= kPipelinedLeastFill * limits.sm_count) return strided;
+    }
     if (auto staged = staged_warp_tiles()) return staged;
   }
   return plan;
@@ -2589,7 +2598,7 @@ constexpr const char* kPlannerVariables[] = {
     "CONVT_PERMUTED_POSITIONS", "CONVT_GRAD_WEIGHT_PIPELINED", "CONVT_STRICT_WIDE_MERGE", "CONVT_GRAD_WEIGHT_ELEMENT_COPIES",
     "CONVT_PIPELINED_SPLITS", "CONVT_COPY_BANDWIDTH_GBPS", "CONVT_GEMM_TILE", "CONVT_NARROWER_PIPELINED",
     "CONVT_FRAGMENT_TAPS", "CONVT_STRIDED_STORES_FIRST", "CONVT_STORE_BOUND", "CONVT_FRAGMENT_TAPS_ANY_TILE",
-    "CONVT_STAGED_PART_FILL",
+    "CONVT_STAGED_PART_FILL", "CONVT_TAPLESS_PIPELINED",
 };
 
 // (every field of these is in the key: one added to them must join it)

@@ -85,6 +85,13 @@ constexpr int64_t kStoreBoundMacs = 4, kPhaseStridedStoreBoundMacs = 32;
 // 1,280-6,144 MACs ran 1.2-1.8x slower staged, 800 0.59-0.70x; at 1-3 of 5 tapless phases up to
 // 237 MACs 0.21-1.05x, from 476 1.13-1.6x: docs/perf/2026-12-02-staged-tapless-share.md)
 constexpr int64_t kStagedWarpTileMacs = 1024, kStagedFewMacs = 256;
+// ... except where two or more out phases are reached and a group has at least
+// kTaplessPipelinedChannels input channels (two full 64-channel chunks, so that a tile's steps
+// pipeline): there the pipelined tiles with strided stores, which read x by TMA at the tensor cores'
+// rate (H100: 1.1-2.1x the staged tiles' speed on 6 of 6 such layers, 0.66-0.91x at 30-96 channels;
+// one reached phase (K = 1, or a dilation a multiple of the stride) stays staged, 0.4-1.1x there:
+// docs/perf/2026-12-05-tapless-pipelined.md)
+constexpr int64_t kTaplessPipelinedChannels = 128;
 // The time of a pipelined 128 x 256 tile over a 128 x 128 one (plan_pipelined): at least
 // kWideTileTimeLeast, at most kWideTileTime, or kWideTileTimeOneTap at one tap a step, whose short
 // steps' fixed costs the wide tile spreads over twice the MACs (docs/design.md §4.5: measured 0.8-2.7x

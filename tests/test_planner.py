@@ -413,7 +413,8 @@ def test_strided_stores_before_warpgroup_tiles(dtype, tf32, monkeypatch):
     128-column tiles, in place of the warpgroup tiles too where an output takes at least
     kStridedStoreWarpgroupMacs MACs (16-channel groups merged to 128 rows, 7 taps over 2 of 4 phases:
     448 MACs; a 48-tap filter: 3,686); below that (205 MACs) the warpgroup tiles' staged output
-    stays. CONVT_STRIDED_STORES_FIRST=never: v104's plans (warp tiles, 256 columns)."""
+    stays. CONVT_STRIDED_STORES_FIRST=never (with CONVT_TAPLESS_PIPELINED=never, which takes the
+    merged groups' tapless phases to the same tiles): v104's plans (warp tiles, 256 columns)."""
     grouped = plans((4, 256, 256, 7, 2417, 4, 4, 0, 2, 16), torch.bfloat16, True, "h200")["forward"]  # (TF32: no merge)
     assert tile(grouped) == ("pipelined", 128, 128) and grouped["bias_first"] == 1, grouped
     long_filter = plans((9, 384, 192, 48, 7408, 5, 68, 0, 3, 1), dtype, tf32, "h200")["forward"]
@@ -421,6 +422,7 @@ def test_strided_stores_before_warpgroup_tiles(dtype, tf32, monkeypatch):
     few_macs = plans((2, 171, 162, 6, 45021, 5, 0, 0, 1, 1), dtype, tf32, "h200")["forward"]
     assert few_macs["family"] == "warpgroup", few_macs
     monkeypatch.setenv("CONVT_STRIDED_STORES_FIRST", "never")
+    monkeypatch.setenv("CONVT_TAPLESS_PIPELINED", "never")
     assert plans((4, 256, 256, 7, 2417, 4, 4, 0, 2, 16), torch.bfloat16, True, "h200")["forward"]["family"] == "warp"
     assert plans((9, 384, 192, 48, 7408, 5, 68, 0, 3, 1), dtype, tf32, "h200")["forward"]["family"] == "warpgroup"
 
@@ -1580,7 +1582,8 @@ def test_tapless_phases_stage_whole_rows_on_warp_tiles():
     takes at most 256 MACs (1,024 where half the phases or more are tapless), runs on warp tiles with
     staged output (64 x 128, else 32 x 128, that fill the SMs) in place of warpgroup or warp tiles'
     phase-strided stores, in every math; not where a pipelined plan is taken or an output takes more
-    MACs (588 MACs with 1 of 5 phases tapless, 1,026 with 3 of 6, 1,280 with 2 of 3).
+    MACs (588 MACs with 1 of 5 phases tapless, 1,026 with 3 of 6, 1,280 with 2 of 3), nor in TF32
+    and 16-bit where 2 or more phases are reached over 128 or more channels a group (v114).
     CONVT_STAGED_WARP_TILES=never: the tiles' phase-strided stores."""
     for dtype, tf32 in MATHS:
         staged = plans((4, 7, 64, 9, 8000, 4, 6, 0, 2, 1), dtype, tf32, "h100")["forward"]  # 64 rows, 2 of 4 phases
@@ -1601,9 +1604,10 @@ def test_tapless_phases_stage_whole_rows_on_warp_tiles():
                       (2, 342, 584, 7, 1198, 6, 3, 0, 2, 1)):  # 588 x 1, 256 x 5, 342 x 3
             forward = plans(shape, dtype, tf32, "h100")["forward"]
             assert forward["family"] in ("warpgroup", "pipelined") and forward["stage_output"] == 0, (shape, forward)
-        for shape in ((13, 155, 168, 3, 437, 5, 1, 0, 3, 1), (3, 117, 126, 4, 4560, 5, 1, 0, 2, 1)):  # 3 of 5, 4 of 5 reached
-            staged = plans(shape, dtype, tf32, "h100")["forward"]
-            assert tile(staged) == ("warp", 64, 128) and staged["stage_output"] == 1, (shape, staged)
+        staged = plans((3, 117, 126, 4, 4560, 5, 1, 0, 2, 1), dtype, tf32, "h100")["forward"]  # 4 of 5 reached
+        assert tile(staged) == ("warp", 64, 128) and staged["stage_output"] == 1, staged
+        # (155 channels over 3 of 5 reached phases: the pipelined tiles' strided stores, v114)
+        assert plans((13, 155, 168, 3, 437, 5, 1, 0, 3, 1), dtype, tf32, "h100")["forward"]["family"] == "pipelined"
         pipelined = plans((4, 105, 153, 7, 1938, 3, 8, 0, 3, 1), dtype, tf32, "h100")["forward"]
         assert pipelined["family"] == "pipelined", pipelined
         with pytest.MonkeyPatch.context() as monkeypatch:
@@ -1626,6 +1630,30 @@ def test_staged_rows_where_no_staged_tile_fills_the_sms():
             monkeypatch.setenv("CONVT_STAGED_PART_FILL", "never")
             for shape in layers:
                 assert plans(shape, dtype, tf32, "h100")["forward"]["stage_output"] == 0, shape
+
+
+def test_tapless_phases_of_wide_groups_run_pipelined_strided_stores():
+    """A strided forward some of whose out phases no tap reaches, of few MACs an output (the tapless
+    rule's staged warp tiles), runs on pipelined tiles with strided stores in TF32 and 16-bit where two
+    or more phases are reached and a group has at least 128 input channels; one reached phase (K = 1)
+    or fewer channels stay on staged warp tiles. CONVT_TAPLESS_PIPELINED=never: staged everywhere."""
+    pipelined = [(4, 144, 93, 2, 47225, 6, 0, 2, 3, 1), (5, 225, 73, 2, 30857, 4, 0, 0, 3, 1)]  # 2 phases reached
+    staged = [(14, 39, 117, 7, 1143, 4, 1, 1, 2, 1),  # 39 channels
+              (9, 144, 372, 1, 2428, 5, 0, 4, 1, 1)]  # K = 1: one phase reached
+    for dtype, tf32 in MATHS:
+        if dtype == torch.float32 and not tf32:
+            continue  # (3xTF32 keeps its plans)
+        for shape in pipelined:
+            plan = plans(shape, dtype, tf32, "h100")["forward"]
+            assert plan["family"] == "pipelined" and plan["out_phases"] == 2 and plan["stage_output"] == 0, (shape, plan)
+        for shape in staged:
+            plan = plans(shape, dtype, tf32, "h100")["forward"]
+            assert plan["family"] == "warp" and plan["stage_output"] == 1, (shape, plan)
+        with pytest.MonkeyPatch.context() as monkeypatch:
+            monkeypatch.setenv("CONVT_TAPLESS_PIPELINED", "never")
+            for shape in pipelined:
+                plan = plans(shape, dtype, tf32, "h100")["forward"]
+                assert plan["family"] == "warp" and plan["stage_output"] == 1, (shape, plan)
 
 
 def test_groups_of_few_channels_run_depthwise():
