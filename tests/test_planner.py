@@ -1958,6 +1958,37 @@ def test_cpu_grad_weight_over_positions_from_eight_taps(monkeypatch):
     _assert_wide_vector_forms(CPU_GRAD_WEIGHT_CASES, "grad_weight", monkeypatch)
 
 
+# (N, C_in, C_out, K, L_in, stride, padding, output_padding, dilation, groups): grad_weight's form on
+# 16-float vectors where at::mm is MKL on an Intel CPU (fast_blas) and where it is not
+CPU_SHORT_FILTER_CASES = [
+    ((26, 96, 48, 4, 44, 2, 1, 0, 1, 1), "taps", "positions"),     # 4 taps at stride 2
+    ((17, 48, 48, 2, 54, 2, 0, 0, 1, 1), "taps", "positions"),     # K = stride
+    ((3, 244, 63, 1, 63, 6, 0, 5, 1, 1), "positions", "positions"),  # K < stride: phases without a tap
+    ((7, 512, 512, 7, 34, 3, 2, 0, 1, 32), "positions", "positions"),  # 16 channels a group
+]
+
+_SHORT_FILTER_SCRIPT = ("import sys; sys.path.insert(0, sys.argv[1]); import test_planner as t; "
+                        "fast = int(sys.argv[2]); plans = {s: t.explain(*s, device='cpu')['grad_weight'] for s, _, _ in t.CPU_SHORT_FILTER_CASES}; "
+                        "assert {(p['vector_bits'], p['fast_blas']) for p in plans.values()} == {(512, fast)}, plans; "
+                        "bad = [(s, plans[s]['kernel']) for s, a, b in t.CPU_SHORT_FILTER_CASES if plans[s]['kernel'] != (a if fast else b)]; "
+                        "assert not bad, bad")
+
+
+def test_cpu_grad_weight_short_filters_take_the_taps_form_where_blas_is_fast(monkeypatch):
+    """On 16-float vectors where at::mm is MKL on an Intel CPU, filters of 2-7 taps, at least the
+    stride, that the GEMM over positions would take (G^T built column by column) take the BLAS taps
+    form, except groups of fewer than 64 input channels; elsewhere (K < stride, or at::mm not MKL) the
+    positions form stays. In processes of their own with CONVT_CPU_FAST_BLAS 0 and 1 (read once a
+    process)."""
+    monkeypatch.delenv("CONVT_CPU_FORMS", raising=False)
+    if explain(*CPU_SHORT_FILTER_CASES[0][0], device="cpu")["grad_weight"].get("vector_bits", 0) != 512:
+        pytest.skip("this CPU runs no 16-float AVX2 forms")
+    here = os.path.dirname(os.path.abspath(__file__))
+    for fast in (0, 1):
+        subprocess.run([sys.executable, "-c", _SHORT_FILTER_SCRIPT, here, str(fast)],
+                       env=dict(os.environ, CONVT_CPU_FAST_BLAS=str(fast)), check=True, timeout=300)
+
+
 def _assert_wide_vector_forms(cases, pass_name, monkeypatch):
     """Each (shape, form) of cases: the planner's form for pass_name on this CPU, which must run the
     16-float AVX2 forms (else the test skips)."""

@@ -1798,6 +1798,17 @@ bool forward_folded_applies(const ConvTParams& p) {
          p.batch * p.length_in >= rule.least_columns && p.out_channels_per_group * p.kernel_size * p.length_in <= kFoldedBuffer;
 }
 
+// Where at::mm is MKL on an Intel CPU (fast_blas), filters shorter than kRunsLeastTaps that reach
+// every phase (K >= stride, K >= 2) and that grad_weight_by_gemm gives to the positions form (G^T
+// built column by column, a read of grad_y a column) take the taps form (CPU v43: 0.5-1.0x the time
+// on most of 40 fresh sweep layers, 1.1-1.3x on five of at most 0.35 ms; at K < stride, where some
+// phases have no tap and K = 1 or 2 GEMMs sum a few positions each, the positions form stays faster
+// on most: docs/perf/2026-12-05-cpu-grad-weight-short-taps.md).
+bool short_filter_blas_taps(const ConvTParams& p) {
+  return fast_blas() && p.kernel_size >= 2 && p.kernel_size >= p.stride && p.kernel_size < kRunsLeastTaps &&
+         (p.groups == 1 || p.in_channels_per_group >= 64) && grad_weight_by_gemm(p);
+}
+
 // Whether grad_weight runs faster as the BLAS taps form than as the AVX2 forms: on wide layers where the
 // per-tap GEMMs are also long (at least 192 positions a tap, over the batch), at::mm's packed, blocked
 // GEMM outruns the micro-kernel; where the CPU has AVX-512 (at::mm then runs 16-float vectors nearer
@@ -1811,11 +1822,13 @@ bool forward_folded_applies(const ConvTParams& p) {
 // channel's (K x C_out/g) block into w's layout. On a Zen 4 core the taps form took 1.33x and 1.30x
 // the positions form's time (geomean) on 20 and 23 fresh sweep layers of 8 taps or more (CPU v36,
 // before that transpose); at 7 taps (G^T built column by column) 0.92x (10 layers); where the model
-// picks the dot products, those were no faster than the taps form (docs/perf/2026-12-04-cpu-zen4-rules.md).
+// picks the dot products, those were no faster than the taps form (docs/perf/2026-12-04-cpu-zen4-rules.md);
+// shorter filters on an Intel CPU: short_filter_blas_taps.
 bool grad_weight_by_blas_taps(const ConvTParams& p) {
   const bool wide_rows = p.batch * p.length_in >= 192 && wide_layer(p);
   if (!avx2::wide_vectors()) return wide_rows;
   if (p.kernel_size >= kRunsLeastTaps && grad_weight_by_gemm(p)) return false;
+  if (short_filter_blas_taps(p)) return true;
   return wide_rows || (p.in_channels_per_group >= 64 && p.out_channels_per_group >= 64 && p.length_in >= 64);
 }
 
