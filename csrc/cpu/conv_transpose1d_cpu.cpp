@@ -1800,10 +1800,11 @@ bool forward_folded_applies(const ConvTParams& p) {
 
 // Where at::mm is MKL on an Intel CPU (fast_blas), filters shorter than kRunsLeastTaps that reach
 // every phase (K >= stride, K >= 2) and that grad_weight_by_gemm gives to the positions form (G^T
-// built column by column, a read of grad_y a column) take the taps form (CPU v43: 0.5-1.0x the time
-// on most of 40 fresh sweep layers, 1.1-1.3x on five of at most 0.35 ms; at K < stride, where some
-// phases have no tap and K = 1 or 2 GEMMs sum a few positions each, the positions form stays faster
-// on most: docs/perf/2026-12-05-cpu-grad-weight-short-taps.md).
+// built column by column, a read of grad_y a column) take the taps form, except groups of fewer than
+// 64 input channels, where it runs a tiny GEMM a group and tap (CPU v43: 0.72x the time on 30 fresh
+// sweep layers, 0.40-1.08x; groups of 16-48 channels ran 1.3-2.6x slower on it; at K < stride,
+// where K = 1 or 2 GEMMs sum a few positions each, the positions form stayed faster on most:
+// docs/perf/2026-12-05-cpu-grad-weight-short-taps.md).
 bool short_filter_blas_taps(const ConvTParams& p) {
   return fast_blas() && p.kernel_size >= 2 && p.kernel_size >= p.stride && p.kernel_size < kRunsLeastTaps &&
          (p.groups == 1 || p.in_channels_per_group >= 64) && grad_weight_by_gemm(p);
