@@ -1964,7 +1964,8 @@ CPU_SHORT_FILTER_CASES = [
     ((26, 96, 48, 4, 44, 2, 1, 0, 1, 1), "taps", "positions"),     # 4 taps at stride 2
     ((17, 48, 48, 2, 54, 2, 0, 0, 1, 1), "taps", "positions"),     # K = stride
     ((3, 244, 63, 1, 63, 6, 0, 5, 1, 1), "positions", "positions"),  # K < stride: phases without a tap
-    ((7, 512, 512, 7, 34, 3, 2, 0, 1, 32), "positions", "positions"),  # 16 channels a group
+    ((7, 512, 512, 7, 34, 3, 2, 0, 1, 32), "positions", "positions"),  # 16 channels a group on a row of 34
+    ((8, 1024, 1024, 7, 174, 1, 3, 0, 2, 32), "unrolled", "positions"),  # 32 channels a group on a row of 174
 ]
 
 _SHORT_FILTER_SCRIPT = ("import sys; sys.path.insert(0, sys.argv[1]); import test_planner as t; "
@@ -1974,12 +1975,12 @@ _SHORT_FILTER_SCRIPT = ("import sys; sys.path.insert(0, sys.argv[1]); import tes
                         "assert not bad, bad")
 
 
-def test_cpu_grad_weight_short_filters_take_the_taps_form_where_blas_is_fast(monkeypatch):
+def test_cpu_grad_weight_short_filters_take_blas_forms_where_blas_is_fast(monkeypatch):
     """On 16-float vectors where at::mm is MKL on an Intel CPU, filters of 2-7 taps, at least the
     stride, that the GEMM over positions would take (G^T built column by column) take the BLAS taps
-    form, except groups of fewer than 64 input channels; elsewhere (K < stride, or at::mm not MKL) the
-    positions form stays. In processes of their own with CONVT_CPU_FAST_BLAS 0 and 1 (read once a
-    process)."""
+    form, except groups of fewer than 64 input channels: those take the BLAS unrolled form on rows of
+    50 inputs or more (CPU v44); elsewhere (K < stride, short rows, or at::mm not MKL) the positions
+    form stays. In processes of their own with CONVT_CPU_FAST_BLAS 0 and 1 (read once a process)."""
     monkeypatch.delenv("CONVT_CPU_FORMS", raising=False)
     if explain(*CPU_SHORT_FILTER_CASES[0][0], device="cpu")["grad_weight"].get("vector_bits", 0) != 512:
         pytest.skip("this CPU runs no 16-float AVX2 forms")

@@ -1810,6 +1810,17 @@ bool short_filter_blas_taps(const ConvTParams& p) {
          (p.groups == 1 || p.in_channels_per_group >= 64) && grad_weight_by_gemm(p);
 }
 
+// ... and groups of fewer than 64 input channels there, on rows of at least kGroupedUnrolledLeastRow
+// inputs, take the BLAS unrolled form (one at::mm a group over an im2col of grad_y) in place of the
+// positions form (CPU v44: its column-by-column G^T ran 1.7-2.8x the unrolled form's time on every
+// such layer of 50-135 inputs in a fresh draw; on rows of 32-48 the two were within 0.9-1.55x:
+// docs/perf/2026-12-05-cpu-grad-weight-short-taps.md).
+constexpr int64_t kGroupedUnrolledLeastRow = 50;
+bool grouped_short_filter_unrolled(const ConvTParams& p) {
+  return fast_blas() && p.groups > 1 && p.in_channels_per_group < 64 && p.kernel_size < kRunsLeastTaps &&
+         p.length_in >= kGroupedUnrolledLeastRow;
+}
+
 // Whether grad_weight runs faster as the BLAS taps form than as the AVX2 forms: on wide layers where the
 // per-tap GEMMs are also long (at least 192 positions a tap, over the batch), at::mm's packed, blocked
 // GEMM outruns the micro-kernel; where the CPU has AVX-512 (at::mm then runs 16-float vectors nearer
@@ -1892,6 +1903,7 @@ Plans plan(const ConvTParams& p, at::ScalarType dtype) {
     plans.grad_input = one_channel_pairs ? Form::kDirect : grad_input_avx2_form(p);
     plans.grad_weight = one_channel_pairs && p.length_in <= kDirectGradWeightMostInputs ? Form::kDirect
                         : grad_weight_by_blas_taps(p)                                   ? Form::kTaps
+                        : grouped_short_filter_unrolled(p) && grad_weight_by_gemm(p)    ? Form::kUnrolled
                         : grad_weight_by_gemm(p)                                        ? Form::kPositions
                                                                                         : Form::kDot;
   }
