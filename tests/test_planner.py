@@ -1913,8 +1913,15 @@ def _cpu_forward_forms():
     return {shape: plan["kernel"] for shape, plan in forms.items()}, *facts.pop()
 
 
-_FOLDED_SCRIPT = ("import sys; sys.path.insert(0, sys.argv[1]); import test_planner as t; "
-                  "forms, bits, fast = t._cpu_forward_forms(); assert (bits, fast) == (int(sys.argv[2]), int(sys.argv[3])), (bits, fast); "
+def _in_own_process(script, *args, **variables):
+    """Runs `script` (Python, with this module as `t` and args as sys.argv[1:]) in a process of its
+    own with these environment variables: the CPU planner reads some of them once a process."""
+    prefix = "import sys; sys.path.insert(0, sys.argv.pop(1)); import test_planner as t; "
+    subprocess.run([sys.executable, "-c", prefix + script, os.path.dirname(os.path.abspath(__file__)), *map(str, args)],
+                   env=dict(os.environ, **variables), check=True, timeout=300)
+
+
+_FOLDED_SCRIPT = ("forms, bits, fast = t._cpu_forward_forms(); assert (bits, fast) == (int(sys.argv[1]), int(sys.argv[2])), (bits, fast); "
                   "bad = [s for s, e in t.CPU_FOLDED_CASES if (forms[s] == 'folded') != t._folded(e, bits, fast)]; "
                   "assert not bad, bad")
 
@@ -1931,13 +1938,11 @@ def test_cpu_forward_folds_the_batch_of_wide_short_filters(monkeypatch):
         pytest.skip("this CPU runs no AVX2 forms")
     for shape, expected in CPU_FOLDED_CASES:
         assert (forms[shape] == "folded") == _folded(expected, bits, fast), (shape, bits, fast, forms[shape])
-    here = os.path.dirname(os.path.abspath(__file__))
     settings = [({"CONVT_CPU_FAST_BLAS": str(f)}, bits, f) for f in (0, 1)]
     if bits == 512:
         settings.append(({"CONVT_CPU_VECTOR_BITS": "256", "CONVT_CPU_FAST_BLAS": "0"}, 256, 0))
     for variables, expected_bits, expected_fast in settings:
-        subprocess.run([sys.executable, "-c", _FOLDED_SCRIPT, here, str(expected_bits), str(expected_fast)],
-                       env=dict(os.environ, **variables), check=True, timeout=300)
+        _in_own_process(_FOLDED_SCRIPT, expected_bits, expected_fast, **variables)
 
 
 # (N, C_in, C_out, K, L_in, stride, padding): grad_weight's form on 16-float vectors (AVX-512)
@@ -1968,8 +1973,7 @@ CPU_SHORT_FILTER_CASES = [
     ((8, 1024, 1024, 7, 174, 1, 3, 0, 2, 32), "unrolled", "positions"),  # 32 channels a group on a row of 174
 ]
 
-_SHORT_FILTER_SCRIPT = ("import sys; sys.path.insert(0, sys.argv[1]); import test_planner as t; "
-                        "fast = int(sys.argv[2]); plans = {s: t.explain(*s, device='cpu')['grad_weight'] for s, _, _ in t.CPU_SHORT_FILTER_CASES}; "
+_SHORT_FILTER_SCRIPT = ("fast = int(sys.argv[1]); plans = {s: t.explain(*s, device='cpu')['grad_weight'] for s, _, _ in t.CPU_SHORT_FILTER_CASES}; "
                         "assert {(p['vector_bits'], p['fast_blas']) for p in plans.values()} == {(512, fast)}, plans; "
                         "bad = [(s, plans[s]['kernel']) for s, a, b in t.CPU_SHORT_FILTER_CASES if plans[s]['kernel'] != (a if fast else b)]; "
                         "assert not bad, bad")
@@ -1984,10 +1988,8 @@ def test_cpu_grad_weight_short_filters_take_blas_forms_where_blas_is_fast(monkey
     monkeypatch.delenv("CONVT_CPU_FORMS", raising=False)
     if explain(*CPU_SHORT_FILTER_CASES[0][0], device="cpu")["grad_weight"].get("vector_bits", 0) != 512:
         pytest.skip("this CPU runs no 16-float AVX2 forms")
-    here = os.path.dirname(os.path.abspath(__file__))
     for fast in (0, 1):
-        subprocess.run([sys.executable, "-c", _SHORT_FILTER_SCRIPT, here, str(fast)],
-                       env=dict(os.environ, CONVT_CPU_FAST_BLAS=str(fast)), check=True, timeout=300)
+        _in_own_process(_SHORT_FILTER_SCRIPT, fast, CONVT_CPU_FAST_BLAS=str(fast))
 
 
 def _assert_wide_vector_forms(cases, pass_name, monkeypatch):

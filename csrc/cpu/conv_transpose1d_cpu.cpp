@@ -1805,9 +1805,9 @@ bool forward_folded_applies(const ConvTParams& p) {
 // sweep layers, 0.40-1.08x; groups of 16-48 channels ran 1.3-2.6x slower on it; at K < stride,
 // where K = 1 or 2 GEMMs sum a few positions each, the positions form stayed faster on most:
 // docs/perf/2026-12-05-cpu-grad-weight-short-taps.md).
-bool short_filter_blas_taps(const ConvTParams& p) {
-  return fast_blas() && p.kernel_size >= 2 && p.kernel_size >= p.stride && p.kernel_size < kRunsLeastTaps &&
-         (p.groups == 1 || p.in_channels_per_group >= 64) && grad_weight_by_gemm(p);
+bool short_filter_blas_taps(const ConvTParams& p, bool by_gemm) {
+  return by_gemm && fast_blas() && p.kernel_size >= 2 && p.kernel_size >= p.stride && p.kernel_size < kRunsLeastTaps &&
+         (p.groups == 1 || p.in_channels_per_group >= 64);
 }
 
 // ... and groups of fewer than 64 input channels there, on rows of at least kGroupedUnrolledLeastRow
@@ -1835,13 +1835,22 @@ bool grouped_short_filter_unrolled(const ConvTParams& p) {
 // the positions form's time (geomean) on 20 and 23 fresh sweep layers of 8 taps or more (CPU v36,
 // before that transpose); at 7 taps (G^T built column by column) 0.92x (10 layers); where the model
 // picks the dot products, those were no faster than the taps form (docs/perf/2026-12-04-cpu-zen4-rules.md);
-// shorter filters on an Intel CPU: short_filter_blas_taps.
-bool grad_weight_by_blas_taps(const ConvTParams& p) {
+// shorter filters on an Intel CPU: short_filter_blas_taps. (by_gemm: grad_weight_by_gemm(p))
+bool grad_weight_by_blas_taps(const ConvTParams& p, bool by_gemm) {
   const bool wide_rows = p.batch * p.length_in >= 192 && wide_layer(p);
   if (!avx2::wide_vectors()) return wide_rows;
-  if (p.kernel_size >= kRunsLeastTaps && grad_weight_by_gemm(p)) return false;
-  if (short_filter_blas_taps(p)) return true;
+  if (p.kernel_size >= kRunsLeastTaps && by_gemm) return false;
+  if (short_filter_blas_taps(p, by_gemm)) return true;
   return wide_rows || (p.in_channels_per_group >= 64 && p.out_channels_per_group >= 64 && p.length_in >= 64);
+}
+
+// grad_weight's AVX2-path form: the rules above in order, grad_weight_by_gemm's model weighed once
+// (plan runs at every call).
+Form grad_weight_avx2_form(const ConvTParams& p) {
+  const bool by_gemm = grad_weight_by_gemm(p);
+  if (grad_weight_by_blas_taps(p, by_gemm)) return Form::kTaps;
+  if (!by_gemm) return Form::kDot;
+  return grouped_short_filter_unrolled(p) ? Form::kUnrolled : Form::kPositions;
 }
 
 // grad_input of wide layers on few positions (N * L_in <= 128): the BLAS unrolled form, one at::mm over
@@ -1902,10 +1911,7 @@ Plans plan(const ConvTParams& p, at::ScalarType dtype) {
     plans.forward = one_channel_pairs ? Form::kDirect : forward_folded_applies(p) ? Form::kFolded : forward_avx2_form(p);
     plans.grad_input = one_channel_pairs ? Form::kDirect : grad_input_avx2_form(p);
     plans.grad_weight = one_channel_pairs && p.length_in <= kDirectGradWeightMostInputs ? Form::kDirect
-                        : grad_weight_by_blas_taps(p)                                   ? Form::kTaps
-                        : grouped_short_filter_unrolled(p) && grad_weight_by_gemm(p)    ? Form::kUnrolled
-                        : grad_weight_by_gemm(p)                                        ? Form::kPositions
-                                                                                        : Form::kDot;
+                                                                                        : grad_weight_avx2_form(p);
   }
   bool unused = false;
   if (override.forward == "avx2") {  // (the AVX2 forms' own choice, folded aside: an A/B of forward_folded_applies)
