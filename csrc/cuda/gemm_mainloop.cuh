@@ -549,36 +549,48 @@ struct PipelinedMainloop {
         const char* rows = reinterpret_cast<const char*>(x_s + consumer * stages.box_elements);  // (position rows)
         const char* w_s = reinterpret_cast<const char*>(stages.w_s(state.stage));
         mma.fence_accumulators();
-        for (int i = 0; i < slots; ++i) {
-          wgmma_fence();  // (a tap at a time: ptxas wants one at the top of a loop of wgmma)
-          const T* boxes = x_s + (i * kBoxes + first_box) * stages.tap_box_elements;
-          // position rows: subtile 0's first column reads row slot_offset - first_offset + lead
-          const char* tap_rows = rows + (p.slot_offset[first_slot + i] - p.first_offset + p.lead) * row_bytes;
-          const char* w_slot = w_s + i * p.slot_words * 4;
-          auto run_ksteps = [&](auto ksteps) {
-            constexpr int kKsteps = decltype(ksteps)::value;
+        // a step's taps, each one run of k-steps x subtiles with no branch between its wgmma (the A
+        // form and the k-steps chosen once a step)
+        auto run_taps = [&](auto ksteps, auto tap_boxes) {
+          constexpr int kKsteps = decltype(ksteps)::value;
+          constexpr bool kTapBoxes = decltype(tap_boxes)::value;
+          for (int i = 0; i < slots; ++i) {
+            wgmma_fence();  // (a tap at a time: ptxas wants one at the top of a loop of wgmma)
+            const T* boxes = x_s + (i * kBoxes + first_box) * stages.tap_box_elements;
+            // position rows: subtile 0's first column reads row slot_offset - first_offset + lead
+            const char* tap_rows = rows + (p.slot_offset[first_slot + i] - p.first_offset + p.lead) * row_bytes;
+            const char* w_slot = w_s + i * p.slot_words * 4;
 #pragma unroll
             for (int k = 0; k < kKsteps; ++k) {
               const uint64_t b = swizzled_descriptor<kKsteps * 32>(w_slot + k * 32);
 #pragma unroll
               for (int s = 0; s < kSubtiles; ++s) {
-                if constexpr (kMath == Math::k16Bit) {  // (tap boxes: 16-bit only)
-                  if (p.tap_boxes) {
-                    const MnMajorA a{swizzled_descriptor<128>(boxes + s * stages.tap_box_elements + k * kKstepElements)};
-                    wgmma_kstep<Kind, kBlockM>(mma.acc[s], a, b);
-                    continue;
-                  }
+                if constexpr (kTapBoxes) {
+                  const MnMajorA a{swizzled_descriptor<128>(boxes + s * stages.tap_box_elements + k * kKstepElements)};
+                  wgmma_kstep<Kind, kBlockM>(mma.acc[s], a, b);
+                } else {
+                  const KMajorA a{swizzled_descriptor<kKsteps * 32>(tap_rows + s * kTapBoxPositions * kKsteps * 32 + k * 32)};
+                  wgmma_kstep<Kind, kBlockM>(mma.acc[s], a, b);
                 }
-                const KMajorA a{swizzled_descriptor<kKsteps * 32>(tap_rows + s * kTapBoxPositions * kKsteps * 32 + k * 32)};
-                wgmma_kstep<Kind, kBlockM>(mma.acc[s], a, b);
               }
             }
-          };
-          if (p.ksteps == 4) {
-            run_ksteps(std::integral_constant<int, 4>());
-          } else {
-            run_ksteps(std::integral_constant<int, 2>());
           }
+        };
+        auto run_taps_of = [&](auto tap_boxes) {
+          if (p.ksteps == 4) {
+            run_taps(std::integral_constant<int, 4>(), tap_boxes);
+          } else {
+            run_taps(std::integral_constant<int, 2>(), tap_boxes);
+          }
+        };
+        if constexpr (kMath == Math::k16Bit) {  // (tap boxes: 16-bit only)
+          if (p.tap_boxes) {
+            run_taps_of(std::true_type());
+          } else {
+            run_taps_of(std::false_type());
+          }
+        } else {
+          run_taps_of(std::false_type());
         }
         wgmma_commit();
         mma.fence_accumulators();
