@@ -1973,10 +1973,23 @@ CPU_SHORT_FILTER_CASES = [
     ((8, 1024, 1024, 7, 174, 1, 3, 0, 2, 32), "unrolled", "positions"),  # 32 channels a group on a row of 174
 ]
 
-_SHORT_FILTER_SCRIPT = ("fast = int(sys.argv[1]); plans = {s: t.explain(*s, device='cpu')['grad_weight'] for s, _, _ in t.CPU_SHORT_FILTER_CASES}; "
-                        "assert {(p['vector_bits'], p['fast_blas']) for p in plans.values()} == {(512, fast)}, plans; "
-                        "bad = [(s, plans[s]['kernel']) for s, a, b in t.CPU_SHORT_FILTER_CASES if plans[s]['kernel'] != (a if fast else b)]; "
-                        "assert not bad, bad")
+# (argv: fast_blas, the cases' name here, the pass) each case's form where at::mm is fast and where not
+_FAST_BLAS_SCRIPT = ("fast, cases, name = int(sys.argv[1]), getattr(t, sys.argv[2]), sys.argv[3]; "
+                     "plans = {s: t.explain(*s, device='cpu')[name] for s, _, _ in cases}; "
+                     "assert {(p['vector_bits'], p['fast_blas']) for p in plans.values()} == {(512, fast)}, plans; "
+                     "bad = [(s, plans[s]['kernel']) for s, a, b in cases if plans[s]['kernel'] != (a if fast else b)]; "
+                     "assert not bad, bad")
+
+
+def _assert_fast_blas_forms(cases_name, pass_name, monkeypatch):
+    """The forms of the cases named (shape, form where at::mm is MKL on an Intel CPU, form where not)
+    for pass_name on 16-float vectors (else the test skips), in processes of their own with
+    CONVT_CPU_FAST_BLAS 0 and 1 (read once a process)."""
+    monkeypatch.delenv("CONVT_CPU_FORMS", raising=False)
+    if explain(*globals()[cases_name][0][0], device="cpu")[pass_name].get("vector_bits", 0) != 512:
+        pytest.skip("this CPU runs no 16-float AVX2 forms")
+    for fast in (0, 1):
+        _in_own_process(_FAST_BLAS_SCRIPT, fast, cases_name, pass_name, CONVT_CPU_FAST_BLAS=str(fast))
 
 
 def test_cpu_grad_weight_short_filters_take_blas_forms_where_blas_is_fast(monkeypatch):
@@ -1984,12 +1997,28 @@ def test_cpu_grad_weight_short_filters_take_blas_forms_where_blas_is_fast(monkey
     stride, that the GEMM over positions would take (G^T built column by column) take the BLAS taps
     form, except groups of fewer than 64 input channels: those take the BLAS unrolled form on rows of
     50 inputs or more (CPU v44); elsewhere (K < stride, short rows, or at::mm not MKL) the positions
-    form stays. In processes of their own with CONVT_CPU_FAST_BLAS 0 and 1 (read once a process)."""
-    monkeypatch.delenv("CONVT_CPU_FORMS", raising=False)
-    if explain(*CPU_SHORT_FILTER_CASES[0][0], device="cpu")["grad_weight"].get("vector_bits", 0) != 512:
-        pytest.skip("this CPU runs no 16-float AVX2 forms")
-    for fast in (0, 1):
-        _in_own_process(_SHORT_FILTER_SCRIPT, fast, CONVT_CPU_FAST_BLAS=str(fast))
+    form stays."""
+    _assert_fast_blas_forms("CPU_SHORT_FILTER_CASES", "grad_weight", monkeypatch)
+
+
+# (N, C_in, C_out, K, L_in, stride, padding, output_padding, dilation, groups): the forward's form on
+# 16-float vectors where at::mm is MKL on an Intel CPU (fast_blas) and where it is not
+CPU_NARROW_OUTPUT_CASES = [
+    ((12, 1024, 3, 3, 1013, 10, 2, 0, 3, 1), "unrolled", "scatter"),
+    ((2, 1024, 4, 16, 782, 8, 11, 0, 2, 1), "unrolled", "scatter"),
+    ((3, 128, 8, 4, 1000, 2, 1, 0, 1, 2), "unrolled", "scatter"),     # 4 outputs and 64 inputs a group
+    ((6, 256, 2, 3, 55236, 2, 0, 1, 1, 1), "scatter", "scatter"),     # 331K positions
+    ((4, 48, 4, 3, 2000, 2, 1, 0, 1, 1), "scatter", "scatter"),       # 48 input channels
+    ((4, 512, 5, 3, 1000, 2, 1, 0, 1, 1), "scatter", "scatter"),      # 5 output channels
+]
+
+
+def test_cpu_forward_of_narrow_outputs_unrolled_where_blas_is_fast(monkeypatch):
+    """On 16-float vectors where at::mm is MKL on an Intel CPU, narrow outputs (at most 4 channels a
+    group, from 64 input channels a group) on at most 131,072 positions that the AVX2 model gives to
+    the scatter form run as the BLAS unrolled form (CPU v45); longer inputs, fewer input channels,
+    wider outputs, and CPUs where at::mm is not MKL keep the scatter form."""
+    _assert_fast_blas_forms("CPU_NARROW_OUTPUT_CASES", "forward", monkeypatch)
 
 
 def _assert_wide_vector_forms(cases, pass_name, monkeypatch):

@@ -1798,6 +1798,27 @@ bool forward_folded_applies(const ConvTParams& p) {
          p.batch * p.length_in >= rule.least_columns && p.out_channels_per_group * p.kernel_size * p.length_in <= kFoldedBuffer;
 }
 
+// Where at::mm is MKL on an Intel CPU (fast_blas), narrow outputs (at most kNarrowUnrolledOutputs
+// channels a group, from at least 64 input channels a group) that forward_avx2_form gives to the
+// scatter form run as the BLAS unrolled form on up to kNarrowUnrolledPositions positions (N x L_in):
+// both form Z = W^T x and col2im it, but Z's (C_out/g x K) rows are few, and the micro-kernel's panel
+// rounds them up, where at::mm's small-M kernels do not. (CPU v45: 0.84x the scatter form's time over
+// 77 narrow layers of seeds 10800-10999, 0.59-1.06x up to 137K positions; from 234K positions at
+// batch 2 and more it ran 1.36-1.84x the scatter form's time on all 8 such layers:
+// docs/perf/2026-12-05-cpu-narrow-unrolled.md.)
+constexpr int64_t kNarrowUnrolledOutputs = 4, kNarrowUnrolledPositions = 131072;
+bool narrow_output_unrolled(const ConvTParams& p) {
+  return fast_blas() && p.out_channels_per_group <= kNarrowUnrolledOutputs && p.in_channels_per_group >= 64 &&
+         p.batch * p.length_in <= kNarrowUnrolledPositions;
+}
+
+// The forward's AVX2-path form past the folded rule: forward_avx2_form, narrow_output_unrolled's layers
+// taken off its scatter form
+Form forward_avx2_or_unrolled(const ConvTParams& p) {
+  const Form form = forward_avx2_form(p);
+  return form == Form::kScatter && narrow_output_unrolled(p) ? Form::kUnrolled : form;
+}
+
 // Where at::mm is MKL on an Intel CPU (fast_blas), filters shorter than kRunsLeastTaps that reach
 // every phase (K >= stride, K >= 2) and that grad_weight_by_gemm gives to the positions form (G^T
 // built column by column, a read of grad_y a column) take the taps form, except groups of fewer than
@@ -1908,7 +1929,7 @@ Plans plan(const ConvTParams& p, at::ScalarType dtype) {
     // at most kDirectGradWeightMostInputs inputs (0.15x and 0.46x the dot form's on rows of 32 and 200;
     // on rows of 1000-20000 the dot form's per-row costs are spread thin: 1.1-2x faster than direct).
     const bool one_channel_pairs = p.in_channels_per_group * p.out_channels_per_group <= 2;
-    plans.forward = one_channel_pairs ? Form::kDirect : forward_folded_applies(p) ? Form::kFolded : forward_avx2_form(p);
+    plans.forward = one_channel_pairs ? Form::kDirect : forward_folded_applies(p) ? Form::kFolded : forward_avx2_or_unrolled(p);
     plans.grad_input = one_channel_pairs ? Form::kDirect : grad_input_avx2_form(p);
     plans.grad_weight = one_channel_pairs && p.length_in <= kDirectGradWeightMostInputs ? Form::kDirect
                                                                                         : grad_weight_avx2_form(p);
