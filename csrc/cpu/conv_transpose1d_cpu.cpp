@@ -1802,10 +1802,9 @@ bool forward_folded_applies(const ConvTParams& p) {
 // channels a group, from at least 64 input channels a group) that forward_avx2_form gives to the
 // scatter form run as the BLAS unrolled form on up to kNarrowUnrolledPositions positions (N x L_in):
 // both form Z = W^T x and col2im it, but Z's (C_out/g x K) rows are few, and the micro-kernel's panel
-// rounds them up, where at::mm's small-M kernels do not. (CPU v45: 0.84x the scatter form's time over
-// 77 narrow layers of seeds 10800-10999, 0.59-1.06x up to 137K positions; from 234K positions at
-// batch 2 and more it ran 1.36-1.84x the scatter form's time on all 8 such layers:
-// docs/perf/2026-12-05-cpu-narrow-unrolled.md.)
+// rounds them up, where at::mm's small-M kernels do not. The position bound: past it, at batch 2 and
+// more, the unrolled form (an at::mm a tile of 1,024 columns) ran slower than the scatter form
+// (CPU v45, docs/perf/2026-12-05-cpu-narrow-unrolled.md).
 constexpr int64_t kNarrowUnrolledOutputs = 4, kNarrowUnrolledPositions = 131072;
 bool narrow_output_unrolled(const ConvTParams& p) {
   return fast_blas() && p.out_channels_per_group <= kNarrowUnrolledOutputs && p.in_channels_per_group >= 64 &&
