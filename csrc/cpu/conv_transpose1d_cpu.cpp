@@ -1824,10 +1824,12 @@ Form forward_avx2_or_unrolled(const ConvTParams& p) {
 // 64 input channels, where it runs a tiny GEMM a group and tap (CPU v43: 0.72x the time on 30 fresh
 // sweep layers, 0.40-1.08x; groups of 16-48 channels ran 1.3-2.6x slower on it; at K < stride,
 // where K = 1 or 2 GEMMs sum a few positions each, the positions form stayed faster on most:
-// docs/perf/2026-12-05-cpu-grad-weight-short-taps.md).
+// docs/perf/2026-12-05-cpu-grad-weight-short-taps.md). kShortFilterTapsLeastChannels: the group size
+// that splits these layers between the taps form and grouped_short_filter_unrolled.
+constexpr int64_t kShortFilterTapsLeastChannels = 64;
 bool short_filter_blas_taps(const ConvTParams& p, bool by_gemm) {
   return by_gemm && fast_blas() && p.kernel_size >= 2 && p.kernel_size >= p.stride && p.kernel_size < kRunsLeastTaps &&
-         (p.groups == 1 || p.in_channels_per_group >= 64);
+         (p.groups == 1 || p.in_channels_per_group >= kShortFilterTapsLeastChannels);
 }
 
 // ... and groups of fewer than 64 input channels there, on rows of at least kGroupedUnrolledLeastRow
@@ -1837,7 +1839,7 @@ bool short_filter_blas_taps(const ConvTParams& p, bool by_gemm) {
 // docs/perf/2026-12-05-cpu-grad-weight-short-taps.md).
 constexpr int64_t kGroupedUnrolledLeastRow = 50;
 bool grouped_short_filter_unrolled(const ConvTParams& p) {
-  return fast_blas() && p.groups > 1 && p.in_channels_per_group < 64 && p.kernel_size < kRunsLeastTaps &&
+  return fast_blas() && p.groups > 1 && p.in_channels_per_group < kShortFilterTapsLeastChannels && p.kernel_size < kRunsLeastTaps &&
          p.length_in >= kGroupedUnrolledLeastRow;
 }
 
