@@ -535,8 +535,14 @@ std::optional<GemmPlan> plan_pipelined_steps(const GemmPlan& problem, const Tens
     g.stages = stages;
     g.smem_bytes = size_t(stages * stage_bytes);
     g.resident = g.stage_output = false;
-    g.tile_parts = 1;
-    g.parts = g.tiles;
+    // a part a tile's out phase (kPairs, as implicit_gemm_kernel's direct stores: a strided problem's
+    // phases on as many SMs); a phase pair keeps its two out phases together. Not in 3xTF32: its
+    // merge and staging rules (strict_wide_merge_pays' narrowed tiles, the staged warp tiles) were
+    // measured against whole-tile parts, and with phase parts its long filters left the merged plan
+    // for per-phase ones that ran 1.1-1.55x slower (docs/perf/2026-12-06-phase-parts.md)
+    g.tile_parts = pipeline_form(g) == PipelineForm::kPairs && math != Math::k3xTF32 ? g.out_phases : 1;
+    g.parts = g.tiles * g.tile_parts;
+    if (g.parts >= kGemmIndexLimit) return std::nullopt;
     // (a box of a group's last chunk would read the next group's rows, whose Inf or NaN would turn
     // the zero weights' products into NaN: TMA only where chunks end with the groups)
     if (g.tensor_rows && g.groups > 1 && g.channels_per_group % g.staged_rows != 0) {

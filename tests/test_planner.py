@@ -317,6 +317,24 @@ def test_pipelined_plans_on_half_the_sms_before_two_buffer_plans(dtype, tf32):
 
 
 @pytest.mark.parametrize("dtype,tf32", MATHS)
+def test_pipelined_parts_are_a_tiles_out_phases(dtype, tf32):
+    """The pipelined kernel's parts, as the two-buffer kernels' direct stores, are a tile's out phases:
+    a strided long filter of few tiles (36 tiles of 128 x 128, 8 phases) keeps its 128-row tiles on
+    every SM rather than 32-row ones of 4x the tiles; a phase pair's part (stride 2 in TF32 and 16-bit)
+    holds both of its phases. 3xTF32 keeps whole-tile parts (its merge rules were measured on them)."""
+    strict = dtype == torch.float32 and not tf32
+    long_filter = plans((3, 512, 256, 64, 628, 8, 35, 6, 3, 1), dtype, tf32, "h100")["forward"]
+    assert long_filter["family"] == "pipelined" and long_filter["out_phases"] == 8, long_filter
+    if not strict:
+        assert tile(long_filter) == ("pipelined", 128, 128), long_filter
+        assert long_filter["parts"] == 8 * long_filter["tiles"] >= 132, long_filter
+    else:
+        assert long_filter["parts"] == long_filter["tiles"], long_filter
+    pair = plans((16, 1536, 512, 7, 1300, 2, 3, 1, 1, 1), dtype, tf32, "h100")["forward"]
+    assert pair["family"] == "pipelined" and pair["out_phases"] == 2 and pair["parts"] == pair["tiles"], pair
+
+
+@pytest.mark.parametrize("dtype,tf32", MATHS)
 def test_pipelined_tiles_split_a_long_reduction_over_few_tiles(dtype, tf32, monkeypatch):
     """Wide channels on short rows (one pair at out_step 1, nothing merged): where neither pipelined tile
     reaches half the SMs, the 128 x 128 tiles run anyway if a reduction split (runs of chunks into fp32

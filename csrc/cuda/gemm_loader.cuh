@@ -453,7 +453,7 @@ struct PipelinedProducer {
   PipelineStages<T> stages;
   int lane;
 
-  // A tile's steps in the consumers' order: each out phase's pairs (runs of taps), each over every
+  // A part's steps in the consumers' order: its out phases' pairs (runs of taps), each over every
   // chunk; the x_s of a chunk is the same for every pair (all of them read in phase value 0)
   __device__ __forceinline__ void run(const GemmScheduler& scheduler) const {
     PipelineState state;
@@ -467,8 +467,9 @@ struct PipelinedProducer {
     for (unsigned part = scheduler.first(); scheduler.has_part(part); part = scheduler.next(part)) {
       const GemmTile tile = scheduler.tile_of(part);
       const ChunkRange chunks = scheduler.chunks_of(part);
-      if constexpr (kPairs) {
-        for (int pair = 0; pair < p.out_phases * p.in_phases; ++pair) {
+      if constexpr (kPairs) {  // the pairs of the part's out phases
+        const auto phases = scheduler.out_phases_of(part);
+        for (int pair = phases.begin * p.in_phases; pair < phases.end * p.in_phases; ++pair) {
           const int first_slot = p.pair_begin[pair], slots = p.pair_begin[pair + 1] - first_slot;
           if (slots > 0) fill_pair(tile, first_slot, slots, chunks);
         }

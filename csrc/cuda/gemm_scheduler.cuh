@@ -60,8 +60,9 @@ struct ChunkRange {
 };
 
 // The persistent walk: block b takes parts b, b + gridDim.x, ... in order.
-// - pipelined_gemm_kernel walks parts (tile_of, chunks_of): whole tiles, or with a reduction split a
-//   tile's runs of chunks; its producer and its consumers walk the same sequence. A ping-pong of the
+// - pipelined_gemm_kernel walks parts (tile_of, out_phases_of, chunks_of): a tile's out phases (kPairs),
+//   whole tiles (one pair, a phase pair), or with a reduction split a tile's runs of chunks; its
+//   producer and its consumers walk the same sequence. A ping-pong of the
 //   two consumer warpgroups plugs in here: each consumer takes every other part of the block's
 //   sequence (a first(consumer) and a next() of twice the stride) while the producer still walks all
 //   of them in order.
@@ -92,6 +93,16 @@ struct GemmScheduler {
     return min(first + p.split_steps, (first / phase_steps + 1) * phase_steps) - 1;
   }
   __device__ __forceinline__ int split_of(unsigned part) const { return int(p.div_splits.mod(p.div_tile_parts.mod(part))); }
+  // A pipelined part's out phases [begin, end): its own where the plan gives each out phase parts of
+  // its own (tile_parts = out_phases * splits), else all of them (a phase pair's part, tile_parts 1)
+  struct PhaseRange {
+    int begin, end;
+  };
+  __device__ __forceinline__ PhaseRange out_phases_of(unsigned part) const {
+    if (p.tile_parts == 1) return {0, p.out_phases};
+    const int phase = int(p.div_splits.div(p.div_tile_parts.mod(part)));
+    return {phase, phase + 1};
+  }
   __device__ __forceinline__ ChunkRange chunks_of(unsigned part) const {
     if (p.splits == 1) return {0, p.chunks};
     const int begin = split_of(part) * p.split_steps;

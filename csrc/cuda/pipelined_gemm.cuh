@@ -74,7 +74,8 @@ __global__ void __launch_bounds__(kPipelineThreads, 1)
       mainloop.run_phase(tile, 1, chunks, state, second);
       epilogue.store_phase_pair(tile, mma, second);
     } else {
-      for (int out_phase = 0; out_phase < (kPairs ? p.out_phases : 1); ++out_phase) {
+      const auto phases = scheduler.out_phases_of(part);
+      for (int out_phase = phases.begin; out_phase < (kPairs ? phases.end : 1); ++out_phase) {
         mma.clear();
         mainloop.run_phase(tile, out_phase, chunks, state, mma);
         if (p.float_sums) {
