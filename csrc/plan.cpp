@@ -539,7 +539,7 @@ std::optional<GemmPlan> plan_pipelined_steps(const GemmPlan& problem, const Tens
     // phases on as many SMs); a phase pair keeps its two out phases together. Not in 3xTF32: its
     // merge and staging rules (strict_wide_merge_pays' narrowed tiles, the staged warp tiles) were
     // measured against whole-tile parts, and with phase parts its long filters left the merged plan
-    // for per-phase ones that ran 1.1-1.55x slower (docs/perf/2026-12-06-phase-parts.md)
+    // for slower per-phase ones (docs/perf/2026-12-06-phase-parts.md)
     g.tile_parts = pipeline_form(g) == PipelineForm::kPairs && math != Math::k3xTF32 ? g.out_phases : 1;
     g.parts = g.tiles * g.tile_parts;
     if (g.parts >= kGemmIndexLimit) return std::nullopt;
