@@ -61,7 +61,7 @@ struct ChunkRange {
 
 // The persistent walk: block b takes parts b, b + gridDim.x, ... in order.
 // - pipelined_gemm_kernel walks parts (tile_of, out_phases_of, chunks_of): a tile's out phases (kPairs),
-//   whole tiles (one pair, a phase pair), or with a reduction split a tile's runs of chunks; its
+//   whole tiles (one pair, a phase pair, 3xTF32), or with a reduction split a tile's runs of chunks; its
 //   producer and its consumers walk the same sequence. A ping-pong of the
 //   two consumer warpgroups plugs in here: each consumer takes every other part of the block's
 //   sequence (a first(consumer) and a next() of twice the stride) while the producer still walks all
@@ -94,7 +94,8 @@ struct GemmScheduler {
   }
   __device__ __forceinline__ int split_of(unsigned part) const { return int(p.div_splits.mod(p.div_tile_parts.mod(part))); }
   // A pipelined part's out phases [begin, end): its own where the plan gives each out phase parts of
-  // its own (tile_parts = out_phases * splits), else all of them (a phase pair's part, tile_parts 1)
+  // its own (tile_parts = out_phases * splits), else all of them (tile_parts 1: a phase pair's
+  // part, 3xTF32's tile)
   struct PhaseRange {
     int begin, end;
   };
