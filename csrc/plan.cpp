@@ -2107,7 +2107,7 @@ bool one_pipelined_launch(const DataPlan& plan) {
 // (TF32 and 3xTF32 forwards chosen by it ran 0.77x and 0.85x the row path's time on 54 and 43 sweep
 // layers, docs/perf/2026-12-01-float-x-copies.md).
 namespace {
-DataPlan plan_forward_uncached(const ConvTParams& p, const TensorFacts& x, Math math, const DeviceLimits& limits) {
+DataPlan plan_forward_on_gemm(const ConvTParams& p, const TensorFacts& x, Math math, const DeviceLimits& limits) {
   DataPlan plan = plan_data(p, x, math, /*forward=*/true, limits);
   const PlanOverride copies = copies_override();
   const bool stride_one = p.stride == 1;  // (fragment_taps' stride-1 forwards)
@@ -2196,6 +2196,76 @@ DataPlan plan_forward_uncached(const ConvTParams& p, const TensorFacts& x, Math 
   if (over_copies > kAlignedCopyMargin * over_x && copies != PlanOverride::kAlways) return plan;
   over.copy_batch = chunk;
   return over;
+}
+
+// CONVT_PACKED_TAPS: the packed-taps forward wherever it plans, or never (read_plan_override). Read at
+// every plan.
+PlanOverride packed_taps_override() { return read_plan_override("CONVT_PACKED_TAPS"); }
+
+// The packed-taps forward (PackedTapsPlan; docs/design.md §3.9), or nullopt where it does not apply:
+// tensor-core dtypes, at most kPackedTapsMostColumns (co, tap) columns a group, at least
+// kPackedTapsLeastChannels input channels a group (the K dimension pads to the 32-channel chunk), and
+// a halo of at most half a block's rows (the taps' reach, (K - 1) x dilation / stride positions, is
+// read by two blocks).
+constexpr int64_t kPackedTapsLeastChannels = 16;
+std::optional<PackedTapsPlan> plan_packed_taps(const ConvTParams& p, int element_size, const DeviceLimits& limits) {
+  const int64_t columns = p.out_channels_per_group * p.kernel_size;
+  if ((element_size != 2 && element_size != 4) || columns > kPackedTapsMostColumns ||
+      p.in_channels_per_group < kPackedTapsLeastChannels) {
+    return std::nullopt;
+  }
+  PackedTapsPlan plan{};
+  plan.columns = columns <= 8 ? 8 : columns <= 16 ? 16 : columns <= 32 ? 32 : 64;
+  plan.outputs = (kPackedTapsRows - 2) * p.stride - (p.kernel_size - 1) * p.dilation + 1;
+  if (plan.outputs < (kPackedTapsRows / 2) * p.stride) return std::nullopt;
+  plan.blocks_per_row = (p.length_out + plan.outputs - 1) / plan.outputs;
+  plan.blocks = p.batch * p.groups * plan.blocks_per_row;
+  if (plan.blocks >= (int64_t(1) << 31) || p.x_channel_stride * kPackedTapsChunk >= (int64_t(1) << 31)) return std::nullopt;
+  plan.chunks = (p.in_channels_per_group + kPackedTapsChunk - 1) / kPackedTapsChunk;
+  // (rows of x 16 bytes apart in banks: 8 elements of padding; w rows by (co, tap), channels along)
+  const int64_t w_row = kPackedTapsChunk + (element_size == 4 ? 4 : 8);
+  const int64_t stage = (int64_t(kPackedTapsChunk) * (kPackedTapsRows + 8) + plan.columns * w_row) * element_size;
+  const int64_t sums = int64_t(kPackedTapsRows) * (plan.columns + 4) * 4;
+  plan.smem_bytes = size_t(std::max(2 * stage, sums));
+  if (int64_t(plan.smem_bytes) > limits.smem_per_block_optin) return std::nullopt;
+  return plan;
+}
+
+// The packed-taps forward in place of `gemm` (the GEMM's plan for the same forward) where the GEMM is
+// bound by its padded MMA work and packing cuts that work by more than kPackedTapsWorkMargin. An x
+// element takes the GEMM's padded rows x taps MACs (a per-phase plan: C_out/groups padded to its tile
+// rows, K taps; merged phases: C_out/groups x stride rows padded, ceil(K / stride) taps), and here
+// `columns` x (a block's rows over the rows its outputs need: the halo). The narrow GEMM tiles run
+// at about 45 TMAC/s while x streams at 1.7-2.5 TB/s (H100), so their MMA time passes their x
+// time from about 50 MACs an element; the packed kernel streams x at 0.6-0.8 of the GEMM's
+// bandwidth, so it pays from about twice that, kPackedTapsLeastGemmMacs (C_out 2, K 7, stride 1: 16
+// x 7 = 112 MACs an element against 16). Merged phases of few taps (C_out 1, K 16, stride 8: 16 x 2)
+// and short filters (16 x 3) stay on the GEMM, as do groups of one chunk (kPackedTapsLeastChunks:
+// a block's loads run behind the tensor cores only from its second chunk on; with one, every block
+// waits out its loads, then its epilogue: groups of 16 channels ran 1.2-2.4x slower in 16-bit)
+// (docs/perf/2026-12-06-packed-taps.md). CUDA-core plans (no tensor-core form) always.
+constexpr double kPackedTapsWorkMargin = 2.0;
+constexpr int64_t kPackedTapsLeastGemmMacs = 96;
+constexpr int64_t kPackedTapsLeastChunks = 2;
+bool packed_taps_pay(const ConvTParams& p, const PackedTapsPlan& packed, const DataPlan& gemm) {
+  const PlanOverride override_packed = packed_taps_override();
+  if (override_packed != PlanOverride::kModel) return override_packed == PlanOverride::kAlways;
+  if (gemm.kernel != Kernel::kGemm) return gemm.kernel == Kernel::kDirect;
+  const double block_rows = double(packed.outputs + (p.kernel_size - 1) * p.dilation) / double(p.stride);
+  const double packed_work = double(packed.columns) * double(kPackedTapsRows) / block_rows;
+  const int64_t gemm_work = gemm.gemm.block_m * gemm.gemm.row_tiles * gemm.gemm.taps;
+  return gemm_work >= kPackedTapsLeastGemmMacs && packed.chunks >= kPackedTapsLeastChunks &&
+         kPackedTapsWorkMargin * packed_work < double(gemm_work);
+}
+
+DataPlan plan_forward_uncached(const ConvTParams& p, const TensorFacts& x, Math math, const DeviceLimits& limits) {
+  DataPlan plan = plan_forward_on_gemm(p, x, math, limits);
+  const auto packed = plan_packed_taps(p, x.element_size, limits);
+  if (!packed || !packed_taps_pay(p, *packed, plan)) return plan;
+  DataPlan packed_plan;
+  packed_plan.kernel = Kernel::kPackedTaps;
+  packed_plan.packed_taps = *packed;
+  return packed_plan;
 }
 }  // namespace
 
@@ -2558,6 +2628,7 @@ const char* kernel_name(Kernel kernel) {
     case Kernel::kGemm: return "gemm";
     case Kernel::kDepthwise: return "depthwise";
     case Kernel::kDirect: return "direct";
+    case Kernel::kPackedTaps: return "packed_taps";
     case Kernel::kGradWeightGemm: return "grad_weight_gemm";
     case Kernel::kGradWeightWgmma: return "grad_weight_wgmma";
     case Kernel::kGradWeightBoxes: return "grad_weight_boxes";
@@ -2604,7 +2675,7 @@ constexpr const char* kPlannerVariables[] = {
     "CONVT_PERMUTED_POSITIONS", "CONVT_GRAD_WEIGHT_PIPELINED", "CONVT_STRICT_WIDE_MERGE", "CONVT_GRAD_WEIGHT_ELEMENT_COPIES",
     "CONVT_PIPELINED_SPLITS", "CONVT_COPY_BANDWIDTH_GBPS", "CONVT_GEMM_TILE", "CONVT_NARROWER_PIPELINED",
     "CONVT_FRAGMENT_TAPS", "CONVT_STRIDED_STORES_FIRST", "CONVT_STORE_BOUND", "CONVT_FRAGMENT_TAPS_ANY_TILE",
-    "CONVT_STAGED_PART_FILL", "CONVT_TAPLESS_PIPELINED",
+    "CONVT_STAGED_PART_FILL", "CONVT_TAPLESS_PIPELINED", "CONVT_PACKED_TAPS",
 };
 
 // (every field of these is in the key: one added to them must join it)
@@ -2699,6 +2770,10 @@ std::string describe(const DataPlan& plan) {
     if (plan.copy_seconds > 0) {
       text += key_values({{"copy_ns", int64_t(plan.copy_seconds * 1e9)}, {"grad_y_ns", int64_t(plan.grad_y_seconds * 1e9)}});
     }
+  } else if (plan.kernel == Kernel::kPackedTaps) {
+    const PackedTapsPlan& packed = plan.packed_taps;
+    text += key_values({{"columns", packed.columns}, {"outputs", packed.outputs}, {"blocks", packed.blocks},
+                        {"chunks", packed.chunks}, {"smem_bytes", int64_t(packed.smem_bytes)}});
   } else if (plan.kernel == Kernel::kDepthwise) {
     text += key_values({{"staged", plan.depthwise.staged}, {"co_blocks", plan.depthwise.co_blocks}, {"row_groups", plan.depthwise.row_groups},
                         {"tap_step", plan.depthwise.tap_step},

@@ -539,6 +539,27 @@ struct DepthwisePlan {
   size_t smem_bytes;  // every row group's weights (and biases), then every row group's row segment
 };
 
+// ---- packed taps (docs/design.md §3.9) --------------------------------------------------------------
+
+// A forward whose output columns a group, C_out/groups x K, are few (narrow outputs): one GEMM over
+// the input channels whose columns are the (co, tap) pairs, Y[q, co * K + tap] = sum_ci x[ci, q] *
+// w[ci, co, tap], on mma.sync tiles of kPackedTapsRows input positions, then each output sums its taps'
+// Y from shared memory. The fused GEMM pads C_out/groups to 16 rows and multiplies each x element by
+// them K times; here an x element takes C_out/groups x K columns once (rounded up to 8), so narrow
+// outputs stream x at its bandwidth. packed_taps.cuh.
+constexpr int kPackedTapsRows = 256;     // input positions a block: 8 warps of 32 rows (two m16 tiles)
+constexpr int kPackedTapsThreads = 256;  // one position of a stage's rows a thread
+constexpr int kPackedTapsChunk = 32;     // input channels a stage
+constexpr int kPackedTapsMostColumns = 64;
+struct PackedTapsPlan {
+  int columns;             // C_out/groups x K rounded up to 8, 16, 32 or 64 (mma n8 tiles)
+  int64_t outputs;         // output positions a block: (kPackedTapsRows - 2) x stride - (K - 1) x dilation + 1
+  int64_t blocks_per_row;  // a row's blocks: ceil(L_out / outputs)
+  int64_t blocks;          // N x groups x blocks_per_row
+  int64_t chunks;          // ceil(C_in/groups / kPackedTapsChunk)
+  size_t smem_bytes;       // two stages of x and w, or the Y tile of the epilogue, whichever is larger
+};
+
 // ---- whole passes ---------------------------------------------------------------------------------------
 
 enum class Kernel {
@@ -546,6 +567,7 @@ enum class Kernel {
   kGemm,              // implicit GEMM on tensor cores (GemmPlan::tile_shape says which)
   kDepthwise,         // depthwise.cuh
   kDirect,            // direct.cuh: one thread per output (float64, and where no tensor-core form exists)
+  kPackedTaps,        // packed_taps.cuh: the forward of narrow outputs, the (co, tap) pairs as GEMM columns
   kGradWeightGemm,    // grad_weight_gemm.cuh (mma.sync)
   kGradWeightWgmma,   // grad_weight_wgmma.cuh
   kGradWeightBoxes,   // grad_weight_boxes.cuh
@@ -561,6 +583,7 @@ struct DataPlan {
   GemmPlan gemm{};
   GemmWeight weight{};
   DepthwisePlan depthwise{};
+  PackedTapsPlan packed_taps{};
   // gemm.zero_taps (docs/design.md §3.2): products of zero weights and `in` reach the outputs, exact
   // only where `in` is finite. The deinterleave copy (grad_input) or a pass over x (the forward) flags
   // a non-finite element, and the exact plan (per phase, on `in` as it is, the same weight) runs

@@ -5,7 +5,8 @@ import torch
 import torch.nn.functional as F
 
 from conftest import (Case, assert_backward_matches_reference, assert_close, assert_gradients_deterministic, cuda_plans,
-                      make_inputs, ours, reference, relative_error, requires_cuda, requires_two_gpus)
+                      make_inputs, ours, poison_allocator, product_norms, reference, relative_error, requires_cuda,
+                      requires_two_gpus)
 
 pytestmark = requires_cuda
 
@@ -191,6 +192,7 @@ MERGED_GROUP_CASES = [
                          ids=["tf32", "strict", "bf16"], indirect=["tf32"])
 @pytest.mark.parametrize("case", MERGED_GROUP_CASES, ids=str)
 def test_merged_groups(case, dtype, tf32, merge, monkeypatch):
+    monkeypatch.setenv("CONVT_PACKED_TAPS", "never")  # (the GEMM's merged groups: these would pack their taps)
     monkeypatch.setenv("CONVT_GROUP_MERGE", merge)
     monkeypatch.setenv("CONVT_NARROWER_PIPELINED", "never")  # (the tiles these cases' merges were chosen on)
     plan = cuda_plans(case, dtype, tf32)
@@ -205,6 +207,7 @@ def test_merged_groups_over_copies_of_x(case, dtype, tf32, monkeypatch):
     """A merged forward over copies of x (CONVT_FORWARD_X_COPIES=always): the block-diagonal weight
     with the copy's strides, bf16 and TF32 (which merges groups of <= 8 outputs only; 64 / 8 outputs
     take the warp tiles, no copies), against float64."""
+    monkeypatch.setenv("CONVT_PACKED_TAPS", "never")  # (the GEMM's merged groups: these would pack their taps)
     monkeypatch.setenv("CONVT_FORWARD_X_COPIES", "always")
     plan = cuda_plans(case, dtype, tf32)["forward"]
     assert plan["merged_groups"] > 1 and plan["copy_batch"] > 0, plan
@@ -229,6 +232,36 @@ def test_one_input_channel_on_tensor_cores(case, dtype, tf32, monkeypatch):
     plan = cuda_plans(case, dtype, tf32)
     assert plan["forward"]["kernel"] == "gemm" and plan["grad_input"]["kernel"] == "gemm", plan
     assert_backward_matches_reference(case, dtype, "cuda", check_forward=True)
+
+
+# The packed-taps forward (CONVT_PACKED_TAPS=always; docs/design.md §3.9): C_out/groups 1-4 by K 1-16
+# (columns 1-64: every n8 tile count), strides 1-8 with dilation and padding, output_padding, groups,
+# channels past a 32-channel chunk, rows of one block and of many (a halo up to half a block's 256
+# positions: K 16 x dilation 8), no bias, non-contiguous x
+PACKED_TAPS_CASES = [
+    Case(2, 64, 2, 7, 3000, padding=3),
+    Case(1, 96, 1, 1, 777),
+    Case(3, 40, 4, 16, 1201, stride=1, padding=60, dilation=8, bias=False),
+    Case(2, 77, 3, 5, 2000, stride=2, padding=2, output_padding=1),
+    Case(2, 128, 1, 16, 900, stride=8, padding=4),
+    Case(1, 33, 4, 9, 5, stride=3, padding=1, output_padding=2, dilation=2),
+    Case(2, 64, 4, 4, 1500, stride=4, groups=2),
+    Case(2, 48, 2, 3, 2500, padding=1, layout="strided"),
+    Case(1, 256, 2, 9, 40000, padding=4, layout="offset"),
+]
+
+
+@pytest.mark.parametrize("dtype,tf32", [(torch.float32, True), (torch.float32, False), (torch.bfloat16, True),
+                                        (torch.float16, True)], ids=["tf32", "strict", "bf16", "fp16"], indirect=["tf32"])
+@pytest.mark.parametrize("case", PACKED_TAPS_CASES, ids=str)
+def test_packed_taps_forward(case, dtype, tf32, monkeypatch):
+    monkeypatch.setenv("CONVT_PACKED_TAPS", "always")
+    assert cuda_plans(case, dtype, tf32)["forward"]["kernel"] == "packed_taps"
+    x, w, b = make_inputs(case, dtype, "cuda")
+    poison_allocator("cuda")
+    y = ours(x, w, b, case)
+    expected, _ = reference(x, w, b, case)
+    assert_close(y, expected, dtype, "cuda", norms=product_norms(x, w, case), case=case)
 
 
 # grad_bias by row sums (16-bit, and float32 where some phase has no tap: here phase 0): 16-byte loads

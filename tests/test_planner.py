@@ -132,7 +132,9 @@ def test_tensor_cores_for_every_shape(card, dtype, tf32):
     depthwise kernels instead: the backward passes always, the forward (whose threads loop over
     every tap of every input channel) only with one input channel, or at most 4 input and 2 output
     channels a group; one input channel with 64 outputs a group or more takes either (the GEMM where
-    it pays: test_one_input_channel_forward_takes_the_gemm_where_its_pipelined_plan_pays)."""
+    it pays: test_one_input_channel_forward_takes_the_gemm_where_its_pipelined_plan_pays); a forward of
+    16 input channels a group or more and at most 64 (co, tap) columns may pack its taps instead
+    (test_narrow_outputs_pack_their_taps)."""
     for shape in random_shapes(200, seed=4):
         n, c_in, c_out, k, l_in, stride, padding, output_padding, dilation, groups = shape
         plan = plans(shape, dtype, tf32, card)
@@ -141,6 +143,8 @@ def test_tensor_cores_for_every_shape(card, dtype, tf32):
         forward_depthwise = depthwise and (cig == 1 or cig <= 4 and cog <= 2)
         for name, on_depthwise in (("forward", forward_depthwise), ("grad_input", depthwise)):
             expected = {"depthwise", "gemm"} if name == "forward" and cig == 1 and cog >= 64 else {"depthwise" if on_depthwise else "gemm"}
+            if name == "forward" and cig >= 16 and cog * k <= 64:
+                expected.add("packed_taps")
             assert plan[name]["kernel"] in expected, (shape, name, plan[name])
         assert plan["grad_weight"]["kernel"] in (("depthwise",) if depthwise else ("grad_weight_gemm", "grad_weight_wgmma", "grad_weight_boxes"))
 
@@ -202,10 +206,11 @@ def test_every_layer_plans_within_the_plan_limits(card):
 
 
 @pytest.mark.parametrize("card", CARDS)
-def test_dilated_merges_stay_within_the_tap_limit(card):
+def test_dilated_merges_stay_within_the_tap_limit(card, monkeypatch):
     """A narrow output's dilated filter merges its phases with zero taps, ceil(((K - 1) * dilation + 1) /
     stride) of them: only up to 128 (GemmPlan's tap arrays); dilation 256 at stride 5 would take 154,
     so those phases stay apart (found by the fuzz: the planner wrote past its arrays)."""
+    monkeypatch.setenv("CONVT_PACKED_TAPS", "never")  # (the GEMM's plans: narrow outputs pack their taps, test_narrow_outputs_pack_their_taps)
     for shape in [(3, 69, 36, 4, 17, 5, 8, 45, 256, 3), (1, 16, 1, 3, 20000, 2, 0, 0, 150, 1), (2, 4, 4, 9, 33, 3, 4, 0, 397, 1)]:
         for dtype, tf32 in MATHS:
             plan = plans(shape, dtype, tf32, card)
@@ -217,11 +222,12 @@ def test_dilated_merges_stay_within_the_tap_limit(card):
     assert merged["row_phases"] == 2 and merged["zero_taps"] == 1 and merged["taps"] == 64, merged
 
 
-def test_narrow_outputs():
+def test_narrow_outputs(monkeypatch):
     """A waveform decoder (C_out 1-4): on sm_90a merged into rows on pipelined tiles (x, the large
     operand, read once rather than once a phase; K not a multiple of stride with zero taps), else
     16-row warp tiles (rows padded to 16, not 32 or 64); dilated filters too, with zero where the
     dilation does not divide a merged position."""
+    monkeypatch.setenv("CONVT_PACKED_TAPS", "never")  # (the GEMM's plans: narrow outputs pack their taps, test_narrow_outputs_pack_their_taps)
     mergeable = (16, 512, 1, 16, 8000, 8, 4, 0, 1, 1)
     zero_taps = (3, 96, 1, 16, 100000, 10, 3, 0, 1, 1)  # (K not a multiple of stride)
     dilated = (3, 96, 1, 16, 100000, 10, 3, 0, 2, 1)
@@ -235,6 +241,31 @@ def test_narrow_outputs():
         spaced = plans(dilated, dtype, tf32, "h100")["forward"]  # (5 phases reached, ceil(31 / 10) taps)
         assert tile(spaced) == ("pipelined", 16, 256) and (spaced["row_phases"], spaced["zero_taps"], spaced["taps"]) == (10, 1, 4), spaced
         assert tile(plans(dilated, dtype, tf32, "a100")["forward"]) == ("warp", 16, 256)
+
+
+def test_narrow_outputs_pack_their_taps():
+    """A forward of few (co, tap) columns a group packs them as the GEMM's columns (docs/design.md
+    §3.9) where the GEMM's padded MMA work binds it (96 MACs an x element or more) and packing more
+    than halves it: C_out 2, K 7 at stride 1 (16 rows x 7 taps against 16 columns), groups of such,
+    C_out 1 strided on cards without merged phases (16 rows x 7 taps); not merged phases of few taps
+    (C_out 1, K 16, stride 8: 16 rows x 2 taps), short filters (C_out 3, K 3: 16 x 3), groups of one
+    32-channel chunk, past 64 columns, below 16 input channels a group, or where the taps reach past
+    half a block's 256 positions."""
+    for dtype, tf32 in MATHS:
+        for card in CARDS:
+            packed = plans((1, 512, 2, 7, 1105461, 1, 0, 1, 2, 1), dtype, tf32, card)["forward"]
+            assert packed["kernel"] == "packed_taps" and packed["columns"] == 16, packed
+            assert packed["outputs"] == 254 - 12 + 1 and packed["chunks"] == 16, packed
+            grouped = plans((4, 256, 8, 7, 5000, 1, 3, 0, 1, 4), dtype, tf32, card)["forward"]  # (2 x 7 columns a group)
+            assert grouped["kernel"] == "packed_taps" and grouped["columns"] == 16 and grouped["chunks"] == 2, grouped
+        assert plans((1, 256, 1, 7, 40000, 5, 1, 0, 1, 1), dtype, tf32, "a100")["forward"]["kernel"] == "packed_taps"
+        for shape in ((16, 512, 1, 16, 8000, 8, 4, 0, 1, 1),  # merged phases
+                      (1, 1024, 3, 3, 976562, 1, 0, 0, 1, 1),  # 48 MACs an element
+                      (2, 64, 8, 7, 80000, 1, 3, 0, 1, 4),     # one chunk a group
+                      (2, 512, 5, 13, 3000, 1, 6, 0, 1, 1),    # 65 columns
+                      (2, 8, 2, 7, 30000, 1, 3, 0, 1, 1),      # 8 input channels
+                      (2, 256, 1, 9, 30000, 1, 4, 0, 17, 1)):  # taps over 136 positions
+            assert plans(shape, dtype, tf32, "h100")["forward"]["kernel"] == "gemm", shape
 
 
 def test_long_filters_run_pipelined_in_runs_of_taps():
@@ -1485,10 +1516,11 @@ def test_grad_input_deinterleave_override(monkeypatch):
     assert plans(copied, torch.bfloat16, True, "h100")["grad_input"]["deinterleaved"] == 0
 
 
-def test_narrow_problems_with_few_taps_a_step_run_pipelined():
+def test_narrow_problems_with_few_taps_a_step_run_pipelined(monkeypatch):
     """Fewer than 8 rows and at most 192 MACs an element of `in` in 16-row tiles (12 taps a step, in
     every math: 3xTF32's warp tiles would pad the same rows): the pipelined kernel streams `in` where
     warp tiles would not."""
+    monkeypatch.setenv("CONVT_PACKED_TAPS", "never")  # (the GEMM's plans: narrow outputs pack their taps, test_narrow_outputs_pack_their_taps)
     for shape, pass_ in (((1, 512, 1, 1, 1953125, 1, 0, 0, 1, 1), "forward"), ((1, 512, 2, 3, 1953125, 1, 2, 0, 2, 1), "forward"),
                          ((1, 512, 2, 5, 1953125, 1, 4, 0, 2, 1), "forward"), ((1, 512, 2, 13, 1953125, 1, 6, 0, 1, 1), "forward"),
                          ((2, 3, 96, 3, 30001, 1, 1, 0, 1, 1), "grad_input")):
@@ -1557,7 +1589,7 @@ def test_depthwise_forward_walks_its_phase_taps_where_it_skips_enough():
             assert plans((16, 256, 256, 7, 16384, 1, 3, 0, 1, 256), torch.float32, True, "h100")["forward"]["tap_step"] == 1
 
 
-def test_groups_of_few_channels_merge_into_one_gemm_group():
+def test_groups_of_few_channels_merge_into_one_gemm_group(monkeypatch):
     """A forward whose groups have fewer than 32 output channels (16-bit) or at most 8 (TF32) merges
     G of them into one GEMM group with a block-diagonal weight, the largest G that plans within 128
     merged channels, not onto the unpipelined warpgroup tiles (6 x 96 -> 96 in 16 groups: 6,240 tiles
@@ -1565,6 +1597,7 @@ def test_groups_of_few_channels_merge_into_one_gemm_group():
     input channels of a group. Not strict fp32, not groups of 32 rows or more; CONVT_GROUP_MERGE=
     always merges wherever a merge plans, =never nowhere. Not where the depthwise kernels take the
     groups."""
+    monkeypatch.setenv("CONVT_PACKED_TAPS", "never")  # (the GEMM's plans: narrow outputs pack their taps, test_narrow_outputs_pack_their_taps)
     small = (6, 96, 96, 5, 16578, 1, 2, 0, 1, 16)
     plan = plans(small, torch.bfloat16, False, "h100")
     assert plan["forward"]["merged_groups"] == 16 and plan["forward"]["tiles"] * 8 < 6240, plan
@@ -1691,11 +1724,12 @@ def test_groups_of_few_channels_run_depthwise():
     assert wide["forward"]["kernel"] == "gemm" and wide["grad_weight"]["kernel"] != "depthwise", wide
 
 
-def test_strict_narrow_merge_weighs_the_merged_tiles_own_rows():
+def test_strict_narrow_merge_weighs_the_merged_tiles_own_rows(monkeypatch):
     """A strict-fp32 narrow output merges its zero-tap phases where the merged tiles' rows x merged
     taps are at most the per-phase tiles' rows x K (one output channel at stride 4: 16 rows, 8 taps
     of 16), except dense layers at stride 2, whose per-phase tiles hold both phases of a column pair
     (grouped ones merge)."""
+    monkeypatch.setenv("CONVT_PACKED_TAPS", "never")  # (the GEMM's plans: narrow outputs pack their taps, test_narrow_outputs_pack_their_taps)
     dilated = (2, 256, 1, 16, 529871, 4, 5, 2, 2, 1)  # 8 merged taps of 16
     merged = plans(dilated, torch.float32, False, "h100")["forward"]
     assert merged["zero_taps"] == 1 and merged["block_m"] == 16 and merged["family"] == "pipelined", merged
@@ -1771,7 +1805,7 @@ def test_depthwise_short_rows_take_row_groups():
                     assert 2048 // g["row_groups"] >= length, (case, g)
 
 
-def test_narrow_forwards_merge_with_zero_taps():
+def test_narrow_forwards_merge_with_zero_taps(monkeypatch):
     """K above stride and not a multiple of it, with a narrow output (C_out/groups * stride <= 64,
     dilation 1): merged into rows with ceil(K / stride) taps, zero where t*stride + r >= K, the
     per-phase plan kept as the exact one (run where x is not finite; 3xTF32 only where the merged
@@ -1779,6 +1813,7 @@ def test_narrow_forwards_merge_with_zero_taps():
     the per-phase tiles would pad C_out/groups, below 16 rows); dilated filters too where they reach
     two phases or more (ceil(((K - 1) * dilation + 1) / stride) taps); wider outputs stay per phase
     (but see test_wide_strided_forwards_merge_with_zero_taps_where_per_phase_is_not_pipelined)."""
+    monkeypatch.setenv("CONVT_PACKED_TAPS", "never")  # (the GEMM's plans: narrow outputs pack their taps, test_narrow_outputs_pack_their_taps)
     dilated = (4, 48, 3, 5, 12001, 4, 4, 0, 2, 1)  # taps at positions 0, 2, ..., 8: phases 0 and 2, 3 merged taps
     for dtype, tf32 in MATHS:
         f = plans(dilated, dtype, tf32, "h100")["forward"]

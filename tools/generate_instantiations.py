@@ -22,6 +22,8 @@ GRAD_WEIGHT_WGMMA = """template void launch_grad_weight_wgmma<{t}, {pipelined}, 
                                                                 const {t}*, const {t}*, float*, float*, Launch);"""
 GRAD_WEIGHT_BOXES = """template void launch_grad_weight_boxes<{t}>(const WeightGradPlan&, const CUtensorMap*, const CUtensorMap*, float*,
                                              Launch);"""
+PACKED_TAPS = """template void launch_packed_taps_forward<{t}, {m}>(const ConvTParams&, const PackedTapsPlan&, const {t}*, const {t}*,
+                                                     const {t}*, {t}*, Launch);"""
 DIRECT = """template void launch_forward_direct<{t}>(const ConvTParams&, const {t}*, const {t}*, const {t}*, {t}*, Launch);
 template void launch_depthwise_forward<{t}>(const ConvTParams&, const DepthwisePlan&, const {t}*, const {t}*, const {t}*,
                                             {t}*, Launch);
@@ -53,6 +55,7 @@ def files():
             if form != "kPhasePair" or m != "Math::k3xTF32":
                 yield f"pipelined_gemm_{prefix}{suffix}.cu", "gemm_launch.cuh", PIPELINED.format(t=t, m=m, form=form)
         yield f"grad_weight_gemm_{suffix}.cu", "grad_weight_launch.cuh", GRAD_WEIGHT_GEMM.format(t=t, m=m)
+        yield f"packed_taps_{suffix}.cu", "packed_taps_launch.cuh", PACKED_TAPS.format(t=t, m=m)
         if m != "Math::k3xTF32":  # (the warpgroup grad_weight rounds float to TF32)
             for pipelined in ("false", "true"):  # (four files: the largest family of the build)
                 for merged in ("false", "true"):

@@ -51,6 +51,8 @@ def summary(plan: Dict[str, Union[str, int]]) -> str:
             layout = "channels-last" if plan.get("copy_channels_last") else "aligned-row"
             text += f" over {layout} copies of x, {plan['copy_batch']} a chunk"
         return text + (" over channels-last grad_y" if plan.get("channels_last_grad_y") else "")
+    if kernel == "packed_taps":
+        return f"packed_taps {plan['columns']} columns"
     if kernel == "grad_weight_boxes":  # (tiles of block_ci x box_slots taps of block_co)
         text = f"{kernel} {plan['block_ci']}x{plan['box_slots']}x{plan['block_co']} {plan['stages']} stages"
         copies = [name for name in ("aligned_x", "channels_last_grad_y", "unrolled_grad_y") if plan.get(name)]

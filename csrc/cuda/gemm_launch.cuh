@@ -16,27 +16,6 @@
 
 namespace convt::cuda {
 
-// The CUDA type of the same layout as torch's element type
-template <typename scalar_t>
-struct CudaType {
-  using type = scalar_t;
-};
-template <>
-struct CudaType<c10::Half> {
-  using type = __half;
-};
-template <>
-struct CudaType<c10::BFloat16> {
-  using type = __nv_bfloat16;
-};
-template <typename scalar_t>
-using cuda_type = typename CudaType<scalar_t>::type;
-template <typename scalar_t>
-auto as_cuda(scalar_t* pointer) {
-  return reinterpret_cast<std::conditional_t<std::is_const_v<scalar_t>, const cuda_type<std::remove_const_t<scalar_t>>,
-                                             cuda_type<scalar_t>>*>(pointer);
-}
-
 // The kernels' parameters: the plan, its dividers, `in`'s tensor map (tensor_rows) and the fp32 slices
 // (float_sums)
 inline GemmProblem make_gemm_problem(const GemmPlan& plan, const CUtensorMap* in_map, const int* gate = nullptr,

@@ -6,7 +6,11 @@
 // tensor-core launchers take the CUDA types of the same layout inside.
 #pragma once
 
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
 #include <cuda.h>  // CUtensorMap
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -25,6 +29,27 @@ namespace convt::cuda {
 // The accumulation type of the CUDA-core kernels and of the sliced reductions (at::opmath_type)
 template <typename scalar_t>
 using acc_type = std::conditional_t<std::is_same_v<scalar_t, double>, double, float>;
+
+// The CUDA type of the same layout as torch's element type
+template <typename scalar_t>
+struct CudaType {
+  using type = scalar_t;
+};
+template <>
+struct CudaType<c10::Half> {
+  using type = __half;
+};
+template <>
+struct CudaType<c10::BFloat16> {
+  using type = __nv_bfloat16;
+};
+template <typename scalar_t>
+using cuda_type = typename CudaType<scalar_t>::type;
+template <typename scalar_t>
+auto as_cuda(scalar_t* pointer) {
+  return reinterpret_cast<std::conditional_t<std::is_const_v<scalar_t>, const cuda_type<std::remove_const_t<scalar_t>>,
+                                             cuda_type<scalar_t>>*>(pointer);
+}
 
 // The device's SMs, its shared memory a block and the stream: what a launch needs besides the plan
 // and the pointers
@@ -119,6 +144,12 @@ void launch_grad_weight_wgmma(const WeightGradPlan& plan, const CUtensorMap* x_m
 template <typename scalar_t>
 void launch_grad_weight_boxes(const WeightGradPlan& plan, const CUtensorMap* x_map, const CUtensorMap* grad_y_maps,
                               float* partial, Launch launch);
+
+// ---- the packed-taps forward (packed_taps.cuh) ---------------------------------------------------------
+
+template <typename scalar_t, Math kMath>
+void launch_packed_taps_forward(const ConvTParams& p, const PackedTapsPlan& plan, const scalar_t* x, const scalar_t* w,
+                                const scalar_t* bias, scalar_t* y, Launch launch);
 
 // ---- CUDA-core kernels (direct.cuh, depthwise.cuh) -----------------------------------------------------
 

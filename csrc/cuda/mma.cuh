@@ -99,6 +99,15 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&d)[4], const void* row) {
                : "r"(address));
 }
 
+// The same four matrices transposed: lane l receives 32-bit row l % 4 (two stored rows, 2 (l % 4)
+// and 2 (l % 4) + 1), column l / 4 of every matrix: an mma A fragment from operands stored K-major.
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&d)[4], const void* row) {
+  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+               : "r"(address));
+}
+
 // D += A * B for one m16n8k8 tile in TF32 (A: 4 registers, B: 2 registers, D: 4 floats).
 __device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
   asm volatile(

@@ -427,6 +427,15 @@ void run_data(DataPlan plan, const ConvTParams& p, const at::Tensor& in_tensor, 
     }
     return;
   }
+  if (plan.kernel == Kernel::kPackedTaps) {
+    TORCH_INTERNAL_ASSERT(forward, "convt: packed taps planned for grad_input");
+    dispatch_math(in.scalar_type(), math, [&](auto element, auto math_mode) {
+      using scalar_t = decltype(element);
+      launch_packed_taps_forward<scalar_t, decltype(math_mode)::value>(p, plan.packed_taps, data_of<scalar_t>(in), data_of<scalar_t>(w),
+                                                                     data_of<scalar_t>(bias), data_of<scalar_t>(out), launch);
+    });
+    return;
+  }
   dispatch_dtype(in.scalar_type(), [&](auto element) {
     using scalar_t = decltype(element);
     const scalar_t *in_data = data_of<scalar_t>(in), *w_data = data_of<scalar_t>(w);

@@ -1,0 +1,34 @@
+// The packed-taps forward's launcher (launch.h): the table from PackedTapsPlan::columns to the
+// kernel instantiation. Included by the instantiation file of each dtype and math.
+#pragma once
+
+#include <c10/cuda/CUDAException.h>
+
+#include <type_traits>
+
+#include "cuda/launch.h"
+#include "cuda/packed_taps.cuh"
+
+namespace convt::cuda {
+
+template <typename scalar_t, Math kMath>
+void launch_packed_taps_forward(const ConvTParams& p, const PackedTapsPlan& plan, const scalar_t* x, const scalar_t* w,
+                                const scalar_t* bias, scalar_t* y, Launch launch) {
+  using T = cuda_type<scalar_t>;
+  auto run = [&](auto columns) {
+    const auto kernel = packed_taps_forward_kernel<T, kMath, decltype(columns)::value>;
+    C10_CUDA_CHECK(allow_dynamic_smem(kernel, launch));
+    kernel<<<unsigned(plan.blocks), kPackedTapsThreads, plan.smem_bytes, launch.stream>>>(as_cuda(x), as_cuda(w), as_cuda(bias),
+                                                                                      as_cuda(y), p, plan);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  };
+  switch (plan.columns) {
+    case 8: return run(std::integral_constant<int, 8>());
+    case 16: return run(std::integral_constant<int, 16>());
+    case 32: return run(std::integral_constant<int, 32>());
+    case 64: return run(std::integral_constant<int, 64>());
+    default: TORCH_INTERNAL_ASSERT(false, "convt: packed taps of ", plan.columns, " columns");
+  }
+}
+
+}  // namespace convt::cuda
