@@ -2217,7 +2217,8 @@ std::optional<PackedTapsPlan> plan_packed_taps(const ConvTParams& p, int element
   PackedTapsPlan plan{};
   plan.columns = columns <= 8 ? 8 : columns <= 16 ? 16 : columns <= 32 ? 32 : 64;
   plan.outputs = (kPackedTapsRows - 2) * p.stride - (p.kernel_size - 1) * p.dilation + 1;
-  if (plan.outputs < (kPackedTapsRows / 2) * p.stride) return std::nullopt;
+  // (the epilogue counts a block's outputs and offsets in 32-bit ints)
+  if (plan.outputs < (kPackedTapsRows / 2) * p.stride || plan.outputs >= kGemmIndexLimit) return std::nullopt;
   plan.blocks_per_row = (p.length_out + plan.outputs - 1) / plan.outputs;
   plan.blocks = p.batch * p.groups * plan.blocks_per_row;
   if (plan.blocks >= (int64_t(1) << 31) || p.x_channel_stride * kPackedTapsChunk >= (int64_t(1) << 31)) return std::nullopt;
