@@ -32,10 +32,13 @@ MAX_KERNEL = 20 if PROFILE == "big" else 9
 
 @st.composite
 def cases(draw):
-    kind = draw(st.sampled_from(["narrow", "wide", "depthwise"]))
+    kind = draw(st.sampled_from(["narrow", "wide", "depthwise", "narrow_out"]))
     if kind == "depthwise":  # one input channel per group, any channel multiplier
         groups = draw(st.integers(1, 8))
         c_in, c_out = groups, groups * draw(st.integers(1, 3))
+    elif kind == "narrow_out":  # waveform decoders: 1-4 outputs a group from 16 or more inputs (packed taps)
+        groups = draw(st.sampled_from([1, 1, 2]))
+        c_in, c_out = groups * draw(st.integers(16, max(16, MAX_CHANNELS_PER_GROUP))), groups * draw(st.integers(1, 4))
     else:
         groups = draw(st.sampled_from([1, 1, 2, 3, 4]))
         per_group = st.integers(8, MAX_CHANNELS_PER_GROUP) if kind == "wide" else st.integers(1, 7)
@@ -56,21 +59,24 @@ def cases(draw):
 
 @example(  # planner bug (v56-v72): a dilated merge of 154 taps wrote past the planner's 128-entry arrays
     case=Case(3, 69, 36, 4, 17, 5, 8, 45, 256, 3), dtype=torch.float32, device=FUZZ_DEVICES[-1], tf32=True, seed=1,
-    shared_step="model")
+    shared_step="model", packed_taps="model")
 @example(  # test bug: a single-channel grad_bias of 16 terms that cancel to 0.015, judged relative to that sum
     case=Case(2, 4, 1, 7, 4, padding=1), dtype=torch.float32, device=FUZZ_DEVICES[-1], tf32=False, seed=0,
-    shared_step="model")
+    shared_step="model", packed_taps="model")
 @example(  # test bug: grad_output rounded to bfloat16 for us but not for the reference
     case=Case(3, 1, 1, 1, 14, bias=False, layout="offset"), dtype=torch.bfloat16, device=FUZZ_DEVICES[-1], tf32=False,
-    seed=163607, shared_step="model")
+    seed=163607, shared_step="model", packed_taps="model")
 @given(case=cases(), dtype=st.sampled_from(DTYPES), device=st.sampled_from(FUZZ_DEVICES), tf32=st.booleans(),
-       seed=st.integers(0, 2**31 - 1), shared_step=st.sampled_from(["model", "always"]))
-def test_matches_torch_in_float64(case, dtype, device, tf32, seed, shared_step):
+       seed=st.integers(0, 2**31 - 1), shared_step=st.sampled_from(["model", "always"]),
+       packed_taps=st.sampled_from(["model", "always"]))
+def test_matches_torch_in_float64(case, dtype, device, tf32, seed, shared_step, packed_taps):
     """(shared_step: CONVT_SHARED_STEP for the case: the planner's choice, or every layer whose stride
-    and dilation share a factor run as the reduced layer, docs/design.md §2.1, on the CPU too)"""
-    saved = torch.backends.cudnn.allow_tf32, os.environ.get("CONVT_SHARED_STEP")
+    and dilation share a factor run as the reduced layer, docs/design.md §2.1, on the CPU too;
+    packed_taps: CONVT_PACKED_TAPS, the planner's choice or every CUDA forward it applies to, §3.9)"""
+    saved = torch.backends.cudnn.allow_tf32, os.environ.get("CONVT_SHARED_STEP"), os.environ.get("CONVT_PACKED_TAPS")
     torch.backends.cudnn.allow_tf32 = tf32
     os.environ["CONVT_SHARED_STEP"] = shared_step
+    os.environ["CONVT_PACKED_TAPS"] = packed_taps
     try:
         generator = torch.Generator().manual_seed(seed)
         x, w, b = make_inputs(case, dtype, device, requires_grad=True, generator=generator)
@@ -89,10 +95,11 @@ def test_matches_torch_in_float64(case, dtype, device, tf32, seed, shared_step):
             assert_close(grad, expected_grad, dtype, device, name, norms, case=case)
     finally:
         torch.backends.cudnn.allow_tf32 = saved[0]
-        if saved[1] is None:
-            os.environ.pop("CONVT_SHARED_STEP", None)
-        else:
-            os.environ["CONVT_SHARED_STEP"] = saved[1]
+        for variable, value in (("CONVT_SHARED_STEP", saved[1]), ("CONVT_PACKED_TAPS", saved[2])):
+            if value is None:
+                os.environ.pop(variable, None)
+            else:
+                os.environ[variable] = value
 
 
 # (-k cuda / -m cuda select the fuzz where it draws CUDA devices: its id does not name them)
