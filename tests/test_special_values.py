@@ -24,6 +24,8 @@ TENSOR_CORES = [
     Case(4, 128, 20, 2, 6000, stride=3, padding=1, dilation=2),           # sm_90: strided stores on 2 of 3 phases, bias first
     Case(2, 768, 384, 7, 301, stride=4, padding=1),                       # sm_90: zero taps over copies of x, exact on the copy
     Case(3, 2, 256, 17, 3000, stride=8, padding=4),                       # sm_90: 3xTF32 too: a wide forward of few channels merged
+    Case(2, 64, 2, 7, 3000, padding=3),                                   # packed taps (a narrow output)
+    Case(2, 48, 1, 16, 5000, stride=2, padding=7, dilation=3),            # packed taps, strided and dilated
 ]
 SPECIAL_CASES = [
     Case(2, 4, 6, 3, 9),                                                  # tensor cores, channels padded
