@@ -4,8 +4,8 @@
 //   PackedTapsLoader    a stage of x (kPackedTapsChunk channels x kPackedTapsRows positions) and of
 //                       w (the chunk's channels x the (co, tap) columns), global -> registers -> shared
 //   PackedTapsMainloop  mma.sync over a stage: Y[q, j] += x[c, q] * w[c, j]
-//   packed_taps_store   Y to shared memory, then each output j sums Y[q, co * K + tap] over the taps
-//                       that reach it, adds the bias and stores
+//   the kernel's epilogue  Y to shared memory, then each output j sums Y[q, co * K + tap] over the
+//                          taps that reach it, adds the bias and stores
 //
 // A block takes one (batch element, group) row's outputs [first_output, first_output + outputs) and
 // the input positions q = first_position + r, r in [0, kPackedTapsRows), that reach them. Registers
