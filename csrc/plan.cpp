@@ -2223,11 +2223,7 @@ std::optional<PackedTapsPlan> plan_packed_taps(const ConvTParams& p, int element
   plan.blocks = p.batch * p.groups * plan.blocks_per_row;
   if (plan.blocks >= (int64_t(1) << 31) || p.x_channel_stride * kPackedTapsChunk >= (int64_t(1) << 31)) return std::nullopt;
   plan.chunks = (p.in_channels_per_group + kPackedTapsChunk - 1) / kPackedTapsChunk;
-  // (rows of x 16 bytes apart in banks: 8 elements of padding; w rows by (co, tap), channels along)
-  const int64_t w_row = kPackedTapsChunk + (element_size == 4 ? 4 : 8);
-  const int64_t stage = (int64_t(kPackedTapsChunk) * (kPackedTapsRows + 8) + plan.columns * w_row) * element_size;
-  const int64_t sums = int64_t(kPackedTapsRows) * (plan.columns + 4) * 4;
-  plan.smem_bytes = size_t(std::max(2 * stage, sums));
+  plan.smem_bytes = size_t(packed_taps_smem_bytes(plan.columns, element_size));
   if (int64_t(plan.smem_bytes) > limits.smem_per_block_optin) return std::nullopt;
   return plan;
 }

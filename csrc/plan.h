@@ -551,13 +551,26 @@ constexpr int kPackedTapsRows = 256;     // input positions a block: 8 warps of 
 constexpr int kPackedTapsThreads = 256;  // one position of a stage's rows a thread
 constexpr int kPackedTapsChunk = 32;     // input channels a stage
 constexpr int kPackedTapsMostColumns = 64;
+// A stage's shared memory: x rows of kPackedTapsXRow elements by channel (16 bytes of padding:
+// conflict-free fragments), then w rows of packed_taps_w_row elements by (co, tap) column; the
+// epilogue's Y rows of columns + 4 floats reuse the two stages
+constexpr int kPackedTapsXRow = kPackedTapsRows + 8;
+constexpr int packed_taps_w_row(int element_size) { return kPackedTapsChunk + (element_size == 4 ? 4 : 8); }
+constexpr int packed_taps_stage_elements(int columns, int element_size) {
+  return kPackedTapsChunk * kPackedTapsXRow + columns * packed_taps_w_row(element_size);
+}
+constexpr int packed_taps_sum_row(int columns) { return columns + 4; }
+constexpr int64_t packed_taps_smem_bytes(int columns, int element_size) {
+  return std::max<int64_t>(2 * int64_t(packed_taps_stage_elements(columns, element_size)) * element_size,
+                           int64_t(kPackedTapsRows) * packed_taps_sum_row(columns) * 4);
+}
 struct PackedTapsPlan {
   int columns;             // C_out/groups x K rounded up to 8, 16, 32 or 64 (mma n8 tiles)
   int64_t outputs;         // output positions a block: (kPackedTapsRows - 2) x stride - (K - 1) x dilation + 1
   int64_t blocks_per_row;  // a row's blocks: ceil(L_out / outputs)
   int64_t blocks;          // N x groups x blocks_per_row
   int64_t chunks;          // ceil(C_in/groups / kPackedTapsChunk)
-  size_t smem_bytes;       // two stages of x and w, or the Y tile of the epilogue, whichever is larger
+  size_t smem_bytes;       // packed_taps_smem_bytes
 };
 
 // ---- whole passes ---------------------------------------------------------------------------------------

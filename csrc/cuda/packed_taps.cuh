@@ -26,14 +26,15 @@ namespace convt::cuda {
 template <typename T>
 using PackedBits = std::conditional_t<sizeof(T) == 2, unsigned short, uint32_t>;
 
-// Shared memory of one stage: x rows of kXRow elements by channel, then w rows of kWRow by column
+// Shared memory of one stage (plan.h's layout, which the planner's smem_bytes counts): x rows of
+// kXRow elements by channel, then w rows of kWRow by column; the epilogue's Y rows of kSumRow floats
 template <typename T, int kColumns>
 struct PackedTapsStage {
-  static constexpr int kXRow = kPackedTapsRows + 8;                        // (16 bytes of padding: conflict-free fragments)
-  static constexpr int kWRow = kPackedTapsChunk + (sizeof(T) == 4 ? 4 : 8);
+  static constexpr int kXRow = kPackedTapsXRow;
+  static constexpr int kWRow = packed_taps_w_row(int(sizeof(T)));
   static constexpr int kXElements = kPackedTapsChunk * kXRow;
-  static constexpr int kElements = kXElements + kColumns * kWRow;
-  static constexpr int kSumRow = kColumns + 4;                             // the epilogue's Y rows (floats)
+  static constexpr int kElements = packed_taps_stage_elements(kColumns, int(sizeof(T)));
+  static constexpr int kSumRow = packed_taps_sum_row(kColumns);
 };
 
 template <typename T, Math kMath, int kColumns>
