@@ -15,7 +15,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "cuda/gemm_mainloop.cuh"  // Accumulator, split_tf32
+#include "cuda/gemm_mainloop.cuh"  // Accumulator, mma_step, split_tf32
 #include "cuda/mma.cuh"
 #include "plan.h"
 #include "problem.h"
@@ -140,7 +140,7 @@ struct PackedTapsMainloop {
         } else {
           b[0] = w_at[c], b[1] = w_at[c + 4];
         }
-        if constexpr (kMath == Math::k3xTF32) {
+        if constexpr (kMath == Math::k3xTF32) {  // (mma_step's products, A split once a k-step, not once a tile)
           uint32_t b_big[2], b_small[2];
           split_tf32(b, b_big, b_small);
 #pragma unroll
@@ -149,12 +149,9 @@ struct PackedTapsMainloop {
             mma_tf32(acc[m][n].correction, a_big[m], b_small);
             mma_tf32(acc[m][n].main, a_big[m], b_big);
           }
-        } else if constexpr (kMath == Math::kTF32) {
-#pragma unroll
-          for (int m = 0; m < 2; ++m) mma_tf32(acc[m][n].main, a[m], b);
         } else {
 #pragma unroll
-          for (int m = 0; m < 2; ++m) mma_16bit<T>(acc[m][n].main, a[m], b);
+          for (int m = 0; m < 2; ++m) mma_step<T, kMath>(acc[m][n], a[m], b);
         }
       }
     }
