@@ -2370,29 +2370,29 @@ std::optional<WeightGradPlan> plan_boxes_over_copies(const ConvTParams& p, const
 
 // The box tiles against the other grad_weight kernels (§5.7), in seconds on an H200 in 16-bit,
 // fitted to 143 sweep and named layers timed both ways (grad_weight alone;
-// docs/perf/2026-12-02-box-planner.md): the box tiles kBoxHostSeconds a call (35 µs fitted to
-// grad_weight alone, 30 more that forward + backward showed on host-bound layers), kBoxUnitSeconds a
+// docs/perf/2026-12-02-box-planner.md): the box tiles kBoxHostSeconds a call, kBoxUnitSeconds a
 // unit of their cost (box_cost), kBoxSliceElementSeconds a weight element of each slice (the
 // epilogue's staged stores, the sum of the slices) and kBoxCopyUnitSeconds a unit of their copies'
 // time (grad_y channels-last, x aligned where it has no tensor map); the others kGradWHostSeconds a
 // call and kGradWUnitSeconds a unit of grad_weight_time (their copies included), each x row
-// kGradWRowPositions positions longer (each row's items' fixed work). On layers narrower than
-// kBoxWideChannels (C_in or C_out per group) the box tiles are taken only where their time times
-// kBoxMargin is at most the others': there the tiles' model is the rougher (42 % of those layers off
-// by 30 % or more, against 11 % of the wide ones), and a wrong switch to the box tiles cost up to 3x.
-constexpr double kBoxHostSeconds = 65e-6;
+// kGradWRowPositions positions longer (each row's items' fixed work). The box tiles where their
+// estimate is the lesser. kBoxHostSeconds is the refit on 305 H100 layers both ways
+// (docs/perf/2026-12-06-small-grad-weight.md: 30 µs in bf16 and in TF32, the other terms as they
+// were); the old 65 µs held 30 µs for host work that was never found and, on small layers, exceeded
+// the box tiles' whole time. TF32 keeps kTf32BoxHostSeconds, the old fixed time: its other terms
+// are off by more (below), and the refit alone moved fresh TF32 layers both ways, slower on the whole.
+constexpr double kBoxHostSeconds = 30e-6;
+constexpr double kTf32BoxHostSeconds = 65e-6;
 constexpr double kBoxUnitSeconds = 2.8e-9;
 constexpr double kBoxSliceElementSeconds = 2.5e-12;
 constexpr double kBoxCopyUnitSeconds = 0.68e-12;
 constexpr double kGradWHostSeconds = 46e-6;
 constexpr double kGradWUnitSeconds = 0.28e-12;
 constexpr double kGradWRowPositions = 300;
-constexpr double kBoxMargin = 1.3;
-constexpr int64_t kBoxWideChannels = 256;
 // TF32 (box tiles over grad_y K-major): the other tiles take kTf32GradWTilesFactor times the time of
 // the 16-bit fit (their A fragments and x_s twice the bytes, wgmma at half the rate: 1.2-2.0x, median
 // 1.5x, on 76 H200 layers timed both ways, docs/perf/2026-12-04-tf32-box-tiles.md; the box tiles'
-// own fit held within 0.6-1.5x), and no margin: the box tiles at the lesser estimate.
+// own fit held within 0.6-1.5x).
 constexpr double kTf32GradWTilesFactor = 1.8;
 // The copies a grad_weight plan makes, in grad_weight_time's units (grad_y_shared: grad_input
 // deinterleaves grad_y, and a plan over that copy reads it at no cost)
@@ -2403,9 +2403,9 @@ double weight_copies_time(const WeightPlan& weight, bool grad_y_shared) {
 }
 // (box_cost's share for the slices' partial sums sizes the slices; kBoxSliceElementSeconds is the
 // fitted time of those sums)
-double box_tiles_seconds(const WeightPlan& boxes, const DeviceLimits& limits) {
+double box_tiles_seconds(const WeightPlan& boxes, bool tf32, const DeviceLimits& limits) {
   const WeightGradPlan& g = boxes.gemm;
-  return kBoxHostSeconds + kBoxUnitSeconds * box_cost(g.tiles, g.tap_groups, g.box_slots, g.box_columns, g.slices, g.items, grad_weight_elements(g), limits) +
+  return (tf32 ? kTf32BoxHostSeconds : kBoxHostSeconds) + kBoxUnitSeconds * box_cost(g.tiles, g.tap_groups, g.box_slots, g.box_columns, g.slices, g.items, grad_weight_elements(g), limits) +
          kBoxSliceElementSeconds * double(g.slices) * double(grad_weight_elements(g)) +
          kBoxCopyUnitSeconds * weight_copies_time(boxes, /*grad_y_shared=*/false);
 }
@@ -2567,8 +2567,8 @@ WeightPlan plan_grad_weight_tiles_pass(const ConvTParams& p, const TensorFacts& 
 }
 
 // grad_weight's pass (plan_backward): the box tiles where they apply (C_out per group filling at least
-// half a slot) and take less time than the other kernels' plan (by kBoxMargin on narrower 16-bit layers;
-// box_tiles_seconds against grad_weight_tiles_seconds; grad_y_shared: that plan's copy of grad_y
+// half a slot) and take less time than the other kernels' plan (box_tiles_seconds against
+// grad_weight_tiles_seconds; grad_y_shared: that plan's copy of grad_y
 // deinterleaved is grad_input's); `always`: wherever they apply
 WeightPlan plan_grad_weight_pass(const ConvTParams& p, const TensorFacts& x, const TensorFacts& grad_y, Math math,
                                  bool grad_bias, bool grad_y_shared, const DeviceLimits& limits) {
@@ -2589,11 +2589,10 @@ WeightPlan plan_grad_weight_pass(const ConvTParams& p, const TensorFacts& x, con
   const bool gemm_tiles = tiles.kernel == Kernel::kGradWeightGemm || tiles.kernel == Kernel::kGradWeightWgmma;
   if (!gemm_tiles) return boxes;
   const bool tf32 = math == Math::kTF32;
-  boxes.box_seconds = tiles.box_seconds = box_tiles_seconds(boxes, limits);
+  boxes.box_seconds = tiles.box_seconds = box_tiles_seconds(boxes, tf32, limits);
   boxes.tiles_seconds = tiles.tiles_seconds =
       grad_weight_tiles_seconds(tiles, p, grad_y_shared) * (tf32 ? kTf32GradWTilesFactor : 1.0);
-  const bool wide = p.in_channels_per_group >= kBoxWideChannels && p.out_channels_per_group >= kBoxWideChannels;
-  return (wide || tf32 ? 1.0 : kBoxMargin) * boxes.box_seconds <= boxes.tiles_seconds ? boxes : tiles;
+  return boxes.box_seconds <= boxes.tiles_seconds ? boxes : tiles;
 }
 
 }  // namespace

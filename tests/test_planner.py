@@ -1293,21 +1293,31 @@ def test_tf32_box_tiles_over_grad_y_rows(monkeypatch):
 
 def test_box_choice_shows_both_estimates():
     """The box tiles are weighed against the other tiles by two time models; explain shows both
-    estimates (box_ns, tiles_ns) where they were weighed, and the choice follows them: the box
-    tiles where theirs is at most the other's, on layers narrower than 256 channels (C_in or C_out
-    per group) at most the other's / 1.3 (plan.cpp's kBoxMargin: the tiles' model is the rougher
-    there)."""
-    wide_shapes = ((10, 1280, 1280, 7, 299, 4, 1, 0, 1, 1), NAMED["hifigan_up0"], (16, 1024, 512, 4, 1300, 2, 1, 0, 1, 1),
-                   (8, 1280, 1280, 5, 1159, 1, 2, 0, 1, 1), (3, 1024, 1024, 3, 4418, 1, 1, 0, 1, 2))
-    narrow_shapes = ((13, 150, 90, 12, 9491, 4, 7, 3, 4, 1), (4, 302, 156, 7, 1739, 6, 9, 0, 4, 1), NAMED["kb64"])
-    for shape in wide_shapes + narrow_shapes:
-        g = plans(shape, torch.bfloat16, False, "h100")["grad_weight"]
-        assert g["box_ns"] > 0 and g["tiles_ns"] > 0, (shape, g)
-        margin = 1.3 if shape in narrow_shapes else 1.0
-        assert (g["kernel"] == "grad_weight_boxes") == (margin * g["box_ns"] <= g["tiles_ns"]), (shape, g)
-    # (2,198,175,11,6103,s2,d3: the box tiles' estimate is the smaller, but not by the margin)
-    g = plans((2, 198, 175, 11, 6103, 2, 14, 0, 3, 1), torch.bfloat16, False, "h100")["grad_weight"]
-    assert g["box_ns"] < g["tiles_ns"] < 1.3 * g["box_ns"] and g["kernel"] == "grad_weight_wgmma", g
+    estimates (box_ns, tiles_ns) where they were weighed, and the choice follows them: the box tiles
+    where theirs is at most the other's, in 16-bit and TF32, on wide and narrow layers alike."""
+    shapes = ((10, 1280, 1280, 7, 299, 4, 1, 0, 1, 1), NAMED["hifigan_up0"], (16, 1024, 512, 4, 1300, 2, 1, 0, 1, 1),
+              (8, 1280, 1280, 5, 1159, 1, 2, 0, 1, 1), (3, 1024, 1024, 3, 4418, 1, 1, 0, 1, 2),
+              (13, 150, 90, 12, 9491, 4, 7, 3, 4, 1), (4, 302, 156, 7, 1739, 6, 9, 0, 4, 1), NAMED["kb64"])
+    weighed = {torch.bfloat16: 0, torch.float32: 0}
+    for shape in shapes:
+        for dtype in weighed:
+            g = plans(shape, dtype, True, "h100")["grad_weight"]
+            if dtype == torch.float32 and "box_ns" not in g:  # (TF32 box tiles over grad_y K-major: not every layer)
+                continue
+            assert g["box_ns"] > 0 and g["tiles_ns"] > 0, (shape, dtype, g)
+            assert (g["kernel"] == "grad_weight_boxes") == (g["box_ns"] <= g["tiles_ns"]), (shape, dtype, g)
+            weighed[dtype] += 1
+    assert weighed[torch.float32] >= 4, weighed
+
+
+def test_small_16bit_layers_take_the_box_tiles():
+    """Mid-sized 16-bit layers (steps of 0.1-0.3 ms) whose grad_weight the box tiles run in about half
+    the warpgroup tiles' time (docs/perf/2026-12-06-small-grad-weight.md): the box tiles' fixed time is
+    below their whole time there, so they are taken; kb64's long rows of 128 channels keep the tiles."""
+    for shape in ((24, 128, 64, 5, 1186, 2, 1, 0, 1, 1), (2, 256, 256, 7, 3347, 2, 2, 0, 1, 2),
+                  (5, 256, 256, 3, 2022, 2, 0, 0, 1, 1), (4, 512, 512, 3, 556, 2, 0, 0, 1, 1)):
+        assert plans(shape, torch.bfloat16, True, "h100")["grad_weight"]["kernel"] == "grad_weight_boxes", shape
+    assert plans(NAMED["kb64"], torch.bfloat16, True, "h100")["grad_weight"]["kernel"] == "grad_weight_wgmma"
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
