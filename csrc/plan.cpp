@@ -2198,8 +2198,8 @@ DataPlan plan_forward_on_gemm(const ConvTParams& p, const TensorFacts& x, Math m
   return over;
 }
 
-// CONVT_PACKED_TAPS: the packed-taps forward wherever it plans, or never (read_plan_override). Read at
-// every plan.
+// CONVT_PACKED_TAPS: the packed taps (forward and grad_input) wherever they plan, or never
+// (read_plan_override). Read at every plan.
 PlanOverride packed_taps_override() { return read_plan_override("CONVT_PACKED_TAPS"); }
 
 // The packed-taps forward (PackedTapsPlan; docs/design.md §3.9), or nullopt where it does not apply:
@@ -2287,7 +2287,8 @@ PlanOverride grad_input_copies_override() { return read_plan_override("CONVT_GRA
 // kAlignedCopyMargin of the plan on grad_y's time (pipelined_tile_seconds, the forward's copies'
 // model: position rows kPositionRowsTimeShare of a box plan's time, the copy a pass read and written).
 constexpr int64_t kCopyLeastReduction = 256;
-DataPlan plan_grad_input(const ConvTParams& p, const TensorFacts& grad_y, Math math, const DeviceLimits& limits) {
+namespace {
+DataPlan plan_grad_input_on_gemm(const ConvTParams& p, const TensorFacts& grad_y, Math math, const DeviceLimits& limits) {
   DataPlan plan = plan_data(p, grad_y, math, /*forward=*/false, limits);
   const PlanOverride copies = grad_input_copies_override();
   if (copies == PlanOverride::kNever || !limits.tma || !limits.wgmma || plan.kernel != Kernel::kGemm || plan.gemm.position_rows ||
@@ -2326,6 +2327,52 @@ DataPlan plan_grad_input(const ConvTParams& p, const TensorFacts& grad_y, Math m
   over.gemm = *copied;
   over.channels_last_grad_y = true;
   return over;
+}
+
+// grad_input of a narrow output on the packed taps (PackedTapsPlan; packed_taps_grad_input.cuh), or
+// nullopt where it does not apply: the forward's limits on dtypes, columns and channels; 16-bit
+// columns at least 16 (mma k16)
+std::optional<PackedTapsPlan> plan_packed_grad_input(const ConvTParams& p, int element_size, const DeviceLimits& limits) {
+  const int64_t columns = p.out_channels_per_group * p.kernel_size;
+  if ((element_size != 2 && element_size != 4) || columns > kPackedTapsMostColumns ||
+      p.in_channels_per_group < kPackedTapsLeastChannels) {
+    return std::nullopt;
+  }
+  PackedTapsPlan plan{};
+  plan.columns = columns <= 8 && element_size == 4 ? 8 : columns <= 16 ? 16 : columns <= 32 ? 32 : 64;
+  plan.outputs = kPackedTapsRows;
+  plan.blocks_per_row = (p.length_in + kPackedTapsRows - 1) / kPackedTapsRows;
+  plan.blocks = p.batch * p.groups * plan.blocks_per_row;
+  if (plan.blocks >= (int64_t(1) << 31)) return std::nullopt;
+  plan.chunks = (p.in_channels_per_group + kPackedGradInputChunk - 1) / kPackedGradInputChunk;
+  plan.smem_bytes = size_t(packed_grad_input_smem_bytes(plan.columns, element_size));
+  if (int64_t(plan.smem_bytes) > limits.smem_per_block_optin) return std::nullopt;
+  return plan;
+}
+
+// The packed grad_input in place of `gemm` (grad_input's GEMM plan) where the GEMM's padded reduction
+// is long and packing cuts it by more than kPackedTapsWorkMargin: a grad_x element takes the GEMM's
+// reduction channels (C_out/groups) padded to its chunk, once a tap, and here `columns` MACs. Both
+// are bound by grad_x's stores below about kPackedTapsLeastGemmMacs (the forward's reasoning, §3.9:
+// the narrow tiles' MMA rate against the bytes an element). CUDA-core plans always.
+bool packed_grad_input_pays(const PackedTapsPlan& packed, const DataPlan& gemm) {
+  const PlanOverride override_packed = packed_taps_override();
+  if (override_packed != PlanOverride::kModel) return override_packed == PlanOverride::kAlways;
+  if (gemm.kernel != Kernel::kGemm) return gemm.kernel == Kernel::kDirect;
+  const GemmPlan& g = gemm.gemm;
+  const int64_t gemm_work = (g.channels_per_group + g.chunk_channels - 1) / g.chunk_channels * g.chunk_channels * g.taps;
+  return gemm_work >= kPackedTapsLeastGemmMacs && kPackedTapsWorkMargin * double(packed.columns) < double(gemm_work);
+}
+}  // namespace
+
+DataPlan plan_grad_input(const ConvTParams& p, const TensorFacts& grad_y, Math math, const DeviceLimits& limits) {
+  DataPlan plan = plan_grad_input_on_gemm(p, grad_y, math, limits);
+  const auto packed = plan_packed_grad_input(p, grad_y.element_size, limits);
+  if (!packed || !packed_grad_input_pays(*packed, plan)) return plan;
+  DataPlan packed_plan;
+  packed_plan.kernel = Kernel::kPackedTaps;
+  packed_plan.packed_taps = *packed;
+  return packed_plan;
 }
 
 namespace {

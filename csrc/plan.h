@@ -564,13 +564,25 @@ constexpr int64_t packed_taps_smem_bytes(int columns, int element_size) {
   return std::max<int64_t>(2 * int64_t(packed_taps_stage_elements(columns, element_size)) * element_size,
                            int64_t(kPackedTapsRows) * packed_taps_sum_row(columns) * 4);
 }
+// grad_input of a narrow output (packed_taps_grad_input.cuh): the same (co, tap) columns as the
+// GEMM's reduction, grad_x[ci, q] = sum_j G[q, j] w[ci, j] with G[q, co * K + tap] = grad_y[co, q x
+// stride - padding + tap x dilation], gathered once a block into shared memory (kPackedTapsRows
+// positions), then kPackedGradInputChunk input channels a pass. Its rows (G's and w's) are
+// packed_operand_row elements: 16 bytes of padding in 16-bit, 4 floats in float32 (conflict-free
+// fragments); 16-bit columns are at least 16 (mma k16).
+constexpr int kPackedGradInputChunk = 64;
+constexpr int packed_operand_row(int columns, int element_size) { return columns + (element_size == 4 ? 4 : 8); }
+constexpr int64_t packed_grad_input_smem_bytes(int columns, int element_size) {
+  return int64_t(kPackedTapsRows + kPackedGradInputChunk) * packed_operand_row(columns, element_size) * element_size;
+}
 struct PackedTapsPlan {
-  int columns;             // C_out/groups x K rounded up to 8, 16, 32 or 64 (mma n8 tiles)
-  int64_t outputs;         // output positions a block: (kPackedTapsRows - 2) x stride - (K - 1) x dilation + 1
-  int64_t blocks_per_row;  // a row's blocks: ceil(L_out / outputs)
+  int columns;             // C_out/groups x K rounded up to 8, 16, 32 or 64 (mma n8 tiles; grad_input's k-steps)
+  int64_t outputs;         // positions a block stores: the forward's (kPackedTapsRows - 2) x stride - (K - 1) x
+                           // dilation + 1 outputs; grad_input's kPackedTapsRows input positions
+  int64_t blocks_per_row;  // a row's blocks: ceil(L_out or L_in / outputs)
   int64_t blocks;          // N x groups x blocks_per_row
-  int64_t chunks;          // ceil(C_in/groups / kPackedTapsChunk)
-  size_t smem_bytes;       // packed_taps_smem_bytes
+  int64_t chunks;          // ceil(C_in/groups / kPackedTapsChunk), grad_input's / kPackedGradInputChunk
+  size_t smem_bytes;       // packed_taps_smem_bytes, packed_grad_input_smem_bytes
 };
 
 // ---- whole passes ---------------------------------------------------------------------------------------
@@ -580,7 +592,7 @@ enum class Kernel {
   kGemm,              // implicit GEMM on tensor cores (GemmPlan::tile_shape says which)
   kDepthwise,         // depthwise.cuh
   kDirect,            // direct.cuh: one thread per output (float64, and where no tensor-core form exists)
-  kPackedTaps,        // packed_taps.cuh: the forward of narrow outputs, the (co, tap) pairs as GEMM columns
+  kPackedTaps,        // packed_taps.cuh, packed_taps_grad_input.cuh: narrow outputs, the (co, tap) pairs as a GEMM dimension
   kGradWeightGemm,    // grad_weight_gemm.cuh (mma.sync)
   kGradWeightWgmma,   // grad_weight_wgmma.cuh
   kGradWeightBoxes,   // grad_weight_boxes.cuh

@@ -264,6 +264,30 @@ def test_packed_taps_forward(case, dtype, tf32, monkeypatch):
     assert_close(y, expected, dtype, "cuda", norms=product_norms(x, w, case), case=case)
 
 
+# ... and its grad_input (packed_taps_grad_input.cuh): the same layers, the (co, tap) columns as the
+# reduction, a grad_x row's positions in blocks of 256 (rows past L_in unwritten) and its channels in
+# chunks of 64 (the tails past 64, 96, 128); grad_y contiguous or with its positions 2 elements apart
+@pytest.mark.parametrize("dtype,tf32", [(torch.float32, True), (torch.float32, False), (torch.bfloat16, True),
+                                        (torch.float16, True)], ids=["tf32", "strict", "bf16", "fp16"], indirect=["tf32"])
+@pytest.mark.parametrize("case", PACKED_TAPS_CASES, ids=str)
+@pytest.mark.parametrize("grad_y_layout", ["contiguous", "strided"])
+def test_packed_taps_grad_input(case, dtype, tf32, grad_y_layout, monkeypatch):
+    monkeypatch.setenv("CONVT_PACKED_TAPS", "always")
+    assert cuda_plans(case, dtype, tf32)["grad_input"]["kernel"] == "packed_taps"
+    x, w, b = make_inputs(case, dtype, "cuda", requires_grad=True)
+    y = ours(x, w, b, case)
+    expected, (x64, _, _) = reference(x, w, b, case)
+    grad_y64 = torch.randn_like(expected).to(dtype).to(torch.float64)
+    grad_y = grad_y64.to("cuda", dtype)
+    if grad_y_layout == "strided":
+        grad_y = torch.stack([grad_y, torch.full_like(grad_y, float("nan"))], dim=-1)[..., 0]
+    poison_allocator("cuda")
+    grad_x, = torch.autograd.grad(y, [x], grad_y)
+    expected_grad_x, = torch.autograd.grad(expected, [x64], grad_y64)
+    norms = product_norms(x, w, case, grad_y64)[0]
+    assert_close(grad_x, expected_grad_x, dtype, "cuda", "grad_input", norms, case=case)
+
+
 # grad_bias by row sums (16-bit, and float32 where some phase has no tap: here phase 0): 16-byte loads
 # from each row's first 16-byte boundary, with the elements before it and after the last whole vector
 # one at a time (8202 outputs a row: rows start at every alignment), or none (8200)

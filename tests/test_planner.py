@@ -132,9 +132,9 @@ def test_tensor_cores_for_every_shape(card, dtype, tf32):
     depthwise kernels instead: the backward passes always, the forward (whose threads loop over
     every tap of every input channel) only with one input channel, or at most 4 input and 2 output
     channels a group; one input channel with 64 outputs a group or more takes either (the GEMM where
-    it pays: test_one_input_channel_forward_takes_the_gemm_where_its_pipelined_plan_pays); a forward of
-    16 input channels a group or more and at most 64 (co, tap) columns may pack its taps instead
-    (test_narrow_outputs_pack_their_taps)."""
+    it pays: test_one_input_channel_forward_takes_the_gemm_where_its_pipelined_plan_pays); a forward or
+    grad_input of 16 input channels a group or more and at most 64 (co, tap) columns may pack its taps
+    instead (test_narrow_outputs_pack_their_taps)."""
     for shape in random_shapes(200, seed=4):
         n, c_in, c_out, k, l_in, stride, padding, output_padding, dilation, groups = shape
         plan = plans(shape, dtype, tf32, card)
@@ -143,7 +143,7 @@ def test_tensor_cores_for_every_shape(card, dtype, tf32):
         forward_depthwise = depthwise and (cig == 1 or cig <= 4 and cog <= 2)
         for name, on_depthwise in (("forward", forward_depthwise), ("grad_input", depthwise)):
             expected = {"depthwise", "gemm"} if name == "forward" and cig == 1 and cog >= 64 else {"depthwise" if on_depthwise else "gemm"}
-            if name == "forward" and cig >= 16 and cog * k <= 64:
+            if cig >= 16 and cog * k <= 64:
                 expected.add("packed_taps")
             assert plan[name]["kernel"] in expected, (shape, name, plan[name])
         assert plan["grad_weight"]["kernel"] in (("depthwise",) if depthwise else ("grad_weight_gemm", "grad_weight_wgmma", "grad_weight_boxes"))
@@ -266,6 +266,25 @@ def test_narrow_outputs_pack_their_taps():
                       (2, 8, 2, 7, 30000, 1, 3, 0, 1, 1),      # 8 input channels
                       (2, 256, 1, 9, 30000, 1, 4, 0, 17, 1)):  # taps over 136 positions
             assert plans(shape, dtype, tf32, "h100")["forward"]["kernel"] == "gemm", shape
+
+
+def test_narrow_outputs_pack_their_grad_input_taps():
+    """grad_input of few (co, tap) columns a group reduces over them (docs/design.md §3.9) where the
+    GEMM's reduction, C_out/groups padded to its chunk once a tap, is 96 MACs a grad_x element or more
+    and packing more than halves it: C_out 2, K 7 at stride 1 (16 or 32 x 7 against 16 columns; 16-bit
+    columns at least 16), groups of such; 256 positions and 64 input channels a block's pass. Not
+    where the deinterleaved GEMM's reduction is short (C_out 4, K 16, stride 8: 32 channels x 2 taps),
+    one tap (C_out 28, K 1), past 64 columns or below 16 input channels a group."""
+    for dtype, tf32 in MATHS:
+        for card in CARDS:
+            packed = plans((1, 512, 2, 7, 1105461, 1, 0, 1, 2, 1), dtype, tf32, card)["grad_input"]
+            assert packed["kernel"] == "packed_taps" and packed["columns"] == 16, packed
+            assert packed["outputs"] == 256 and packed["chunks"] == 8 and packed["blocks"] == 4319, packed
+            grouped = plans((4, 256, 8, 7, 5000, 1, 3, 0, 1, 4), dtype, tf32, card)["grad_input"]  # (2 x 7 columns a group)
+            assert grouped["kernel"] == "packed_taps" and grouped["chunks"] == 1 and grouped["blocks"] == 4 * 4 * 20, grouped
+        for shape in ((2, 512, 4, 16, 482725, 8, 4, 0, 1, 1), (1, 208, 28, 1, 737283, 1, 0, 0, 1, 1),
+                      (2, 512, 5, 13, 3000, 1, 6, 0, 1, 1), (2, 8, 2, 7, 30000, 1, 3, 0, 1, 1)):
+            assert plans(shape, dtype, tf32, "h100")["grad_input"]["kernel"] != "packed_taps", shape
 
 
 def test_long_filters_run_pipelined_in_runs_of_taps():
@@ -869,7 +888,7 @@ def test_grad_input_copies_grad_y_from_unpipelined_tiles(dtype, tf32):
         assert g["deinterleaved"] == 0 and g["in_phases"] == 2, (shape, g)
 
 
-def test_dilated_grad_input_reads_grad_y_deinterleaved():
+def test_dilated_grad_input_reads_grad_y_deinterleaved(monkeypatch):
     """A dilated filter whose dilation and stride are coprime reaches every phase: grad_input reads
     grad_y deinterleaved too, tap k at phase k*dilation % stride and shift k*dilation // stride, the
     (shift, phase) pairs of no tap zero (the per-phase plan the exact one), where that grid holds at
@@ -882,6 +901,7 @@ def test_dilated_grad_input_reads_grad_y_deinterleaved():
     short_narrow = (4, 96, 2, 3, 20001, 5, 2, 0, 3, 1)  # 2 x 5 for 3 taps
     wide_sparse = (4, 512, 256, 3, 3000, 5, 2, 0, 3, 1)  # 2 x 5 for 3 taps, 1280 channels
     common_factor = (4, 96, 2, 16, 20001, 6, 2, 0, 3, 1)
+    monkeypatch.setenv("CONVT_PACKED_TAPS", "never")  # (the GEMM's rule: narrow outputs may pack their taps)
     for dtype, tf32 in MATHS:
         for shape, taps in ((narrow, 10), (long_narrow, 12), (dense, 8)):
             g = plans(shape, dtype, tf32, "h100")["grad_input"]

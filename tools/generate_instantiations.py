@@ -23,7 +23,9 @@ GRAD_WEIGHT_WGMMA = """template void launch_grad_weight_wgmma<{t}, {pipelined}, 
 GRAD_WEIGHT_BOXES = """template void launch_grad_weight_boxes<{t}>(const WeightGradPlan&, const CUtensorMap*, const CUtensorMap*, float*,
                                              Launch);"""
 PACKED_TAPS = """template void launch_packed_taps_forward<{t}, {m}>(const ConvTParams&, const PackedTapsPlan&, const {t}*, const {t}*,
-                                                     const {t}*, {t}*, Launch);"""
+                                                     const {t}*, {t}*, Launch);
+template void launch_packed_taps_grad_input<{t}, {m}>(const ConvTParams&, const PackedTapsPlan&, const {t}*, const {t}*,
+                                                        {t}*, Launch);"""
 DIRECT = """template void launch_forward_direct<{t}>(const ConvTParams&, const {t}*, const {t}*, const {t}*, {t}*, Launch);
 template void launch_depthwise_forward<{t}>(const ConvTParams&, const DepthwisePlan&, const {t}*, const {t}*, const {t}*,
                                             {t}*, Launch);

@@ -145,11 +145,15 @@ template <typename scalar_t>
 void launch_grad_weight_boxes(const WeightGradPlan& plan, const CUtensorMap* x_map, const CUtensorMap* grad_y_maps,
                               float* partial, Launch launch);
 
-// ---- the packed-taps forward (packed_taps.cuh) ---------------------------------------------------------
+// ---- the packed taps (packed_taps.cuh, packed_taps_grad_input.cuh) -----------------------------------
 
 template <typename scalar_t, Math kMath>
 void launch_packed_taps_forward(const ConvTParams& p, const PackedTapsPlan& plan, const scalar_t* x, const scalar_t* w,
                                 const scalar_t* bias, scalar_t* y, Launch launch);
+// (grad_x contiguous)
+template <typename scalar_t, Math kMath>
+void launch_packed_taps_grad_input(const ConvTParams& p, const PackedTapsPlan& plan, const scalar_t* grad_y, const scalar_t* w,
+                                   scalar_t* grad_x, Launch launch);
 
 // ---- CUDA-core kernels (direct.cuh, depthwise.cuh) -----------------------------------------------------
 

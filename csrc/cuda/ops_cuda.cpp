@@ -428,11 +428,16 @@ void run_data(DataPlan plan, const ConvTParams& p, const at::Tensor& in_tensor, 
     return;
   }
   if (plan.kernel == Kernel::kPackedTaps) {
-    TORCH_INTERNAL_ASSERT(forward, "convt: packed taps planned for grad_input");
     dispatch_math(in.scalar_type(), math, [&](auto element, auto math_mode) {
       using scalar_t = decltype(element);
-      launch_packed_taps_forward<scalar_t, decltype(math_mode)::value>(p, plan.packed_taps, data_of<scalar_t>(in), data_of<scalar_t>(w),
-                                                                     data_of<scalar_t>(bias), data_of<scalar_t>(out), launch);
+      constexpr Math kMath = decltype(math_mode)::value;
+      if (forward) {
+        launch_packed_taps_forward<scalar_t, kMath>(p, plan.packed_taps, data_of<scalar_t>(in), data_of<scalar_t>(w),
+                                                    data_of<scalar_t>(bias), data_of<scalar_t>(out), launch);
+      } else {
+        launch_packed_taps_grad_input<scalar_t, kMath>(p, plan.packed_taps, data_of<scalar_t>(in), data_of<scalar_t>(w),
+                                                       data_of<scalar_t>(out), launch);
+      }
     });
     return;
   }

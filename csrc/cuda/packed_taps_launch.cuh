@@ -1,5 +1,5 @@
-// The packed-taps forward's launcher (launch.h): the table from PackedTapsPlan::columns to the
-// kernel instantiation. Included by the instantiation file of each dtype and math.
+// The packed-taps launchers (launch.h), forward and grad_input: the table from PackedTapsPlan::columns
+// to the kernel instantiation. Included by the instantiation file of each dtype and math.
 #pragma once
 
 #include <c10/cuda/CUDAException.h>
@@ -8,6 +8,7 @@
 
 #include "cuda/launch.h"
 #include "cuda/packed_taps.cuh"
+#include "cuda/packed_taps_grad_input.cuh"
 
 namespace convt::cuda {
 
@@ -29,6 +30,28 @@ void launch_packed_taps_forward(const ConvTParams& p, const PackedTapsPlan& plan
     case 64: return run(std::integral_constant<int, 64>());
     default: TORCH_INTERNAL_ASSERT(false, "convt: packed taps of ", plan.columns, " columns");
   }
+}
+
+template <typename scalar_t, Math kMath>
+void launch_packed_taps_grad_input(const ConvTParams& p, const PackedTapsPlan& plan, const scalar_t* grad_y, const scalar_t* w,
+                                   scalar_t* grad_x, Launch launch) {
+  using T = cuda_type<scalar_t>;
+  auto run = [&](auto columns) {
+    const auto kernel = packed_taps_grad_input_kernel<T, kMath, decltype(columns)::value>;
+    C10_CUDA_CHECK(allow_dynamic_smem(kernel, launch));
+    kernel<<<unsigned(plan.blocks), kPackedTapsThreads, plan.smem_bytes, launch.stream>>>(as_cuda(grad_y), as_cuda(w),
+                                                                                      as_cuda(grad_x), p, plan);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  };
+  switch (plan.columns) {  // (16-bit: k16 steps, so 16 columns or more)
+    case 8:
+      if constexpr (kMath != Math::k16Bit) return run(std::integral_constant<int, 8>());
+      break;
+    case 16: return run(std::integral_constant<int, 16>());
+    case 32: return run(std::integral_constant<int, 32>());
+    case 64: return run(std::integral_constant<int, 64>());
+  }
+  TORCH_INTERNAL_ASSERT(false, "convt: packed taps' grad_input of ", plan.columns, " columns");
 }
 
 }  // namespace convt::cuda

@@ -4,4 +4,6 @@
 namespace convt::cuda {
 template void launch_packed_taps_forward<float, Math::k3xTF32>(const ConvTParams&, const PackedTapsPlan&, const float*, const float*,
                                                      const float*, float*, Launch);
+template void launch_packed_taps_grad_input<float, Math::k3xTF32>(const ConvTParams&, const PackedTapsPlan&, const float*, const float*,
+                                                        float*, Launch);
 }  // namespace convt::cuda

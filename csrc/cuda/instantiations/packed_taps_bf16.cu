@@ -4,4 +4,6 @@
 namespace convt::cuda {
 template void launch_packed_taps_forward<c10::BFloat16, Math::k16Bit>(const ConvTParams&, const PackedTapsPlan&, const c10::BFloat16*, const c10::BFloat16*,
                                                      const c10::BFloat16*, c10::BFloat16*, Launch);
+template void launch_packed_taps_grad_input<c10::BFloat16, Math::k16Bit>(const ConvTParams&, const PackedTapsPlan&, const c10::BFloat16*, const c10::BFloat16*,
+                                                        c10::BFloat16*, Launch);
 }  // namespace convt::cuda

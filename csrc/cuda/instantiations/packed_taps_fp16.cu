@@ -4,4 +4,6 @@
 namespace convt::cuda {
 template void launch_packed_taps_forward<c10::Half, Math::k16Bit>(const ConvTParams&, const PackedTapsPlan&, const c10::Half*, const c10::Half*,
                                                      const c10::Half*, c10::Half*, Launch);
+template void launch_packed_taps_grad_input<c10::Half, Math::k16Bit>(const ConvTParams&, const PackedTapsPlan&, const c10::Half*, const c10::Half*,
+                                                        c10::Half*, Launch);
 }  // namespace convt::cuda
