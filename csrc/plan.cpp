@@ -2208,14 +2208,20 @@ PlanOverride packed_taps_override() { return read_plan_override("CONVT_PACKED_TA
 // a halo of at most half a block's rows (the taps' reach, (K - 1) x dilation / stride positions, is
 // read by two blocks).
 constexpr int64_t kPackedTapsLeastChannels = 16;
-std::optional<PackedTapsPlan> plan_packed_taps(const ConvTParams& p, int element_size, const DeviceLimits& limits) {
+// (both passes') columns rounded up to 8, 16, 32 or 64 (least: 16-bit grad_input's k16 steps), or 0
+// where the packed taps do not apply
+int packed_taps_columns(const ConvTParams& p, int element_size, int64_t least) {
   const int64_t columns = p.out_channels_per_group * p.kernel_size;
   if ((element_size != 2 && element_size != 4) || columns > kPackedTapsMostColumns ||
       p.in_channels_per_group < kPackedTapsLeastChannels) {
-    return std::nullopt;
+    return 0;
   }
+  return columns <= 8 && least <= 8 ? 8 : columns <= 16 ? 16 : columns <= 32 ? 32 : 64;
+}
+std::optional<PackedTapsPlan> plan_packed_taps(const ConvTParams& p, int element_size, const DeviceLimits& limits) {
   PackedTapsPlan plan{};
-  plan.columns = columns <= 8 ? 8 : columns <= 16 ? 16 : columns <= 32 ? 32 : 64;
+  plan.columns = packed_taps_columns(p, element_size, 8);
+  if (plan.columns == 0) return std::nullopt;
   plan.outputs = (kPackedTapsRows - 2) * p.stride - (p.kernel_size - 1) * p.dilation + 1;
   // (the epilogue counts a block's outputs and offsets in 32-bit ints)
   if (plan.outputs < (kPackedTapsRows / 2) * p.stride || plan.outputs >= kGemmIndexLimit) return std::nullopt;
@@ -2333,13 +2339,9 @@ DataPlan plan_grad_input_on_gemm(const ConvTParams& p, const TensorFacts& grad_y
 // nullopt where it does not apply: the forward's limits on dtypes, columns and channels; 16-bit
 // columns at least 16 (mma k16)
 std::optional<PackedTapsPlan> plan_packed_grad_input(const ConvTParams& p, int element_size, const DeviceLimits& limits) {
-  const int64_t columns = p.out_channels_per_group * p.kernel_size;
-  if ((element_size != 2 && element_size != 4) || columns > kPackedTapsMostColumns ||
-      p.in_channels_per_group < kPackedTapsLeastChannels) {
-    return std::nullopt;
-  }
   PackedTapsPlan plan{};
-  plan.columns = columns <= 8 && element_size == 4 ? 8 : columns <= 16 ? 16 : columns <= 32 ? 32 : 64;
+  plan.columns = packed_taps_columns(p, element_size, element_size == 2 ? 16 : 8);
+  if (plan.columns == 0) return std::nullopt;
   plan.outputs = kPackedTapsRows;
   plan.blocks_per_row = (p.length_in + kPackedTapsRows - 1) / kPackedTapsRows;
   plan.blocks = p.batch * p.groups * plan.blocks_per_row;
