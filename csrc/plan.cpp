@@ -2352,25 +2352,33 @@ std::optional<PackedTapsPlan> plan_packed_grad_input(const ConvTParams& p, int e
   return plan;
 }
 
-// The packed grad_input in place of `gemm` (grad_input's GEMM plan) where the GEMM's padded reduction
-// is long and packing cuts it by more than kPackedTapsWorkMargin: a grad_x element takes the GEMM's
-// reduction channels (C_out/groups) padded to its chunk, once a tap, and here `columns` MACs. Both
-// are bound by grad_x's stores below about kPackedTapsLeastGemmMacs (the forward's reasoning, §3.9:
-// the narrow tiles' MMA rate against the bytes an element). CUDA-core plans always.
-bool packed_grad_input_pays(const PackedTapsPlan& packed, const DataPlan& gemm) {
+// The packed grad_input in place of `gemm` (grad_input's GEMM plan) where packing cuts the GEMM's
+// padded reduction (a grad_x element takes C_out/groups padded to the GEMM's chunk, once a tap; here
+// `columns` MACs), its columns are at most packed_grad_input_most_columns and a group's channels
+// fill at least half of its first 64-channel pass (kPackedGradInputLeastChannels: every pass costs
+// the same whatever its channels). Both kernels store grad_x; the packed one at about 1.6 ps an
+// element up to 16 columns, where the GEMM's tiles took 2-3 ps (64-row tiles, C_in/groups 64:
+// 1.6-2.3 ps). Its pass grows with the columns' k-steps: at 32 columns by 1.3x, which beats TF32's
+// GEMMs (MMAs at half the 16-bit rate) but not 16-bit's; at 64 by 2-3x (TF32: one block an SM).
+// 3xTF32 is held to 16 columns (three MMAs a k-step, one block an SM). H100 A/B of 88 layer-dtype
+// cells: docs/perf/2026-12-06-packed-grad-input.md. CUDA-core plans always.
+constexpr int64_t kPackedGradInputLeastChannels = 32;
+int packed_grad_input_most_columns(Math math) { return math == Math::kTF32 ? 32 : 16; }
+bool packed_grad_input_pays(const ConvTParams& p, const PackedTapsPlan& packed, const DataPlan& gemm, Math math) {
   const PlanOverride override_packed = packed_taps_override();
   if (override_packed != PlanOverride::kModel) return override_packed == PlanOverride::kAlways;
   if (gemm.kernel != Kernel::kGemm) return gemm.kernel == Kernel::kDirect;
   const GemmPlan& g = gemm.gemm;
   const int64_t gemm_work = (g.channels_per_group + g.chunk_channels - 1) / g.chunk_channels * g.chunk_channels * g.taps;
-  return gemm_work >= kPackedTapsLeastGemmMacs && kPackedTapsWorkMargin * double(packed.columns) < double(gemm_work);
+  return packed.columns < gemm_work && packed.columns <= packed_grad_input_most_columns(math) &&
+         p.in_channels_per_group >= kPackedGradInputLeastChannels;
 }
 }  // namespace
 
 DataPlan plan_grad_input(const ConvTParams& p, const TensorFacts& grad_y, Math math, const DeviceLimits& limits) {
   DataPlan plan = plan_grad_input_on_gemm(p, grad_y, math, limits);
   const auto packed = plan_packed_grad_input(p, grad_y.element_size, limits);
-  if (!packed || !packed_grad_input_pays(*packed, plan)) return plan;
+  if (!packed || !packed_grad_input_pays(p, *packed, plan, math)) return plan;
   DataPlan packed_plan;
   packed_plan.kernel = Kernel::kPackedTaps;
   packed_plan.packed_taps = *packed;

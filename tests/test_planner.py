@@ -269,12 +269,12 @@ def test_narrow_outputs_pack_their_taps():
 
 
 def test_narrow_outputs_pack_their_grad_input_taps():
-    """grad_input of few (co, tap) columns a group reduces over them (docs/design.md §3.9) where the
-    GEMM's reduction, C_out/groups padded to its chunk once a tap, is 96 MACs a grad_x element or more
-    and packing more than halves it: C_out 2, K 7 at stride 1 (16 or 32 x 7 against 16 columns; 16-bit
-    columns at least 16), groups of such; 256 positions and 64 input channels a block's pass. Not
-    where the deinterleaved GEMM's reduction is short (C_out 4, K 16, stride 8: 32 channels x 2 taps),
-    one tap (C_out 28, K 1), past 64 columns or below 16 input channels a group."""
+    """grad_input of few (co, tap) columns a group reduces over them (docs/design.md §3.9) where that
+    cuts the GEMM's reduction (C_out/groups padded to its chunk, once a tap), the columns are at most
+    16 (TF32 32) and a group has 32 input channels or more: C_out 2, K 7 at stride 1 (16 columns; 16-bit
+    columns at least 16), groups of such; 256 positions and 64 input channels a block's pass; C_out 2,
+    K 16 at stride 5 (32 columns) in TF32 only. Not past 64 columns, at one tap of 28 channels (the
+    GEMM's own 32), or with 8 or 16 input channels a group."""
     for dtype, tf32 in MATHS:
         for card in CARDS:
             packed = plans((1, 512, 2, 7, 1105461, 1, 0, 1, 2, 1), dtype, tf32, card)["grad_input"]
@@ -282,8 +282,11 @@ def test_narrow_outputs_pack_their_grad_input_taps():
             assert packed["outputs"] == 256 and packed["chunks"] == 8 and packed["blocks"] == 4319, packed
             grouped = plans((4, 256, 8, 7, 5000, 1, 3, 0, 1, 4), dtype, tf32, card)["grad_input"]  # (2 x 7 columns a group)
             assert grouped["kernel"] == "packed_taps" and grouped["chunks"] == 1 and grouped["blocks"] == 4 * 4 * 20, grouped
+        wide = plans((1, 768, 2, 16, 658829, 5, 5, 0, 1, 1), dtype, tf32, "h100")["grad_input"]
+        assert (wide["kernel"] == "packed_taps") == (dtype == torch.float32 and tf32), (dtype, tf32, wide)
         for shape in ((2, 512, 4, 16, 482725, 8, 4, 0, 1, 1), (1, 208, 28, 1, 737283, 1, 0, 0, 1, 1),
-                      (2, 512, 5, 13, 3000, 1, 6, 0, 1, 1), (2, 8, 2, 7, 30000, 1, 3, 0, 1, 1)):
+                      (2, 512, 5, 13, 3000, 1, 6, 0, 1, 1), (2, 8, 2, 7, 30000, 1, 3, 0, 1, 1),
+                      (2, 256, 128, 4, 37058, 3, 3, 0, 3, 16)):
             assert plans(shape, dtype, tf32, "h100")["grad_input"]["kernel"] != "packed_taps", shape
 
 
@@ -1517,11 +1520,12 @@ def test_busy_grad_input_reads_grad_y_copied_channels_last():
         assert plans(wide, torch.float32, True, "h100")["grad_input"]["channels_last_grad_y"] == 0
 
 
-def test_busy_grad_input_reads_grad_y_deinterleaved_rather_than_in_place():
+def test_busy_grad_input_reads_grad_y_deinterleaved_rather_than_in_place(monkeypatch):
     """Phases merged in place load fragments at a stride in shared memory, a cost that grows with the
     MMA work: where a grad_y element feeds at least 1024 MACs (C_in/groups * K/stride; 1536 for
     16-bit elements below 8 phases, whose loads move half the words), grad_input reads grad_y
-    deinterleaved."""
+    deinterleaved (on the GEMM: C_out 1, K 16 would take the packed taps)."""
+    monkeypatch.setenv("CONVT_PACKED_TAPS", "never")
     for shape, copied_16_bit in (((2, 1024, 512, 16, 1300, 8, 4, 0, 1, 1), True), ((16, 1536, 512, 4, 1300, 2, 1, 0, 1, 1), True),
                                  ((2, 1040, 24, 16, 1201, 8, 4, 3, 1, 1), True), ((10, 768, 1, 16, 104445, 8, 4, 0, 1, 1), True),
                                  (NAMED["hifigan_up0"], True), ((2, 512, 256, 16, 3131, 8, 4, 0, 1, 1), True),

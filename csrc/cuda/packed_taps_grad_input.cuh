@@ -4,8 +4,8 @@
 //   PackedGradInputLoader    G (a block's positions x the columns, gathered from grad_y once a block)
 //                            and w (kPackedGradInputChunk channels x the columns), global -> shared
 //   PackedGradInputMainloop  mma.sync over the columns: grad_x[q, ci] = sum_j G[q, j] * w[ci, j]
-//   the kernel's epilogue    the accumulators straight to grad_x: a quad's 8 positions of a channel
-//                            are 8 consecutive elements of its row
+//   PackedGradInputEpilogue  the accumulators to grad_x through a warp's stage in shared memory:
+//                            a store instruction is 32 consecutive positions of one channel
 //
 // A block takes the positions [first_position, first_position + kPackedTapsRows) of one (batch
 // element, group) row of grad_x and every input channel of the group, a chunk at a time; each warp
@@ -23,7 +23,7 @@
 namespace convt::cuda {
 
 // Shared memory (plan.h's layout, which the planner's smem_bytes counts): G's kPackedTapsRows rows,
-// then w's kPackedGradInputChunk rows, each kRow elements by column
+// then w's kPackedGradInputChunk rows, each kRow elements by column, then each warp's stage
 template <typename T, int kColumns>
 struct PackedGradInputLayout {
   static constexpr int kRow = packed_operand_row(kColumns, int(sizeof(T)));
@@ -127,6 +127,44 @@ struct PackedGradInputMainloop {
   }
 };
 
+// A warp's accumulators (32 positions x a chunk's 64 channels) to grad_x, 32 channels at a time
+// through the warp's stage (S[channel][position] floats): fragment writes at S[8t + 2c + e][16m + 8h
+// + g] hit banks 8c + g (rows of 36 floats), then each store instruction is one channel's 32
+// consecutive positions
+template <typename T, Math kMath, int kColumns>
+struct PackedGradInputEpilogue {
+  using Mainloop = PackedGradInputMainloop<T, kMath, kColumns>;
+  static constexpr int kTilesAPass = 4;  // n8 tiles: 32 channels
+  __device__ __forceinline__ static void store(const Mainloop& mainloop, float* stage, T* grad_x_rows, const ConvTParams& p,
+                                               int64_t first_channel, int first_row, int64_t positions, int lane) {
+    const int g = lane / 4, c = lane % 4;
+    const bool position_in_row = first_row + lane < positions;
+#pragma unroll
+    for (int pass = 0; pass < Mainloop::kChannelTiles / kTilesAPass; ++pass) {
+#pragma unroll
+      for (int t = 0; t < kTilesAPass; ++t) {
+#pragma unroll
+        for (int m = 0; m < 2; ++m) {
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {  // (rows g and g + 8 x columns 2c and 2c + 1)
+            stage[(t * 8 + 2 * c + i % 2) * kPackedGradInputStageRow + m * 16 + (i / 2) * 8 + g] =
+                mainloop.acc[m][pass * kTilesAPass + t].value(i);
+          }
+        }
+      }
+      __syncwarp();
+      const int64_t pass_channel = first_channel + pass * kTilesAPass * 8;
+#pragma unroll 4
+      for (int r = 0; r < kTilesAPass * 8; ++r) {
+        if (position_in_row && pass_channel + r < p.in_channels_per_group) {
+          grad_x_rows[(pass_channel + r) * p.length_in + first_row + lane] = from_float<T>(stage[r * kPackedGradInputStageRow + lane]);
+        }
+      }
+      __syncwarp();  // (every lane's reads before the next pass's writes)
+    }
+  }
+};
+
 // (two blocks an SM, 128 registers a thread: the kernel is bound by its stores, which want warps;
 // 3xTF32's two accumulators a tile need one block's 255)
 template <typename T, Math kMath, int kColumns>
@@ -138,6 +176,7 @@ __global__ void __launch_bounds__(kPackedTapsThreads, kMath == Math::k3xTF32 ? 1
   extern __shared__ __align__(16) unsigned char smem[];
   Bits* g_s = reinterpret_cast<Bits*>(smem);
   Bits* w_s = g_s + Layout::kGElements;
+  float* stage_s = reinterpret_cast<float*>(w_s + kPackedGradInputChunk * Layout::kRow);
   const int tid = int(threadIdx.x), warp = tid / 32, lane = tid % 32;
 
   const int64_t tile = int64_t(blockIdx.x) % plan.blocks_per_row, row = int64_t(blockIdx.x) / plan.blocks_per_row;
@@ -151,31 +190,12 @@ __global__ void __launch_bounds__(kPackedTapsThreads, kMath == Math::k3xTF32 ? 1
 
   PackedGradInputLoader<T, kMath, kColumns>::load_g(g_s, grad_y_rows, p, first_position, tid);
   PackedGradInputMainloop<T, kMath, kColumns> mainloop;
-  const int g = lane / 4, c = lane % 4;
-  const int64_t positions = p.length_in - first_position;
   for (int64_t chunk = 0; chunk < plan.chunks; ++chunk) {
     PackedGradInputLoader<T, kMath, kColumns>::load_w(w_s, w_rows, p, chunk, tid);
     __syncthreads();  // (G, at the first chunk, and this chunk's w)
     mainloop.run(g_s, w_s, warp, lane);
-    const int64_t first_channel = chunk * kPackedGradInputChunk;
-#pragma unroll
-    for (int m = 0; m < 2; ++m) {
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {  // (rows g, then g + 8)
-        const int r = warp * 32 + m * 16 + half * 8 + g;
-        if (r >= positions) continue;
-#pragma unroll
-        for (int t = 0; t < PackedGradInputMainloop<T, kMath, kColumns>::kChannelTiles; ++t) {
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int64_t channel = first_channel + t * 8 + 2 * c + e;
-            if (channel < p.in_channels_per_group) {
-              grad_x_rows[channel * p.length_in + r] = from_float<T>(mainloop.acc[m][t].value(2 * half + e));
-            }
-          }
-        }
-      }
-    }
+    PackedGradInputEpilogue<T, kMath, kColumns>::store(mainloop, stage_s + warp * 32 * kPackedGradInputStageRow, grad_x_rows, p,
+                                                       chunk * kPackedGradInputChunk, warp * 32, p.length_in - first_position, lane);
     __syncthreads();  // (every warp's reads of w before the next chunk's)
   }
 }
