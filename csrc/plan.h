@@ -555,7 +555,9 @@ constexpr int kPackedTapsMostColumns = 64;
 // conflict-free fragments), then w rows of packed_taps_w_row elements by (co, tap) column; the
 // epilogue's Y rows of columns + 4 floats reuse the two stages
 constexpr int kPackedTapsXRow = kPackedTapsRows + 8;
-constexpr int packed_taps_w_row(int element_size) { return kPackedTapsChunk + (element_size == 4 ? 4 : 8); }
+// rows of a (co, tap) operand in shared memory: 4 floats or 8 16-bit elements of padding (conflict-free fragments)
+constexpr int packed_operand_row(int elements, int element_size) { return elements + (element_size == 4 ? 4 : 8); }
+constexpr int packed_taps_w_row(int element_size) { return packed_operand_row(kPackedTapsChunk, element_size); }
 constexpr int packed_taps_stage_elements(int columns, int element_size) {
   return kPackedTapsChunk * kPackedTapsXRow + columns * packed_taps_w_row(element_size);
 }
@@ -574,7 +576,6 @@ constexpr int64_t packed_taps_smem_bytes(int columns, int element_size) {
 // that a store instruction writes 32 consecutive positions of one channel, not 4 channels' sectors.
 constexpr int kPackedGradInputChunk = 64;
 constexpr int kPackedGradInputStageRow = 32 + 4;
-constexpr int packed_operand_row(int columns, int element_size) { return columns + (element_size == 4 ? 4 : 8); }
 constexpr int64_t packed_grad_input_smem_bytes(int columns, int element_size) {
   return int64_t(kPackedTapsRows + kPackedGradInputChunk) * packed_operand_row(columns, element_size) * element_size +
          int64_t(kPackedTapsThreads / 32) * 32 * kPackedGradInputStageRow * 4;

@@ -25,6 +25,11 @@ namespace convt::cuda {
 // 16-bit operands as their bits (no conversions), float32 ones as theirs (TF32: rounded on the way in)
 template <typename T>
 using PackedBits = std::conditional_t<sizeof(T) == 2, unsigned short, uint32_t>;
+template <Math kMath, typename Bits>
+__device__ __forceinline__ Bits packed_operand(Bits value) {
+  if constexpr (kMath == Math::kTF32) return to_tf32(__uint_as_float(value));
+  return value;
+}
 
 // Shared memory of one stage (plan.h's layout, which the planner's smem_bytes counts): x rows of
 // kXRow elements by channel, then w rows of kWRow by column; the epilogue's Y rows of kSumRow floats
@@ -71,19 +76,14 @@ struct PackedTapsLoader {
     }
   }
 
-  __device__ __forceinline__ static Bits rounded(Bits value) {
-    if constexpr (kMath == Math::kTF32) return to_tf32(__uint_as_float(value));
-    return value;
-  }
-
   __device__ __forceinline__ void store(Bits* stage, int tid) const {
 #pragma unroll
-    for (int r = 0; r < kPackedTapsChunk; ++r) stage[r * Stage::kXRow + tid] = rounded(x_values[r]);
+    for (int r = 0; r < kPackedTapsChunk; ++r) stage[r * Stage::kXRow + tid] = packed_operand<kMath>(x_values[r]);
     Bits* w_stage = stage + Stage::kXElements;
 #pragma unroll
     for (int i = 0; i < kWeightsPerThread; ++i) {
       const int item = tid + i * kPackedTapsThreads;
-      w_stage[(item / kPackedTapsChunk) * Stage::kWRow + item % kPackedTapsChunk] = rounded(w_values[i]);
+      w_stage[(item / kPackedTapsChunk) * Stage::kWRow + item % kPackedTapsChunk] = packed_operand<kMath>(w_values[i]);
     }
   }
 };

@@ -16,7 +16,7 @@
 
 #include "cuda/gemm_mainloop.cuh"  // Accumulator, mma_step
 #include "cuda/mma.cuh"
-#include "cuda/packed_taps.cuh"    // PackedBits
+#include "cuda/packed_taps.cuh"    // PackedBits, packed_operand
 #include "plan.h"
 #include "problem.h"
 
@@ -37,11 +37,6 @@ struct PackedGradInputLoader {
   static_assert(kPackedTapsRows == kPackedTapsThreads, "a thread gathers one position's row of G");
   static_assert(kPackedGradInputChunk * kColumns % kPackedTapsThreads == 0, "w's chunk splits evenly over the threads");
 
-  __device__ __forceinline__ static Bits rounded(Bits value) {
-    if constexpr (kMath == Math::kTF32) return to_tf32(__uint_as_float(value));
-    return value;
-  }
-
   // G[r, j] = grad_y[co, (first_position + r) * stride - padding + tap * dilation] at j = co * K + tap:
   // zero outside grad_y's row, past C_out/groups x K columns and at positions past L_in
   __device__ __forceinline__ static void load_g(Bits* g_s, const Bits* grad_y_rows, const ConvTParams& p,
@@ -56,7 +51,7 @@ struct PackedGradInputLoader {
     for (int j = 0; j < kColumns; ++j) {
       const int64_t output = first_output + tap * p.dilation;
       const bool valid = in_row && j < columns && output >= 0 && output < p.length_out;
-      row[j] = rounded(valid ? __ldg(grad_y_rows + co * p.y_channel_stride + output * p.y_length_stride) : Bits(0));
+      row[j] = packed_operand<kMath>(valid ? __ldg(grad_y_rows + co * p.y_channel_stride + output * p.y_length_stride) : Bits(0));
       if (++tap == taps) tap = 0, ++co;
     }
   }
@@ -72,7 +67,7 @@ struct PackedGradInputLoader {
       const int64_t channel = first_channel + c;
       const bool valid = j < columns && channel < p.in_channels_per_group;
       w_s[c * Layout::kRow + j] =
-          rounded(valid ? __ldg(w_rows + channel * p.w_in_stride + (j / taps) * p.w_out_stride + (j % taps) * p.w_tap_stride)
+          packed_operand<kMath>(valid ? __ldg(w_rows + channel * p.w_in_stride + (j / taps) * p.w_out_stride + (j % taps) * p.w_tap_stride)
                         : Bits(0));
     }
   }
