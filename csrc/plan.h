@@ -571,14 +571,16 @@ constexpr int64_t packed_taps_smem_bytes(int columns, int element_size) {
 // stride - padding + tap x dilation], gathered once a block into shared memory (kPackedTapsRows
 // positions), then kPackedGradInputChunk input channels a pass. Its rows (G's and w's) are
 // packed_operand_row elements: 16 bytes of padding in 16-bit, 4 floats in float32 (conflict-free
-// fragments); 16-bit columns are at least 16 (mma k16). Each warp then stages its 32 positions of 32
-// channels at a time as floats (rows of kPackedGradInputStageRow: conflict-free fragment writes) so
-// that a store instruction writes 32 consecutive positions of one channel, not 4 channels' sectors.
+// fragments); 16-bit columns are at least 16 (mma k16). The epilogue stages the block's accumulators
+// kPackedGradInputPassChannels channels at a time as floats (rows of kPackedGradInputStageRow:
+// conflict-free fragment writes), so that stores run along whole channel rows of the block's
+// positions (16-bit in 4-byte pairs: a store instruction is 128 bytes of one row).
 constexpr int kPackedGradInputChunk = 64;
-constexpr int kPackedGradInputStageRow = 32 + 4;
+constexpr int kPackedGradInputPassChannels = 32;
+constexpr int kPackedGradInputStageRow = kPackedTapsRows + 4;
 constexpr int64_t packed_grad_input_smem_bytes(int columns, int element_size) {
   return int64_t(kPackedTapsRows + kPackedGradInputChunk) * packed_operand_row(columns, element_size) * element_size +
-         int64_t(kPackedTapsThreads / 32) * 32 * kPackedGradInputStageRow * 4;
+         int64_t(kPackedGradInputPassChannels) * kPackedGradInputStageRow * 4;
 }
 struct PackedTapsPlan {
   int columns;             // C_out/groups x K rounded up to 8, 16, 32 or 64 (mma n8 tiles; grad_input's k-steps)

@@ -4,8 +4,8 @@
 //   PackedGradInputLoader    G (a block's positions x the columns, gathered from grad_y once a block)
 //                            and w (kPackedGradInputChunk channels x the columns), global -> shared
 //   PackedGradInputMainloop  mma.sync over the columns: grad_x[q, ci] = sum_j G[q, j] * w[ci, j]
-//   PackedGradInputEpilogue  the accumulators to grad_x through a warp's stage in shared memory:
-//                            a store instruction is 32 consecutive positions of one channel
+//   PackedGradInputEpilogue  the accumulators to grad_x through a stage in shared memory: whole
+//                            channel rows of the block's positions, 128 bytes a store instruction
 //
 // A block takes the positions [first_position, first_position + kPackedTapsRows) of one (batch
 // element, group) row of grad_x and every input channel of the group, a chunk at a time; each warp
@@ -23,7 +23,7 @@
 namespace convt::cuda {
 
 // Shared memory (plan.h's layout, which the planner's smem_bytes counts): G's kPackedTapsRows rows,
-// then w's kPackedGradInputChunk rows, each kRow elements by column, then each warp's stage
+// then w's kPackedGradInputChunk rows, each kRow elements by column, then the epilogue's stage
 template <typename T, int kColumns>
 struct PackedGradInputLayout {
   static constexpr int kRow = packed_operand_row(kColumns, int(sizeof(T)));
@@ -122,18 +122,38 @@ struct PackedGradInputMainloop {
   }
 };
 
-// A warp's accumulators (32 positions x a chunk's 64 channels) to grad_x, 32 channels at a time
-// through the warp's stage (S[channel][position] floats): fragment writes at S[8t + 2c + e][16m + 8h
-// + g] hit banks 8c + g (rows of 36 floats), then each store instruction is one channel's 32
-// consecutive positions
+// The block's accumulators (256 positions x a chunk's 64 channels) to grad_x, 32 channels a pass
+// through the stage S[channel][position] (floats, rows of kPackedGradInputStageRow = 256 + 4): each
+// warp writes its fragments at S[8t + 2c + e][32 warp + 16m + 8h + g] (banks 8c + g), then each warp
+// stores 4 whole channel rows of 256 positions. 16-bit rows go out as 4-byte pairs from the row's
+// first 4-byte boundary (a lone first or last element as itself): a store instruction is 128 bytes
+// of one row, not 64; float rows one element a lane (128 bytes)
 template <typename T, Math kMath, int kColumns>
 struct PackedGradInputEpilogue {
   using Mainloop = PackedGradInputMainloop<T, kMath, kColumns>;
-  static constexpr int kTilesAPass = 4;  // n8 tiles: 32 channels
+  static constexpr int kTilesAPass = kPackedGradInputPassChannels / 8;  // n8 tiles
+  static constexpr int kRowsAWarp = kPackedGradInputPassChannels / (kPackedTapsThreads / 32);
+
+  __device__ __forceinline__ static void store_row(const float* staged, T* row, int positions, int lane) {
+    if constexpr (sizeof(T) == 2) {
+      const int first = int(reinterpret_cast<uintptr_t>(row) / sizeof(T) % 2);  // (the first position on a 4-byte boundary)
+      const int pairs = (positions - first) / 2;
+      for (int k = lane; k < pairs; k += 32) {
+        const int position = first + 2 * k;
+        alignas(4) T pair[2] = {from_float<T>(staged[position]), from_float<T>(staged[position + 1])};
+        *reinterpret_cast<uint32_t*>(row + position) = *reinterpret_cast<const uint32_t*>(pair);
+      }
+      if (lane == 0 && first == 1) row[0] = from_float<T>(staged[0]);
+      if (lane == 1 && first + 2 * pairs < positions) row[positions - 1] = from_float<T>(staged[positions - 1]);
+    } else {
+      for (int position = lane; position < positions; position += 32) row[position] = from_float<T>(staged[position]);
+    }
+  }
+
   __device__ __forceinline__ static void store(const Mainloop& mainloop, float* stage, T* grad_x_rows, const ConvTParams& p,
-                                               int64_t first_channel, int first_row, int64_t positions, int lane) {
+                                               int64_t first_channel, int64_t positions_left, int warp, int lane) {
     const int g = lane / 4, c = lane % 4;
-    const bool position_in_row = first_row + lane < positions;
+    const int positions = positions_left < kPackedTapsRows ? int(positions_left) : kPackedTapsRows;
 #pragma unroll
     for (int pass = 0; pass < Mainloop::kChannelTiles / kTilesAPass; ++pass) {
 #pragma unroll
@@ -142,20 +162,20 @@ struct PackedGradInputEpilogue {
         for (int m = 0; m < 2; ++m) {
 #pragma unroll
           for (int i = 0; i < 4; ++i) {  // (rows g and g + 8 x columns 2c and 2c + 1)
-            stage[(t * 8 + 2 * c + i % 2) * kPackedGradInputStageRow + m * 16 + (i / 2) * 8 + g] =
+            stage[(t * 8 + 2 * c + i % 2) * kPackedGradInputStageRow + warp * 32 + m * 16 + (i / 2) * 8 + g] =
                 mainloop.acc[m][pass * kTilesAPass + t].value(i);
           }
         }
       }
-      __syncwarp();
-      const int64_t pass_channel = first_channel + pass * kTilesAPass * 8;
-#pragma unroll 4
-      for (int r = 0; r < kTilesAPass * 8; ++r) {
-        if (position_in_row && pass_channel + r < p.in_channels_per_group) {
-          grad_x_rows[(pass_channel + r) * p.length_in + first_row + lane] = from_float<T>(stage[r * kPackedGradInputStageRow + lane]);
+      __syncthreads();  // (every warp's fragments staged)
+      const int64_t pass_channel = first_channel + pass * kPackedGradInputPassChannels;
+#pragma unroll 1
+      for (int r = warp * kRowsAWarp; r < (warp + 1) * kRowsAWarp; ++r) {
+        if (pass_channel + r < p.in_channels_per_group) {
+          store_row(stage + r * kPackedGradInputStageRow, grad_x_rows + (pass_channel + r) * p.length_in, positions, lane);
         }
       }
-      __syncwarp();  // (every lane's reads before the next pass's writes)
+      __syncthreads();  // (every row stored before the next pass's fragments)
     }
   }
 };
@@ -189,9 +209,9 @@ __global__ void __launch_bounds__(kPackedTapsThreads, kMath == Math::k3xTF32 ? 1
     PackedGradInputLoader<T, kMath, kColumns>::load_w(w_s, w_rows, p, chunk, tid);
     __syncthreads();  // (G, at the first chunk, and this chunk's w)
     mainloop.run(g_s, w_s, warp, lane);
-    PackedGradInputEpilogue<T, kMath, kColumns>::store(mainloop, stage_s + warp * 32 * kPackedGradInputStageRow, grad_x_rows, p,
-                                                       chunk * kPackedGradInputChunk, warp * 32, p.length_in - first_position, lane);
-    __syncthreads();  // (every warp's reads of w before the next chunk's)
+    // (its passes' barriers also order every warp's reads of w before the next chunk's)
+    PackedGradInputEpilogue<T, kMath, kColumns>::store(mainloop, stage_s, grad_x_rows, p, chunk * kPackedGradInputChunk,
+                                                       p.length_in - first_position, warp, lane);
   }
 }
 
