@@ -714,10 +714,13 @@ GemmPlan gemm_problem(const ConvTParams& p, bool forward, int step_taps) {
 // fills out with it first). x is read once rather than once a phase, on the pipelined kernel, with
 // no MMA work added (the rows are the phases with a tap). K = 1 (one row a channel: no merged rows)
 // keeps a row per phase, those without the tap not stored, where that pads little: a narrow output
-// (its rows in one tile) or stride 2.
+// (its rows in one tile). A wide one would run stride x its MACs (CONVT_ONE_TAP_MERGE=always: at
+// stride 2 too, as before v121).
+PlanOverride one_tap_merge_override() { return read_plan_override("CONVT_ONE_TAP_MERGE"); }
 bool merges_short_filter(const ConvTParams& p) {
   return p.dilation == 1 && p.stride > 1 && p.kernel_size < p.stride && p.out_channels_per_group * p.stride < kGemmIndexLimit &&
-         (p.kernel_size > 1 || p.out_channels_per_group * p.stride <= 64 || p.stride <= 2);
+         (p.kernel_size > 1 || p.out_channels_per_group * p.stride <= 64 ||
+          (p.stride <= 2 && one_tap_merge_override() == PlanOverride::kAlways));
 }
 // K above stride and not a multiple of it (dilation 1) merges with zero taps: ceil(K / stride) taps,
 // zero where t*stride + r >= K. 0 x Inf of x would put NaN where torch has none, so the per-phase
@@ -2728,7 +2731,7 @@ constexpr const char* kPlannerVariables[] = {
     "CONVT_PERMUTED_POSITIONS", "CONVT_GRAD_WEIGHT_PIPELINED", "CONVT_STRICT_WIDE_MERGE", "CONVT_GRAD_WEIGHT_ELEMENT_COPIES",
     "CONVT_PIPELINED_SPLITS", "CONVT_COPY_BANDWIDTH_GBPS", "CONVT_GEMM_TILE", "CONVT_NARROWER_PIPELINED",
     "CONVT_FRAGMENT_TAPS", "CONVT_STRIDED_STORES_FIRST", "CONVT_STORE_BOUND", "CONVT_FRAGMENT_TAPS_ANY_TILE",
-    "CONVT_STAGED_PART_FILL", "CONVT_TAPLESS_PIPELINED", "CONVT_PACKED_TAPS",
+    "CONVT_STAGED_PART_FILL", "CONVT_TAPLESS_PIPELINED", "CONVT_PACKED_TAPS", "CONVT_ONE_TAP_MERGE",
 };
 
 // (every field of these is in the key: one added to them must join it)

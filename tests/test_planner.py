@@ -1202,6 +1202,23 @@ def test_merged_phases_only_where_they_merge():
             assert plan["zero_taps"] == (k > stride and k % stride != 0) == ("exact_family" in plan), (shape, plan)
 
 
+@pytest.mark.parametrize("dtype, tf32", MATHS)
+def test_one_tap_merges_only_narrow_outputs(dtype, tf32, monkeypatch):
+    """K = 1 at stride 2 or more: a narrow output (C_out/groups x stride <= 64: its rows in one tile)
+    merges its phases into rows, the tapless ones not stored (256 -> 32 at stride 2); a wide one runs
+    its one phase with a tap alone (merged it would run stride x its MACs); CONVT_ONE_TAP_MERGE=always
+    merges a wide one at stride 2, as before v121."""
+    narrow, wide = (4, 256, 32, 1, 20000, 2, 0, 1, 1, 1), (9, 293, 273, 1, 11408, 2, 0, 1, 1, 1)
+    merged = plans(narrow, dtype, tf32, "h100")["forward"]
+    assert merged["kernel"] == "gemm" and merged["row_phases"] == 2 and merged["stored_row_phases"] == 1, merged
+    for shape in (wide, (9, 293, 273, 1, 11408, 3, 0, 2, 1, 1)):
+        alone = plans(shape, dtype, tf32, "h100")["forward"]
+        assert alone["kernel"] == "gemm" and alone["row_phases"] == 1, (shape, alone)
+    monkeypatch.setenv("CONVT_ONE_TAP_MERGE", "always")
+    forced = plans(wide, dtype, tf32, "h100")["forward"]
+    assert forced["row_phases"] == 2 and forced["stored_row_phases"] == 1, forced
+
+
 def test_reduction_split_where_few_parts_reduce_long(monkeypatch):
     """A warp-tile plan whose parts leave the SMs idle over a long reduction splits each out phase's
     steps over parts that fill them, fp32 slices within the 16 MB workspace bound: grad_input of 8 input
