@@ -2359,12 +2359,11 @@ std::optional<PackedTapsPlan> plan_packed_grad_input(const ConvTParams& p, int e
 // padded reduction (a grad_x element takes C_out/groups padded to the GEMM's chunk, once a tap; here
 // `columns` MACs), its columns are at most packed_grad_input_most_columns and a group's channels
 // fill at least half of its first 64-channel pass (kPackedGradInputLeastChannels: every pass costs
-// the same whatever its channels). Both kernels store grad_x; the packed one at about 1.6 ps an
-// element up to 16 columns, where the GEMM's tiles took 2-3 ps (64-row tiles, C_in/groups 64:
-// 1.6-2.3 ps). Its pass grows with the columns' k-steps: at 32 columns by 1.3x, which beats TF32's
-// GEMMs (MMAs at half the 16-bit rate) but not 16-bit's; at 64 by 2-3x (TF32: one block an SM).
-// 3xTF32 is held to 16 columns (three MMAs a k-step, one block an SM). H100 A/B of 88 layer-dtype
-// cells: docs/perf/2026-12-06-packed-grad-input.md. CUDA-core plans always.
+// the same whatever its channels). Both kernels are bound by storing grad_x up to 16 columns; each
+// packed pass grows with the columns' k-steps, so at 32 columns it beats TF32's GEMMs (MMAs at half
+// the 16-bit rate) but not 16-bit's, and at 64 none (TF32: one block an SM). 3xTF32 is held to 16
+// columns (three MMAs a k-step, one block an SM). Measured: docs/perf/2026-12-06-packed-grad-input.md.
+// CUDA-core plans always.
 constexpr int64_t kPackedGradInputLeastChannels = 32;
 int packed_grad_input_most_columns(Math math) { return math == Math::kTF32 ? 32 : 16; }
 bool packed_grad_input_pays(const ConvTParams& p, const PackedTapsPlan& packed, const DataPlan& gemm, Math math) {

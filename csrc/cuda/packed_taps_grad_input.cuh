@@ -66,9 +66,9 @@ struct PackedGradInputLoader {
       const int item = tid + i * kPackedTapsThreads, c = item / kColumns, j = item % kColumns;
       const int64_t channel = first_channel + c;
       const bool valid = j < columns && channel < p.in_channels_per_group;
-      w_s[c * Layout::kRow + j] =
-          packed_operand<kMath>(valid ? __ldg(w_rows + channel * p.w_in_stride + (j / taps) * p.w_out_stride + (j % taps) * p.w_tap_stride)
-                        : Bits(0));
+      const Bits value = valid ? __ldg(w_rows + channel * p.w_in_stride + (j / taps) * p.w_out_stride + (j % taps) * p.w_tap_stride)
+                               : Bits(0);
+      w_s[c * Layout::kRow + j] = packed_operand<kMath>(value);
     }
   }
 };

@@ -12,6 +12,21 @@
 
 namespace convt::cuda {
 
+// PackedTapsPlan::columns (8, 16, 32 or 64; plan.cpp's packed_taps_columns) as `run`'s template
+// argument; a pass whose kernels start at kLeastColumns has no instantiation below them
+template <int kLeastColumns, typename Run>
+void with_packed_columns(int columns, const char* pass, Run&& run) {
+  switch (columns) {
+    case 8:
+      if constexpr (kLeastColumns <= 8) return run(std::integral_constant<int, 8>());
+      break;
+    case 16: return run(std::integral_constant<int, 16>());
+    case 32: return run(std::integral_constant<int, 32>());
+    case 64: return run(std::integral_constant<int, 64>());
+  }
+  TORCH_INTERNAL_ASSERT(false, "convt: packed taps' ", pass, " of ", columns, " columns");
+}
+
 template <typename scalar_t, Math kMath>
 void launch_packed_taps_forward(const ConvTParams& p, const PackedTapsPlan& plan, const scalar_t* x, const scalar_t* w,
                                 const scalar_t* bias, scalar_t* y, Launch launch) {
@@ -23,13 +38,7 @@ void launch_packed_taps_forward(const ConvTParams& p, const PackedTapsPlan& plan
                                                                                       as_cuda(y), p, plan);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   };
-  switch (plan.columns) {
-    case 8: return run(std::integral_constant<int, 8>());
-    case 16: return run(std::integral_constant<int, 16>());
-    case 32: return run(std::integral_constant<int, 32>());
-    case 64: return run(std::integral_constant<int, 64>());
-    default: TORCH_INTERNAL_ASSERT(false, "convt: packed taps of ", plan.columns, " columns");
-  }
+  with_packed_columns<8>(plan.columns, "forward", run);
 }
 
 template <typename scalar_t, Math kMath>
@@ -43,15 +52,7 @@ void launch_packed_taps_grad_input(const ConvTParams& p, const PackedTapsPlan& p
                                                                                       as_cuda(grad_x), p, plan);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   };
-  switch (plan.columns) {  // (16-bit: k16 steps, so 16 columns or more)
-    case 8:
-      if constexpr (kMath != Math::k16Bit) return run(std::integral_constant<int, 8>());
-      break;
-    case 16: return run(std::integral_constant<int, 16>());
-    case 32: return run(std::integral_constant<int, 32>());
-    case 64: return run(std::integral_constant<int, 64>());
-  }
-  TORCH_INTERNAL_ASSERT(false, "convt: packed taps' grad_input of ", plan.columns, " columns");
+  with_packed_columns<kMath == Math::k16Bit ? 16 : 8>(plan.columns, "grad_input", run);  // (16-bit: k16 steps)
 }
 
 }  // namespace convt::cuda
