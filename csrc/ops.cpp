@@ -75,10 +75,10 @@ std::vector<std::string> plan_op(at::IntArrayRef sizes, at::ScalarType dtype, bo
   const TensorFacts facts{int(c10::elementSize(dtype)), 256};
   const Math math = math_for(facts.element_size, tf32);
   const BackwardPlan backward_plan = plan_backward(backward, facts, facts, math, true, true, !backward_reduced, limits);
-  const Kernel grad_bias =
-      backward_reduced ? plan_backward(layer, facts, facts, math, false, false, true, limits).grad_bias : backward_plan.grad_bias;
+  const std::string grad_bias =
+      describe_grad_bias(backward_reduced ? plan_backward(layer, facts, facts, math, false, false, true, limits) : backward_plan);
   return {describe(plan_forward(forward, facts, math, limits)) + forward_tag, describe(backward_plan.grad_input) + backward_tag,
-          describe(backward_plan.grad_weight) + backward_tag, std::string("kernel=") + kernel_name(grad_bias)};
+          describe(backward_plan.grad_weight) + backward_tag, grad_bias};
 }
 
 }  // namespace

@@ -1253,6 +1253,16 @@ int warpgroup_group_taps(const std::vector<std::vector<int>>& phase_taps, bool l
   return best;
 }
 
+// The least items a slice of mma.sync tiles holds: a block's fixed work (staging its first item,
+// storing its partial sums, the sum of the slices over them) is worth several items, so short
+// reductions over few tiles (16,256,256,5,702,g16: 8 tiles) take fewer slices than would fill the
+// SMs with blocks of one item each. CONVT_GRAD_WEIGHT_SLICE_ITEMS (a whole number, read at every
+// plan) sets it; 1 is v121's planner.
+constexpr int64_t kGradWSliceLeastItems = 4;
+int64_t grad_weight_slice_items() {
+  return read_whole_number("CONVT_GRAD_WEIGHT_SLICE_ITEMS", int64_t(1) << 30, "items").value_or(kGradWSliceLeastItems);
+}
+
 // The slices of warpgroup tiles' items: about two waves of the blocks resident at once; pipelined
 // (one block an SM: waves as the model counts them) where those leave a wave less than
 // kGradWWaveFill full, the count whose waves end first, a block's time its ceil(items / slices)
@@ -1449,7 +1459,7 @@ std::optional<WeightGradPlan> plan_grad_weight_tiles(const ConvTParams& p, const
   }
   if (smem_bytes > limits.smem_one_block()) return std::nullopt;  // wide tap groups (dilation in the hundreds)
   // Slices, within the scratch budget: about six blocks per SM in all (twelve of the two-warp 32 x 32
-  // tiles); warpgroup tiles as warpgroup_slices has them
+  // tiles), each of at least grad_weight_slice_items items; warpgroup tiles as warpgroup_slices has them
   const int64_t weight_elements = grad_weight_elements(g);
   if (g.warpgroups) {
     const int64_t resident =
@@ -1457,7 +1467,7 @@ std::optional<WeightGradPlan> plan_grad_weight_tiles(const ConvTParams& p, const
     g.slices = warpgroup_slices(g.tiles, g.items, resident, g.stages > 0);
   } else {
     const int64_t target_blocks = limits.sm_count * std::max(6, 24 / ((g.block_ci / 16) * (g.block_co / 32)));
-    g.slices = std::clamp<int64_t>((target_blocks + g.tiles - 1) / g.tiles, 1, g.items);
+    g.slices = std::clamp<int64_t>((target_blocks + g.tiles - 1) / g.tiles, 1, std::max<int64_t>(1, g.items / grad_weight_slice_items()));
   }
   g.slices = std::max<int64_t>(1, std::min(g.slices, kGradWScratchBytes / 4 / weight_elements));
   if (g.tiles * g.slices >= kGemmIndexLimit) return std::nullopt;
@@ -2657,6 +2667,34 @@ WeightPlan plan_grad_weight_pass(const ConvTParams& p, const TensorFacts& x, con
 }  // namespace
 
 namespace {
+// grad_bias's row sums: a warp a row, or blocks of kRowSumBlockThreads over row segments, whichever
+// the price says ends first. A form's price is its waves (rows or segments over the threads an SM
+// holds, kRowSumThreadsPerSm: 64 warps, 8 blocks) times a wave's rounds of kRowSumLoads loads a
+// thread (16-byte vectors of a contiguous row, elements of a strided one) plus its sum's rounds
+// (the shuffle tree: 1; a block adds its warps' sums: 2). Short rows take warps however few they
+// are (16,256,256,5,702,g16's 4,096 rows of 706: one wave of warps, not four of mostly idle blocks);
+// a few long rows take blocks. Segments: where the rows, a block each, leave SMs idle, enough for
+// about kRowSumBlocksPerSm blocks an SM, each at least kRowSumLeastSegment elements (a row is read
+// once either way; the segments add N x segments slices to the second pass).
+// CONVT_ROW_SUM_WARPS=always|never takes one form (read at every plan).
+constexpr int64_t kRowSumThreadsPerSm = 2048, kRowSumBlocksPerSm = 4, kRowSumLeastSegment = 16384;
+RowSumsPlan plan_grad_bias_row_sums(const ConvTParams& p, const TensorFacts& grad_y, const DeviceLimits& limits) {
+  const int64_t rows = p.batch * p.out_channels, sms = limits.sm_count;
+  const int64_t loads = p.y_length_stride == 1 ? (p.length_out * grad_y.element_size + 15) / 16 : p.length_out;
+  const int64_t wanted = (kRowSumBlocksPerSm * sms + rows - 1) / rows;
+  const int64_t segments = std::max<int64_t>(1, std::min(wanted, p.length_out / kRowSumLeastSegment));
+  auto price = [&](int64_t items, int64_t threads, int64_t item_loads, int64_t sum_rounds) {
+    const int64_t resident = sms * (kRowSumThreadsPerSm / threads);
+    const int64_t rounds = (item_loads + threads * kRowSumLoads - 1) / (threads * kRowSumLoads);
+    return (items + resident - 1) / resident * (rounds + sum_rounds);
+  };
+  const PlanOverride form = read_plan_override("CONVT_ROW_SUM_WARPS");
+  const bool warp_rows = form == PlanOverride::kAlways ||
+                         (form == PlanOverride::kModel &&
+                          price(rows, 32, loads, 1) <= price(rows * segments, kRowSumBlockThreads, (loads + segments - 1) / segments, 2));
+  return warp_rows ? RowSumsPlan{true, 1} : RowSumsPlan{false, segments};
+}
+
 BackwardPlan plan_backward_uncached(const ConvTParams& p, const TensorFacts& x, const TensorFacts& grad_y, Math math,
                                     bool grad_input, bool grad_weight, bool grad_bias, const DeviceLimits& limits) {
   BackwardPlan plan;
@@ -2672,6 +2710,7 @@ BackwardPlan plan_backward_uncached(const ConvTParams& p, const TensorFacts& x, 
                                  plan.grad_weight.kernel == Kernel::kGradWeightWgmma) &&
                                 plan.grad_weight.gemm.sums_bias != 0;
     plan.grad_bias = by_grad_weight ? Kernel::kGradBiasFromGradWeight : Kernel::kGradBiasRowSums;
+    if (!by_grad_weight) plan.grad_bias_rows = plan_grad_bias_row_sums(p, grad_y, limits);
   }
   return plan;
 }
@@ -2731,6 +2770,7 @@ constexpr const char* kPlannerVariables[] = {
     "CONVT_PIPELINED_SPLITS", "CONVT_COPY_BANDWIDTH_GBPS", "CONVT_GEMM_TILE", "CONVT_NARROWER_PIPELINED",
     "CONVT_FRAGMENT_TAPS", "CONVT_STRIDED_STORES_FIRST", "CONVT_STORE_BOUND", "CONVT_FRAGMENT_TAPS_ANY_TILE",
     "CONVT_STAGED_PART_FILL", "CONVT_TAPLESS_PIPELINED", "CONVT_PACKED_TAPS", "CONVT_ONE_TAP_MERGE",
+    "CONVT_GRAD_WEIGHT_SLICE_ITEMS", "CONVT_ROW_SUM_WARPS",
 };
 
 // (every field of these is in the key: one added to them must join it)
@@ -2859,6 +2899,14 @@ std::string describe(const WeightPlan& plan) {
   }
   if (plan.box_seconds > 0) {
     text += key_values({{"box_ns", int64_t(plan.box_seconds * 1e9)}, {"tiles_ns", int64_t(plan.tiles_seconds * 1e9)}});
+  }
+  return text;
+}
+
+std::string describe_grad_bias(const BackwardPlan& plan) {
+  std::string text = std::string("kernel=") + kernel_name(plan.grad_bias);
+  if (plan.grad_bias == Kernel::kGradBiasRowSums) {
+    text += key_values({{"warp_rows", plan.grad_bias_rows.warp_rows}, {"segments", plan.grad_bias_rows.segments}});
   }
   return text;
 }

@@ -655,10 +655,20 @@ struct WeightPlan {
   // shows (box_ns, tiles_ns) for refits of the two models against measured times
   double box_seconds = 0, tiles_seconds = 0;
 };
+// grad_bias's row sums (kGradBiasRowSums, direct.cuh's grad_y_row_sums_kernel): a warp a grad_y row
+// (`warp_rows`), or a block of kRowSumBlockThreads threads a row segment, a row in `segments`
+// segments; each thread keeps kRowSumLoads loads in flight. The planner prices both forms
+// (plan_grad_bias_row_sums).
+constexpr int kRowSumBlockThreads = 256, kRowSumLoads = 4;
+struct RowSumsPlan {
+  bool warp_rows = false;
+  int64_t segments = 1;
+};
 struct BackwardPlan {
   DataPlan grad_input;
   WeightPlan grad_weight;
   Kernel grad_bias = Kernel::kNone;
+  RowSumsPlan grad_bias_rows{};  // where grad_bias is kGradBiasRowSums
 };
 
 // A layer whose stride and dilation share a factor step = gcd(stride, dilation) > 1 (docs/design.md
@@ -701,5 +711,6 @@ extern DeviceLimits (*current_cuda_device_limits)();
 // A plan as "key=value" pairs
 std::string describe(const DataPlan& plan);
 std::string describe(const WeightPlan& plan);
+std::string describe_grad_bias(const BackwardPlan& plan);
 
 }  // namespace convt

@@ -300,7 +300,19 @@ def test_grad_bias_row_sums(length, dtype, tf32):
     assert_gradients_deterministic(x, w, b, case)
 
 
-# ... and in segments where the N * C_out rows leave SMs idle (grad_y_row_segments: here 2 rows of
+# ... a warp a row where the rows are short, however few (RowSumsPlan: 72 rows of 705-706 outputs,
+# every alignment): against the float64 reference, bit-identical run to run
+@pytest.mark.parametrize("dtype,tf32", [(torch.float32, True), (torch.float32, False), (torch.bfloat16, True),
+                                        (torch.float16, True)], ids=str, indirect=["tf32"])
+@pytest.mark.parametrize("length", [352, 353])
+def test_grad_bias_row_sums_of_short_rows(length, dtype, tf32):
+    case = Case(3, 16, 24, 3, length, stride=2, padding=1, output_padding=1, dilation=2)
+    assert cuda_plans(case, dtype, tf32)["grad_bias"] == {"kernel": "row_sums", "warp_rows": 1, "segments": 1}
+    x, w, b = assert_backward_matches_reference(case, dtype, "cuda")
+    assert_gradients_deterministic(x, w, b, case)
+
+
+# ... and in segments where the N * C_out rows leave SMs idle (RowSumsPlan's segments: here 2 rows of
 # ~100K outputs, 6 segments): each segment's whole vectors, the row's first and last elements in its
 # first and last segment; grad_y contiguous or strided (its positions 16 bytes apart or more: shared
 # out one at a time), against the float64 sum; run to run the same bits

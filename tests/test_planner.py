@@ -1174,6 +1174,45 @@ def test_grad_weight_tiles_take_several_small_groups(dtype, tf32):
     assert g.get("packed_groups", 1) == 1, g  # (16-bit: the box tiles, one group a tile)
 
 
+@pytest.mark.parametrize("dtype,tf32", MATHS)
+def test_grad_weight_tile_slices_take_several_items(dtype, tf32, monkeypatch):
+    """grad_weight's mma.sync tiles cut their items into slices of at least four items (a block's
+    fixed work is worth several): 16,256,256,5,702,g16's 8-16 tiles of 192 items take 48 slices, not
+    one a block of one item; every mma.sync plan of random layers holds four items a slice or has one
+    slice. CONVT_GRAD_WEIGHT_SLICE_ITEMS=1 gives v121's slices (one item a slice there)."""
+    shape = (16, 256, 256, 5, 702, 1, 0, 0, 1, 16)
+    g = plans(shape, dtype, tf32, "h100")["grad_weight"]
+    assert g["kernel"] == "grad_weight_gemm" and g["items"] == 192 and g["slices"] == 48, g
+    for layer in random_shapes(150, seed=122):
+        g = plans(layer, dtype, tf32, "h100")["grad_weight"]
+        if g["kernel"] == "grad_weight_gemm":
+            assert g["slices"] == 1 or g["items"] // g["slices"] >= 4, (layer, g)
+    monkeypatch.setenv("CONVT_GRAD_WEIGHT_SLICE_ITEMS", "1")
+    g = plans(shape, dtype, tf32, "h100")["grad_weight"]
+    assert g["slices"] > 48 and -(-g["items"] // g["slices"]) <= 2, g
+    monkeypatch.setenv("CONVT_GRAD_WEIGHT_SLICE_ITEMS", "0")
+    with pytest.raises(Exception, match="CONVT_GRAD_WEIGHT_SLICE_ITEMS"):
+        plans(shape, dtype, tf32, "h100")
+
+
+def test_grad_bias_row_sums_take_warps_or_blocks_by_price(monkeypatch):
+    """grad_bias's row sums (where grad_weight does not sum it) take a warp a row where the rows are
+    short, however few (16,256,256,5,702,g16's 4,096 rows of 706: one wave of warps where blocks of
+    256 would run four of mostly idle threads), a block a row where rows are few and long, and a
+    block a row segment where even those leave SMs idle (2 rows of ~100K: 6 segments).
+    CONVT_ROW_SUM_WARPS=always|never takes one form."""
+    for dtype, tf32 in MATHS:
+        for shape, form in (((16, 256, 256, 5, 702, 1, 0, 0, 1, 16), (1, 1)), ((3, 16, 24, 3, 352, 2, 1, 1, 2, 1), (1, 1)),
+                            ((3, 16, 24, 3, 4099, 2, 1, 1, 2, 1), (0, 1)), ((2, 16, 1, 3, 50001, 2, 1, 1, 2, 1), (0, 6))):
+            bias = plans(shape, dtype, tf32, "h100")["grad_bias"]
+            assert (bias["kernel"], bias["warp_rows"], bias["segments"]) == ("row_sums", *form), (shape, bias)
+    shape = (16, 256, 256, 5, 702, 1, 0, 0, 1, 16)
+    monkeypatch.setenv("CONVT_ROW_SUM_WARPS", "never")
+    assert plans(shape, torch.bfloat16, True, "h100")["grad_bias"] == {"kernel": "row_sums", "warp_rows": 0, "segments": 1}
+    monkeypatch.setenv("CONVT_ROW_SUM_WARPS", "always")
+    assert plans((2, 16, 1, 3, 50001, 2, 1, 1, 2, 1), torch.bfloat16, True, "h100")["grad_bias"]["warp_rows"] == 1
+
+
 def test_depthwise_forward_splits_wide_channel_multipliers():
     """One input channel with a wide channel multiplier on short rows (a narrow input): the depthwise
     forward's blocks take a share of a row's output channels, so that the blocks fill the SMs; a

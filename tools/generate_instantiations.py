@@ -35,7 +35,7 @@ template void launch_depthwise_grad_input<{t}>(const ConvTParams&, const Depthwi
 template void launch_depthwise_grad_weight<{t}>(const ConvTParams&, int64_t, const {t}*, const {t}*, acc_type<{t}>*,
                                                 Launch);
 template void launch_grad_weight_direct<{t}>(const ConvTParams&, const {t}*, const {t}*, {t}*, Launch);
-template void launch_grad_y_row_sums<{t}>(const ConvTParams&, const {t}*, acc_type<{t}>*, Launch);
+template void launch_grad_y_row_sums<{t}>(const ConvTParams&, const RowSumsPlan&, const {t}*, acc_type<{t}>*, Launch);
 template void launch_deinterleave_grad_y<{t}>(const ConvTParams&, const {t}*, {t}*, int*, int64_t, int64_t, int64_t, Launch);
 template void launch_deinterleave_grad_y_channels_last<{t}>(const ConvTParams&, const {t}*, {t}*, int*, int64_t, int64_t,
                                                            int64_t, Launch);

@@ -6,7 +6,7 @@ and torch's own op, side by side.
         --json screen.json
 
 The pass is fwd, fwd+bwd (autograd: the gradients of x, w and bias), grad_input (output_mask (T, F,
-F)) or grad_weight (grad_weight with grad_bias). --variants: 'name=VAR:VALUE+VAR:VALUE;...' ('name='
+F)), grad_weight (grad_weight with grad_bias) or grad_bias (alone). --variants: 'name=VAR:VALUE+VAR:VALUE;...' ('name='
 for the planner's own choice; 'p32=CONVT_GEMM_TILE:pipelined:32x256' forces one tile shape). The planner reads these variables at every plan and keys its plan cache
 by them, so one process serves every variant (tools/ab.py starts a process a build and round; this
 times several settings of one build in a fraction of that, where the build is the same). Prints per
@@ -24,7 +24,7 @@ import torch
 import torch_convt_op
 from torch_convt_op import planner
 
-MASKS = {"grad_input": [True, False, False], "grad_weight": [False, True, True]}
+MASKS = {"grad_input": [True, False, False], "grad_weight": [False, True, True], "grad_bias": [False, False, True]}
 
 
 def parse_variants(text):
@@ -55,7 +55,7 @@ def pass_fn(pass_name, use_torch, tensors, layer):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("pass_name", choices=["fwd", "fwd+bwd", "grad_input", "grad_weight"])
+    parser.add_argument("pass_name", choices=["fwd", "fwd+bwd", "grad_input", "grad_weight", "grad_bias"])
     parser.add_argument("--layers", required=True, help="'N,C_in,C_out,K,L_in,stride,padding,output_padding,dilation,groups;...'")
     parser.add_argument("--dtypes", default="bf16,tf32", help="from bf16, tf32 (float32, TF32 allowed), fp32 (strict)")
     parser.add_argument("--variants", default="model=", help="'name=VAR:VALUE+VAR:VALUE;...'")

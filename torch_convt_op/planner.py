@@ -62,4 +62,6 @@ def summary(plan: Dict[str, Union[str, int]]) -> str:
         text += (f" {plan['stages']} stages" if plan.get("stages") else "") + (" merged" if plan.get("merged") else "")
         copies = [name for name in ("aligned_x", "deinterleaved_grad_y", "unrolled_grad_y") if plan.get(name)]
         return text + (" over " + " + ".join(copies) if copies else "")
+    if kernel == "row_sums":
+        return "row_sums " + ("warp a row" if plan["warp_rows"] else f"block a row, {plan['segments']} segments")
     return kernel

@@ -536,9 +536,8 @@ __global__ void grad_weight_direct_kernel(const scalar_t* __restrict__ grad_y, c
 
 // grad_bias in two fixed-order passes (no atomics; docs/design.md §5.4). First row_sums[(n*segments
 // + s)*C_out + co] = sum over j in segment s of grad_y[n, co, j], kRowThreads threads a segment (a
-// warp where the rows alone fill the SMs, a block of kReduceThreads where they are few and long; a
-// row in `segments` segments where even those leave SMs idle: grad_y_row_segments), coalesced along
-// the row, each thread keeping kLoads sums so that kLoads loads are in flight, added in a fixed order
+// warp or a block of kRowSumBlockThreads, a row in `segments` segments: the planner's RowSumsPlan),
+// coalesced along the row, each thread keeping kLoads sums so that kLoads loads are in flight, added in a fixed order
 // (a fixed shuffle tree, then the warps' sums in order); then sum_slices_kernel adds the N * segments
 // slices of C_out sums in order. A contiguous row goes in 16-byte loads from its first 16-byte
 // boundary, its whole vectors shared out over the segments, the elements before the first vector
@@ -547,7 +546,7 @@ __global__ void grad_weight_direct_kernel(const scalar_t* __restrict__ grad_y, c
 template <typename scalar_t, typename acc_t, int kRowThreads>
 __global__ void __launch_bounds__(256) grad_y_row_sums_kernel(const scalar_t* __restrict__ grad_y, acc_t* __restrict__ row_sums,
                                                              ConvTParams p, int64_t segments) {
-  constexpr int kLoads = 4, kVector = 16 / sizeof(scalar_t), kRowWarps = kRowThreads / 32;
+  constexpr int kLoads = kRowSumLoads, kVector = 16 / sizeof(scalar_t), kRowWarps = kRowThreads / 32;
   struct alignas(16) Vector { scalar_t v[kVector]; };
   __shared__ acc_t warp_sums[8];
   const int rows_a_block = int(blockDim.x) / kRowThreads, thread = int(threadIdx.x) % kRowThreads;

@@ -118,15 +118,17 @@ void launch_grad_weight_direct(const ConvTParams& p, const scalar_t* grad_y, con
 }
 
 template <typename scalar_t>
-void launch_grad_y_row_sums(const ConvTParams& p, const scalar_t* grad_y, acc_type<scalar_t>* row_sums, Launch launch) {
-  const int64_t rows = p.batch * p.out_channels, segments = grad_y_row_segments(p, launch.sm_count);
-  if (grad_y_rows_fill_sms(p, launch.sm_count)) {  // (a warp a row, segments 1)
+void launch_grad_y_row_sums(const ConvTParams& p, const RowSumsPlan& rows, const scalar_t* grad_y, acc_type<scalar_t>* row_sums,
+                            Launch launch) {
+  static_assert(kReduceThreads == kRowSumBlockThreads, "the planner prices the row sums' blocks at kRowSumBlockThreads");
+  const int64_t items = p.batch * p.out_channels * rows.segments;
+  if (rows.warp_rows) {
     grad_y_row_sums_kernel<scalar_t, acc_type<scalar_t>, 32>
-        <<<grid_size(rows * 32, kReduceThreads, launch), kReduceThreads, 0, launch.stream>>>(grad_y, row_sums, p, segments);
+        <<<grid_size(items * 32, kReduceThreads, launch), kReduceThreads, 0, launch.stream>>>(grad_y, row_sums, p, rows.segments);
   } else {
     grad_y_row_sums_kernel<scalar_t, acc_type<scalar_t>, kReduceThreads>
-        <<<grid_size(rows * segments * kReduceThreads, kReduceThreads, launch), kReduceThreads, 0, launch.stream>>>(
-            grad_y, row_sums, p, segments);
+        <<<grid_size(items * kReduceThreads, kReduceThreads, launch), kReduceThreads, 0, launch.stream>>>(grad_y, row_sums, p,
+                                                                                                          rows.segments);
   }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }

@@ -216,23 +216,11 @@ void launch_aligned_rows(const RowsView& in, const scalar_t* in_data, int64_t ro
 // *nonfinite set where x holds Inf or NaN (else left as it is)
 template <typename scalar_t>
 void launch_flag_nonfinite_x(const ConvTParams& p, const scalar_t* x, int* nonfinite, Launch launch);
-// grad_bias's first pass takes a warp a grad_y row where the N * C_out rows fill the SMs that way,
-// else a block of kReduceThreads a row segment
-inline bool grad_y_rows_fill_sms(const ConvTParams& p, int sm_count) {
-  return p.batch * p.out_channels >= 32 * int64_t(sm_count);
-}
-// The segments it cuts each row into: where the rows, a block each, leave SMs idle, enough for about
-// kRowSumBlocksPerSm blocks an SM, each segment at least kRowSumLeastSegment elements (a row is read
-// once either way; the segments add N * segments slices to the second pass)
-constexpr int64_t kRowSumBlocksPerSm = 4, kRowSumLeastSegment = 16384;
-inline int64_t grad_y_row_segments(const ConvTParams& p, int sm_count) {
-  const int64_t rows = p.batch * p.out_channels, wanted = (kRowSumBlocksPerSm * sm_count + rows - 1) / rows;
-  return grad_y_rows_fill_sms(p, sm_count) ? 1 : std::max<int64_t>(1, std::min(wanted, p.length_out / kRowSumLeastSegment));
-}
-// row_sums[(n * segments + s) * C_out + co] = sum over j in segment s of grad_y[n, co, j]
-// (grad_y_row_segments)
+// row_sums[(n * rows.segments + s) * C_out + co] = sum over j in segment s of grad_y[n, co, j]
+// (RowSumsPlan: a warp a row, or a block a row segment)
 template <typename scalar_t>
-void launch_grad_y_row_sums(const ConvTParams& p, const scalar_t* grad_y, acc_type<scalar_t>* row_sums, Launch launch);
+void launch_grad_y_row_sums(const ConvTParams& p, const RowSumsPlan& rows, const scalar_t* grad_y, acc_type<scalar_t>* row_sums,
+                            Launch launch);
 // out[e] = the sum over s of partial[s][e], in order of s (deterministic), plus bias[(e / length) mod
 // channels] where bias is not null (out as (N, channels, length)); nothing where launch.gate is set and 0
 template <typename scalar_t>

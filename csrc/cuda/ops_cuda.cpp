@@ -554,13 +554,13 @@ void run_grad_weight(const WeightPlan& plan, const ConvTParams& p, const at::Ten
 }
 
 // grad_bias from row sums of grad_y: row_sums[n][segment][co], then one slice per (n, segment)
-void run_grad_bias_row_sums(const ConvTParams& p, const at::Tensor& grad_y, const at::Tensor& grad_bias,
+void run_grad_bias_row_sums(const ConvTParams& p, const RowSumsPlan& rows, const at::Tensor& grad_y, const at::Tensor& grad_bias,
                             const Launch& launch) {
   dispatch_dtype(grad_y.scalar_type(), [&](auto element) {
     using scalar_t = decltype(element);
-    const int64_t slices = p.batch * grad_y_row_segments(p, launch.sm_count);
+    const int64_t slices = p.batch * rows.segments;
     const at::Tensor row_sums = at::empty({slices * p.out_channels}, grad_y.options().dtype(acc_dtype<scalar_t>()));
-    launch_grad_y_row_sums<scalar_t>(p, data_of<scalar_t>(grad_y), data_of<acc_type<scalar_t>>(row_sums), launch);
+    launch_grad_y_row_sums<scalar_t>(p, rows, data_of<scalar_t>(grad_y), data_of<acc_type<scalar_t>>(row_sums), launch);
     sum_slices(row_sums, grad_bias, slices, launch);
   });
 }
@@ -651,7 +651,7 @@ void backward(const at::Tensor& grad_y, const at::Tensor& x, const at::Tensor& w
       run_grad_weight(weight, weight.problem, weight_x, grad_y, grad_w, grad_bias, math, x_map, launch);
     }
   }
-  if (plan.grad_bias == Kernel::kGradBiasRowSums) run_grad_bias_row_sums(p, grad_y, grad_bias, launch);
+  if (plan.grad_bias == Kernel::kGradBiasRowSums) run_grad_bias_row_sums(p, plan.grad_bias_rows, grad_y, grad_bias, launch);
 }
 
 }  // namespace

@@ -11,7 +11,7 @@ template void launch_depthwise_grad_input<c10::BFloat16>(const ConvTParams&, con
 template void launch_depthwise_grad_weight<c10::BFloat16>(const ConvTParams&, int64_t, const c10::BFloat16*, const c10::BFloat16*, acc_type<c10::BFloat16>*,
                                                 Launch);
 template void launch_grad_weight_direct<c10::BFloat16>(const ConvTParams&, const c10::BFloat16*, const c10::BFloat16*, c10::BFloat16*, Launch);
-template void launch_grad_y_row_sums<c10::BFloat16>(const ConvTParams&, const c10::BFloat16*, acc_type<c10::BFloat16>*, Launch);
+template void launch_grad_y_row_sums<c10::BFloat16>(const ConvTParams&, const RowSumsPlan&, const c10::BFloat16*, acc_type<c10::BFloat16>*, Launch);
 template void launch_deinterleave_grad_y<c10::BFloat16>(const ConvTParams&, const c10::BFloat16*, c10::BFloat16*, int*, int64_t, int64_t, int64_t, Launch);
 template void launch_deinterleave_grad_y_channels_last<c10::BFloat16>(const ConvTParams&, const c10::BFloat16*, c10::BFloat16*, int*, int64_t, int64_t,
                                                            int64_t, Launch);

@@ -11,7 +11,7 @@ template void launch_depthwise_grad_input<c10::Half>(const ConvTParams&, const D
 template void launch_depthwise_grad_weight<c10::Half>(const ConvTParams&, int64_t, const c10::Half*, const c10::Half*, acc_type<c10::Half>*,
                                                 Launch);
 template void launch_grad_weight_direct<c10::Half>(const ConvTParams&, const c10::Half*, const c10::Half*, c10::Half*, Launch);
-template void launch_grad_y_row_sums<c10::Half>(const ConvTParams&, const c10::Half*, acc_type<c10::Half>*, Launch);
+template void launch_grad_y_row_sums<c10::Half>(const ConvTParams&, const RowSumsPlan&, const c10::Half*, acc_type<c10::Half>*, Launch);
 template void launch_deinterleave_grad_y<c10::Half>(const ConvTParams&, const c10::Half*, c10::Half*, int*, int64_t, int64_t, int64_t, Launch);
 template void launch_deinterleave_grad_y_channels_last<c10::Half>(const ConvTParams&, const c10::Half*, c10::Half*, int*, int64_t, int64_t,
                                                            int64_t, Launch);

@@ -11,7 +11,7 @@ template void launch_depthwise_grad_input<float>(const ConvTParams&, const Depth
 template void launch_depthwise_grad_weight<float>(const ConvTParams&, int64_t, const float*, const float*, acc_type<float>*,
                                                 Launch);
 template void launch_grad_weight_direct<float>(const ConvTParams&, const float*, const float*, float*, Launch);
-template void launch_grad_y_row_sums<float>(const ConvTParams&, const float*, acc_type<float>*, Launch);
+template void launch_grad_y_row_sums<float>(const ConvTParams&, const RowSumsPlan&, const float*, acc_type<float>*, Launch);
 template void launch_deinterleave_grad_y<float>(const ConvTParams&, const float*, float*, int*, int64_t, int64_t, int64_t, Launch);
 template void launch_deinterleave_grad_y_channels_last<float>(const ConvTParams&, const float*, float*, int*, int64_t, int64_t,
                                                            int64_t, Launch);

@@ -11,7 +11,7 @@ template void launch_depthwise_grad_input<double>(const ConvTParams&, const Dept
 template void launch_depthwise_grad_weight<double>(const ConvTParams&, int64_t, const double*, const double*, acc_type<double>*,
                                                 Launch);
 template void launch_grad_weight_direct<double>(const ConvTParams&, const double*, const double*, double*, Launch);
-template void launch_grad_y_row_sums<double>(const ConvTParams&, const double*, acc_type<double>*, Launch);
+template void launch_grad_y_row_sums<double>(const ConvTParams&, const RowSumsPlan&, const double*, acc_type<double>*, Launch);
 template void launch_deinterleave_grad_y<double>(const ConvTParams&, const double*, double*, int*, int64_t, int64_t, int64_t, Launch);
 template void launch_deinterleave_grad_y_channels_last<double>(const ConvTParams&, const double*, double*, int*, int64_t, int64_t,
                                                            int64_t, Launch);
