@@ -1299,6 +1299,12 @@ bool warpgroup_channels(const ConvTParams& p) {
   return p.in_channels_per_group > 32 && (p.out_channels_per_group > 32 || p.in_channels_per_group > 64);
 }
 
+// The tiles' partial sums taps first (WeightGradPlan::taps_first): a warp's store instruction of one
+// tap puts its 32 values in 8-16 sectors on mma.sync tiles, 4-8 on warpgroup tiles, where grad_w's
+// own order puts each in a sector of its own once taps >= 8 (1,256,256,16,19512,g4 bf16: 34.6 MB of
+// partial sums). CONVT_GRAD_WEIGHT_TAPS_FIRST=never: grad_w's order (read at every plan).
+PlanOverride grad_weight_taps_first_override() { return read_plan_override("CONVT_GRAD_WEIGHT_TAPS_FIRST"); }
+
 // with_bias: grad_bias may come along (in warpgroup tiles, else in TF32 only; grad_weight_gemm.cuh);
 // one_pass: the math is TF32 or 16-bit, not 3xTF32, so tap groups of up to kGradWWideGroupTaps and
 // warpgroup tiles may be planned; merge: the plan with merged phases (warpgroup tiles only), or none;
@@ -1309,6 +1315,7 @@ std::optional<WeightGradPlan> plan_grad_weight_tiles(const ConvTParams& p, const
                                                      bool any_channels, const DeviceLimits& limits) {
   if (!gemm_applies(p, x.element_size)) return std::nullopt;
   WeightGradPlan g{};
+  g.taps_first = grad_weight_taps_first_override() != PlanOverride::kNever;
   g.warpgroups = one_pass && limits.wgmma && (any_channels || warpgroup_channels(p));
   g.merged = merge && g.warpgroups && phases_merge(p) && p.stride <= kWgmmaBlockCo;  // (a tile: at least a co's rows)
   if (merge && !g.merged) return std::nullopt;
@@ -2770,7 +2777,7 @@ constexpr const char* kPlannerVariables[] = {
     "CONVT_PIPELINED_SPLITS", "CONVT_COPY_BANDWIDTH_GBPS", "CONVT_GEMM_TILE", "CONVT_NARROWER_PIPELINED",
     "CONVT_FRAGMENT_TAPS", "CONVT_STRIDED_STORES_FIRST", "CONVT_STORE_BOUND", "CONVT_FRAGMENT_TAPS_ANY_TILE",
     "CONVT_STAGED_PART_FILL", "CONVT_TAPLESS_PIPELINED", "CONVT_PACKED_TAPS", "CONVT_ONE_TAP_MERGE",
-    "CONVT_GRAD_WEIGHT_SLICE_ITEMS", "CONVT_ROW_SUM_WARPS",
+    "CONVT_GRAD_WEIGHT_SLICE_ITEMS", "CONVT_ROW_SUM_WARPS", "CONVT_GRAD_WEIGHT_TAPS_FIRST",
 };
 
 // (every field of these is in the key: one added to them must join it)
@@ -2892,7 +2899,8 @@ std::string describe(const WeightPlan& plan) {
                         {"unrolled_grad_y", plan.unrolled_grad_y}, {"block_ci", g.block_ci}, {"block_co", g.block_co}, {"group_taps", g.group_taps},
                         {"tap_groups", g.tap_groups}, {"merged", g.merged}, {"stages", g.stages}, {"slices", g.slices},
                         {"packed_groups", g.packed_groups}, {"tiles", g.tiles}, {"items", g.items}, {"taps", g.taps},
-                        {"sums_bias", g.sums_bias}, {"x_copy_elements", g.x_copy_elements}, {"gy_copy_elements", g.gy_copy_elements},
+                        {"sums_bias", g.sums_bias}, {"taps_first", g.taps_first}, {"x_copy_elements", g.x_copy_elements},
+                        {"gy_copy_elements", g.gy_copy_elements},
                         {"smem_bytes", int64_t(g.smem_bytes)}});
   } else if (plan.kernel == Kernel::kDepthwise) {
     text += key_values({{"slices", plan.depthwise_slices}});

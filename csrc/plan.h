@@ -497,6 +497,10 @@ struct WeightGradPlan {
   int64_t chunks_per_row;
   int64_t items;               // batch * chunks_per_row (< kGemmIndexLimit)
   int64_t slices;              // item ranges; partial holds one grad_w per slice
+  // the order of a slice's partial sums (mma.sync and warpgroup tiles): taps first,
+  // (k * groups*Cig + g*Cig + ci) * Cog + co, so that a warp's stores of one tap run along co
+  // (docs/design.md §5.1); else grad_w's own, ((g*Cig + ci) * Cog + co) * taps + k
+  bool taps_first;
   // grad_bias: sums_bias; the tap groups of q's phase: group_phase_groups[q] of them, q the
   // group_phase_index[q]-th; bias_slots per co row
   int sums_bias, bias_slots;

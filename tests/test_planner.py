@@ -1213,6 +1213,22 @@ def test_grad_bias_row_sums_take_warps_or_blocks_by_price(monkeypatch):
     assert plans((2, 16, 1, 3, 50001, 2, 1, 1, 2, 1), torch.bfloat16, True, "h100")["grad_bias"]["warp_rows"] == 1
 
 
+@pytest.mark.parametrize("dtype,tf32", MATHS)
+def test_grad_weight_tiles_store_partial_sums_taps_first(dtype, tf32, monkeypatch):
+    """The mma.sync and warpgroup grad_weight tiles store their partial sums taps first (a warp's
+    stores of a tap along co); the box tiles keep grad_w's order; CONVT_GRAD_WEIGHT_TAPS_FIRST=never
+    gives grad_w's order on every tile."""
+    for layer in random_shapes(60, seed=124):
+        g = plans(layer, dtype, tf32, "h100")["grad_weight"]
+        if g["kernel"] in ("grad_weight_gemm", "grad_weight_wgmma"):
+            assert g["taps_first"] == 1, (layer, g)
+    monkeypatch.setenv("CONVT_GRAD_WEIGHT_TAPS_FIRST", "never")
+    for layer in random_shapes(60, seed=124):
+        g = plans(layer, dtype, tf32, "h100")["grad_weight"]
+        if g["kernel"] in ("grad_weight_gemm", "grad_weight_wgmma"):
+            assert g["taps_first"] == 0, (layer, g)
+
+
 def test_depthwise_forward_splits_wide_channel_multipliers():
     """One input channel with a wide channel multiplier on short rows (a narrow input): the depthwise
     forward's blocks take a share of a row's output channels, so that the blocks fill the SMs; a

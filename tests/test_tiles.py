@@ -87,6 +87,34 @@ def test_grad_weight_pipelined_tiles_of_any_channels(case, dtype, tf32, monkeypa
     assert_gradients_deterministic(x, w, b, case)
 
 
+# grad_weight's partial sums in both orders (WeightGradPlan::taps_first; every other test runs the
+# planner's, taps first): packed groups with several items a slice, 8-tap groups, warpgroup tiles,
+# merged phases, pipelined tiles
+PARTIAL_ORDER_CASES = [
+    Case(2, 64, 64, 5, 700, stride=2, padding=2, groups=8),
+    Case(2, 24, 40, 18, 400, stride=2, padding=5),
+    Case(4, 64, 96, 3, 20000, padding=1),
+    Case(3, 48, 40, 10, 1200, stride=5),
+    Case(3, 136, 72, 3, 2000),
+]
+
+
+@requires_cuda
+@pytest.mark.parametrize("case", PARTIAL_ORDER_CASES, ids=str)
+@pytest.mark.parametrize("dtype,tf32", CUDA_MODES, ids=lambda v: str(v).removeprefix("torch."), indirect=["tf32"])
+@pytest.mark.parametrize("taps_first", ["model", "never"])
+def test_grad_weight_partial_sums_in_either_order(case, dtype, tf32, taps_first, monkeypatch):
+    """The mma.sync and warpgroup tiles' partial sums taps first (the planner's) or in grad_w's order
+    (CONVT_GRAD_WEIGHT_TAPS_FIRST=never), each summed into grad_w by sum_slices: against float64,
+    deterministic."""
+    monkeypatch.setenv("CONVT_GRAD_WEIGHT_BOXES", "never")
+    monkeypatch.setenv("CONVT_GRAD_WEIGHT_TAPS_FIRST", taps_first)
+    plan = cuda_plans(case, dtype, tf32)["grad_weight"]
+    assert plan["kernel"] in ("grad_weight_gemm", "grad_weight_wgmma") and plan["taps_first"] == (taps_first != "never"), plan
+    x, w, b = assert_backward_matches_reference(case, dtype, "cuda")
+    assert_gradients_deterministic(x, w, b, case)
+
+
 @requires_cuda
 @pytest.mark.parametrize("case", ELEMENT_COPY_CASES, ids=str)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=lambda v: str(v).removeprefix("torch."))

@@ -43,7 +43,7 @@ template void launch_flag_nonfinite_x<{t}>(const ConvTParams&, const {t}*, int*,
 template void launch_unroll_grad_y<{t}>(const ConvTParams&, const {t}*, {t}*, Launch);
 template void launch_channels_last<{t}>(const ChannelsLastCopy&, const {t}*, {t}*, Launch);
 template void launch_aligned_rows<{t}>(const RowsView&, const {t}*, int64_t, {t}*, Launch);
-template void launch_sum_slices<{t}>(const acc_type<{t}>*, {t}*, int64_t, int64_t, Launch, const {t}*, int64_t, int64_t);"""
+template void launch_sum_slices<{t}>(const acc_type<{t}>*, {t}*, int64_t, int64_t, Launch, const {t}*, int64_t, int64_t, int64_t);"""
 
 
 def files():

@@ -605,7 +605,8 @@ __global__ void __launch_bounds__(256) grad_y_row_sums_kernel(const scalar_t* __
 }
 
 // out[e] = the sum of partial[slice][e] over slices in a fixed order, plus bias[(e / length) mod
-// channels] where there is a bias (the second pass of the sliced grad_weight reductions, of grad_bias
+// channels] where there is a bias; sums taps first (taps > 1) go to out[(e mod rows) * taps + e div
+// rows], rows = elements / taps (the second pass of the sliced grad_weight reductions, of grad_bias
 // and of the GEMMs' reduction splits: deterministic, docs/design.md §8). A lane takes kVector
 // consecutive elements (one 16-byte load a slice where the elements are a multiple of kVector, so
 // that every slice's vectors are aligned); a block's kSumWarps warps take groups of 32 lanes'
@@ -622,14 +623,14 @@ inline int sum_slice_warps(int64_t slices) {
 template <typename T, typename acc_t, int kSliceWarps, int kVector>
 __global__ void __launch_bounds__(32 * kSumWarps)
     sum_slices_kernel(const acc_t* __restrict__ partial, const T* __restrict__ bias, T* __restrict__ out, int64_t elements,
-                      int64_t slices, int64_t length, int64_t channels, const int* gate) {
+                      int64_t slices, int64_t length, int64_t channels, int64_t taps, const int* gate) {
   if (gate != nullptr && *gate == 0) return;  // (Launch::gate: the slices of a gated GEMM)
   struct alignas(sizeof(acc_t) * kVector) Vector { acc_t v[kVector]; };
   __shared__ Vector warp_sums[kSumWarps][32];
   constexpr int kBlockVectors = 32 * (kSumWarps / kSliceWarps);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int group = warp / kSliceWarps, slice_warp = warp % kSliceWarps;
-  const int64_t vectors = elements / kVector;
+  const int64_t vectors = elements / kVector, rows = elements / taps;
   for (int64_t first = int64_t(blockIdx.x) * kBlockVectors; first < vectors; first += int64_t(gridDim.x) * kBlockVectors) {
     const int64_t v = first + 32 * group + lane;
     Vector sum{};
@@ -649,9 +650,9 @@ __global__ void __launch_bounds__(32 * kSumWarps)
         acc_t total = acc_t(0);
 #pragma unroll
         for (int w = 0; w < kSliceWarps; ++w) total += warp_sums[warp + w][lane].v[e];
-        const int64_t element = v * kVector + e;
-        if (bias != nullptr) total += acc_t(bias[element / length % channels]);
-        out[element] = T(total);
+        const int64_t element = v * kVector + e, at = taps == 1 ? element : element % rows * taps + element / rows;
+        if (bias != nullptr) total += acc_t(bias[at / length % channels]);
+        out[at] = T(total);
       }
     }
     __syncthreads();  // warp_sums is read before the next elements overwrite it

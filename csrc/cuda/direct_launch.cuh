@@ -257,13 +257,13 @@ void launch_aligned_rows(const RowsView& in, const scalar_t* in_data, int64_t ro
 
 template <typename scalar_t>
 void launch_sum_slices(const acc_type<scalar_t>* partial, scalar_t* out, int64_t elements, int64_t slices, Launch launch,
-                       const scalar_t* bias, int64_t length, int64_t channels) {
+                       const scalar_t* bias, int64_t length, int64_t channels, int64_t taps) {
   constexpr int kVector = 16 / int(sizeof(acc_type<scalar_t>));
   auto run = [&](auto slice_warps, auto vector) {
     constexpr int kSliceWarps = decltype(slice_warps)::value, kLaneElements = decltype(vector)::value;
     sum_slices_kernel<scalar_t, acc_type<scalar_t>, kSliceWarps, kLaneElements>
         <<<grid_size(elements / kLaneElements, 32 * (kSumWarps / kSliceWarps), launch), 32 * kSumWarps, 0, launch.stream>>>(
-            partial, bias, out, elements, slices, length, channels, launch.gate);
+            partial, bias, out, elements, slices, length, channels, taps, launch.gate);
   };
   auto with_warps = [&](auto vector) {
     switch (sum_slice_warps(slices)) {

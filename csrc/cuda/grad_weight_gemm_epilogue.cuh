@@ -30,9 +30,9 @@ struct GradWGemmEpilogue {
     }
   }
 
-  // partial[slice][(g*Cig + ci) * Cog + co][k] for the group's taps (a pack's products across groups
-  // left out): element e of tile nt sits at ci row lane/4 (+8 for e >= 2) and co column 2*(lane%4) +
-  // e%2 of the warp's tile.
+  // partial[slice] at WeightGradTile::partial_index for the group's taps (a pack's products across
+  // groups left out): element e of tile nt sits at ci row lane/4 (+8 for e >= 2) and co column
+  // 2*(lane%4) + e%2 of the warp's tile.
   __device__ __forceinline__ void store_tile(const Accumulators& acc, float* partial) const {
     const WeightGradTile& tile = work.tile;
     const int lane = work.lane, warp_ci = work.warp_ci, warp_co = work.warp_co, count = work.count;

@@ -36,10 +36,12 @@ struct WeightGradTile {
   __device__ __forceinline__ bool same_group(const WeightGradProblem& p, int ci, int co) const {
     return p.packed_groups == 1 || (ci_offset + ci) / int(p.in_channels_per_group) == (co_offset + co) / int(p.out_channels_per_group);
   }
-  // partial's index of (ci, co) of the tile, tap k (partial[slice][(g*Cig + ci) * Cog + co][k]; co's
-  // place in its group in 32-bit arithmetic, the modulo only in a pack of several groups)
+  // partial's index of (ci, co) of the tile, tap k, in a slice: taps first, (k * groups*Cig + g*Cig +
+  // ci) * Cog + co, or grad_w's order, ((g*Cig + ci) * Cog + co) * taps + k (WeightGradPlan::taps_first;
+  // co's place in its group in 32-bit arithmetic, the modulo only in a pack of several groups)
   __device__ __forceinline__ int64_t partial_index(const WeightGradProblem& p, int ci, int co, int k) const {
     const int pack_co = co_offset + co, group_co = p.packed_groups == 1 ? pack_co : pack_co % int(p.out_channels_per_group);
+    if (p.taps_first) return (k * (p.groups * p.in_channels_per_group) + first_ci + ci) * p.out_channels_per_group + group_co;
     return ((first_ci + ci) * p.out_channels_per_group + group_co) * p.taps + k;
   }
 };

@@ -82,7 +82,7 @@ struct WgmmaWeightGradEpilogue {
     }
   }
 
-  // partial[slice][(g*Cig + ci) * Cog + co][k] for the tap slots the group has: acc[t][4j + e] is row
+  // partial[slice] at WeightGradTile::partial_index for the tap slots the group has: acc[t][4j + e] is row
   // 16 * warp + lane / 4 + 8 * (e / 2), ci 8j + 2 * (lane % 4) + e % 2 (wgmma.cuh); merged, slot t's
   // k is group_tap (its k of r = 0) + r
   __device__ __forceinline__ void store_tile(const Accumulators& acc) const {

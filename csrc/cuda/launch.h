@@ -222,9 +222,11 @@ template <typename scalar_t>
 void launch_grad_y_row_sums(const ConvTParams& p, const RowSumsPlan& rows, const scalar_t* grad_y, acc_type<scalar_t>* row_sums,
                             Launch launch);
 // out[e] = the sum over s of partial[s][e], in order of s (deterministic), plus bias[(e / length) mod
-// channels] where bias is not null (out as (N, channels, length)); nothing where launch.gate is set and 0
+// channels] where bias is not null (out as (N, channels, length)); nothing where launch.gate is set and 0.
+// taps > 1: partial's sums are taps first (WeightGradPlan::taps_first), sum e going to out[(e mod
+// rows) * taps + e div rows], rows = elements / taps.
 template <typename scalar_t>
 void launch_sum_slices(const acc_type<scalar_t>* partial, scalar_t* out, int64_t elements, int64_t slices, Launch launch,
-                       const scalar_t* bias = nullptr, int64_t length = 1, int64_t channels = 1);
+                       const scalar_t* bias = nullptr, int64_t length = 1, int64_t channels = 1, int64_t taps = 1);
 
 }  // namespace convt::cuda

@@ -363,11 +363,13 @@ void run_gemm(const GemmPlan& gemm, const GemmWeight& weight, const at::Tensor& 
   });
 }
 
-// out = the sum of partial's slices (each out.numel() elements of out's accumulation type), in order
-void sum_slices(const at::Tensor& partial, const at::Tensor& out, int64_t slices, const Launch& launch) {
+// out = the sum of partial's slices (each out.numel() elements of out's accumulation type), in order;
+// taps > 1: partial's sums taps first (launch_sum_slices)
+void sum_slices(const at::Tensor& partial, const at::Tensor& out, int64_t slices, const Launch& launch, int64_t taps = 1) {
   dispatch_dtype(out.scalar_type(), [&](auto element) {
     using scalar_t = decltype(element);
-    launch_sum_slices<scalar_t>(data_of<acc_type<scalar_t>>(partial), data_of<scalar_t>(out), out.numel(), slices, launch);
+    launch_sum_slices<scalar_t>(data_of<acc_type<scalar_t>>(partial), data_of<scalar_t>(out), out.numel(), slices, launch, nullptr, 1,
+                                1, taps);
   });
 }
 
@@ -536,7 +538,7 @@ void run_grad_weight(const WeightPlan& plan, const ConvTParams& p, const at::Ten
                                                  bias_data, launch);
       }
     });
-    sum_slices(partial, grad_w, g.slices, launch);
+    sum_slices(partial, grad_w, g.slices, launch, g.taps_first ? g.taps : 1);
     if (bias_slices > 0) sum_slices(bias_partial, grad_bias, bias_slices, launch);
     return;
   }

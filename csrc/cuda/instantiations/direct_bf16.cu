@@ -19,5 +19,5 @@ template void launch_flag_nonfinite_x<c10::BFloat16>(const ConvTParams&, const c
 template void launch_unroll_grad_y<c10::BFloat16>(const ConvTParams&, const c10::BFloat16*, c10::BFloat16*, Launch);
 template void launch_channels_last<c10::BFloat16>(const ChannelsLastCopy&, const c10::BFloat16*, c10::BFloat16*, Launch);
 template void launch_aligned_rows<c10::BFloat16>(const RowsView&, const c10::BFloat16*, int64_t, c10::BFloat16*, Launch);
-template void launch_sum_slices<c10::BFloat16>(const acc_type<c10::BFloat16>*, c10::BFloat16*, int64_t, int64_t, Launch, const c10::BFloat16*, int64_t, int64_t);
+template void launch_sum_slices<c10::BFloat16>(const acc_type<c10::BFloat16>*, c10::BFloat16*, int64_t, int64_t, Launch, const c10::BFloat16*, int64_t, int64_t, int64_t);
 }  // namespace convt::cuda

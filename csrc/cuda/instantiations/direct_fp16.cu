@@ -19,5 +19,5 @@ template void launch_flag_nonfinite_x<c10::Half>(const ConvTParams&, const c10::
 template void launch_unroll_grad_y<c10::Half>(const ConvTParams&, const c10::Half*, c10::Half*, Launch);
 template void launch_channels_last<c10::Half>(const ChannelsLastCopy&, const c10::Half*, c10::Half*, Launch);
 template void launch_aligned_rows<c10::Half>(const RowsView&, const c10::Half*, int64_t, c10::Half*, Launch);
-template void launch_sum_slices<c10::Half>(const acc_type<c10::Half>*, c10::Half*, int64_t, int64_t, Launch, const c10::Half*, int64_t, int64_t);
+template void launch_sum_slices<c10::Half>(const acc_type<c10::Half>*, c10::Half*, int64_t, int64_t, Launch, const c10::Half*, int64_t, int64_t, int64_t);
 }  // namespace convt::cuda

@@ -19,5 +19,5 @@ template void launch_flag_nonfinite_x<float>(const ConvTParams&, const float*, i
 template void launch_unroll_grad_y<float>(const ConvTParams&, const float*, float*, Launch);
 template void launch_channels_last<float>(const ChannelsLastCopy&, const float*, float*, Launch);
 template void launch_aligned_rows<float>(const RowsView&, const float*, int64_t, float*, Launch);
-template void launch_sum_slices<float>(const acc_type<float>*, float*, int64_t, int64_t, Launch, const float*, int64_t, int64_t);
+template void launch_sum_slices<float>(const acc_type<float>*, float*, int64_t, int64_t, Launch, const float*, int64_t, int64_t, int64_t);
 }  // namespace convt::cuda

@@ -19,5 +19,5 @@ template void launch_flag_nonfinite_x<double>(const ConvTParams&, const double*,
 template void launch_unroll_grad_y<double>(const ConvTParams&, const double*, double*, Launch);
 template void launch_channels_last<double>(const ChannelsLastCopy&, const double*, double*, Launch);
 template void launch_aligned_rows<double>(const RowsView&, const double*, int64_t, double*, Launch);
-template void launch_sum_slices<double>(const acc_type<double>*, double*, int64_t, int64_t, Launch, const double*, int64_t, int64_t);
+template void launch_sum_slices<double>(const acc_type<double>*, double*, int64_t, int64_t, Launch, const double*, int64_t, int64_t, int64_t);
 }  // namespace convt::cuda
