@@ -1302,8 +1302,9 @@ bool warpgroup_channels(const ConvTParams& p) {
 // The tiles' partial sums taps first (WeightGradPlan::taps_first): a warp's store instruction of one
 // tap puts its 32 values in 8-16 sectors on mma.sync tiles, 4-8 on warpgroup tiles, where grad_w's
 // own order puts each in a sector of its own once taps >= 8 (1,256,256,16,19512,g4 bf16: 34.6 MB of
-// partial sums). CONVT_GRAD_WEIGHT_TAPS_FIRST=never: grad_w's order (read at every plan).
-PlanOverride grad_weight_taps_first_override() { return read_plan_override("CONVT_GRAD_WEIGHT_TAPS_FIRST"); }
+// partial sums). Only with CONVT_GRAD_WEIGHT_TAPS_FIRST=always (read at every plan) until a device
+// run has tested and timed it (docs/design.md §5.1); else grad_w's order.
+bool grad_weight_taps_first() { return read_plan_override("CONVT_GRAD_WEIGHT_TAPS_FIRST") == PlanOverride::kAlways; }
 
 // with_bias: grad_bias may come along (in warpgroup tiles, else in TF32 only; grad_weight_gemm.cuh);
 // one_pass: the math is TF32 or 16-bit, not 3xTF32, so tap groups of up to kGradWWideGroupTaps and
@@ -1315,7 +1316,7 @@ std::optional<WeightGradPlan> plan_grad_weight_tiles(const ConvTParams& p, const
                                                      bool any_channels, const DeviceLimits& limits) {
   if (!gemm_applies(p, x.element_size)) return std::nullopt;
   WeightGradPlan g{};
-  g.taps_first = grad_weight_taps_first_override() != PlanOverride::kNever;
+  g.taps_first = grad_weight_taps_first();
   g.warpgroups = one_pass && limits.wgmma && (any_channels || warpgroup_channels(p));
   g.merged = merge && g.warpgroups && phases_merge(p) && p.stride <= kWgmmaBlockCo;  // (a tile: at least a co's rows)
   if (merge && !g.merged) return std::nullopt;

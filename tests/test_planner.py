@@ -1214,19 +1214,21 @@ def test_grad_bias_row_sums_take_warps_or_blocks_by_price(monkeypatch):
 
 
 @pytest.mark.parametrize("dtype,tf32", MATHS)
-def test_grad_weight_tiles_store_partial_sums_taps_first(dtype, tf32, monkeypatch):
-    """The mma.sync and warpgroup grad_weight tiles store their partial sums taps first (a warp's
-    stores of a tap along co); the box tiles keep grad_w's order; CONVT_GRAD_WEIGHT_TAPS_FIRST=never
-    gives grad_w's order on every tile."""
-    for layer in random_shapes(60, seed=124):
-        g = plans(layer, dtype, tf32, "h100")["grad_weight"]
-        if g["kernel"] in ("grad_weight_gemm", "grad_weight_wgmma"):
-            assert g["taps_first"] == 1, (layer, g)
-    monkeypatch.setenv("CONVT_GRAD_WEIGHT_TAPS_FIRST", "never")
-    for layer in random_shapes(60, seed=124):
-        g = plans(layer, dtype, tf32, "h100")["grad_weight"]
-        if g["kernel"] in ("grad_weight_gemm", "grad_weight_wgmma"):
-            assert g["taps_first"] == 0, (layer, g)
+def test_grad_weight_tiles_store_partial_sums_taps_first_on_request(dtype, tf32, monkeypatch):
+    """With CONVT_GRAD_WEIGHT_TAPS_FIRST=always the mma.sync and warpgroup grad_weight tiles store
+    their partial sums taps first (a warp's stores of a tap along co); by default (until a device run
+    has timed it) they keep grad_w's order; the box tiles keep it always."""
+    shapes = random_shapes(60, seed=124)
+    tiles = ("grad_weight_gemm", "grad_weight_wgmma")
+    for setting, wanted in (("", 0), ("never", 0), ("always", 1)):
+        monkeypatch.setenv("CONVT_GRAD_WEIGHT_TAPS_FIRST", setting)
+        kernels = set()
+        for layer in shapes:
+            g = plans(layer, dtype, tf32, "h100")["grad_weight"]
+            kernels.add(g["kernel"])
+            if g["kernel"] in tiles:
+                assert g["taps_first"] == wanted, (setting, layer, g)
+        assert kernels & set(tiles), kernels
 
 
 def test_depthwise_forward_splits_wide_channel_multipliers():

@@ -88,7 +88,7 @@ def test_grad_weight_pipelined_tiles_of_any_channels(case, dtype, tf32, monkeypa
 
 
 # grad_weight's partial sums in both orders (WeightGradPlan::taps_first; every other test runs the
-# planner's, taps first): packed groups with several items a slice, 8-tap groups, warpgroup tiles,
+# planner's, grad_w's order): packed groups with several items a slice, 8-tap groups, warpgroup tiles,
 # merged phases, pipelined tiles
 PARTIAL_ORDER_CASES = [
     Case(2, 64, 64, 5, 700, stride=2, padding=2, groups=8),
@@ -102,15 +102,15 @@ PARTIAL_ORDER_CASES = [
 @requires_cuda
 @pytest.mark.parametrize("case", PARTIAL_ORDER_CASES, ids=str)
 @pytest.mark.parametrize("dtype,tf32", CUDA_MODES, ids=lambda v: str(v).removeprefix("torch."), indirect=["tf32"])
-@pytest.mark.parametrize("taps_first", ["model", "never"])
+@pytest.mark.parametrize("taps_first", ["always", "never"])
 def test_grad_weight_partial_sums_in_either_order(case, dtype, tf32, taps_first, monkeypatch):
-    """The mma.sync and warpgroup tiles' partial sums taps first (the planner's) or in grad_w's order
-    (CONVT_GRAD_WEIGHT_TAPS_FIRST=never), each summed into grad_w by sum_slices: against float64,
-    deterministic."""
+    """The mma.sync and warpgroup tiles' partial sums taps first (CONVT_GRAD_WEIGHT_TAPS_FIRST=always)
+    or in grad_w's order (=never, the planner's), each summed into grad_w by sum_slices: against
+    float64, deterministic."""
     monkeypatch.setenv("CONVT_GRAD_WEIGHT_BOXES", "never")
     monkeypatch.setenv("CONVT_GRAD_WEIGHT_TAPS_FIRST", taps_first)
     plan = cuda_plans(case, dtype, tf32)["grad_weight"]
-    assert plan["kernel"] in ("grad_weight_gemm", "grad_weight_wgmma") and plan["taps_first"] == (taps_first != "never"), plan
+    assert plan["kernel"] in ("grad_weight_gemm", "grad_weight_wgmma") and plan["taps_first"] == (taps_first == "always"), plan
     x, w, b = assert_backward_matches_reference(case, dtype, "cuda")
     assert_gradients_deterministic(x, w, b, case)
 
