@@ -537,12 +537,12 @@ __global__ void grad_weight_direct_kernel(const scalar_t* __restrict__ grad_y, c
 // grad_bias in two fixed-order passes (no atomics; docs/design.md §5.4). First row_sums[(n*segments
 // + s)*C_out + co] = sum over j in segment s of grad_y[n, co, j], kRowThreads threads a segment (a
 // warp or a block of kRowSumBlockThreads, a row in `segments` segments: the planner's RowSumsPlan),
-// coalesced along the row, each thread keeping kLoads sums so that kLoads loads are in flight, added in a fixed order
-// (a fixed shuffle tree, then the warps' sums in order); then sum_slices_kernel adds the N * segments
-// slices of C_out sums in order. A contiguous row goes in 16-byte loads from its first 16-byte
-// boundary, its whole vectors shared out over the segments, the elements before the first vector
-// (segment 0) and after the last (the last segment) one at a time; a strided row's elements are
-// shared out one at a time.
+// coalesced along the row, each thread keeping kLoads sums so that kLoads loads are in flight, added
+// in a fixed order (a fixed shuffle tree, then the warps' sums in order); then sum_slices_kernel
+// adds the N * segments slices of C_out sums in order. A contiguous row goes in 16-byte loads from
+// its first 16-byte boundary, its whole vectors shared out over the segments, the elements before
+// the first vector (segment 0) and after the last (the last segment) one at a time; a strided row's
+// elements are shared out one at a time.
 template <typename scalar_t, typename acc_t, int kRowThreads>
 __global__ void __launch_bounds__(256) grad_y_row_sums_kernel(const scalar_t* __restrict__ grad_y, acc_t* __restrict__ row_sums,
                                                              ConvTParams p, int64_t segments) {
