@@ -2305,6 +2305,23 @@ def test_plan_changes_lists_the_layers_an_override_moves(monkeypatch):
         assert summaries[0] != summaries[1], shape
 
 
+def test_plan_changes_compares_the_fields_named():
+    """tools/plan_changes.py --fields: a change the summary leaves out (grad_weight's slices under
+    CONVT_GRAD_WEIGHT_SLICE_ITEMS=1 against the planner's) lists no layer without the field named, and
+    the layers it moves with it."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    tool = [sys.executable, os.path.join(root, "tools", "plan_changes.py"), "--seeds", "0", "--count", "40",
+            "--passes", "grad_weight", "--dtypes", "bf16", "--card", "h100", "--a", "CONVT_GRAD_WEIGHT_SLICE_ITEMS=1"]
+
+    def last_line(*arguments):
+        output = subprocess.run(tool + list(arguments), capture_output=True, text=True, check=True).stdout
+        return output.strip().splitlines()[-1] if output.strip() else ""
+
+    assert last_line() == ""
+    layers = [item for item in last_line("--fields", "slices").split(";") if item]
+    assert layers, "no layer of seed 0's 40 has its slices moved"
+
+
 def test_plan_changes_against_saved_plans(tmp_path):
     """tools/plan_changes.py --save then --against (the way to compare two builds) lists what --a and
     --b list: here one build under two settings of CONVT_NARROW_ROWS_PIPELINED."""

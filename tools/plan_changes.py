@@ -8,7 +8,8 @@ the plans another build saved, on a named card, without a GPU. Its last line is 
 
 --a and --b each take VAR=VALUE,... ("" for the planner's own choice: every variable named in either
 unset). A pass's plan counts as changed where torch_convt_op.planner.summary differs (kernel, tile
-family and shape, stages, copies). A change of the planner's code: `--save before.json` on the old
+family and shape, stages, copies), or one of the plan fields --fields names (e.g. `--fields
+slices,taps_first`: a change the summary leaves out). A change of the planner's code: `--save before.json` on the old
 build, then `--against before.json` on the new one (same seeds, count, card; --b on both sides).
 """
 import argparse
@@ -37,23 +38,26 @@ def parse_setting(text):
     return setting
 
 
-def summaries(case, dtype_name, passes, setting, variables, card):
-    """planner.summary of each pass on `card` under `setting` (the other `variables` unset)"""
+def summaries(case, dtype_name, passes, setting, variables, card, fields=()):
+    """planner.summary of each pass on `card` under `setting` (the other `variables` unset), followed
+    by the `fields` the pass's plan has ('slices=48')"""
     for variable in variables:
         os.environ.pop(variable, None)
     os.environ.update(setting)
     dtype, tf32 = DTYPES[dtype_name]
     plan = planner.explain(*case.sizes, dtype=dtype, tf32=tf32, device=card)
-    return [planner.summary(plan[name]) for name in passes]
+    return [" ".join([planner.summary(plan[name])] + [f"{field}={plan[name][field]}" for field in fields if field in plan[name]])
+            for name in passes]
 
 
-def plan_table(seeds, count, dtype_names, passes, setting, variables, card):
-    """{(seed, kind, layer, dtype): [summary of each pass]} under `setting`"""
+def plan_table(seeds, count, dtype_names, passes, setting, variables, card, fields=()):
+    """{(seed, kind, layer, dtype): [summary (and fields) of each pass]} under `setting`"""
     table = {}
     for seed in seeds:
         for kind, case in draw_shapes(count, seed, "cuda"):
             for dtype_name in dtype_names:
-                table[(seed, kind, compact(case), dtype_name)] = summaries(case, dtype_name, passes, setting, variables, card)
+                table[(seed, kind, compact(case), dtype_name)] = summaries(case, dtype_name, passes, setting, variables, card,
+                                                                           fields)
     return table
 
 
@@ -68,6 +72,7 @@ def main():
     parser.add_argument("--dtypes", default="bf16,tf32,fp32", help=f"from {', '.join(DTYPES)}")
     parser.add_argument("--passes", default="forward,grad_input,grad_weight", help=f"from {', '.join(PASSES)}")
     parser.add_argument("--card", default="h200", help="the card planned for (planner.explain's device)")
+    parser.add_argument("--fields", default="", help="plan fields compared besides the summary, comma-separated")
     args = parser.parse_args()
     if (args.a is None) == (args.save is None and args.against is None):
         sys.exit("give --a (two settings of this build), or --save / --against (two builds)")
@@ -75,7 +80,8 @@ def main():
     variables = set(setting_a) | set(setting_b)
     passes = [name for name in args.passes.split(",") if name]
     seeds, dtype_names = [int(s) for s in args.seeds.split(",")], args.dtypes.split(",")
-    after = plan_table(seeds, args.count, dtype_names, passes, setting_b, variables, args.card)
+    fields = [name for name in args.fields.split(",") if name]
+    after = plan_table(seeds, args.count, dtype_names, passes, setting_b, variables, args.card, fields)
     if args.save:
         with open(args.save, "w") as out:
             json.dump({"card": args.card, "passes": passes, "plans": [[*key, plans] for key, plans in after.items()]}, out)
@@ -89,7 +95,7 @@ def main():
         if set(before) != set(after):
             sys.exit(f"{args.against} holds other layers or dtypes: the same --seeds, --count and --dtypes")
     else:
-        before = plan_table(seeds, args.count, dtype_names, passes, setting_a, variables, args.card)
+        before = plan_table(seeds, args.count, dtype_names, passes, setting_a, variables, args.card, fields)
     changed, moves = [], {}
     for (seed, kind, layer, dtype_name), plans in after.items():
         moves.setdefault((seed, kind, layer), [])
