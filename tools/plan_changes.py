@@ -9,8 +9,9 @@ the plans another build saved, on a named card, without a GPU. Its last line is 
 --a and --b each take VAR=VALUE,... ("" for the planner's own choice: every variable named in either
 unset). A pass's plan counts as changed where torch_convt_op.planner.summary differs (kernel, tile
 family and shape, stages, copies), or one of the plan fields --fields names (e.g. `--fields
-slices,taps_first`: a change the summary leaves out). A change of the planner's code: `--save before.json` on the old
-build, then `--against before.json` on the new one (same seeds, count, card; --b on both sides).
+slices,taps_first`: a change the summary leaves out). A change of the planner's code: `--save
+before.json` on the old build, then `--against before.json` on the new one (same seeds, count,
+card; --b on both sides).
 """
 import argparse
 import json
