@@ -85,13 +85,15 @@ def main():
     after = plan_table(seeds, args.count, dtype_names, passes, setting_b, variables, args.card, fields)
     if args.save:
         with open(args.save, "w") as out:
-            json.dump({"card": args.card, "passes": passes, "plans": [[*key, plans] for key, plans in after.items()]}, out)
+            json.dump({"card": args.card, "passes": passes, "fields": fields, "plans": [[*key, plans] for key, plans in after.items()]}, out)
         return
     if args.against:
         with open(args.against) as saved:
             before_file = json.load(saved)
-        if before_file["card"] != args.card or before_file["passes"] != passes:
-            sys.exit(f"{args.against} holds {before_file['passes']} on {before_file['card']}: plan the same")
+        saved_fields = before_file.get("fields", [])
+        if before_file["card"] != args.card or before_file["passes"] != passes or saved_fields != fields:
+            sys.exit(f"{args.against} holds {before_file['passes']} with fields {saved_fields} on {before_file['card']}:"
+                     " plan the same")
         before = {tuple(item[:4]): item[4] for item in before_file["plans"]}
         if set(before) != set(after):
             sys.exit(f"{args.against} holds other layers or dtypes: the same --seeds, --count and --dtypes")
