@@ -1302,8 +1302,9 @@ bool warpgroup_channels(const ConvTParams& p) {
 // The tiles' partial sums taps first (WeightGradPlan::taps_first): a warp's store instruction of one
 // tap puts its 32 values in 8-16 sectors on mma.sync tiles, 4-8 on warpgroup tiles, where grad_w's
 // own order puts each in a sector of its own once taps >= 8 (1,256,256,16,19512,g4 bf16: 34.6 MB of
-// partial sums). Only with CONVT_GRAD_WEIGHT_TAPS_FIRST=always (read at every plan) until a device
-// run has tested and timed it (docs/design.md §5.1); else grad_w's order.
+// partial sums). Only with CONVT_GRAD_WEIGHT_TAPS_FIRST=always (read at every plan), else grad_w's
+// order: it paid on mma.sync tiles and lost on merged warpgroup tiles of wide strides, in sample
+// (docs/perf/2026-12-06-taps-first.md), so no rule is taken until one is timed on fresh layers.
 bool grad_weight_taps_first() { return read_plan_override("CONVT_GRAD_WEIGHT_TAPS_FIRST") == PlanOverride::kAlways; }
 
 // with_bias: grad_bias may come along (in warpgroup tiles, else in TF32 only; grad_weight_gemm.cuh);

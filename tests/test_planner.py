@@ -1216,8 +1216,8 @@ def test_grad_bias_row_sums_take_warps_or_blocks_by_price(monkeypatch):
 @pytest.mark.parametrize("dtype,tf32", MATHS)
 def test_grad_weight_tiles_store_partial_sums_taps_first_on_request(dtype, tf32, monkeypatch):
     """With CONVT_GRAD_WEIGHT_TAPS_FIRST=always the mma.sync and warpgroup grad_weight tiles store
-    their partial sums taps first (a warp's stores of a tap along co); by default (until a device run
-    has timed it) they keep grad_w's order; the box tiles keep it always."""
+    their partial sums taps first (a warp's stores of a tap along co); by default they keep grad_w's
+    order; the box tiles keep it always."""
     shapes = random_shapes(60, seed=124)
     tiles = ("grad_weight_gemm", "grad_weight_wgmma")
     for setting, wanted in (("", 0), ("never", 0), ("always", 1)):
