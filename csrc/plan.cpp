@@ -745,6 +745,9 @@ bool merges_with_zero_taps(const ConvTParams& p) {
   return p.kernel_size > p.stride && p.kernel_size % p.stride != 0 &&
          (narrow_merged_rows(p) || 2 * padded_taps <= 3 * p.kernel_size);
 }
+// CONVT_ZERO_TAP_MERGE=always|never overrides plan_data's choice between a zero-tap merged forward
+// and its per-phase plan (read_plan_override; read at every plan): an A/B of that rule on one build.
+PlanOverride zero_tap_merge_override() { return read_plan_override("CONVT_ZERO_TAP_MERGE"); }
 std::optional<GemmPlan> merged_forward_problem(const ConvTParams& p, int step_taps) {
   const bool short_filter = merges_short_filter(p), zero_taps = merges_with_zero_taps(p);
   if (!phases_merge(p) && !short_filter && !zero_taps) return std::nullopt;
@@ -1862,6 +1865,8 @@ DataPlan plan_data_over_groups(const ConvTParams& p, const TensorFacts& in, Math
       // full rows those are as fast, and the merged plan pays its pass over x besides. A wide output
       // merges, pipelined, only where its per-phase plan would not run pipelined; in 3xTF32 (whose
       // strided forwards do) where the per-phase plan's stores cost more (strict_wide_merge_pays).
+      // CONVT_ZERO_TAP_MERGE=always|never: merged wherever both plans exist, or never (the per-phase
+      // plan alone, without the pass over x and the gated launches; zero_tap_merge_override).
       if (gemm && gemm->zero_taps) {
         auto exact = plan_gemm(gemm_problem(p, forward, step_taps), std::nullopt, in, math, limits);
         // 3xTF32 weighs the merge against the per-phase plan without its phase-strided staging (the
@@ -1876,8 +1881,10 @@ DataPlan plan_data_over_groups(const ConvTParams& p, const TensorFacts& in, Math
           return plan && kGemmTileShapes[plan->tile_shape].family == GemmFamily::kPipelined &&
                  (plan->out_step == 1 || pipeline_form(*plan) == PipelineForm::kPhasePair);
         };
-        const bool merges = !narrow_merged_rows(p) ? pipelined(gemm) && (math != Math::k3xTF32 ? !pipelined(exact)
-                                                                                              : strict_wide_merge_pays(p, *gemm, unstaged))
+        const PlanOverride merge_override = zero_tap_merge_override();
+        const bool merges = merge_override != PlanOverride::kModel ? merge_override == PlanOverride::kAlways
+                            : !narrow_merged_rows(p) ? pipelined(gemm) && (math != Math::k3xTF32 ? !pipelined(exact)
+                                                                                                  : strict_wide_merge_pays(p, *gemm, unstaged))
                             : math == Math::k3xTF32 ? strict_narrow_merge_pays(p, *gemm, unstaged)
                                                     : math != Math::k16Bit || p.out_channels_per_group < 16;
         // (the exact plan runs over the merged plan's outputs, whose zero taps may have made NaN at
@@ -2779,7 +2786,7 @@ constexpr const char* kPlannerVariables[] = {
     "CONVT_PIPELINED_SPLITS", "CONVT_COPY_BANDWIDTH_GBPS", "CONVT_GEMM_TILE", "CONVT_NARROWER_PIPELINED",
     "CONVT_FRAGMENT_TAPS", "CONVT_STRIDED_STORES_FIRST", "CONVT_STORE_BOUND", "CONVT_FRAGMENT_TAPS_ANY_TILE",
     "CONVT_STAGED_PART_FILL", "CONVT_TAPLESS_PIPELINED", "CONVT_PACKED_TAPS", "CONVT_ONE_TAP_MERGE",
-    "CONVT_GRAD_WEIGHT_SLICE_ITEMS", "CONVT_ROW_SUM_WARPS", "CONVT_GRAD_WEIGHT_TAPS_FIRST",
+    "CONVT_GRAD_WEIGHT_SLICE_ITEMS", "CONVT_ROW_SUM_WARPS", "CONVT_GRAD_WEIGHT_TAPS_FIRST", "CONVT_ZERO_TAP_MERGE",
 };
 
 // (every field of these is in the key: one added to them must join it)

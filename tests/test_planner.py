@@ -1231,6 +1231,24 @@ def test_grad_weight_tiles_store_partial_sums_taps_first_on_request(dtype, tf32,
         assert kernels & set(tiles), kernels
 
 
+@pytest.mark.parametrize("dtype,tf32", MATHS)
+def test_zero_tap_merge_follows_its_override(dtype, tf32, monkeypatch):
+    """CONVT_ZERO_TAP_MERGE=never plans every forward per phase (no zero taps, no exact plan beside
+    it); =always merges every forward the model merges and more (where the per-phase plan can stand
+    as the exact one); the default is the model's choice between the two."""
+    shapes = [shape for shape in random_shapes(80, seed=96) if shape[5] > 1 and shape[3] > shape[5] and shape[3] % shape[5]]
+    shapes.append((1, 4, 1024, 11, 430, 5, 3, 0, 1, 1))
+    merged = {}
+    for setting in ("", "never", "always"):
+        monkeypatch.setenv("CONVT_ZERO_TAP_MERGE", setting)
+        merged[setting] = {shape for shape in shapes if plans(shape, dtype, tf32, "h100")["forward"].get("zero_taps")}
+        if setting == "never":
+            for shape in shapes:
+                assert "exact_family" not in plans(shape, dtype, tf32, "h100")["forward"], shape
+    assert not merged["never"] and merged[""] and merged[""] <= merged["always"], merged
+    assert (1, 4, 1024, 11, 430, 5, 3, 0, 1, 1) in merged[""]
+
+
 def test_depthwise_forward_splits_wide_channel_multipliers():
     """One input channel with a wide channel multiplier on short rows (a narrow input): the depthwise
     forward's blocks take a share of a row's output channels, so that the blocks fill the SMs; a
