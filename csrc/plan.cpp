@@ -1865,8 +1865,8 @@ DataPlan plan_data_over_groups(const ConvTParams& p, const TensorFacts& in, Math
       // full rows those are as fast, and the merged plan pays its pass over x besides. A wide output
       // merges, pipelined, only where its per-phase plan would not run pipelined; in 3xTF32 (whose
       // strided forwards do) where the per-phase plan's stores cost more (strict_wide_merge_pays).
-      // CONVT_ZERO_TAP_MERGE=always|never: merged wherever both plans exist, or never (the per-phase
-      // plan alone, without the pass over x and the gated launches; zero_tap_merge_override).
+      // (zero_tap_merge_override: merged wherever the per-phase plan can stand as the exact one, or
+      // the per-phase plan alone, without the pass over x and the gated launches)
       if (gemm && gemm->zero_taps) {
         auto exact = plan_gemm(gemm_problem(p, forward, step_taps), std::nullopt, in, math, limits);
         // 3xTF32 weighs the merge against the per-phase plan without its phase-strided staging (the
