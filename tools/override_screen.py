@@ -9,8 +9,9 @@ The pass is fwd, fwd+bwd (autograd: the gradients of x, w and bias), grad_input 
 F)), grad_weight (grad_weight with grad_bias) or grad_bias (alone). --variants:
 'name=VAR:VALUE+VAR:VALUE;...' ('name=' for the planner's own choice;
 'p32=CONVT_GEMM_TILE:pipelined:32x256' forces one tile shape). The planner reads these variables at
-every plan and keys its plan cache by them, so one process serves every variant (tools/ab.py starts a process a build and round; this
-times several settings of one build in a fraction of that, where the build is the same). Prints per
+every plan and keys its plan cache by them, so one process serves every variant (tools/ab.py starts
+a process a build and round; this times several settings of one build in a fraction of that, where
+the build is the same). Prints per
 layer and dtype torch ms / ours ms for each variant, torch's ms and the plan summary under each
 variant (fwd+bwd: the forward's, grad_input's and grad_weight's); --json writes the times and plans.
 Times: triton.testing.do_bench medians (CUDA events, L2 flushed). Needs CUDA and a built package on
