@@ -375,6 +375,44 @@ def test_cuda_graph_capture_and_replay():
         assert_close(y, reference(x, w, b, case)[0], torch.float32, "cuda", case=case)
 
 
+OVERLAP_CASES = [  # plans of several launches in a row
+    (Case(1, 4, 1024, 11, 430, stride=5, padding=3), torch.bfloat16),  # zero-tap merged forward + gated exact plan
+    (Case(1, 4, 1024, 11, 430, stride=5, padding=3), torch.float32),
+    (Case(4, 256, 256, 11, 416, stride=5, padding=3), torch.bfloat16),  # layout copies, box tiles, row sums
+    (Case(2, 768, 768, 16, 300, stride=2, padding=7, groups=2), torch.bfloat16),  # channels-last copies
+    (Case(9, 40, 150, 11, 271, stride=6, padding=2), torch.float32),  # deinterleaved grad_y, slices summed
+]
+
+
+@pytest.mark.parametrize("nonfinite_x", [False, True], ids=["finite", "inf_in_x"])
+@pytest.mark.parametrize("case,dtype", OVERLAP_CASES, ids=str)
+def test_overlapped_launches_match_serial_ones(case, dtype, nonfinite_x, monkeypatch):
+    """Each kernel starting while the one before it finishes (sm_90's programmatic dependent launch, the
+    default there) gives bit for bit what serial launches (CONVT_OVERLAP_LAUNCHES=never) give, output
+    and gradients, the gated exact plan behind an Inf in x included: every kernel waits for its
+    predecessor before it touches memory (csrc/cuda/grid_dependency.cuh)."""
+    x, w, b = make_inputs(case, dtype, "cuda", requires_grad=True)
+    if nonfinite_x:
+        with torch.no_grad():
+            x[0, 0, case.l_in // 2] = float("inf")
+    grad_y = torch.randn_like(ours(x, w, b, case))
+    results = {}
+    for setting in ("never", "default"):
+        if setting == "never":
+            monkeypatch.setenv("CONVT_OVERLAP_LAUNCHES", "never")
+        else:
+            monkeypatch.delenv("CONVT_OVERLAP_LAUNCHES", raising=False)
+        poison_allocator("cuda")
+        y = ours(x, w, b, case)
+        results[setting] = (y.detach(),) + torch.autograd.grad(y, (x, w, b), grad_y)
+    names = ("output", "grad_input", "grad_weight", "grad_bias")
+    for name, serial, overlapped in zip(names, results["never"], results["default"]):
+        torch.testing.assert_close(overlapped, serial, rtol=0, atol=0, equal_nan=True, msg=lambda m: f"{name}: {m}")
+    if not nonfinite_x:
+        expected, inputs64 = reference(x, w, b, case)
+        assert_close(results["default"][0], expected, dtype, "cuda", case=case)
+
+
 SECOND_DEVICE_CASES = [  # one per kernel family
     (Case(2, 32, 32, 3, 256, stride=2), torch.float32),                       # tensor cores
     (Case(2, 24, 40, 7, 129, stride=3, padding=2, dilation=2), torch.bfloat16),  # tensor cores, staged output

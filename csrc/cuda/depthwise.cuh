@@ -8,6 +8,7 @@
 #include "plan.h"
 #include "problem.h"
 #include "cuda/direct.cuh"
+#include "cuda/grid_dependency.cuh"
 
 namespace convt::cuda {
 
@@ -56,6 +57,7 @@ template <typename scalar_t, typename acc_t, bool kOneInputChannel, bool kPhaseT
 __global__ void __launch_bounds__(kDwThreads, 4)
     depthwise_forward_kernel(const scalar_t* __restrict__ x, const scalar_t* __restrict__ w,
                              const scalar_t* __restrict__ bias, scalar_t* __restrict__ y, ConvTParams p, DepthwisePlan a) {
+  begin_dependent_grid();
   extern __shared__ __align__(16) unsigned char dw_smem[];
   const DwRowGroup<kRowGroups> rows(a.row_groups);
   const int in_per_group = kOneInputChannel ? 1 : int(p.in_channels_per_group);
@@ -156,6 +158,7 @@ template <typename scalar_t, typename acc_t, bool kRowGroups>
 __global__ void __launch_bounds__(kDwThreads)
     depthwise_grad_input_kernel(const scalar_t* __restrict__ grad_y, const scalar_t* __restrict__ w,
                                 scalar_t* __restrict__ grad_x, acc_t* __restrict__ partial, ConvTParams p, DepthwisePlan a) {
+  begin_dependent_grid();
   extern __shared__ __align__(16) unsigned char dw_smem[];
   const DwRowGroup<kRowGroups> rows(a.row_groups);
   acc_t* w_s = reinterpret_cast<acc_t*>(dw_smem) + rows.group * a.weights;
@@ -221,6 +224,7 @@ template <typename scalar_t, typename acc_t>
 __global__ void __launch_bounds__(kDwThreads, 4)
     depthwise_grad_weight_kernel(const scalar_t* __restrict__ grad_y, const scalar_t* __restrict__ x,
                                  acc_t* __restrict__ partial, ConvTParams p, int64_t slices) {
+  begin_dependent_grid();
   const int64_t weight_rows = p.in_channels * p.out_channels_per_group;
   for (int64_t block = blockIdx.x; block < weight_rows * slices; block += gridDim.x) {
     const int64_t weight_row = block % weight_rows, slice = block / weight_rows;

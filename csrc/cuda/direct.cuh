@@ -4,6 +4,7 @@
 // 64-bit indices. docs/design.md §6.2.
 #pragma once
 
+#include "cuda/grid_dependency.cuh"
 #include "cuda/launch.h"
 #include "problem.h"
 
@@ -39,6 +40,7 @@ struct TapTable {
 template <typename scalar_t, typename acc_t>
 __global__ void forward_direct_kernel(const scalar_t* __restrict__ x, const scalar_t* __restrict__ w,
                                       const scalar_t* __restrict__ bias, scalar_t* __restrict__ y, ConvTParams p) {
+  begin_dependent_grid();
   __shared__ TapTable taps;
   taps.fill(p);
   CONVT_ROW_LOOP(row, p.batch * p.out_channels) {
@@ -70,6 +72,7 @@ __global__ void forward_direct_kernel(const scalar_t* __restrict__ x, const scal
 template <typename scalar_t, typename acc_t>
 __global__ void grad_input_direct_kernel(const scalar_t* __restrict__ grad_y, const scalar_t* __restrict__ w,
                                          scalar_t* __restrict__ grad_x, ConvTParams p) {
+  begin_dependent_grid();
   __shared__ TapTable taps;
   taps.fill(p);
   CONVT_ROW_LOOP(row, p.batch * p.in_channels) {
@@ -123,6 +126,7 @@ constexpr int kDeinterleaveLoads = 8;
 template <typename scalar_t>
 __global__ void deinterleave_grad_y_kernel(const scalar_t* __restrict__ grad_y, scalar_t* __restrict__ out, int* nonfinite,
                                            ConvTParams p, int phases, int phase_step, int64_t row_length, int columns) {
+  begin_dependent_grid();
   extern __shared__ unsigned char deinterleave_smem[];
   scalar_t* const staged = reinterpret_cast<scalar_t*>(deinterleave_smem);
   const int64_t segment_step = int64_t(gridDim.x) * columns;
@@ -179,6 +183,7 @@ __global__ void deinterleave_grad_y_kernel(const scalar_t* __restrict__ grad_y, 
 template <typename scalar_t>
 __global__ void unroll_grad_y_kernel(const scalar_t* __restrict__ grad_y, scalar_t* __restrict__ out, ConvTParams p,
                                      int64_t row_length, UnrollWindow window) {
+  begin_dependent_grid();
   using Run = CopyVector<scalar_t>;
   constexpr int kVector = Run::kElements;
   extern __shared__ unsigned char unroll_smem[];
@@ -263,6 +268,7 @@ template <typename scalar_t, int kLoadElements, bool kVectorStores>
 __global__ void __launch_bounds__(kChannelsLastThreads, kCopyBlocksPerSm)
     channels_last_kernel(const scalar_t* __restrict__ in, scalar_t* __restrict__ out, ChannelsLastCopy copy, int channel_tiles,
                          int position_tiles) {
+  begin_dependent_grid();
   using Vector = CopyVector<scalar_t>;
   constexpr int kTile = kChannelsLastTile, kVector = Vector::kElements, kRowVectors = kTile / kVector;
   constexpr int kLoadGroups = kTile / kLoadElements;                     // a channel's loads a tile
@@ -361,6 +367,7 @@ __global__ void __launch_bounds__(kChannelsLastThreads, kCopyBlocksPerSm)
     deinterleave_channels_last_kernel(const scalar_t* __restrict__ grad_y, scalar_t* __restrict__ out, int* nonfinite,
                                       ConvTParams p, int phases, int64_t rows, int64_t row_elements, int channel_tiles,
                                       int row_tiles) {
+  begin_dependent_grid();
   using Vector = CopyVector<scalar_t>;
   constexpr int kTile = kChannelsLastTile, kVector = Vector::kElements;
   constexpr int kChannelStep = kChannelsLastThreads / kTile, kLoads = kTile / kChannelStep;  // (4 channels a pass, 16 passes)
@@ -429,6 +436,7 @@ __global__ void __launch_bounds__(kChannelsLastThreads, kCopyBlocksPerSm)
 // bytes) from element loads, which a warp's consecutive threads make consecutive along the row.
 template <typename scalar_t>
 __global__ void aligned_rows_kernel(const scalar_t* __restrict__ in, scalar_t* __restrict__ out, RowsView rows, int64_t row_elements) {
+  begin_dependent_grid();
   using Vector = CopyVector<scalar_t>;
   constexpr int kVector = Vector::kElements;
   const int64_t row_vectors = row_elements / kVector, vectors = rows.batch * rows.channels * row_vectors;
@@ -448,6 +456,7 @@ __global__ void aligned_rows_kernel(const scalar_t* __restrict__ in, scalar_t* _
 // contiguous x takes flag_nonfinite_run_kernel).
 template <typename scalar_t>
 __global__ void flag_nonfinite_x_kernel(const scalar_t* __restrict__ x, int* nonfinite, ConvTParams p) {
+  begin_dependent_grid();
   bool finite = true;
   CONVT_ROW_LOOP(row, p.batch * p.in_channels) {
     const scalar_t* x_row = x + row / p.in_channels * p.x_batch_stride + row % p.in_channels * p.x_channel_stride;
@@ -464,6 +473,7 @@ __global__ void flag_nonfinite_x_kernel(const scalar_t* __restrict__ x, int* non
 constexpr int kFlagVectors = 4;
 template <typename scalar_t>
 __global__ void flag_nonfinite_run_kernel(const scalar_t* __restrict__ data, int64_t elements, int* nonfinite) {
+  begin_dependent_grid();
   using Vector = CopyVector<scalar_t>;
   constexpr int kVector = Vector::kElements;
   const int64_t head = std::min<int64_t>(elements, (16 - int64_t(reinterpret_cast<uintptr_t>(data) % 16)) % 16 / int64_t(sizeof(scalar_t)));
@@ -517,6 +527,7 @@ __device__ acc_t block_sum(acc_t value) {
 template <typename scalar_t, typename acc_t, int kThreads>
 __global__ void grad_weight_direct_kernel(const scalar_t* __restrict__ grad_y, const scalar_t* __restrict__ x,
                                           scalar_t* __restrict__ grad_w, ConvTParams p) {
+  begin_dependent_grid();
   for (int64_t index = blockIdx.x; index < p.in_channels * p.out_channels_per_group * p.kernel_size;
        index += gridDim.x) {
     const auto [ci, co_in_group, k, co] = weight_element(index, p);
@@ -546,6 +557,7 @@ __global__ void grad_weight_direct_kernel(const scalar_t* __restrict__ grad_y, c
 template <typename scalar_t, typename acc_t, int kRowThreads>
 __global__ void __launch_bounds__(256) grad_y_row_sums_kernel(const scalar_t* __restrict__ grad_y, acc_t* __restrict__ row_sums,
                                                              ConvTParams p, int64_t segments) {
+  begin_dependent_grid();
   constexpr int kLoads = kRowSumLoads, kVector = 16 / sizeof(scalar_t), kRowWarps = kRowThreads / 32;
   struct alignas(16) Vector { scalar_t v[kVector]; };
   __shared__ acc_t warp_sums[8];
@@ -624,6 +636,7 @@ template <typename T, typename acc_t, int kSliceWarps, int kVector>
 __global__ void __launch_bounds__(32 * kSumWarps)
     sum_slices_kernel(const acc_t* __restrict__ partial, const T* __restrict__ bias, T* __restrict__ out, int64_t elements,
                       int64_t slices, int64_t length, int64_t channels, int64_t taps, const int* gate) {
+  begin_dependent_grid();
   if (gate != nullptr && *gate == 0) return;  // (Launch::gate: the slices of a gated GEMM)
   struct alignas(sizeof(acc_t) * kVector) Vector { acc_t v[kVector]; };
   __shared__ Vector warp_sums[kSumWarps][32];

@@ -56,9 +56,8 @@ void dispatch_row_groups(const DepthwisePlan& plan, Run run) {
 template <typename scalar_t>
 void launch_forward_direct(const ConvTParams& p, const scalar_t* x, const scalar_t* w, const scalar_t* bias, scalar_t* y,
                            Launch launch) {
-  forward_direct_kernel<scalar_t, acc_type<scalar_t>>
-      <<<row_grid(p.batch * p.out_channels, p.length_out, kDirectThreads), kDirectThreads, 0, launch.stream>>>(x, w, bias, y, p);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  launch_kernel(forward_direct_kernel<scalar_t, acc_type<scalar_t>>,
+                row_grid(p.batch * p.out_channels, p.length_out, kDirectThreads), kDirectThreads, 0, launch, x, w, bias, y, p);
 }
 
 template <typename scalar_t>
@@ -73,18 +72,16 @@ void launch_depthwise_forward(const ConvTParams& p, const DepthwisePlan& plan, c
                                     : (phase_taps ? depthwise_forward_kernel<scalar_t, acc_t, false, true, kRowGroups>
                                                   : depthwise_forward_kernel<scalar_t, acc_t, false, false, kRowGroups>);
     const dim3 grid = depthwise_grid(p.batch * p.groups, p.length_out, kernel, plan, launch);
-    kernel<<<grid, kDwThreads, plan.smem_bytes, launch.stream>>>(x, w, bias, y, p, plan);
+    launch_kernel(kernel, grid, kDwThreads, plan.smem_bytes, launch, x, w, bias, y, p, plan);
   };
   dispatch_row_groups(plan, run);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
 template <typename scalar_t>
 void launch_grad_input_direct(const ConvTParams& p, const scalar_t* grad_y, const scalar_t* w, scalar_t* grad_x,
                               Launch launch) {
-  grad_input_direct_kernel<scalar_t, acc_type<scalar_t>>
-      <<<row_grid(p.batch * p.in_channels, p.length_in, kDirectThreads), kDirectThreads, 0, launch.stream>>>(grad_y, w, grad_x, p);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  launch_kernel(grad_input_direct_kernel<scalar_t, acc_type<scalar_t>>,
+                row_grid(p.batch * p.in_channels, p.length_in, kDirectThreads), kDirectThreads, 0, launch, grad_y, w, grad_x, p);
 }
 
 template <typename scalar_t>
@@ -93,28 +90,25 @@ void launch_depthwise_grad_input(const ConvTParams& p, const DepthwisePlan& plan
   auto run = [&](auto row_groups) {
     auto kernel = depthwise_grad_input_kernel<scalar_t, acc_type<scalar_t>, decltype(row_groups)::value>;
     const dim3 grid = depthwise_grid(p.batch * p.in_channels, p.length_in, kernel, plan, launch);
-    kernel<<<grid, kDwThreads, plan.smem_bytes, launch.stream>>>(grad_y, w, grad_x, partial, p, plan);
+    launch_kernel(kernel, grid, kDwThreads, plan.smem_bytes, launch, grad_y, w, grad_x, partial, p, plan);
   };
   dispatch_row_groups(plan, run);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
 template <typename scalar_t>
 void launch_depthwise_grad_weight(const ConvTParams& p, int64_t slices, const scalar_t* grad_y, const scalar_t* x,
                                   acc_type<scalar_t>* partial, Launch launch) {
   const int64_t blocks = p.in_channels * p.out_channels_per_group * slices;
-  depthwise_grad_weight_kernel<scalar_t, acc_type<scalar_t>>
-      <<<grid_size(blocks * kDwThreads, kDwThreads, launch), kDwThreads, 0, launch.stream>>>(grad_y, x, partial, p, slices);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  launch_kernel(depthwise_grad_weight_kernel<scalar_t, acc_type<scalar_t>>, grid_size(blocks * kDwThreads, kDwThreads, launch),
+                kDwThreads, 0, launch, grad_y, x, partial, p, slices);
 }
 
 template <typename scalar_t>
 void launch_grad_weight_direct(const ConvTParams& p, const scalar_t* grad_y, const scalar_t* x, scalar_t* grad_w,
                                Launch launch) {
   const int64_t elements = p.in_channels * p.out_channels_per_group * p.kernel_size;
-  grad_weight_direct_kernel<scalar_t, acc_type<scalar_t>, kReduceThreads>
-      <<<grid_size(elements * kReduceThreads, kReduceThreads, launch), kReduceThreads, 0, launch.stream>>>(grad_y, x, grad_w, p);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  launch_kernel(grad_weight_direct_kernel<scalar_t, acc_type<scalar_t>, kReduceThreads>,
+                grid_size(elements * kReduceThreads, kReduceThreads, launch), kReduceThreads, 0, launch, grad_y, x, grad_w, p);
 }
 
 template <typename scalar_t>
@@ -123,14 +117,13 @@ void launch_grad_y_row_sums(const ConvTParams& p, const RowSumsPlan& rows, const
   static_assert(kReduceThreads == kRowSumBlockThreads, "the planner prices the row sums' blocks at kRowSumBlockThreads");
   const int64_t items = p.batch * p.out_channels * rows.segments;
   if (rows.warp_rows) {
-    grad_y_row_sums_kernel<scalar_t, acc_type<scalar_t>, 32>
-        <<<grid_size(items * 32, kReduceThreads, launch), kReduceThreads, 0, launch.stream>>>(grad_y, row_sums, p, rows.segments);
+    launch_kernel(grad_y_row_sums_kernel<scalar_t, acc_type<scalar_t>, 32>, grid_size(items * 32, kReduceThreads, launch),
+                  kReduceThreads, 0, launch, grad_y, row_sums, p, rows.segments);
   } else {
-    grad_y_row_sums_kernel<scalar_t, acc_type<scalar_t>, kReduceThreads>
-        <<<grid_size(items * kReduceThreads, kReduceThreads, launch), kReduceThreads, 0, launch.stream>>>(grad_y, row_sums, p,
-                                                                                                          rows.segments);
+    launch_kernel(grad_y_row_sums_kernel<scalar_t, acc_type<scalar_t>, kReduceThreads>,
+                  grid_size(items * kReduceThreads, kReduceThreads, launch), kReduceThreads, 0, launch, grad_y, row_sums, p,
+                  rows.segments);
   }
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
 template <typename scalar_t>
@@ -141,9 +134,8 @@ void launch_deinterleave_grad_y(const ConvTParams& p, const scalar_t* grad_y, sc
   const int64_t stage_elements = kDeinterleaveBytes / int64_t(sizeof(scalar_t));
   const int columns = int(std::min<int64_t>(row_length, std::max<int64_t>(1, stage_elements / phases / 32 * 32)));
   const size_t smem = sizeof(scalar_t) * staged_elements_padded(columns * phases);
-  deinterleave_grad_y_kernel<scalar_t><<<row_grid(p.batch * p.out_channels, row_length, columns), kDirectThreads, smem,
-                                         launch.stream>>>(grad_y, out, nonfinite, p, int(phases), int(phase_step), row_length, columns);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  launch_kernel(deinterleave_grad_y_kernel<scalar_t>, row_grid(p.batch * p.out_channels, row_length, columns), kDirectThreads,
+                smem, launch, grad_y, out, nonfinite, p, int(phases), int(phase_step), row_length, columns);
 }
 
 template <typename scalar_t>
@@ -153,9 +145,8 @@ void launch_unroll_grad_y(const ConvTParams& p, const scalar_t* grad_y, scalar_t
   TORCH_INTERNAL_ASSERT(window.positions > 0, "unrolled grad_y: no window fits (unrolled_copy_fits)");
   const int64_t windows = (row_length + window.positions - 1) / window.positions * ((p.kernel_size + window.taps - 1) / window.taps);
   const dim3 grid(unsigned(windows), unsigned(std::min<int64_t>(p.batch * p.out_channels, 65535)));
-  unroll_grad_y_kernel<scalar_t><<<grid, kDirectThreads, sizeof(scalar_t) * staged_elements_padded(window.elements), launch.stream>>>(
-      grad_y, out, p, row_length, window);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  launch_kernel(unroll_grad_y_kernel<scalar_t>, grid, kDirectThreads, sizeof(scalar_t) * staged_elements_padded(window.elements),
+                launch, grad_y, out, p, row_length, window);
 }
 
 // Whether x's elements fill one run of memory from its first element (contiguous in some order of its
@@ -178,13 +169,13 @@ void launch_flag_nonfinite_x(const ConvTParams& p, const scalar_t* x, int* nonfi
   if (x_is_one_run(p)) {
     const int64_t elements = p.batch * p.in_channels * p.length_in;
     const int64_t vectors = elements / CopyVector<scalar_t>::kElements;
-    flag_nonfinite_run_kernel<scalar_t><<<grid_size((vectors + kFlagVectors - 1) / kFlagVectors, kDirectThreads, launch),
-                                          kDirectThreads, 0, launch.stream>>>(x, elements, nonfinite);
+    launch_kernel(flag_nonfinite_run_kernel<scalar_t>,
+                  grid_size((vectors + kFlagVectors - 1) / kFlagVectors, kDirectThreads, launch), kDirectThreads, 0, launch, x,
+                  elements, nonfinite);
   } else {  // (8 positions a thread: a block reads 8 KB of a row or more)
-    flag_nonfinite_x_kernel<scalar_t><<<row_grid(p.batch * p.in_channels, p.length_in, 8 * kDirectThreads), kDirectThreads, 0,
-                                        launch.stream>>>(x, nonfinite, p);
+    launch_kernel(flag_nonfinite_x_kernel<scalar_t>, row_grid(p.batch * p.in_channels, p.length_in, 8 * kDirectThreads),
+                  kDirectThreads, 0, launch, x, nonfinite, p);
   }
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
 // Blocks of a copy_tiles kernel (direct.cuh): as many as the device runs at once, at most one a tile
@@ -211,8 +202,8 @@ void launch_channels_last(const ChannelsLastCopy& copy, const scalar_t* in, scal
   const bool vector_stores = copy.row_elements % kVector == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0;
   auto run = [&](auto load_elements, auto vector_store) {
     const auto kernel = channels_last_kernel<scalar_t, decltype(load_elements)::value, decltype(vector_store)::value>;
-    kernel<<<copy_grid(kernel, tiles, launch), kChannelsLastThreads, 0, launch.stream>>>(in, out, copy, int(channel_tiles),
-                                                                                         int(position_tiles));
+    launch_kernel(kernel, copy_grid(kernel, tiles, launch), kChannelsLastThreads, 0, launch, in, out, copy, int(channel_tiles),
+                  int(position_tiles));
   };
   auto run_loads = [&](auto load_elements) {
     if (vector_stores) {
@@ -230,7 +221,6 @@ void launch_channels_last(const ChannelsLastCopy& copy, const scalar_t* in, scal
   } else {
     run_loads(std::integral_constant<int, 1>{});
   }
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
 template <typename scalar_t>
@@ -242,17 +232,15 @@ void launch_deinterleave_grad_y_channels_last(const ConvTParams& p, const scalar
   const int64_t channel_tiles = copy_tiles_of(p.out_channels, kChannelsLastTile);
   const int64_t row_tiles = copy_tiles_of(rows, kChannelsLastTile / phases);
   const auto kernel = deinterleave_channels_last_kernel<scalar_t>;
-  kernel<<<copy_grid(kernel, p.batch * channel_tiles * row_tiles, launch), kChannelsLastThreads, 0, launch.stream>>>(
-      grad_y, out, nonfinite, p, int(phases), rows, row_elements, int(channel_tiles), int(row_tiles));
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  launch_kernel(kernel, copy_grid(kernel, p.batch * channel_tiles * row_tiles, launch), kChannelsLastThreads, 0, launch, grad_y,
+                out, nonfinite, p, int(phases), rows, row_elements, int(channel_tiles), int(row_tiles));
 }
 
 template <typename scalar_t>
 void launch_aligned_rows(const RowsView& in, const scalar_t* in_data, int64_t row_elements, scalar_t* out, Launch launch) {
   const int64_t vectors = in.batch * in.channels * row_elements / (16 / int64_t(sizeof(scalar_t)));
-  aligned_rows_kernel<scalar_t><<<grid_size(vectors, kDirectThreads, launch), kDirectThreads, 0, launch.stream>>>(in_data, out, in,
-                                                                                                            row_elements);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  launch_kernel(aligned_rows_kernel<scalar_t>, grid_size(vectors, kDirectThreads, launch), kDirectThreads, 0, launch, in_data,
+                out, in, row_elements);
 }
 
 template <typename scalar_t>
@@ -261,9 +249,9 @@ void launch_sum_slices(const acc_type<scalar_t>* partial, scalar_t* out, int64_t
   constexpr int kVector = 16 / int(sizeof(acc_type<scalar_t>));
   auto run = [&](auto slice_warps, auto vector) {
     constexpr int kSliceWarps = decltype(slice_warps)::value, kLaneElements = decltype(vector)::value;
-    sum_slices_kernel<scalar_t, acc_type<scalar_t>, kSliceWarps, kLaneElements>
-        <<<grid_size(elements / kLaneElements, 32 * (kSumWarps / kSliceWarps), launch), 32 * kSumWarps, 0, launch.stream>>>(
-            partial, bias, out, elements, slices, length, channels, taps, launch.gate);
+    launch_kernel(sum_slices_kernel<scalar_t, acc_type<scalar_t>, kSliceWarps, kLaneElements>,
+                  grid_size(elements / kLaneElements, 32 * (kSumWarps / kSliceWarps), launch), 32 * kSumWarps, 0, launch, partial,
+                  bias, out, elements, slices, length, channels, taps, launch.gate);
   };
   auto with_warps = [&](auto vector) {
     switch (sum_slice_warps(slices)) {
@@ -279,7 +267,6 @@ void launch_sum_slices(const acc_type<scalar_t>* partial, scalar_t* out, int64_t
   } else {
     with_warps(std::integral_constant<int, 1>{});
   }
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
 }  // namespace convt::cuda

@@ -59,8 +59,7 @@ void launch_persistent(Kernel kernel, int threads, const GemmProblem& g, const T
   C10_CUDA_CHECK(resident_blocks_per_sm(kernel, threads, g.smem_bytes, launch, &blocks_per_sm));
   const int64_t resident_blocks = int64_t(std::max(blocks_per_sm, 1)) * launch.sm_count;
   const unsigned blocks = unsigned(std::min(g.parts, resident_blocks));
-  kernel<<<blocks, threads, g.smem_bytes, launch.stream>>>(in, packed_w, bias, out, g);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  launch_kernel(kernel, blocks, threads, g.smem_bytes, launch, in, packed_w, bias, out, g);
 }
 
 constexpr int kPackThreads = 256;
@@ -76,9 +75,8 @@ void pack_gemm_weight(const GemmPlan& plan, const GemmWeight& weight, const scal
   const int64_t quads = plan.slot_words / 4, pieces = (quads + kPackThreads - 1) / kPackThreads, blocks = units * pieces;
   const int64_t split = std::clamp<int64_t>((8 * int64_t(launch.sm_count) + blocks - 1) / blocks, 1, part_slots);
   const dim3 grid{unsigned(units), unsigned(pieces), unsigned(split)};
-  pack_gemm_weight_kernel<cuda_type<scalar_t>, kMath><<<grid, kPackThreads, 0, launch.stream>>>(
-      as_cuda(w), packed, make_gemm_problem(plan, nullptr, launch.gate), weight);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  launch_kernel(pack_gemm_weight_kernel<cuda_type<scalar_t>, kMath>, grid, kPackThreads, 0, launch, as_cuda(w), packed,
+                make_gemm_problem(plan, nullptr, launch.gate), weight);
 }
 
 // implicit_gemm_kernel of the warp or warpgroup tile shapes (kFamily: one instantiation file each, so

@@ -30,6 +30,7 @@
 
 #include "plan.h"
 #include "cuda/gemm_problem.cuh"
+#include "cuda/grid_dependency.cuh"
 #include "cuda/wgmma.cuh"
 
 namespace convt::cuda {
@@ -237,6 +238,7 @@ struct BoxEpilogue {
 template <typename T, int kColumns>
 __global__ void __launch_bounds__(kPipelineThreads, 1)
     grad_weight_boxes_kernel(float* __restrict__ partial, const __grid_constant__ WeightBoxProblem p) {
+  begin_dependent_grid();
 #if CONVT_WGMMA_AVAILABLE  // (sm_90a only: other archs get an empty kernel)
   extern __shared__ __align__(kMaxSwizzleAtomBytes) unsigned char box_smem[];
   const BoxStages<kColumns> stages(box_smem, p.stages);

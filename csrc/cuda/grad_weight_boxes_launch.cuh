@@ -32,8 +32,7 @@ void launch_grad_weight_boxes(const WeightGradPlan& plan, const CUtensorMap* x_m
       constexpr int kColumns = decltype(columns)::value;
       const auto kernel = grad_weight_boxes_kernel<T, kColumns>;
       C10_CUDA_CHECK(allow_dynamic_smem(kernel, launch));
-      kernel<<<unsigned(g.tiles * g.slices), kPipelineThreads, g.smem_bytes, launch.stream>>>(partial, g);
-      C10_CUDA_KERNEL_LAUNCH_CHECK();
+      launch_kernel(kernel, unsigned(g.tiles * g.slices), kPipelineThreads, g.smem_bytes, launch, partial, g);
     };
     switch (plan.box_columns) {
       case 64: run(std::integral_constant<int, 64>{}); break;

@@ -33,6 +33,7 @@
 #include "cuda/grad_weight_gemm_loader.cuh"
 #include "cuda/grad_weight_gemm_mainloop.cuh"
 #include "cuda/grad_weight_gemm_scheduler.cuh"
+#include "cuda/grid_dependency.cuh"
 
 namespace convt::cuda {
 
@@ -52,6 +53,7 @@ template <typename T, Math kMath, int kCiWarps, int kCoWarps, int kGroupTaps>
 __global__ void __launch_bounds__(kGradWThreadsOf<kCiWarps, kCoWarps>, (kGradWMinBlocksOf<kMath, kCiWarps, kCoWarps, kGroupTaps>))
     grad_weight_gemm_kernel(const T* __restrict__ x, const T* __restrict__ gy, float* __restrict__ partial,
                             float* __restrict__ bias_partial, const __grid_constant__ WeightGradProblem p) {
+  begin_dependent_grid();
   static_assert((kMath == Math::k16Bit) == (sizeof(T) == 2),
                 "16-bit inputs use the 16-bit mma, float32 TF32 or 3xTF32");
   using Smem = GradWGemmSharedStorage<T, kCiWarps, kCoWarps>;

@@ -23,8 +23,7 @@ template <typename Kernel, typename T>
 void launch_grad_weight_kernel(Kernel kernel, int threads, const WeightGradProblem& g, const T* x, const T* grad_y,
                                float* partial, float* bias_partial, Launch launch) {
   C10_CUDA_CHECK(allow_dynamic_smem(kernel, launch));
-  kernel<<<unsigned(g.tiles * g.slices), threads, g.smem_bytes, launch.stream>>>(x, grad_y, partial, bias_partial, g);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  launch_kernel(kernel, unsigned(g.tiles * g.slices), threads, g.smem_bytes, launch, x, grad_y, partial, bias_partial, g);
 }
 
 // grad_weight_gemm_kernel: (ci warps, co warps) = (block_ci / 16, block_co / 32), and the group taps

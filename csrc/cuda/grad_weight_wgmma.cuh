@@ -49,6 +49,7 @@
 #include "cuda/grad_weight_wgmma_mainloop.cuh"
 #include "cuda/grad_weight_wgmma_scheduler.cuh"
 #include "cuda/grad_weight_wgmma_tile.cuh"
+#include "cuda/grid_dependency.cuh"
 
 namespace convt::cuda {
 
@@ -113,6 +114,7 @@ template <typename T, int kTaps, bool kSumsBias, bool kMerged>
 __global__ void __launch_bounds__(kWgmmaThreads, wgmma_min_blocks(kTaps))
     grad_weight_wgmma_kernel(const T* __restrict__ x, const T* __restrict__ gy, float* __restrict__ partial,
                              float* __restrict__ bias_partial, const __grid_constant__ WeightGradProblem p) {
+  begin_dependent_grid();
   grad_weight_wgmma_block<T, kTaps, kSumsBias, kMerged, false>(x, gy, partial, bias_partial, p);
 }
 
@@ -120,6 +122,7 @@ template <typename T, int kTaps, bool kSumsBias, bool kMerged>
 __global__ void __launch_bounds__(kPipelineThreads, 1)
     grad_weight_wgmma_pipelined_kernel(const T* __restrict__ x, const T* __restrict__ gy, float* __restrict__ partial,
                                        float* __restrict__ bias_partial, const __grid_constant__ WeightGradProblem p) {
+  begin_dependent_grid();
   grad_weight_wgmma_block<T, kTaps, kSumsBias, kMerged, true>(x, gy, partial, bias_partial, p);
 }
 

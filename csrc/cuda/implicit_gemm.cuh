@@ -25,6 +25,7 @@
 #include "cuda/gemm_mainloop.cuh"
 #include "cuda/gemm_problem.cuh"
 #include "cuda/gemm_scheduler.cuh"
+#include "cuda/grid_dependency.cuh"
 #include "cuda/mma.cuh"
 #include "cuda/wgmma.cuh"
 
@@ -53,6 +54,7 @@ namespace convt::cuda {
 template <typename T, Math kMath>
 __global__ void pack_gemm_weight_kernel(const T* __restrict__ w, uint32_t* __restrict__ packed, GemmProblem p,
                                         GemmWeight a) {
+  begin_dependent_grid();
   constexpr int kChannelsPerWord = kMath == Math::k16Bit ? 2 : 1, kElements = 4 * kChannelsPerWord;
   if (p.gate != nullptr && *p.gate == 0) return;  // (a gated plan's weight: only where its GEMM runs, Launch::gate)
   const int quad = int(blockIdx.y * blockDim.x + threadIdx.x);
@@ -150,6 +152,7 @@ template <typename T, Math kMath, int kWarpTilesM, int kWarpsM, bool kWarpgroups
 __global__ void __launch_bounds__(kGemmThreads, kMath == Math::k3xTF32 ? 1 : 2)  // 3xTF32: room for two accumulators
     implicit_gemm_kernel(const T* __restrict__ in, const uint32_t* __restrict__ packed_w, const T* __restrict__ bias,
                          T* __restrict__ out, const __grid_constant__ GemmProblem p) {
+  begin_dependent_grid();
   constexpr int kBlockM = kBlockMOf<kWarpTilesM, kWarpsM>, kBlockN = kBlockNOf<kWarpsM>;
   static_assert(!kWarpgroups || (kMath != Math::k3xTF32 && kBlockM == 128 && kBlockN == 128));
   static_assert(kWarpgroups || kMerge == Merge::kNone);

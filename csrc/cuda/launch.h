@@ -6,6 +6,7 @@
 // tensor-core launchers take the CUDA types of the same layout inside.
 #pragma once
 
+#include <c10/cuda/CUDAException.h>
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 #include <cuda.h>  // CUtensorMap
@@ -20,6 +21,7 @@
 #include <set>
 #include <tuple>
 #include <type_traits>
+#include <utility>
 
 #include "plan.h"
 #include "problem.h"
@@ -61,7 +63,27 @@ struct Launch {
   // The GEMM kernels of this launch run only where *gate is non-zero (a device flag; nullptr: always),
   // so that a plan's exact fallback is decided on the device (DataPlan::exact)
   const int* gate = nullptr;
+  // Each kernel may start while the one before it in the stream finishes (sm_90's programmatic
+  // dependent launch; grid_dependency.cuh's invariant makes that safe)
+  bool overlap = false;
 };
+
+// kernel<<<grid, block, smem, launch.stream>>>(args...), overlapping the kernel before it where
+// launch.overlap: every launch of the package goes through here
+template <typename... Params, typename... Args>
+void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, const Launch& launch, Args&&... args) {
+  cudaLaunchAttribute overlap{};
+  overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  overlap.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = launch.stream;
+  config.attrs = &overlap;
+  config.numAttrs = launch.overlap ? 1 : 0;
+  C10_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
+}
 
 // What the runtime says of a kernel on a device, asked once a process (where that succeeds): the
 // dynamic shared memory attribute set (allow_dynamic_smem) and the blocks an SM holds at a launch's

@@ -8,6 +8,8 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <type_traits>
 #include <vector>
 
@@ -37,10 +39,20 @@ TensorFacts facts_of(const at::Tensor& t) {
   return {int(t.element_size()), alignment};
 }
 
+// Launches overlap the kernel before them (Launch::overlap) on sm_90 and later: a dependent launch
+// then starts as its predecessor's last blocks finish, not after (docs/design.md §9).
+// CONVT_OVERLAP_LAUNCHES=never launches serially (an A/B on one build; read at every call).
+bool overlaps_launches() {
+  const char* text = std::getenv("CONVT_OVERLAP_LAUNCHES");
+  return (text == nullptr || std::strcmp(text, "never") != 0) && at::cuda::getCurrentDeviceProperties()->major >= 9;
+}
+
 // Launches go to the current stream; persistent grids size themselves by the SMs the planner saw
 Launch launch_for(const DeviceLimits& limits) {
   const at::cuda::CUDAStream stream = at::cuda::getCurrentCUDAStream();
-  return {limits.sm_count, stream, int(limits.smem_per_block_optin), stream.device_index()};
+  Launch launch{limits.sm_count, stream, int(limits.smem_per_block_optin), stream.device_index()};
+  launch.overlap = overlaps_launches();
+  return launch;
 }
 
 // float32 follows PyTorch's convolution setting: TF32 when cuDNN may use it, else 3xTF32.

@@ -16,6 +16,7 @@
 #include <type_traits>
 
 #include "cuda/gemm_mainloop.cuh"  // Accumulator, mma_step, split_tf32
+#include "cuda/grid_dependency.cuh"
 #include "cuda/mma.cuh"
 #include "plan.h"
 #include "problem.h"
@@ -162,6 +163,7 @@ template <typename T, Math kMath, int kColumns>
 __global__ void __launch_bounds__(kPackedTapsThreads)
     packed_taps_forward_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias, T* __restrict__ y,
                                const ConvTParams p, const PackedTapsPlan plan) {
+  begin_dependent_grid();
   using Bits = PackedBits<T>;
   using Stage = PackedTapsStage<T, kColumns>;
   extern __shared__ __align__(16) unsigned char smem[];

@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "cuda/gemm_mainloop.cuh"  // Accumulator, mma_step
+#include "cuda/grid_dependency.cuh"
 #include "cuda/mma.cuh"
 #include "cuda/packed_taps.cuh"    // PackedBits, packed_operand
 #include "plan.h"
@@ -186,6 +187,7 @@ template <typename T, Math kMath, int kColumns>
 __global__ void __launch_bounds__(kPackedTapsThreads, kMath == Math::k3xTF32 ? 1 : 2)
     packed_taps_grad_input_kernel(const T* __restrict__ grad_y, const T* __restrict__ w, T* __restrict__ grad_x,
                                   const ConvTParams p, const PackedTapsPlan plan) {
+  begin_dependent_grid();
   using Bits = PackedBits<T>;
   using Layout = PackedGradInputLayout<T, kColumns>;
   extern __shared__ __align__(16) unsigned char smem[];

@@ -34,9 +34,8 @@ void launch_packed_taps_forward(const ConvTParams& p, const PackedTapsPlan& plan
   auto run = [&](auto columns) {
     const auto kernel = packed_taps_forward_kernel<T, kMath, decltype(columns)::value>;
     C10_CUDA_CHECK(allow_dynamic_smem(kernel, launch));
-    kernel<<<unsigned(plan.blocks), kPackedTapsThreads, plan.smem_bytes, launch.stream>>>(as_cuda(x), as_cuda(w), as_cuda(bias),
-                                                                                      as_cuda(y), p, plan);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    launch_kernel(kernel, unsigned(plan.blocks), kPackedTapsThreads, plan.smem_bytes, launch, as_cuda(x), as_cuda(w),
+                  as_cuda(bias), as_cuda(y), p, plan);
   };
   with_packed_columns<8>(plan.columns, "forward", run);
 }
@@ -48,9 +47,8 @@ void launch_packed_taps_grad_input(const ConvTParams& p, const PackedTapsPlan& p
   auto run = [&](auto columns) {
     const auto kernel = packed_taps_grad_input_kernel<T, kMath, decltype(columns)::value>;
     C10_CUDA_CHECK(allow_dynamic_smem(kernel, launch));
-    kernel<<<unsigned(plan.blocks), kPackedTapsThreads, plan.smem_bytes, launch.stream>>>(as_cuda(grad_y), as_cuda(w),
-                                                                                      as_cuda(grad_x), p, plan);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    launch_kernel(kernel, unsigned(plan.blocks), kPackedTapsThreads, plan.smem_bytes, launch, as_cuda(grad_y), as_cuda(w),
+                  as_cuda(grad_x), p, plan);
   };
   with_packed_columns<kMath == Math::k16Bit ? 16 : 8>(plan.columns, "grad_input", run);  // (16-bit: k16 steps)
 }

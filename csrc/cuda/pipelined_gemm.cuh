@@ -25,6 +25,7 @@
 #include "cuda/gemm_loader.cuh"
 #include "cuda/gemm_mainloop.cuh"
 #include "cuda/gemm_scheduler.cuh"
+#include "cuda/grid_dependency.cuh"
 #include "cuda/implicit_gemm.cuh"
 
 namespace convt::cuda {
@@ -37,6 +38,7 @@ template <typename T, Math kMath, Merge kMerge, int kBlockM, int kSubtiles, Pipe
 __global__ void __launch_bounds__(kPipelineThreads, 1)
     pipelined_gemm_kernel(const T* __restrict__ in, const uint32_t* __restrict__ packed_w, const T* __restrict__ bias,
                           T* __restrict__ out, const __grid_constant__ GemmProblem p) {
+  begin_dependent_grid();
 #if CONVT_WGMMA_AVAILABLE  // (sm_90a only: other archs get an empty kernel)
   static_assert(kBlockM == 16 || kBlockM == 32 || kBlockM == 64 || kBlockM == 128);
   static_assert(kMath != Math::k3xTF32 || kSubtiles * kBlockM <= 128);  // two accumulators a subtile
