@@ -7,9 +7,9 @@
 
 namespace convt::cuda {
 
-// Waits until every grid this one depends on has completed and its writes are visible, then lets the
-// next grid of the stream launch (its blocks take SMs only as this grid's blocks leave them, and wait
-// here in turn)
+// Waits until the grid before this one has completed and its writes are visible, then lets the next
+// grid of the stream launch (its blocks take SMs as room frees up and wait here in turn). Waiting
+// first keeps the chain transitive: a grid completes only after its own predecessor did.
 __device__ __forceinline__ void begin_dependent_grid() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
