@@ -30,17 +30,15 @@ int64_t DeviceLimits::blocks_per_sm(int64_t smem_bytes) const {
   return smem_per_sm / (smem_bytes + reserved_smem_per_block);
 }
 
-namespace {
-
-// An environment variable that overrides a cost model's choice: `never` or `always` (an A/B of both
-// plans in one build: tools/ab.py's `name=folder,VAR=VALUE`); anything else, or unset, leaves it.
-enum class PlanOverride { kModel, kNever, kAlways };
 PlanOverride read_plan_override(const char* variable) {
   const char* text = std::getenv(variable);
   if (text == nullptr) return PlanOverride::kModel;
   return std::strcmp(text, "never") == 0 ? PlanOverride::kNever : std::strcmp(text, "always") == 0 ? PlanOverride::kAlways
                                                                                                     : PlanOverride::kModel;
 }
+
+namespace {
+
 // A planner variable that sets a model's number: a whole number from 1 to `most` (`unit` names it in
 // the error), or nullopt where it is unset or empty. Anything else is an error that names the variable.
 std::optional<int64_t> read_whole_number(const char* variable, int64_t most, const char* unit) {

@@ -15,6 +15,12 @@
 
 namespace convt {
 
+// An environment variable that overrides a cost model's choice: `never` or `always` (an A/B of both
+// choices in one build: tools/ab.py's `name=folder,VAR=VALUE`); anything else, or unset, leaves it.
+// The planner reads its overrides at every plan; the CUDA launcher reads CONVT_OVERLAP_LAUNCHES.
+enum class PlanOverride { kModel, kNever, kAlways };
+PlanOverride read_plan_override(const char* variable);
+
 // ---- the device -----------------------------------------------------------------------------------
 
 struct DeviceLimits {

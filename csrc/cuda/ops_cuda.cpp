@@ -8,8 +8,6 @@
 #include <torch/library.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 #include <type_traits>
 #include <vector>
 
@@ -43,8 +41,8 @@ TensorFacts facts_of(const at::Tensor& t) {
 // then starts as its predecessor's last blocks finish, not after (docs/design.md §9).
 // CONVT_OVERLAP_LAUNCHES=never launches serially (an A/B on one build; read at every call).
 bool overlaps_launches() {
-  const char* text = std::getenv("CONVT_OVERLAP_LAUNCHES");
-  return (text == nullptr || std::strcmp(text, "never") != 0) && at::cuda::getCurrentDeviceProperties()->major >= 9;
+  return read_plan_override("CONVT_OVERLAP_LAUNCHES") != PlanOverride::kNever &&
+         at::cuda::getCurrentDeviceProperties()->major >= 9;
 }
 
 // Launches go to the current stream; persistent grids size themselves by the SMs the planner saw
