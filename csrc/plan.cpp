@@ -722,7 +722,7 @@ bool merges_short_filter(const ConvTParams& p) {
 }
 // K above stride and not a multiple of it (dilation 1) merges with zero taps: ceil(K / stride) taps,
 // zero where t*stride + r >= K. 0 x Inf of x would put NaN where torch has none, so the per-phase
-// plan stays as the exact one, run where a pass over x finds Inf or NaN (DataPlan::exact). A narrow
+// plan stays as the exact one, run where the merged plan stores Inf or NaN (DataPlan::exact). A narrow
 // output (its merged rows in one 64-row tile) reads x once a phase per phase; a wide one merges where
 // the zero taps add at most half the MACs (plan_data takes it only where the per-phase plan does not
 // run pipelined: its strided outputs go to the two-buffer kernels, whose staging and block barriers
@@ -1860,11 +1860,11 @@ DataPlan plan_data_over_groups(const ConvTParams& p, const TensorFacts& in, Math
       // tiles are bound by their MMA work (three products a MAC, 64 padded rows): it merges only
       // where that work, 64 x ceil(K / stride) a column, is at most the per-phase 16-row tiles' 16 x K.
       // 16-bit tiles merge only where the per-phase ones would pad C_out/groups (below 16 rows): with
-      // full rows those are as fast, and the merged plan pays its pass over x besides. A wide output
+      // full rows those are as fast, and the merged plan pays its flag's launches besides. A wide output
       // merges, pipelined, only where its per-phase plan would not run pipelined; in 3xTF32 (whose
       // strided forwards do) where the per-phase plan's stores cost more (strict_wide_merge_pays).
       // (zero_tap_merge_override: merged wherever the per-phase plan can stand as the exact one, or
-      // the per-phase plan alone, without the pass over x and the gated launches)
+      // the per-phase plan alone, without the flag and the gated launches)
       if (gemm && gemm->zero_taps) {
         auto exact = plan_gemm(gemm_problem(p, forward, step_taps), std::nullopt, in, math, limits);
         // 3xTF32 weighs the merge against the per-phase plan without its phase-strided staging (the

@@ -39,7 +39,6 @@ template void launch_grad_y_row_sums<{t}>(const ConvTParams&, const RowSumsPlan&
 template void launch_deinterleave_grad_y<{t}>(const ConvTParams&, const {t}*, {t}*, int*, int64_t, int64_t, int64_t, Launch);
 template void launch_deinterleave_grad_y_channels_last<{t}>(const ConvTParams&, const {t}*, {t}*, int*, int64_t, int64_t,
                                                            int64_t, Launch);
-template void launch_flag_nonfinite_x<{t}>(const ConvTParams&, const {t}*, int*, Launch);
 template void launch_unroll_grad_y<{t}>(const ConvTParams&, const {t}*, {t}*, Launch);
 template void launch_channels_last<{t}>(const ChannelsLastCopy&, const {t}*, {t}*, Launch);
 template void launch_aligned_rows<{t}>(const RowsView&, const {t}*, int64_t, {t}*, Launch);

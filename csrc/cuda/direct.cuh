@@ -451,61 +451,6 @@ __global__ void aligned_rows_kernel(const scalar_t* __restrict__ in, scalar_t* _
   }
 }
 
-// *nonfinite = 1 where x holds Inf or NaN (else left as it is): the flag a forward's exact plan runs
-// behind (DataPlan::exact). Rows (n, ci) along y, positions along x, read through x's strides (a
-// contiguous x takes flag_nonfinite_run_kernel).
-template <typename scalar_t>
-__global__ void flag_nonfinite_x_kernel(const scalar_t* __restrict__ x, int* nonfinite, ConvTParams p) {
-  begin_dependent_grid();
-  bool finite = true;
-  CONVT_ROW_LOOP(row, p.batch * p.in_channels) {
-    const scalar_t* x_row = x + row / p.in_channels * p.x_batch_stride + row % p.in_channels * p.x_channel_stride;
-    // (& not &&: every load unconditional, so that the unrolled loop issues them back to back)
-    CONVT_POSITION_LOOP(i, p.length_in) finite &= isfinite(static_cast<float>(x_row[i * p.x_length_stride]));
-  }
-  if (!__syncthreads_and(finite) && threadIdx.x == 0) *nonfinite = 1;
-}
-
-// The same over `elements` contiguous elements (a contiguous x: its rows back to back). A thread
-// reads kFlagVectors 16-byte vectors at once (the loads in flight, not one element's latency a load,
-// bound it: element loads along short rows read x at a tenth of HBM's bandwidth); the elements
-// before the first 16-byte boundary and after the last whole vector, one by one, in block 0.
-constexpr int kFlagVectors = 4;
-template <typename scalar_t>
-__global__ void flag_nonfinite_run_kernel(const scalar_t* __restrict__ data, int64_t elements, int* nonfinite) {
-  begin_dependent_grid();
-  using Vector = CopyVector<scalar_t>;
-  constexpr int kVector = Vector::kElements;
-  const int64_t head = std::min<int64_t>(elements, (16 - int64_t(reinterpret_cast<uintptr_t>(data) % 16)) % 16 / int64_t(sizeof(scalar_t)));
-  const int64_t vectors = (elements - head) / kVector, tail = head + vectors * kVector;
-  const Vector* body = reinterpret_cast<const Vector*>(data + head);
-  bool finite = true;
-  if (blockIdx.x == 0) {
-    for (int64_t e = threadIdx.x; e < head; e += blockDim.x) finite &= isfinite(static_cast<float>(data[e]));
-    for (int64_t e = tail + threadIdx.x; e < elements; e += blockDim.x) finite &= isfinite(static_cast<float>(data[e]));
-  }
-  const int64_t step = int64_t(gridDim.x) * blockDim.x * kFlagVectors;
-  for (int64_t first = int64_t(blockIdx.x) * blockDim.x * kFlagVectors + threadIdx.x; first < vectors; first += step) {
-    Vector loaded[kFlagVectors];
-#pragma unroll
-    for (int u = 0; u < kFlagVectors; ++u) {
-      const int64_t index = first + int64_t(u) * blockDim.x;
-      if (index < vectors) {
-        loaded[u] = body[index];
-      } else {
-#pragma unroll
-        for (int v = 0; v < kVector; ++v) loaded[u].v[v] = scalar_t(0);
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < kFlagVectors; ++u) {
-#pragma unroll
-      for (int v = 0; v < kVector; ++v) finite &= isfinite(static_cast<float>(loaded[u].v[v]));
-    }
-  }
-  if (!__syncthreads_and(finite) && threadIdx.x == 0) *nonfinite = 1;
-}
-
 // Sums of a block's threads in a fixed order (a shared-memory tree): deterministic.
 template <typename acc_t, int kThreads>
 __device__ acc_t block_sum(acc_t value) {

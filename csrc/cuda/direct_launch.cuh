@@ -7,7 +7,6 @@
 #include <c10/util/Half.h>
 
 #include <algorithm>
-#include <array>
 #include <limits>
 #include <utility>
 #include <type_traits>
@@ -147,35 +146,6 @@ void launch_unroll_grad_y(const ConvTParams& p, const scalar_t* grad_y, scalar_t
   const dim3 grid(unsigned(windows), unsigned(std::min<int64_t>(p.batch * p.out_channels, 65535)));
   launch_kernel(unroll_grad_y_kernel<scalar_t>, grid, kDirectThreads, sizeof(scalar_t) * staged_elements_padded(window.elements),
                 launch, grad_y, out, p, row_length, window);
-}
-
-// Whether x's elements fill one run of memory from its first element (contiguous in some order of its
-// dimensions: x itself, or a channels-last copy seen as (N, C, L))
-inline bool x_is_one_run(const ConvTParams& p) {
-  std::array<std::pair<int64_t, int64_t>, 3> dims{{{p.x_batch_stride, p.batch},
-                                                   {p.x_channel_stride, p.in_channels},
-                                                   {p.x_length_stride, p.length_in}}};  // (stride, size)
-  std::sort(dims.begin(), dims.end());
-  int64_t run = 1;
-  for (const auto& [stride, size] : dims) {
-    if (size > 1 && stride != run) return false;
-    run *= size;
-  }
-  return true;
-}
-
-template <typename scalar_t>
-void launch_flag_nonfinite_x(const ConvTParams& p, const scalar_t* x, int* nonfinite, Launch launch) {
-  if (x_is_one_run(p)) {
-    const int64_t elements = p.batch * p.in_channels * p.length_in;
-    const int64_t vectors = elements / CopyVector<scalar_t>::kElements;
-    launch_kernel(flag_nonfinite_run_kernel<scalar_t>,
-                  grid_size((vectors + kFlagVectors - 1) / kFlagVectors, kDirectThreads, launch), kDirectThreads, 0, launch, x,
-                  elements, nonfinite);
-  } else {  // (8 positions a thread: a block reads 8 KB of a row or more)
-    launch_kernel(flag_nonfinite_x_kernel<scalar_t>, row_grid(p.batch * p.in_channels, p.length_in, 8 * kDirectThreads),
-                  kDirectThreads, 0, launch, x, nonfinite, p);
-  }
 }
 
 // Blocks of a copy_tiles kernel (direct.cuh): as many as the device runs at once, at most one a tile

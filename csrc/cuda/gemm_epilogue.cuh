@@ -33,7 +33,10 @@ __device__ __forceinline__ float select_register(bool condition, float a, float 
 // phase_origin, so each even row and the next are adjacent positions of one out row (a pair store
 // where aligned) unless the even row is a last phase. kBiasFirst: the bias of all of this thread's
 // rows is loaded before its first store (one load latency, not one a row); otherwise each row's
-// bias at its stores.
+// bias at its stores. Where p.nonfinite is set (a forward merged with zero taps), a thread with an
+// Inf or NaN among its values sets *p.nonfinite: a zero tap's product is 0 unless its x is Inf or NaN,
+// and then the value it adds to is NaN, so where every value is finite the merged result is the exact
+// one (DataPlan::exact runs behind the flag).
 template <int kBlockM, int kSides, bool kBiasFirst, typename T, typename Column, typename Value>
 __device__ __forceinline__ void store_merged_rows(const GemmProblem& p, const T* bias, T* out, const GemmTile& tile, int first_row,
                                                   Column&& column_of, Value&& value) {
@@ -53,6 +56,7 @@ __device__ __forceinline__ void store_merged_rows(const GemmProblem& p, const T*
       next_row_bias[j] = row + 1 < p.rows_per_group ? bias_at(next_out_row) : 0.0f;
     }
   }
+  bool finite = true;
 #pragma unroll
   for (int j = 0; j < kBlockM / 8; ++j) {
     const int row = first_row + 8 * j;
@@ -75,6 +79,7 @@ __device__ __forceinline__ void store_merged_rows(const GemmProblem& p, const T*
       const int column = column_of(side);
       const int position = column * p.column_positions + phase - p.phase_origin;
       const float first = value(j, side, 0) + bias_value, second = value(j, side, 1) + next_bias;
+      finite &= isfinite(first) & (isfinite(second) | !next_inside);
       if (!adjacent) {
         if (first_stored) store(row_out, position, first);
         if (next_inside) store(row_out + p.out_length, column * p.column_positions - p.phase_origin, second);
@@ -86,6 +91,7 @@ __device__ __forceinline__ void store_merged_rows(const GemmProblem& p, const T*
       }
     }
   }
+  if (!finite && p.nonfinite != nullptr) *p.nonfinite = 1;
 }
 
 // ---- implicit_gemm_kernel ------------------------------------------------------------------------

@@ -16,13 +16,13 @@
 
 namespace convt::cuda {
 
-// The kernels' parameters: the plan, its dividers, `in`'s tensor map (tensor_rows) and the fp32 slices
-// (float_sums)
-inline GemmProblem make_gemm_problem(const GemmPlan& plan, const CUtensorMap* in_map, const int* gate = nullptr,
-                                     float* slices = nullptr) {
+// The kernels' parameters: the plan, its dividers, `in`'s tensor map (tensor_rows), the launch's
+// flags (Launch::gate, Launch::nonfinite) and the fp32 slices (float_sums)
+inline GemmProblem make_gemm_problem(const GemmPlan& plan, const CUtensorMap* in_map, const Launch& launch, float* slices = nullptr) {
   GemmProblem g{};
   static_cast<GemmPlan&>(g) = plan;
-  g.gate = gate;
+  g.gate = launch.gate;
+  g.nonfinite = launch.nonfinite;
   g.slices = slices;
   g.div_splits = Divider(unsigned(g.splits));
   g.div_col_tiles = Divider(unsigned(g.col_tiles));
@@ -76,7 +76,7 @@ void pack_gemm_weight(const GemmPlan& plan, const GemmWeight& weight, const scal
   const int64_t split = std::clamp<int64_t>((8 * int64_t(launch.sm_count) + blocks - 1) / blocks, 1, part_slots);
   const dim3 grid{unsigned(units), unsigned(pieces), unsigned(split)};
   launch_kernel(pack_gemm_weight_kernel<cuda_type<scalar_t>, kMath>, grid, kPackThreads, 0, launch, as_cuda(w), packed,
-                make_gemm_problem(plan, nullptr, launch.gate), weight);
+                make_gemm_problem(plan, nullptr, launch), weight);
 }
 
 // implicit_gemm_kernel of the warp or warpgroup tile shapes (kFamily: one instantiation file each, so
@@ -87,7 +87,7 @@ template <typename scalar_t, Math kMath, GemmFamily kFamily>
 void launch_implicit_gemm(const GemmPlan& plan, const scalar_t* in, const uint32_t* packed_w, const scalar_t* bias,
                           scalar_t* out, float* slices, Launch launch) {
   using T = cuda_type<scalar_t>;
-  const GemmProblem g = make_gemm_problem(plan, nullptr, launch.gate, slices);
+  const GemmProblem g = make_gemm_problem(plan, nullptr, launch, slices);
   TORCH_INTERNAL_ASSERT(kGemmTileShapes[plan.tile_shape].family == kFamily, "convt: a tile shape of another family");
   TORCH_INTERNAL_ASSERT(!plan.float_sums || (kFamily == GemmFamily::kWarpTiles && slices != nullptr),
                         "convt: fp32 sums on the unpipelined warpgroup tiles, or without their slices");
@@ -119,7 +119,7 @@ template <typename scalar_t, Math kMath, PipelineForm kForm>
 void launch_pipelined_gemm(const GemmPlan& plan, const CUtensorMap* in_map, const scalar_t* in, const uint32_t* packed_w,
                            const scalar_t* bias, scalar_t* out, float* slices, Launch launch) {
   using T = cuda_type<scalar_t>;
-  const GemmProblem g = make_gemm_problem(plan, in_map, launch.gate, slices);
+  const GemmProblem g = make_gemm_problem(plan, in_map, launch, slices);
   TORCH_INTERNAL_ASSERT(pipeline_form(plan) == kForm, "convt: a pipelined problem's form");
   TORCH_INTERNAL_ASSERT(!plan.float_sums || (kForm == PipelineForm::kOnePair && plan.row_phases == 1 && plan.channel_phases == 1 &&
                                              slices != nullptr),

@@ -63,6 +63,9 @@ struct Launch {
   // The GEMM kernels of this launch run only where *gate is non-zero (a device flag; nullptr: always),
   // so that a plan's exact fallback is decided on the device (DataPlan::exact)
   const int* gate = nullptr;
+  // The GEMM kernels of this launch set *nonfinite to 1 where they store Inf or NaN (a forward merged
+  // with zero taps: its exact plan runs behind that flag, DataPlan::exact; nullptr: no flag)
+  int* nonfinite = nullptr;
   // Each kernel may start while the one before it in the stream finishes (sm_90's programmatic
   // dependent launch; grid_dependency.cuh's invariant makes that safe)
   bool overlap = false;
@@ -235,9 +238,6 @@ void launch_channels_last(const ChannelsLastCopy& copy, const scalar_t* in, scal
 // out[(n * channels + c) * row_elements + i] = in[n, c, i] for i < length, zeros after
 template <typename scalar_t>
 void launch_aligned_rows(const RowsView& in, const scalar_t* in_data, int64_t row_elements, scalar_t* out, Launch launch);
-// *nonfinite set where x holds Inf or NaN (else left as it is)
-template <typename scalar_t>
-void launch_flag_nonfinite_x(const ConvTParams& p, const scalar_t* x, int* nonfinite, Launch launch);
 // row_sums[(n * rows.segments + s) * C_out + co] = sum over j in segment s of grad_y[n, co, j]
 // (RowSumsPlan: a warp a row, or a block a row segment)
 template <typename scalar_t>

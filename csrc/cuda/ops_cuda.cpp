@@ -228,16 +228,6 @@ at::Tensor unrolled_grad_y(const ConvTParams& p, const at::Tensor& grad_y, Launc
   return out;
 }
 
-// A device flag set where x holds Inf or NaN (a forward's DataPlan::exact runs behind it)
-at::Tensor nonfinite_flag(const ConvTParams& p, const at::Tensor& x, Launch launch) {
-  const at::Tensor flag = at::zeros({1}, x.options().dtype(at::kInt));
-  dispatch_dtype(x.scalar_type(), [&](auto element) {
-    using scalar_t = decltype(element);
-    launch_flag_nonfinite_x<scalar_t>(p, data_of<scalar_t>(x), flag.data_ptr<int>(), launch);
-  });
-  return flag;
-}
-
 // t (N, C, L) as the layout copies read it
 RowsView rows_of(const at::Tensor& t) {
   return RowsView{t.size(0), t.size(1), t.size(2), t.stride(0), t.stride(1), t.stride(2)};
@@ -427,16 +417,23 @@ void run_data(DataPlan plan, const ConvTParams& p, const at::Tensor& in_tensor, 
         out.zero_();
       }
     }
-    run_gemm(plan.gemm, plan.weight, in, &in_map, w, bias, out, math, launch, packed_once);
-    // the exact plan over it where `in` is not finite (grad_y: the copy's flag; x: a pass over it)
-    if (plan.gemm.zero_taps) {
-      const at::Tensor nonfinite = plan.channels_last_grad_y ? channels_last.nonfinite
-                                   : plan.gemm.deinterleaved ? grad_y_copy->nonfinite
-                                                             : nonfinite_flag(p, in_tensor, launch);
-      Launch gated = launch;
-      gated.gate = nonfinite.data_ptr<int>();
-      run_gemm(plan.exact, plan.weight, in_tensor, &exact_map, w, bias, out, math, gated);
+    if (!plan.gemm.zero_taps) {
+      run_gemm(plan.gemm, plan.weight, in, &in_map, w, bias, out, math, launch, packed_once);
+      return;
     }
+    // zero taps: the exact plan over it where `in` is not finite. grad_y: the flag of the copy that
+    // the plan reads; x: the merged rows' own flag, set where their epilogue stores Inf or NaN
+    // (store_merged_rows: no pass over x)
+    const bool copy_flags = plan.channels_last_grad_y || plan.gemm.deinterleaved;
+    TORCH_INTERNAL_ASSERT(copy_flags || (forward && plan.gemm.row_phases > 1), "convt: zero taps without a flag for their exact plan");
+    const at::Tensor nonfinite = plan.channels_last_grad_y ? channels_last.nonfinite
+                                 : plan.gemm.deinterleaved ? grad_y_copy->nonfinite
+                                                           : at::zeros({1}, in_tensor.options().dtype(at::kInt));
+    Launch merged = launch, gated = launch;
+    if (!copy_flags) merged.nonfinite = nonfinite.data_ptr<int>();
+    gated.gate = nonfinite.data_ptr<int>();
+    run_gemm(plan.gemm, plan.weight, in, &in_map, w, bias, out, math, merged, packed_once);
+    run_gemm(plan.exact, plan.weight, in_tensor, &exact_map, w, bias, out, math, gated);
     return;
   }
   if (plan.kernel == Kernel::kPackedTaps) {

@@ -15,7 +15,6 @@ template void launch_grad_y_row_sums<c10::BFloat16>(const ConvTParams&, const Ro
 template void launch_deinterleave_grad_y<c10::BFloat16>(const ConvTParams&, const c10::BFloat16*, c10::BFloat16*, int*, int64_t, int64_t, int64_t, Launch);
 template void launch_deinterleave_grad_y_channels_last<c10::BFloat16>(const ConvTParams&, const c10::BFloat16*, c10::BFloat16*, int*, int64_t, int64_t,
                                                            int64_t, Launch);
-template void launch_flag_nonfinite_x<c10::BFloat16>(const ConvTParams&, const c10::BFloat16*, int*, Launch);
 template void launch_unroll_grad_y<c10::BFloat16>(const ConvTParams&, const c10::BFloat16*, c10::BFloat16*, Launch);
 template void launch_channels_last<c10::BFloat16>(const ChannelsLastCopy&, const c10::BFloat16*, c10::BFloat16*, Launch);
 template void launch_aligned_rows<c10::BFloat16>(const RowsView&, const c10::BFloat16*, int64_t, c10::BFloat16*, Launch);

@@ -15,7 +15,6 @@ template void launch_grad_y_row_sums<c10::Half>(const ConvTParams&, const RowSum
 template void launch_deinterleave_grad_y<c10::Half>(const ConvTParams&, const c10::Half*, c10::Half*, int*, int64_t, int64_t, int64_t, Launch);
 template void launch_deinterleave_grad_y_channels_last<c10::Half>(const ConvTParams&, const c10::Half*, c10::Half*, int*, int64_t, int64_t,
                                                            int64_t, Launch);
-template void launch_flag_nonfinite_x<c10::Half>(const ConvTParams&, const c10::Half*, int*, Launch);
 template void launch_unroll_grad_y<c10::Half>(const ConvTParams&, const c10::Half*, c10::Half*, Launch);
 template void launch_channels_last<c10::Half>(const ChannelsLastCopy&, const c10::Half*, c10::Half*, Launch);
 template void launch_aligned_rows<c10::Half>(const RowsView&, const c10::Half*, int64_t, c10::Half*, Launch);

@@ -15,7 +15,6 @@ template void launch_grad_y_row_sums<float>(const ConvTParams&, const RowSumsPla
 template void launch_deinterleave_grad_y<float>(const ConvTParams&, const float*, float*, int*, int64_t, int64_t, int64_t, Launch);
 template void launch_deinterleave_grad_y_channels_last<float>(const ConvTParams&, const float*, float*, int*, int64_t, int64_t,
                                                            int64_t, Launch);
-template void launch_flag_nonfinite_x<float>(const ConvTParams&, const float*, int*, Launch);
 template void launch_unroll_grad_y<float>(const ConvTParams&, const float*, float*, Launch);
 template void launch_channels_last<float>(const ChannelsLastCopy&, const float*, float*, Launch);
 template void launch_aligned_rows<float>(const RowsView&, const float*, int64_t, float*, Launch);

@@ -15,7 +15,6 @@ template void launch_grad_y_row_sums<double>(const ConvTParams&, const RowSumsPl
 template void launch_deinterleave_grad_y<double>(const ConvTParams&, const double*, double*, int*, int64_t, int64_t, int64_t, Launch);
 template void launch_deinterleave_grad_y_channels_last<double>(const ConvTParams&, const double*, double*, int*, int64_t, int64_t,
                                                            int64_t, Launch);
-template void launch_flag_nonfinite_x<double>(const ConvTParams&, const double*, int*, Launch);
 template void launch_unroll_grad_y<double>(const ConvTParams&, const double*, double*, Launch);
 template void launch_channels_last<double>(const ChannelsLastCopy&, const double*, double*, Launch);
 template void launch_aligned_rows<double>(const RowsView&, const double*, int64_t, double*, Launch);
