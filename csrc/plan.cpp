@@ -1861,8 +1861,11 @@ DataPlan plan_data_over_groups(const ConvTParams& p, const TensorFacts& in, Math
       // where that work, 64 x ceil(K / stride) a column, is at most the per-phase 16-row tiles' 16 x K.
       // 16-bit tiles merge only where the per-phase ones would pad C_out/groups (below 16 rows): with
       // full rows those are as fast, and the merged plan pays its flag's launches besides. A wide output
-      // merges, pipelined, only where its per-phase plan would not run pipelined; in 3xTF32 (whose
-      // strided forwards do) where the per-phase plan's stores cost more (strict_wide_merge_pays).
+      // merges, pipelined, only where its per-phase plan would not run pipelined nor stage its output
+      // (store-bound rows written whole, which the merged tiles' row pairs do not match: of 7 such
+      // cells in two screens of 79, 6 ran 0.61-0.97x the merged time per phase and one 1.13x; H100,
+      // docs/perf/2026-12-07-zero-tap-flag.md); in 3xTF32 (whose strided forwards do) where the
+      // per-phase plan's stores cost more (strict_wide_merge_pays).
       // (zero_tap_merge_override: merged wherever the per-phase plan can stand as the exact one, or
       // the per-phase plan alone, without the flag and the gated launches)
       if (gemm && gemm->zero_taps) {
@@ -1879,9 +1882,12 @@ DataPlan plan_data_over_groups(const ConvTParams& p, const TensorFacts& in, Math
           return plan && kGemmTileShapes[plan->tile_shape].family == GemmFamily::kPipelined &&
                  (plan->out_step == 1 || pipeline_form(*plan) == PipelineForm::kPhasePair);
         };
+        // (one input channel a group: there the alternative to the merged plan is the depthwise
+        // kernels, one_channel_gemm_pays, not the staged rows)
+        auto staged = [&](const std::optional<GemmPlan>& plan) { return plan && plan->stage_output && p.in_channels_per_group > 1; };
         const PlanOverride merge_override = zero_tap_merge_override();
         const bool merges = merge_override != PlanOverride::kModel ? merge_override == PlanOverride::kAlways
-                            : !narrow_merged_rows(p) ? pipelined(gemm) && (math != Math::k3xTF32 ? !pipelined(exact)
+                            : !narrow_merged_rows(p) ? pipelined(gemm) && (math != Math::k3xTF32 ? !pipelined(exact) && !staged(exact)
                                                                                                   : strict_wide_merge_pays(p, *gemm, unstaged))
                             : math == Math::k3xTF32 ? strict_narrow_merge_pays(p, *gemm, unstaged)
                                                     : math != Math::k16Bit || p.out_channels_per_group < 16;

@@ -1237,7 +1237,7 @@ def test_zero_tap_merge_follows_its_override(dtype, tf32, monkeypatch):
     it); =always merges every forward the model merges and more (where the per-phase plan can stand
     as the exact one); the default is the model's choice between the two."""
     shapes = [shape for shape in random_shapes(80, seed=96) if shape[5] > 1 and shape[3] > shape[5] and shape[3] % shape[5]]
-    shapes.append((1, 4, 1024, 11, 430, 5, 3, 0, 1, 1))
+    shapes.append((9, 2, 256, 17, 2189, 8, 4, 0, 1, 1))
     merged = {}
     for setting in ("", "never", "always"):
         monkeypatch.setenv("CONVT_ZERO_TAP_MERGE", setting)
@@ -1246,7 +1246,19 @@ def test_zero_tap_merge_follows_its_override(dtype, tf32, monkeypatch):
             for shape in shapes:
                 assert "exact_family" not in plans(shape, dtype, tf32, "h100")["forward"], shape
     assert not merged["never"] and merged[""] and merged[""] <= merged["always"], merged
-    assert (1, 4, 1024, 11, 430, 5, 3, 0, 1, 1) in merged[""]
+    assert (9, 2, 256, 17, 2189, 8, 4, 0, 1, 1) in merged[""]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("shape", [(1, 4, 1024, 11, 430, 5, 3, 0, 1, 1), (2, 10, 448, 8, 25242, 5, 1, 0, 1, 1)], ids=str)
+def test_wide_zero_tap_forward_keeps_its_staged_per_phase_plan(shape, dtype, monkeypatch):
+    """A wide TF32 or 16-bit forward of few MACs an output (a few input channels) whose per-phase plan
+    stages its output rows stays per phase, where CONVT_ZERO_TAP_MERGE=always would merge it with
+    zero taps: that plan writes whole rows, while the merged tiles store pairs of phases apart."""
+    forward = plans(shape, dtype, True, "h100")["forward"]
+    assert not forward.get("zero_taps") and forward["stage_output"] == 1, forward
+    monkeypatch.setenv("CONVT_ZERO_TAP_MERGE", "always")
+    assert plans(shape, dtype, True, "h100")["forward"].get("zero_taps") == 1
 
 
 def test_depthwise_forward_splits_wide_channel_multipliers():

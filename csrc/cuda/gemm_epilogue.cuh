@@ -56,7 +56,6 @@ __device__ __forceinline__ void store_merged_rows(const GemmProblem& p, const T*
       next_row_bias[j] = row + 1 < p.rows_per_group ? bias_at(next_out_row) : 0.0f;
     }
   }
-  bool finite = true;
 #pragma unroll
   for (int j = 0; j < kBlockM / 8; ++j) {
     const int row = first_row + 8 * j;
@@ -68,6 +67,7 @@ __device__ __forceinline__ void store_merged_rows(const GemmProblem& p, const T*
     // rows of phases without a tap are not stored (stored_row_phases: out holds the bias there)
     const bool first_stored = phase < p.stored_row_phases, second_stored = adjacent ? phase + 1 < p.stored_row_phases : next_inside;
     T* const row_out = group_out + int64_t(out_row) * p.out_length;  // (64-bit math once a row)
+    bool finite = true;  // (a row pair's flag, stored with its row: no register live across rows)
     float bias_value, next_bias;
     if constexpr (kBiasFirst) {
       bias_value = row_bias[j], next_bias = next_row_bias[j];
@@ -90,8 +90,8 @@ __device__ __forceinline__ void store_merged_rows(const GemmProblem& p, const T*
         if (second_stored) store(row_out, position + 1, second);
       }
     }
+    if (!finite && p.nonfinite != nullptr) *p.nonfinite = 1;
   }
-  if (!finite && p.nonfinite != nullptr) *p.nonfinite = 1;
 }
 
 // ---- implicit_gemm_kernel ------------------------------------------------------------------------
