@@ -376,8 +376,8 @@ def test_cuda_graph_capture_and_replay():
 
 
 OVERLAP_CASES = [  # plans of several launches in a row
-    (Case(1, 4, 1024, 11, 430, stride=5, padding=3), torch.bfloat16),  # zero-tap merged forward + gated exact plan
-    (Case(1, 4, 1024, 11, 430, stride=5, padding=3), torch.float32),
+    (Case(3, 4, 128, 17, 1801, stride=8, padding=4), torch.bfloat16),  # zero-tap merged forward + gated exact plan
+    (Case(3, 4, 128, 17, 1801, stride=8, padding=4), torch.float32),
     (Case(4, 256, 256, 11, 416, stride=5, padding=3), torch.bfloat16),  # layout copies, box tiles, row sums
     (Case(2, 768, 768, 16, 300, stride=2, padding=7, groups=2), torch.bfloat16),  # channels-last copies
     (Case(9, 40, 150, 11, 271, stride=6, padding=2), torch.float32),  # deinterleaved grad_y, slices summed

@@ -1249,6 +1249,17 @@ def test_zero_tap_merge_follows_its_override(dtype, tf32, monkeypatch):
     assert (9, 2, 256, 17, 2189, 8, 4, 0, 1, 1) in merged[""]
 
 
+@pytest.mark.parametrize("dtype,tf32", MATHS)
+def test_zero_tap_layers_of_the_cuda_tests_merge(dtype, tf32):
+    """The layers that test_cuda.py (overlapped launches) and test_special_values.py (Inf and NaN in x)
+    run as zero-tap merged forwards, with their gated exact plans, stay merged on an H100: their
+    coverage of the merged rows' flag does not vanish with a planner change."""
+    for shape in [(3, 4, 128, 17, 1801, 8, 4, 0, 1, 1), (2, 256, 128, 7, 3000, 5, 3, 0, 1, 1), (5, 96, 1, 5, 8500, 3, 1, 0, 1, 1),
+                  (2, 96, 1, 5, 8499, 3, 1, 0, 1, 1)]:
+        forward = plans(shape, dtype, tf32, "h100")["forward"]
+        assert forward.get("zero_taps") == 1 and "exact_family" in forward, (shape, forward)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("shape", [(1, 4, 1024, 11, 430, 5, 3, 0, 1, 1), (2, 10, 448, 8, 25242, 5, 1, 0, 1, 1)], ids=str)
 def test_wide_zero_tap_forward_keeps_its_staged_per_phase_plan(shape, dtype, monkeypatch):
