@@ -1884,11 +1884,14 @@ DataPlan plan_data_over_groups(const ConvTParams& p, const TensorFacts& in, Math
         };
         // (one input channel a group: there the alternative to the merged plan is the depthwise
         // kernels, one_channel_gemm_pays, not the staged rows)
-        auto staged = [&](const std::optional<GemmPlan>& plan) { return plan && plan->stage_output && p.in_channels_per_group > 1; };
+        auto staged = [&](const std::optional<GemmPlan>& plan) {
+          return plan && plan->stage_output && p.in_channels_per_group > 1;
+        };
         const PlanOverride merge_override = zero_tap_merge_override();
         const bool merges = merge_override != PlanOverride::kModel ? merge_override == PlanOverride::kAlways
-                            : !narrow_merged_rows(p) ? pipelined(gemm) && (math != Math::k3xTF32 ? !pipelined(exact) && !staged(exact)
-                                                                                                  : strict_wide_merge_pays(p, *gemm, unstaged))
+                            : !narrow_merged_rows(p)
+                                ? pipelined(gemm) && (math != Math::k3xTF32 ? !pipelined(exact) && !staged(exact)
+                                                                            : strict_wide_merge_pays(p, *gemm, unstaged))
                             : math == Math::k3xTF32 ? strict_narrow_merge_pays(p, *gemm, unstaged)
                                                     : math != Math::k16Bit || p.out_channels_per_group < 16;
         // (the exact plan runs over the merged plan's outputs, whose zero taps may have made NaN at

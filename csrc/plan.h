@@ -628,9 +628,9 @@ struct DataPlan {
   PackedTapsPlan packed_taps{};
   // gemm.zero_taps (docs/design.md §3.2): products of zero weights and `in` reach the outputs, exact
   // only where `in` is finite. The deinterleave copy (grad_input) flags a non-finite element, the
-  // merged forward's epilogue a non-finite output (Launch::nonfinite), and the exact plan (per phase, on `in` as it is, the same weight) runs
-  // behind that flag: its kernels return at once where the flag is clear (no host sync). A zero-tap
-  // plan is taken only where an exact one exists.
+  // merged forward's epilogue a non-finite output (Launch::nonfinite), and the exact plan (per
+  // phase, on `in` as it is, the same weight) runs behind that flag: its kernels return at once
+  // where the flag is clear (no host sync). A zero-tap plan is taken only where an exact one exists.
   GemmPlan exact{};
   // The forward over copies of x in rows of 16-byte multiples (forward_over_aligned_x), copy_batch
   // batch elements at a time within the forward's workspace bound; 0: over x as it is (plan_forward).

@@ -18,7 +18,8 @@ namespace convt::cuda {
 
 // The kernels' parameters: the plan, its dividers, `in`'s tensor map (tensor_rows), the launch's
 // flags (Launch::gate, Launch::nonfinite) and the fp32 slices (float_sums)
-inline GemmProblem make_gemm_problem(const GemmPlan& plan, const CUtensorMap* in_map, const Launch& launch, float* slices = nullptr) {
+inline GemmProblem make_gemm_problem(const GemmPlan& plan, const CUtensorMap* in_map, const Launch& launch,
+                                     float* slices = nullptr) {
   GemmProblem g{};
   static_cast<GemmPlan&>(g) = plan;
   g.gate = launch.gate;

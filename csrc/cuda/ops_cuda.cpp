@@ -425,7 +425,8 @@ void run_data(DataPlan plan, const ConvTParams& p, const at::Tensor& in_tensor, 
     // the plan reads; x: the merged rows' own flag, set where their epilogue stores Inf or NaN
     // (store_merged_rows: no pass over x)
     const bool copy_flags = plan.channels_last_grad_y || plan.gemm.deinterleaved;
-    TORCH_INTERNAL_ASSERT(copy_flags || (forward && plan.gemm.row_phases > 1), "convt: zero taps without a flag for their exact plan");
+    TORCH_INTERNAL_ASSERT(copy_flags || (forward && plan.gemm.row_phases > 1),
+                          "convt: zero taps without a flag for their exact plan");
     const at::Tensor nonfinite = plan.channels_last_grad_y ? channels_last.nonfinite
                                  : plan.gemm.deinterleaved ? grad_y_copy->nonfinite
                                                            : at::zeros({1}, in_tensor.options().dtype(at::kInt));
