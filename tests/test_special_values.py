@@ -128,9 +128,8 @@ def test_row_ends_stay_in_their_rows(case, dtype, value, device, tf32):
 @pytest.mark.parametrize("tf32", [True, False], ids=["tf32", "strict"], indirect=True)
 def test_exact_forward_sees_values_off_16_byte_boundaries(dtype, where, value, device, tf32):
     """A forward with an exact plan (zero taps merged, every math) over a contiguous x that starts 3
-    elements past a 16-byte boundary and holds no whole number of 16-byte vectors (no tensor map: x
-    staged row by row): the merged tiles that a value at either end of x, or in the middle, reaches
-    must flag it for the exact plan."""
+    elements past a 16-byte boundary and holds no whole number of 16-byte vectors: the merged tiles
+    that a value at either end of x, or in the middle, reaches must flag it for the exact plan."""
     case = Case(2, 96, 1, 5, 8499, stride=3, padding=1)
     x, w, b = _inputs(case, dtype, device)
     storage = torch.empty(x.numel() + 3, dtype=dtype, device=device)
