@@ -1862,9 +1862,9 @@ DataPlan plan_data_over_groups(const ConvTParams& p, const TensorFacts& in, Math
       // 16-bit tiles merge only where the per-phase ones would pad C_out/groups (below 16 rows): with
       // full rows those are as fast, and the merged plan pays its flag's launches besides. A wide output
       // merges, pipelined, only where its per-phase plan would not run pipelined nor stage its output
-      // (store-bound rows written whole, which the merged tiles' row pairs do not match: of 7 such
-      // cells in two screens of 79, 6 ran 0.61-0.97x the merged time per phase and one 1.13x; H100,
-      // docs/perf/2026-12-07-zero-tap-flag.md); in 3xTF32 (whose strided forwards do) where the
+      // (store-bound rows written whole, which the merged tiles' row pairs do not match; a fit to
+      // two screens, neutral on the layers it moved out of sample: docs/perf/2026-12-07-zero-tap-flag.md);
+      // in 3xTF32 (whose strided forwards do) where the
       // per-phase plan's stores cost more (strict_wide_merge_pays).
       // (zero_tap_merge_override: merged wherever the per-phase plan can stand as the exact one, or
       // the per-phase plan alone, without the flag and the gated launches)
