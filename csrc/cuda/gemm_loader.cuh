@@ -186,8 +186,11 @@ struct XWindowStager {
     if constexpr (sizeof(T) == 2) {
       if (p.copy_elements == 1) {
         // 16-bit elements have no asynchronous copy: synchronous loads, kLoadsInFlight of them issued
-        // before their stores (not one load and its store at a time, each waiting its full latency)
-        constexpr int kLoadsInFlight = 4;
+        // before their stores (not one load and its store at a time, each waiting its full latency).
+        // A step's copies wait ceil(copies / (threads x kLoadsInFlight)) load latencies one after the
+        // other (a 128-channel chunk of 136-position rows: 9 at 8, 17 at 4). Not 16: narrow-channel
+        // forwards ran slower at 16 than at 4 or 8, for little more in grad_input (docs/perf/2026-12-07-untimed-patches.md)
+        constexpr int kLoadsInFlight = 8;
         const int copies = p.chunk_channels * p.row_copies;
         for (int first_index = threadIdx.x; first_index < copies; first_index += kGemmThreads * kLoadsInFlight) {
           T values[kLoadsInFlight];
