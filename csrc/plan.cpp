@@ -1864,8 +1864,8 @@ DataPlan plan_data_over_groups(const ConvTParams& p, const TensorFacts& in, Math
       // merges, pipelined, only where its per-phase plan would not run pipelined nor stage its output
       // (store-bound rows written whole, which the merged tiles' row pairs do not match; a fit to
       // two screens, neutral on the layers it moved out of sample: docs/perf/2026-12-07-zero-tap-flag.md);
-      // in 3xTF32 (whose strided forwards do) where the
-      // per-phase plan's stores cost more (strict_wide_merge_pays).
+      // in 3xTF32 (whose strided forwards do) where the per-phase plan's stores cost more
+      // (strict_wide_merge_pays).
       // (zero_tap_merge_override: merged wherever the per-phase plan can stand as the exact one, or
       // the per-phase plan alone, without the flag and the gated launches)
       if (gemm && gemm->zero_taps) {
