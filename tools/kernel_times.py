@@ -12,15 +12,22 @@ or the benchmark for the figures to quote; this says which kernel to look at. Ea
 gives its host µs a call: the wall time of --calls forward + backward calls issued back to back with
 no synchronization, a call's share (the host's work, where the GPU keeps up: a host-bound step
 costs at least this).
+
+Ours launch serially here (CONVT_OVERLAP_LAUNCHES=never unless the environment sets it): an
+overlapped launch starts while its predecessor still runs, so the profiler's time of each kernel
+would include its wait for the one before and the kernels' sum would overstate the call.
 """
 import argparse
 import collections
+import os
 import time
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 
 import torch_convt_op
+
+os.environ.setdefault("CONVT_OVERLAP_LAUNCHES", "never")  # (read at every call: per-kernel times without waits)
 
 
 def kernel_times(fn, calls):
