@@ -1540,10 +1540,16 @@ constexpr double kUnrolledMargin = 1.1;  // (the fit's close call: 9,557,499,9,1
 // bf16 layers timed with and without copies that avoid them (docs/perf/2026-12-04-element-copies.md).
 // CONVT_GRAD_WEIGHT_ELEMENT_COPIES=never: no such cost and no copies for it (v100's planner);
 // always: the copies of every such operand wherever they plan (plan_grad_weight_tiles_pass). Read at
-// every plan.
+// every plan. CONVT_GRAD_Y_ELEMENT_PACE_TENTHS sets grad_y's stride-1 pace in tenths (a screen's
+// variable: on an H100 bf16 stride-1 layers of several taps ran 1.08-1.40x faster over the copy than
+// this pace predicts, docs/perf/2026-12-07-session101.md).
 constexpr double kGradWElementXPace = 10;
 constexpr double kGradWElementGradYPace = 2;
 constexpr double kGradWElementGradYStridePace = 0.5;
+double grad_y_element_pace() {
+  const std::optional<int64_t> tenths = read_whole_number("CONVT_GRAD_Y_ELEMENT_PACE_TENTHS", 1000, "tenths");
+  return tenths ? double(*tenths) / 10 : kGradWElementGradYPace;
+}
 // A copy made for them costs a launch and an allocation besides its bytes: about 5 µs (fitted with the paces)
 constexpr double kGradWCopyLaunchMacs = 18e6;
 PlanOverride grad_weight_element_copies_override() { return read_plan_override("CONVT_GRAD_WEIGHT_ELEMENT_COPIES"); }
@@ -1556,7 +1562,7 @@ double grad_weight_time(const WeightGradPlan& g) {
   if (grad_weight_element_copies_override() != PlanOverride::kNever) {
     const double x_rows = double(std::min<int64_t>(g.block_ci, g.in_channels_per_group * g.packed_groups));
     const double grad_y_rows = double(std::min<int64_t>(g.block_co, g.out_channels_per_group * g.packed_groups));
-    const double grad_y_pace = kGradWElementGradYPace + kGradWElementGradYStridePace * (std::min(g.stride, 16) - 1);
+    const double grad_y_pace = grad_y_element_pace() + kGradWElementGradYStridePace * (std::min(g.stride, 16) - 1);
     if (copies_x_by_element(g)) read_rows += (kGradWElementXPace - 1) * x_rows;
     if (copies_grad_y_by_element(g)) read_rows += (grad_y_pace - 1) * grad_y_rows;
   }
@@ -2785,15 +2791,43 @@ namespace {
 // back at once. CONVT_PLAN_CACHE=never plans every call (an A/B of the host time).
 constexpr size_t kPlanCacheEntries = 4096;
 constexpr const char* kPlannerVariables[] = {
-    "CONVT_MAX_WORKSPACE_MB", "CONVT_DEPTHWISE_PHASE_TAPS", "CONVT_FORWARD_X_COPIES", "CONVT_GEMM_SPLITS",
-    "CONVT_GRAD_INPUT_COPIES", "CONVT_GRAD_WEIGHT_BOXES", "CONVT_GRAD_WEIGHT_UNROLLED", "CONVT_GROUP_MERGE",
-    "CONVT_NARROW_ROWS_PIPELINED", "CONVT_POSITION_ROWS", "CONVT_STAGED_WARP_TILES", "CONVT_TAP_BOXES",
-    "CONVT_ZERO_TAP_COPIES", "CONVT_ONE_CHANNEL_GEMM", "CONVT_GRAD_INPUT_DEINTERLEAVE", "CONVT_GRAD_WEIGHT_DILATED_COPY",
-    "CONVT_PERMUTED_POSITIONS", "CONVT_GRAD_WEIGHT_PIPELINED", "CONVT_STRICT_WIDE_MERGE", "CONVT_GRAD_WEIGHT_ELEMENT_COPIES",
-    "CONVT_PIPELINED_SPLITS", "CONVT_COPY_BANDWIDTH_GBPS", "CONVT_GEMM_TILE", "CONVT_NARROWER_PIPELINED",
-    "CONVT_FRAGMENT_TAPS", "CONVT_STRIDED_STORES_FIRST", "CONVT_STORE_BOUND", "CONVT_FRAGMENT_TAPS_ANY_TILE",
-    "CONVT_STAGED_PART_FILL", "CONVT_TAPLESS_PIPELINED", "CONVT_PACKED_TAPS", "CONVT_ONE_TAP_MERGE",
-    "CONVT_GRAD_WEIGHT_SLICE_ITEMS", "CONVT_ROW_SUM_WARPS", "CONVT_GRAD_WEIGHT_TAPS_FIRST", "CONVT_ZERO_TAP_MERGE",
+    "CONVT_MAX_WORKSPACE_MB",
+    "CONVT_DEPTHWISE_PHASE_TAPS",
+    "CONVT_FORWARD_X_COPIES",
+    "CONVT_GEMM_SPLITS",
+    "CONVT_GRAD_INPUT_COPIES",
+    "CONVT_GRAD_WEIGHT_BOXES",
+    "CONVT_GRAD_WEIGHT_UNROLLED",
+    "CONVT_GROUP_MERGE",
+    "CONVT_NARROW_ROWS_PIPELINED",
+    "CONVT_POSITION_ROWS",
+    "CONVT_STAGED_WARP_TILES",
+    "CONVT_TAP_BOXES",
+    "CONVT_ZERO_TAP_COPIES",
+    "CONVT_ONE_CHANNEL_GEMM",
+    "CONVT_GRAD_INPUT_DEINTERLEAVE",
+    "CONVT_GRAD_WEIGHT_DILATED_COPY",
+    "CONVT_PERMUTED_POSITIONS",
+    "CONVT_GRAD_WEIGHT_PIPELINED",
+    "CONVT_STRICT_WIDE_MERGE",
+    "CONVT_GRAD_WEIGHT_ELEMENT_COPIES",
+    "CONVT_PIPELINED_SPLITS",
+    "CONVT_COPY_BANDWIDTH_GBPS",
+    "CONVT_GEMM_TILE",
+    "CONVT_NARROWER_PIPELINED",
+    "CONVT_FRAGMENT_TAPS",
+    "CONVT_STRIDED_STORES_FIRST",
+    "CONVT_STORE_BOUND",
+    "CONVT_FRAGMENT_TAPS_ANY_TILE",
+    "CONVT_STAGED_PART_FILL",
+    "CONVT_TAPLESS_PIPELINED",
+    "CONVT_PACKED_TAPS",
+    "CONVT_ONE_TAP_MERGE",
+    "CONVT_GRAD_WEIGHT_SLICE_ITEMS",
+    "CONVT_ROW_SUM_WARPS",
+    "CONVT_GRAD_WEIGHT_TAPS_FIRST",
+    "CONVT_ZERO_TAP_MERGE",
+    "CONVT_GRAD_Y_ELEMENT_PACE_TENTHS",
 };
 
 // (every field of these is in the key: one added to them must join it)

@@ -1506,6 +1506,7 @@ def test_workspace_bound_splits_the_weight_over_launches(card, dtype, tf32, monk
 @pytest.mark.parametrize("variable,unit,shape", [
     ("CONVT_MAX_WORKSPACE_MB", "megabytes", (4, 1536, 768, 16, 200, 8, 4, 0, 1, 1)),
     ("CONVT_COPY_BANDWIDTH_GBPS", "GB/s", (1, 512, 512, 3, 18814, 2, 0, 0, 1, 1)),
+    ("CONVT_GRAD_Y_ELEMENT_PACE_TENTHS", "tenths", (2, 256, 256, 11, 8267, 1, 5, 0, 1, 16)),
 ])
 def test_planner_numbers_name_a_bad_value(variable, unit, shape, value, monkeypatch):
     """The planner's numeric variables (read_whole_number) reject anything but a whole number from 1,
@@ -1553,6 +1554,17 @@ def test_copy_bandwidth_prices_the_copies(monkeypatch):
         monkeypatch.setenv("CONVT_COPY_BANDWIDTH_GBPS", slower)
         g = plans(shape, dtype, True, "h200")["grad_input"]
         assert g["channels_last_grad_y"] == 0 and "copies" not in summary(g) and "grad_y" not in summary(g), g
+
+
+def test_grad_y_element_pace_prices_the_grad_y_copy(monkeypatch):
+    """grad_weight's model charges a grad_y row staged one element at a time at stride 1 its pace,
+    CONVT_GRAD_Y_ELEMENT_PACE_TENTHS where set (a screen's variable): a grouped bf16 layer of odd
+    length stays on grad_y as it is at the default pace (2) and takes the deinterleaved copy at 4."""
+    shape = (2, 256, 256, 11, 8267, 1, 5, 0, 1, 16)
+    monkeypatch.delenv("CONVT_GRAD_Y_ELEMENT_PACE_TENTHS", raising=False)
+    assert plans(shape, torch.bfloat16, True, "h100")["grad_weight"]["deinterleaved_grad_y"] == 0
+    monkeypatch.setenv("CONVT_GRAD_Y_ELEMENT_PACE_TENTHS", "40")
+    assert plans(shape, torch.bfloat16, True, "h100")["grad_weight"]["deinterleaved_grad_y"] == 1
 
 
 def test_summary_names_the_copies_of_x():
