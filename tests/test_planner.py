@@ -1559,12 +1559,15 @@ def test_copy_bandwidth_prices_the_copies(monkeypatch):
 def test_grad_y_element_pace_prices_the_grad_y_copy(monkeypatch):
     """grad_weight's model charges a grad_y row staged one element at a time at stride 1 its pace,
     CONVT_GRAD_Y_ELEMENT_PACE_TENTHS where set (a screen's variable): a grouped bf16 layer of odd
-    length stays on grad_y as it is at the default pace (2) and takes the deinterleaved copy at 4."""
-    shape = (2, 256, 256, 11, 8267, 1, 5, 0, 1, 16)
+    length stays on grad_y as it is at the default pace (2) and takes the deinterleaved copy at 4; a
+    strided layer's pace stays the stride's (2 + 0.5 a stride step), its plan the same."""
+    shape, strided = (2, 256, 256, 11, 8267, 1, 5, 0, 1, 16), (30, 64, 32, 3, 2349, 2, 0, 0, 1, 1)
     monkeypatch.delenv("CONVT_GRAD_Y_ELEMENT_PACE_TENTHS", raising=False)
     assert plans(shape, torch.bfloat16, True, "h100")["grad_weight"]["deinterleaved_grad_y"] == 0
+    strided_plan = plans(strided, torch.bfloat16, True, "h100")["grad_weight"]
     monkeypatch.setenv("CONVT_GRAD_Y_ELEMENT_PACE_TENTHS", "40")
     assert plans(shape, torch.bfloat16, True, "h100")["grad_weight"]["deinterleaved_grad_y"] == 1
+    assert plans(strided, torch.bfloat16, True, "h100")["grad_weight"] == strided_plan
 
 
 def test_summary_names_the_copies_of_x():
