@@ -59,6 +59,7 @@ AVX2_FORMS = [
     "forward=packed_copy,grad_weight=positions",
     "forward=streamed",
     "forward=scatter",
+    "forward=tap_rows",
 ]
 BLAS_FORMS = [
     "forward=taps,grad_input=taps,grad_weight=taps",
@@ -137,6 +138,34 @@ def test_micro_kernel_last_column_step_covers_every_row_length(l_in, monkeypatch
     CPU's vectors; test_avx2_vectors_where_the_cpu_has_avx512 runs the 8-float ones)."""
     monkeypatch.setenv("CONVT_CPU_FORMS", TAIL_FORMS)
     assert_backward_matches_reference(tail_case(l_in), torch.float32, "cpu", check_forward=True)
+
+
+# Depthwise and two-channel groups on the forward's tap rows (forward_tap_rows): strides 1-8
+# (stride 2's phases interleaved by whole vectors, the others one value at a time), rows around its
+# 64-output blocks and 8-output vectors, dilation, output padding, taps past the row's ends
+DIRECT_CASES = [
+    Case(2, 6, 6, 31, 150, padding=15, groups=6),                                 # long filter, stride 1
+    Case(1, 4, 8, 3, 63, padding=1, groups=4),                                    # multiplier 2, 63 outputs
+    Case(2, 4, 4, 4, 101, stride=2, padding=1, output_padding=1, groups=4),       # stride 2, odd length
+    Case(1, 6, 3, 7, 70, stride=3, padding=2, dilation=2, groups=3),              # two inputs a group, dilated
+    Case(2, 2, 2, 16, 9, stride=8, padding=4, groups=2),                          # stride 8 on a short row
+    Case(1, 3, 3, 12, 5, stride=2, padding=0, output_padding=1, dilation=3, groups=3),  # taps past both ends
+]
+
+
+@pytest.mark.quick
+@pytest.mark.parametrize("case", DIRECT_CASES, ids=case_id)
+def test_tap_rows_forward_matches_reference(case, monkeypatch):
+    """The forward's tap rows (float32 on AVX2, the planner's for few channels a group: output rows of
+    taps over input rows copied with zeros around them, phases interleaved) against float64, and its
+    fallback where an output is not finite: Inf in the weight lands as in the direct loops."""
+    monkeypatch.setenv("CONVT_CPU_FORMS", "forward=tap_rows")
+    assert_backward_matches_reference(case, torch.float32, "cpu", check_forward=True)
+    x, w, b = make_inputs(case, torch.float32, "cpu")
+    w[0, 0, 0] = float("inf")
+    y = ours(x, w, b, case)
+    monkeypatch.setenv("CONVT_CPU_FORMS", "forward=direct")
+    assert torch.equal(_classes(y), _classes(ours(x, w, b, case)))
 
 
 def _classes(t):

@@ -1610,7 +1610,7 @@ def test_bench_explain_names_this_cpus_forms(monkeypatch, capsys):
     bench.main(["--explain", "cpu", "--shapes", "kb64,depthwise", "--dtypes", "fp32,fp64"])
     table = capsys.readouterr().out
     assert "plans for cpu" in table and table.count("\n") == 2 + 4, table
-    forms = {"direct", "taps", "unrolled", "folded", "packed", "packed_copy", "streamed", "scatter", "dot",
+    forms = {"direct", "taps", "unrolled", "folded", "packed", "packed_copy", "streamed", "scatter", "tap_rows", "dot",
              "positions", "sum"}
     for line in table.splitlines()[2:]:
         named = [cell.split()[0] for cell in line.split(None, 2)[2].split("|")]
@@ -2290,18 +2290,20 @@ def test_cpu_grad_input_of_long_rows_takes_a_gemm_a_tap_at_six_items(monkeypatch
     _assert_wide_vector_forms(CPU_LONG_ROW_GRAD_INPUT_CASES, "grad_input", monkeypatch)
 
 
-def test_cpu_one_channel_groups_run_the_direct_loops(monkeypatch):
-    """One or two channels a group (C_in/g x C_out/g <= 2): the forward and grad_input on the direct
-    loops wherever the AVX2 forms run, grad_weight on rows of at most 256 inputs (longer rows: the dot
+def test_cpu_one_channel_groups_run_the_direct_forms(monkeypatch):
+    """One or two channels a group (C_in/g x C_out/g <= 2), wherever the AVX2 forms run: the forward on
+    the tap rows at stride 1-2 or at 3 taps a phase (K / stride) or more, else on the direct loops;
+    grad_input on the direct loops, grad_weight on rows of at most 256 inputs (longer rows: the dot
     form, whose per-row costs they spread)."""
     monkeypatch.delenv("CONVT_CPU_FORMS", raising=False)
     short, long_rows, multiplier = (2, 1024, 1024, 9, 32, 2, 3, 0, 1, 1024), (16, 256, 256, 7, 4096, 1, 3, 0, 1, 256), \
         (2, 64, 128, 5, 200, 3, 2, 0, 1, 64)
+    long_filter = (3, 256, 512, 16, 32, 3, 6, 0, 1, 256)
     if explain(*short, device="cpu")["forward"].get("vector_bits", 0) == 0:
         pytest.skip("this CPU runs no AVX2 forms")
-    for shape in (short, long_rows, multiplier):
+    for shape, forward in ((short, "tap_rows"), (long_rows, "tap_rows"), (multiplier, "direct"), (long_filter, "tap_rows")):
         plan = explain(*shape, device="cpu")
-        assert plan["forward"]["kernel"] == "direct" and plan["grad_input"]["kernel"] == "direct", (shape, plan)
+        assert plan["forward"]["kernel"] == forward and plan["grad_input"]["kernel"] == "direct", (shape, plan)
         assert plan["grad_weight"]["kernel"] == ("direct" if shape[4] <= 256 else "dot"), (shape, plan)
     assert explain(2, 64, 64, 5, 200, 3, 2, 0, 1, 16, device="cpu")["grad_input"]["kernel"] != "direct"  # 4 x 4 a group
 

@@ -10,7 +10,8 @@
 //    i*stride + k*dilation - padding] (im2col, 0 outside), grad_x = W @ G, grad_w = X @ G^T.
 //  - taps: per output phase one BLAS GEMM per tap (convt.h, "Polyphase indexing") on windows of x (of
 //    grad_y's phases) read in place, accumulated in a tile.
-//  - direct: loops, for few channels per group (depthwise), where GEMMs would be tiny matrices.
+//  - direct: loops, for few channels per group (depthwise), where GEMMs would be tiny matrices; on
+//    AVX2 the forward's tap rows (forward_tap_rows: each output in a register for all its taps).
 // float16 / bfloat16 are computed in float32, float64 in float64.
 #include "cpu/conv_transpose1d_cpu.h"
 #include "cpu/kernels_avx2.h"
@@ -105,7 +106,7 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const T* 
 int64_t threads() { return std::max<int64_t>(1, at::get_num_threads()); }
 
 // The forms of a pass (plan, near the end of the file, picks one).
-enum class Form { kDirect, kTaps, kUnrolled, kFolded, kPacked, kStreamed, kScatter, kDot, kPositions };
+enum class Form { kDirect, kTaps, kUnrolled, kFolded, kPacked, kStreamed, kScatter, kTapRows, kDot, kPositions };
 
 // ---- weight layouts ------------------------------------------------------------------------------
 // The weight (C_in, Cog, K) as one (C_in, Cog) matrix per tap: (K, C_in, Cog).
@@ -1614,6 +1615,77 @@ void forward_direct(const at::Tensor& x, const at::Tensor& w, const at::Tensor& 
   });
 }
 
+// The tap rows: the forward of few channels a group (depthwise, a multiplier of 2) in float32 on AVX2,
+// each output row's phases as rows of taps (avx2::taps_row) over its group's input rows, each copied
+// once with zeros around it, then the bias added and the phases interleaved (avx2::interleave_row). An
+// output then stays in a register for all its taps, where forward_direct's loops pass over the whole
+// row once a tap (and at a stride store one element at a time). The zeros' products with the weight
+// exist here: false where an output is not finite (the caller then runs the direct loops, so
+// Inf and NaN land where the products that exist put them).
+bool forward_tap_rows(const float* x, const float* w, const float* bias, float* y, const ConvTParams& p) {
+  const int64_t K = p.kernel_size, stride = p.stride, Cig = p.in_channels_per_group, Cog = p.out_channels_per_group;
+  // the phases that have outputs, each with its taps k in order
+  const int64_t phases = std::min(stride, p.length_out);
+  std::vector<std::vector<int64_t>> phase_taps(static_cast<size_t>(phases));
+  std::vector<int64_t> shifts(static_cast<size_t>(K));
+  int64_t most_shift = 0, least_shift = 0;
+  for (int64_t k = 0; k < K; ++k) {
+    const Tap tap = tap_of(k, stride, p.padding, p.dilation);
+    if (tap.phase >= phases) continue;
+    phase_taps[static_cast<size_t>(tap.phase)].push_back(k);
+    shifts[static_cast<size_t>(k)] = tap.shift;
+    most_shift = std::max(most_shift, tap.shift), least_shift = std::min(least_shift, tap.shift);
+  }
+  // an input row at [lead, lead + L_in) of zeros: output m of a phase reads input m - shift at
+  // lead - shift + m, inside [0, padded) for every m < longest
+  const int64_t longest = phase_length(0, p.length_out, stride), lead = most_shift;
+  const int64_t padded = std::max(lead + p.length_in, lead - least_shift + longest);
+  std::atomic<bool> finite{true};
+  // one task a (batch row, group): its input rows copied once for all its output rows
+  at::parallel_for(0, p.batch * p.groups, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> rows(static_cast<size_t>(Cig * padded)), sums(static_cast<size_t>(stride > 1 ? phases * longest : 0));
+    std::vector<float> weights(static_cast<size_t>(K));
+    std::vector<int64_t> offsets(static_cast<size_t>(K));
+    bool all_finite = true;
+    // output channel co's phase over the group's rows into sum
+    auto output_phase = [&](int64_t g, int64_t co_in_group, int64_t phase, float* sum) {
+      const int64_t count = phase_length(phase, p.length_out, stride);
+      const std::vector<int64_t>& ks = phase_taps[static_cast<size_t>(phase)];
+      const int64_t taps = static_cast<int64_t>(ks.size());
+      for (int64_t c = 0; c < Cig; ++c) {
+        for (int64_t t = 0; t < taps; ++t) {
+          const int64_t k = ks[static_cast<size_t>(t)];
+          weights[static_cast<size_t>(t)] = w[((g * Cig + c) * Cog + co_in_group) * K + k];
+          offsets[static_cast<size_t>(t)] = lead - shifts[static_cast<size_t>(k)];
+        }
+        avx2::taps_row(count, taps, weights.data(), offsets.data(), rows.data() + c * padded, sum, c > 0);
+      }
+    };
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t n = item / p.groups, g = item % p.groups;
+      for (int64_t c = 0; c < Cig; ++c) {
+        float* padded_row = rows.data() + c * padded;
+        std::fill(padded_row, padded_row + padded, 0.0f);
+        std::memcpy(padded_row + lead, x + (n * p.in_channels + g * Cig + c) * p.length_in, p.length_in * sizeof(float));
+      }
+      for (int64_t co_in_group = 0; co_in_group < Cog; ++co_in_group) {
+        const int64_t co = g * Cog + co_in_group;
+        float* out = y + (n * p.out_channels + co) * p.length_out;
+        const float add = bias ? bias[co] : 0.0f;
+        if (stride == 1) {  // (the row itself, the bias added in place)
+          output_phase(g, co_in_group, 0, out);
+          all_finite &= avx2::write_row(out, p.length_out, add, out, 1);
+          continue;
+        }
+        for (int64_t phase = 0; phase < phases; ++phase) output_phase(g, co_in_group, phase, sums.data() + phase * longest);
+        all_finite &= avx2::interleave_row(sums.data(), longest, stride, p.length_out, add, out);
+      }
+    }
+    if (!all_finite) finite = false;
+  });
+  return finite;
+}
+
 template <typename scalar_t>
 void grad_input_direct(const at::Tensor& grad_y, const at::Tensor& w, const ConvTParams& p, const at::Tensor& grad_x) {
   const scalar_t* grad_y_data = grad_y.data_ptr<scalar_t>();
@@ -1727,8 +1799,8 @@ Form overridden(Form form, const std::string& name, bool avx2_float, bool is_for
   if (name == "taps") return Form::kTaps;
   if (name == "unrolled") return Form::kUnrolled;
   if (name == "folded" && is_forward) return Form::kFolded;
-  const bool known = name == "packed" || (is_forward && (name == "packed_copy" || name == "streamed" ||
-                                                         name == "scatter")) ||
+  const bool known = name == "packed" ||
+                     (is_forward && (name == "packed_copy" || name == "streamed" || name == "scatter" || name == "tap_rows")) ||
                      (is_weight && (name == "dot" || name == "positions"));
   TORCH_CHECK(known, "CONVT_CPU_FORMS: no form '", name, "' for this pass");
   if (!avx2_float) return form;
@@ -1738,6 +1810,7 @@ Form overridden(Form form, const std::string& name, bool avx2_float, bool is_for
   }
   if (name == "streamed") return Form::kStreamed;
   if (name == "scatter") return Form::kScatter;
+  if (name == "tap_rows") return Form::kTapRows;
   return name == "dot" ? Form::kDot : Form::kPositions;
 }
 
@@ -1917,6 +1990,14 @@ Form grad_input_avx2_form(const ConvTParams& p) {
 
 constexpr int64_t kDirectGradWeightMostInputs = 256;  // (plan: one or two channels a group)
 
+// The forward's tap rows where they outrun the direct loops (plan: one or two channels a group): at
+// stride 1 or 2, whose phases interleave by whole vectors, or at kTapRowsLeastPhaseTaps taps a phase
+// (K / stride) or more: elsewhere the loops' pass over a phase a tap costs less than the rows'
+// interleave, one value at a time (stride 3-4, K < 3 * stride: 0.94-2.2x the loops' time on 10
+// layers; docs/perf/2026-12-07-cpu-tap-rows.md).
+constexpr int64_t kTapRowsLeastPhaseTaps = 3;
+bool tap_rows_pay(const ConvTParams& p) { return p.stride <= 2 || p.kernel_size >= kTapRowsLeastPhaseTaps * p.stride; }
+
 Plans plan(const ConvTParams& p, at::ScalarType dtype) {
   const Override override = read_override();
   const bool avx2_float = dtype == at::kFloat && avx2::available() && !override.portable;
@@ -1925,12 +2006,15 @@ Plans plan(const ConvTParams& p, at::ScalarType dtype) {
     plans.vector_bits = avx2::wide_vectors() ? 512 : 256;
     // At one or two channels a group (C_in/g x C_out/g <= 2: depthwise, a multiplier of 2 or two
     // inputs a group) the micro-kernels' reduction, C_in/g x taps a phase, is too short to pay for
-    // their tiles, and the direct loops, vectorized along the row, do less work: the forward, grad_input
-    // (0.48-0.79x the packed form's time on six such layers of 32-20000 inputs) and grad_weight on rows of
-    // at most kDirectGradWeightMostInputs inputs (0.15x and 0.46x the dot form's on rows of 32 and 200;
-    // on rows of 1000-20000 the dot form's per-row costs are spread thin: 1.1-2x faster than direct).
+    // their tiles, and the direct forms, vectorized along the row, do less work: the forward's tap rows
+    // where they pay (tap_rows_pay: 0.17-0.92x the packed form's time and 0.33-0.58x the loops' on 7
+    // such layers at stride 1-2) or else its loops, grad_input's loops (0.48-0.79x the packed form's
+    // time on six) and grad_weight's on rows of at most kDirectGradWeightMostInputs inputs (0.15x and
+    // 0.46x the dot form's on rows of 32 and 200; on rows of 1000-20000 the dot form's per-row costs are
+    // spread thin: 1.1-2x faster than direct).
     const bool one_channel_pairs = p.in_channels_per_group * p.out_channels_per_group <= 2;
-    plans.forward = one_channel_pairs ? Form::kDirect : forward_folded_applies(p) ? Form::kFolded : forward_avx2_or_unrolled(p);
+    const Form direct_forward = tap_rows_pay(p) ? Form::kTapRows : Form::kDirect;
+    plans.forward = one_channel_pairs ? direct_forward : forward_folded_applies(p) ? Form::kFolded : forward_avx2_or_unrolled(p);
     plans.grad_input = one_channel_pairs ? Form::kDirect : grad_input_avx2_form(p);
     plans.grad_weight = one_channel_pairs && p.length_in <= kDirectGradWeightMostInputs ? Form::kDirect
                                                                                         : grad_weight_avx2_form(p);
@@ -1956,6 +2040,8 @@ const char* form_name(Form form, bool padded_copy) {
     case Form::kPacked: return padded_copy ? "packed_copy" : "packed";
     case Form::kStreamed: return "streamed";
     case Form::kScatter: return "scatter";
+    case Form::kTapRows:
+      return "tap_rows";
     case Form::kDot: return "dot";
     case Form::kPositions: return "positions";
   }
@@ -1988,6 +2074,13 @@ void forward(const at::Tensor& x, const at::Tensor& w, const std::optional<at::T
           x_c.data_ptr<float>(), w_c.data_ptr<float>(), reinterpret_cast<const float*>(bias_data), y_c.data_ptr<float>(),
           p);
       return;
+    }
+    if (form == Form::kTapRows) {  // (float32 only: plan)
+      if (forward_tap_rows(x_c.data_ptr<float>(), w_c.data_ptr<float>(), reinterpret_cast<const float*>(bias_data),
+                           y_c.data_ptr<float>(), p)) {
+        return;
+      }
+      form = Form::kDirect;  // a non-finite output: the loops, which form no padding products
     }
     if (form == Form::kPacked) {
       if (forward_avx2(x_c.data_ptr<float>(), w_c.data_ptr<float>(), reinterpret_cast<const float*>(bias_data),

@@ -455,6 +455,65 @@ CONVT_TARGET bool write_row(const float* in, int64_t count, float add, float* ou
   return finite;
 }
 
+CONVT_TARGET bool interleave_row(const float* phases, int64_t phase_stride, int64_t stride, int64_t count, float add,
+                                 float* out) {
+  const __m256 bias = _mm256_set1_ps(add);
+  __m256 check = _mm256_setzero_ps();  // v - v: 0 for finite v, NaN otherwise
+  int64_t j = 0;
+  if (stride == 2) {
+    const float* even = phases;
+    const float* odd = phases + phase_stride;
+    for (; j + 16 <= count; j += 16) {
+      const __m256 a = _mm256_add_ps(_mm256_loadu_ps(even + j / 2), bias), b = _mm256_add_ps(_mm256_loadu_ps(odd + j / 2), bias);
+      check = _mm256_add_ps(check, _mm256_add_ps(_mm256_sub_ps(a, a), _mm256_sub_ps(b, b)));
+      const __m256 low = _mm256_unpacklo_ps(a, b), high = _mm256_unpackhi_ps(a, b);  // (pairs of each 128-bit lane)
+      _mm256_storeu_ps(out + j, _mm256_permute2f128_ps(low, high, 0x20));
+      _mm256_storeu_ps(out + j + 8, _mm256_permute2f128_ps(low, high, 0x31));
+    }
+  }
+  bool finite = _mm256_movemask_ps(_mm256_cmp_ps(check, check, _CMP_UNORD_Q)) == 0;
+  // the rest phase by phase: phase r's outputs m from the first not written, at j = m * stride + r
+  const int64_t written = j / stride;  // (outputs m of every phase below this: j is a multiple of stride)
+  for (int64_t phase = 0; phase < stride; ++phase) {
+    const float* in = phases + phase * phase_stride;
+    for (int64_t m = written; m * stride + phase < count; ++m) {
+      const float v = in[m] + add;
+      finite &= v - v == 0.0f;
+      out[m * stride + phase] = v;
+    }
+  }
+  return finite;
+}
+
+CONVT_TARGET void taps_row(int64_t count, int64_t taps, const float* w, const int64_t* offsets, const float* in, float* out,
+                           bool accumulate) {
+  constexpr int kVectors = 8;  // 64 outputs a block: 8 FMA chains, each tap's 8 loads feeding them
+  int64_t j = 0;
+  for (; j + 8 * kVectors <= count; j += 8 * kVectors) {
+    __m256 acc[kVectors];
+    CONVT_UNROLL
+    for (int v = 0; v < kVectors; ++v) acc[v] = accumulate ? _mm256_loadu_ps(out + j + 8 * v) : _mm256_setzero_ps();
+    for (int64_t t = 0; t < taps; ++t) {
+      const __m256 weight = _mm256_set1_ps(w[t]);
+      const float* row = in + j + offsets[t];
+      CONVT_UNROLL
+      for (int v = 0; v < kVectors; ++v) acc[v] = _mm256_fmadd_ps(weight, _mm256_loadu_ps(row + 8 * v), acc[v]);
+    }
+    CONVT_UNROLL
+    for (int v = 0; v < kVectors; ++v) _mm256_storeu_ps(out + j + 8 * v, acc[v]);
+  }
+  for (; j + 8 <= count; j += 8) {
+    __m256 acc = accumulate ? _mm256_loadu_ps(out + j) : _mm256_setzero_ps();
+    for (int64_t t = 0; t < taps; ++t) acc = _mm256_fmadd_ps(_mm256_set1_ps(w[t]), _mm256_loadu_ps(in + j + offsets[t]), acc);
+    _mm256_storeu_ps(out + j, acc);
+  }
+  for (; j < count; ++j) {
+    float sum = accumulate ? out[j] : 0.0f;
+    for (int64_t t = 0; t < taps; ++t) sum += w[t] * in[j + offsets[t]];
+    out[j] = sum;
+  }
+}
+
 void dot_columns(int64_t rows, int64_t cols, int64_t length, const float* x, int64_t x_stride, const float* const* y,
                  float* out, int64_t ld, bool accumulate) {
   constexpr int64_t kChunk = 1024;  // positions per pass: a block's rows stay in L1 and L2
@@ -490,6 +549,8 @@ void gemm_rows(int64_t, int64_t, int64_t, const float*, int64_t, int64_t, const 
                bool) {}
 void stream_rows(int64_t, int64_t, int64_t, const float*, int64_t, const float*, int64_t, float*, int64_t) {}
 bool write_row(const float*, int64_t, float, float*, int64_t) { return false; }
+bool interleave_row(const float*, int64_t, int64_t, int64_t, float, float*) { return false; }
+void taps_row(int64_t, int64_t, const float*, const int64_t*, const float*, float*, bool) {}
 void dot_columns(int64_t, int64_t, int64_t, const float*, int64_t, const float* const*, float*, int64_t, bool) {}
 
 #endif

@@ -69,6 +69,17 @@ void stream_rows(int64_t rows, int64_t count, int64_t depth, const float* a, int
 // out[j*step] = in[j] + add for j < count; false where a value written is not finite.
 bool write_row(const float* in, int64_t count, float add, float* out, int64_t step);
 
+// out[j] = phases[(j mod stride) * phase_stride + j / stride] + add for j < count: a row's phases
+// (each its outputs m = 0, 1, ... at j = m * stride + phase) interleaved, whole vectors at stride 2;
+// false where a value written is not finite.
+bool interleave_row(const float* phases, int64_t phase_stride, int64_t stride, int64_t count, float add, float* out);
+
+// out[j] (+)= sum_{t < taps} w[t] * in[j + offsets[t]] for j < count, the taps in order (out[j] = the
+// sum where not `accumulate`: zeros at 0 taps): one input row's taps into one output row, each output
+// in registers for all its taps. Every in[j + offsets[t]] must be readable (callers pad the row).
+// Single-threaded.
+void taps_row(int64_t count, int64_t taps, const float* w, const int64_t* offsets, const float* in, float* out, bool accumulate);
+
 // out[r*ld + c] (+)= sum_{m < length} x[r*x_stride + m] * y[c][m] for r < rows, c < cols (column c's
 // values at y[c]: rows of several phases, at shifts): the sum in a fixed order (8 lanes, each in order
 // of m, then the lanes in a fixed tree; chunks of positions in order). Reads no element past `length`
