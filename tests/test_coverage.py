@@ -140,8 +140,8 @@ def test_micro_kernel_last_column_step_covers_every_row_length(l_in, monkeypatch
     assert_backward_matches_reference(tail_case(l_in), torch.float32, "cpu", check_forward=True)
 
 
-# Depthwise and two-channel groups on the forward's tap rows (forward_tap_rows): strides 1-8
-# (stride 2's phases interleaved by whole vectors, the others one value at a time), rows around its
+# Depthwise and two-channel groups on the forward's tap rows (forward_tap_rows): strides 1-9 (2-8
+# interleaved by whole vectors, the rest of a row and stride 9 one value at a time), rows around its
 # 64-output blocks and 8-output vectors, dilation, output padding, taps past the row's ends
 DIRECT_CASES = [
     Case(2, 6, 6, 31, 150, padding=15, groups=6),                                 # long filter, stride 1
@@ -150,6 +150,9 @@ DIRECT_CASES = [
     Case(1, 6, 3, 7, 70, stride=3, padding=2, dilation=2, groups=3),              # two inputs a group, dilated
     Case(2, 2, 2, 16, 9, stride=8, padding=4, groups=2),                          # stride 8 on a short row
     Case(1, 3, 3, 12, 5, stride=2, padding=0, output_padding=1, dilation=3, groups=3),  # taps past both ends
+    Case(2, 4, 4, 9, 50, stride=4, padding=3, output_padding=2, groups=4),        # stride 4, 3 blocks and a rest
+    Case(1, 2, 4, 6, 40, stride=5, padding=1, groups=2),                          # stride 5, multiplier 2
+    Case(1, 2, 2, 20, 30, stride=9, padding=5, groups=2),                         # stride 9: one value at a time
 ]
 
 

@@ -2292,16 +2292,19 @@ def test_cpu_grad_input_of_long_rows_takes_a_gemm_a_tap_at_six_items(monkeypatch
 
 def test_cpu_one_channel_groups_run_the_direct_forms(monkeypatch):
     """One or two channels a group (C_in/g x C_out/g <= 2), wherever the AVX2 forms run: the forward on
-    the tap rows at stride 1-2 or at 3 taps a phase (K / stride) or more, else on the direct loops;
+    the tap rows at stride 1-2, at 3 taps a phase (K / stride) or more, or at strides up to 8 on rows of
+    256 inputs or more, else on the direct loops;
     grad_input on the direct loops, grad_weight on rows of at most 256 inputs (longer rows: the dot
     form, whose per-row costs they spread)."""
     monkeypatch.delenv("CONVT_CPU_FORMS", raising=False)
     short, long_rows, multiplier = (2, 1024, 1024, 9, 32, 2, 3, 0, 1, 1024), (16, 256, 256, 7, 4096, 1, 3, 0, 1, 256), \
         (2, 64, 128, 5, 200, 3, 2, 0, 1, 64)
-    long_filter = (3, 256, 512, 16, 32, 3, 6, 0, 1, 256)
+    long_filter, strided_long_row, stride_9 = (3, 256, 512, 16, 32, 3, 6, 0, 1, 256), (2, 96, 96, 16, 5000, 8, 4, 0, 1, 96), \
+        (2, 64, 64, 4, 3000, 9, 0, 0, 1, 64)
     if explain(*short, device="cpu")["forward"].get("vector_bits", 0) == 0:
         pytest.skip("this CPU runs no AVX2 forms")
-    for shape, forward in ((short, "tap_rows"), (long_rows, "tap_rows"), (multiplier, "direct"), (long_filter, "tap_rows")):
+    for shape, forward in ((short, "tap_rows"), (long_rows, "tap_rows"), (multiplier, "direct"), (long_filter, "tap_rows"),
+                           (strided_long_row, "tap_rows"), (stride_9, "direct")):
         plan = explain(*shape, device="cpu")
         assert plan["forward"]["kernel"] == forward and plan["grad_input"]["kernel"] == "direct", (shape, plan)
         assert plan["grad_weight"]["kernel"] == ("direct" if shape[4] <= 256 else "dot"), (shape, plan)

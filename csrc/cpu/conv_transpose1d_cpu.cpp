@@ -1991,12 +1991,17 @@ Form grad_input_avx2_form(const ConvTParams& p) {
 constexpr int64_t kDirectGradWeightMostInputs = 256;  // (plan: one or two channels a group)
 
 // The forward's tap rows where they outrun the direct loops (plan: one or two channels a group): at
-// stride 1 or 2, whose phases interleave by whole vectors, or at kTapRowsLeastPhaseTaps taps a phase
-// (K / stride) or more: elsewhere the loops' pass over a phase a tap costs less than the rows'
-// interleave, one value at a time (stride 3-4, K < 3 * stride: 0.94-2.2x the loops' time on 10
-// layers; docs/perf/2026-12-07-cpu-tap-rows.md).
-constexpr int64_t kTapRowsLeastPhaseTaps = 3;
-bool tap_rows_pay(const ConvTParams& p) { return p.stride <= 2 || p.kernel_size >= kTapRowsLeastPhaseTaps * p.stride; }
+// stride 1 or 2, at kTapRowsLeastPhaseTaps taps a phase (K / stride) or more, and at strides up to
+// kTapRowsMostStride (phases interleaved by whole vectors) on rows of kTapRowsLeastInputs inputs or
+// more; elsewhere the loops' pass over a phase a tap costs less than the rows' fixed costs a row (the
+// copy, a call a phase) or their interleave one value at a time (strides 3-8 below 3 taps a phase:
+// 0.44-1.0x the loops' time on 7 rows of 334-5000 inputs, 1.0-2.0x on 5 rows of 32-166;
+// docs/perf/2026-12-07-cpu-tap-rows.md).
+constexpr int64_t kTapRowsLeastPhaseTaps = 3, kTapRowsMostStride = 8, kTapRowsLeastInputs = 256;
+bool tap_rows_pay(const ConvTParams& p) {
+  return p.stride <= 2 || p.kernel_size >= kTapRowsLeastPhaseTaps * p.stride ||
+         (p.stride <= kTapRowsMostStride && p.length_in >= kTapRowsLeastInputs);
+}
 
 Plans plan(const ConvTParams& p, at::ScalarType dtype) {
   const Override override = read_override();
@@ -2007,8 +2012,8 @@ Plans plan(const ConvTParams& p, at::ScalarType dtype) {
     // At one or two channels a group (C_in/g x C_out/g <= 2: depthwise, a multiplier of 2 or two
     // inputs a group) the micro-kernels' reduction, C_in/g x taps a phase, is too short to pay for
     // their tiles, and the direct forms, vectorized along the row, do less work: the forward's tap rows
-    // where they pay (tap_rows_pay: 0.17-0.92x the packed form's time and 0.33-0.58x the loops' on 7
-    // such layers at stride 1-2) or else its loops, grad_input's loops (0.48-0.79x the packed form's
+    // where they pay (tap_rows_pay: at stride 1-2 0.17-0.92x the packed form's time and 0.33-0.58x the
+    // loops' on 7 layers) or else its loops, grad_input's loops (0.48-0.79x the packed form's
     // time on six) and grad_weight's on rows of at most kDirectGradWeightMostInputs inputs (0.15x and
     // 0.46x the dot form's on rows of 32 and 200; on rows of 1000-20000 the dot form's per-row costs are
     // spread thin: 1.1-2x faster than direct).

@@ -471,6 +471,38 @@ CONVT_TARGET bool interleave_row(const float* phases, int64_t phase_stride, int6
       _mm256_storeu_ps(out + j + 8, _mm256_permute2f128_ps(low, high, 0x31));
     }
   }
+  if (stride >= 3 && stride <= 8) {
+    // blocks of 8 m's: phase r's vector holds m0 .. m0 + 7, and output vector v of the block's 8 x stride
+    // outputs takes lane l (j = 8v + l) from phase j mod stride at m j / stride: a permute of each
+    // phase's vector by those m's, blended where the lane's phase is that phase
+    alignas(32) int32_t lane_m[8][8];
+    alignas(32) float lane_is[8][8][8];  // [v][phase][lane]: all ones where lane l of vector v is that phase's
+    for (int64_t v = 0; v < stride; ++v) {
+      for (int64_t l = 0; l < 8; ++l) {
+        lane_m[v][l] = int32_t((8 * v + l) / stride);
+        for (int64_t r = 0; r < stride; ++r) {
+          uint32_t bits = (8 * v + l) % stride == r ? 0xffffffffu : 0u;
+          std::memcpy(&lane_is[v][r][l], &bits, sizeof(bits));
+        }
+      }
+    }
+    for (; j + 8 * stride <= count; j += 8 * stride) {
+      const int64_t m0 = j / stride;
+      __m256 in[8];
+      for (int64_t r = 0; r < stride; ++r) {
+        in[r] = _mm256_add_ps(_mm256_loadu_ps(phases + r * phase_stride + m0), bias);
+        check = _mm256_add_ps(check, _mm256_sub_ps(in[r], in[r]));
+      }
+      for (int64_t v = 0; v < stride; ++v) {
+        const __m256i index = _mm256_load_si256(reinterpret_cast<const __m256i*>(lane_m[v]));
+        __m256 value = _mm256_permutevar8x32_ps(in[0], index);
+        for (int64_t r = 1; r < stride; ++r) {
+          value = _mm256_blendv_ps(value, _mm256_permutevar8x32_ps(in[r], index), _mm256_load_ps(lane_is[v][r]));
+        }
+        _mm256_storeu_ps(out + j + 8 * v, value);
+      }
+    }
+  }
   bool finite = _mm256_movemask_ps(_mm256_cmp_ps(check, check, _CMP_UNORD_Q)) == 0;
   // the rest phase by phase: phase r's outputs m from the first not written, at j = m * stride + r
   const int64_t written = j / stride;  // (outputs m of every phase below this: j is a multiple of stride)

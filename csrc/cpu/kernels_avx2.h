@@ -70,8 +70,8 @@ void stream_rows(int64_t rows, int64_t count, int64_t depth, const float* a, int
 bool write_row(const float* in, int64_t count, float add, float* out, int64_t step);
 
 // out[j] = phases[(j mod stride) * phase_stride + j / stride] + add for j < count: a row's phases
-// (each its outputs m = 0, 1, ... at j = m * stride + phase) interleaved, whole vectors at stride 2;
-// false where a value written is not finite.
+// (each its outputs m = 0, 1, ... at j = m * stride + phase) interleaved, whole vectors at strides 2-8
+// (the rest of the row, and other strides, one value at a time); false where a value written is not finite.
 bool interleave_row(const float* phases, int64_t phase_stride, int64_t stride, int64_t count, float add, float* out);
 
 // out[j] (+)= sum_{t < taps} w[t] * in[j + offsets[t]] for j < count, the taps in order (out[j] = the
