@@ -1537,18 +1537,22 @@ constexpr double kUnrolledMargin = 1.1;  // (the fit's close call: 9,557,499,9,1
 // after its store. x's (its positions consecutive across a warp) kGradWElementXPace times as much;
 // grad_y's kGradWElementGradYPace at stride 1 and kGradWElementGradYStridePace more for each step of
 // the stride up to 16 (a warp's loads spread over that many more sectors). Fitted on an H200 to 76
-// bf16 layers timed with and without copies that avoid them (docs/perf/2026-12-04-element-copies.md).
+// bf16 layers timed with and without copies that avoid them (docs/perf/2026-12-04-element-copies.md);
+// at stride 1 with several taps grad_y's pace is kGradWElementGradYTapsPace: on 35 fresh bf16 layers
+// (H100, H200) every such layer it moves ran 1.05-1.41x faster over the copy, the one-tap layers
+// slower (docs/perf/2026-12-07-session102.md).
 // CONVT_GRAD_WEIGHT_ELEMENT_COPIES=never: no such cost and no copies for it (v100's planner);
 // always: the copies of every such operand wherever they plan (plan_grad_weight_tiles_pass). Read at
 // every plan. CONVT_GRAD_Y_ELEMENT_PACE_TENTHS sets grad_y's pace at stride 1 in tenths (a screen's
-// variable: on an H100 bf16 stride-1 layers of several taps ran 1.08-1.40x faster over the copy than
-// this pace predicts, docs/perf/2026-12-07-session101.md).
+// variable).
 constexpr double kGradWElementXPace = 10;
 constexpr double kGradWElementGradYPace = 2;
+constexpr double kGradWElementGradYTapsPace = 3;
 constexpr double kGradWElementGradYStridePace = 0.5;
-double grad_y_element_pace(int64_t stride) {
+double grad_y_element_pace(int64_t stride, int64_t taps) {
   const std::optional<int64_t> tenths = read_whole_number("CONVT_GRAD_Y_ELEMENT_PACE_TENTHS", 1000, "tenths");
   if (stride == 1 && tenths) return double(*tenths) / 10;
+  if (stride == 1 && taps > 1) return kGradWElementGradYTapsPace;
   return kGradWElementGradYPace + kGradWElementGradYStridePace * double(std::min<int64_t>(stride, 16) - 1);
 }
 // A copy made for them costs a launch and an allocation besides its bytes: about 5 µs (fitted with the paces)
@@ -1563,7 +1567,7 @@ double grad_weight_time(const WeightGradPlan& g) {
   if (grad_weight_element_copies_override() != PlanOverride::kNever) {
     const double x_rows = double(std::min<int64_t>(g.block_ci, g.in_channels_per_group * g.packed_groups));
     const double grad_y_rows = double(std::min<int64_t>(g.block_co, g.out_channels_per_group * g.packed_groups));
-    const double grad_y_pace = grad_y_element_pace(g.stride);
+    const double grad_y_pace = grad_y_element_pace(g.stride, g.taps);
     if (copies_x_by_element(g)) read_rows += (kGradWElementXPace - 1) * x_rows;
     if (copies_grad_y_by_element(g)) read_rows += (grad_y_pace - 1) * grad_y_rows;
   }

@@ -387,8 +387,8 @@ OVERLAP_CASES = [  # plans of several launches in a row
 @pytest.mark.parametrize("nonfinite_x", [False, True], ids=["finite", "inf_in_x"])
 @pytest.mark.parametrize("case,dtype", OVERLAP_CASES, ids=str)
 def test_overlapped_launches_match_serial_ones(case, dtype, nonfinite_x, monkeypatch):
-    """Each kernel starting while the one before it finishes (sm_90's programmatic dependent launch, the
-    default there) gives bit for bit what serial launches (CONVT_OVERLAP_LAUNCHES=never) give, output
+    """Each kernel starting while the one before it finishes (sm_90's programmatic dependent launch,
+    CONVT_OVERLAP_LAUNCHES=always) gives bit for bit what serial launches (the default) give, output
     and gradients, the gated exact plan behind an Inf in x included: every kernel waits for its
     predecessor before it touches memory (csrc/cuda/grid_dependency.cuh)."""
     x, w, b = make_inputs(case, dtype, "cuda", requires_grad=True)
@@ -397,19 +397,19 @@ def test_overlapped_launches_match_serial_ones(case, dtype, nonfinite_x, monkeyp
             x[0, 0, case.l_in // 2] = float("inf")
     grad_y = torch.randn_like(ours(x, w, b, case))
     results = {}
-    for setting in ("never", "default"):
-        if setting == "never":
-            monkeypatch.setenv("CONVT_OVERLAP_LAUNCHES", "never")
-        else:
+    for setting in ("default", "always"):
+        if setting == "default":
             monkeypatch.delenv("CONVT_OVERLAP_LAUNCHES", raising=False)
+        else:
+            monkeypatch.setenv("CONVT_OVERLAP_LAUNCHES", "always")
         poison_allocator("cuda")
         y = ours(x, w, b, case)
         results[setting] = (y.detach(),) + torch.autograd.grad(y, (x, w, b), grad_y)
     names = ("output", "grad_input", "grad_weight", "grad_bias")
-    for name, serial, overlapped in zip(names, results["never"], results["default"]):
+    for name, serial, overlapped in zip(names, results["default"], results["always"]):
         torch.testing.assert_close(overlapped, serial, rtol=0, atol=0, equal_nan=True, msg=lambda m: f"{name}: {m}")
     if not nonfinite_x:
-        assert_close(results["default"][0], reference(x, w, b, case)[0], dtype, "cuda", case=case)
+        assert_close(results["always"][0], reference(x, w, b, case)[0], dtype, "cuda", case=case)
 
 
 SECOND_DEVICE_CASES = [  # one per kernel family

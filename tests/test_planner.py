@@ -1035,14 +1035,14 @@ def test_grad_weight_copies_what_16_bit_tiles_would_stage_element_by_element(car
 
     def copies(g):
         return g["aligned_x"], g["deinterleaved_grad_y"]
-    odd_x = (1, 64, 64, 15, 934977, 1, 7, 0, 1, 2)     # groups of 32 x 32, x rows of odd length
+    odd_x = (1, 64, 64, 15, 934977, 1, 7, 0, 1, 2)     # groups of 32 x 32, x and grad_y rows of odd length
     strided = (1, 96, 48, 5, 442533, 4, 2, 0, 1, 2)    # x rows of odd length, grad_y at stride 4
     short = (8, 2, 32, 9, 2327, 4, 1, 1, 1, 1)         # 48 µs of grad_weight on an H200
-    for shape, expected in ((odd_x, (1, 0)), (strided, (1, 1))):
+    for shape in (odd_x, strided):
         g = weight(shape)
-        assert copies(g) == (expected if sixteen_bit else (0, 0)) and g["stages"] == 0, (shape, g)
+        assert copies(g) == ((1, 1) if sixteen_bit else (0, 0)) and g["stages"] == 0, (shape, g)
         if sixteen_bit:
-            assert g["x_copy_elements"] > 1 and g["gy_copy_elements"] == (1 if shape == odd_x else 8), (shape, g)
+            assert g["x_copy_elements"] > 1 and g["gy_copy_elements"] == 8, (shape, g)
         never = weight(shape, "never")
         assert copies(never) == (0, 0) and never["x_copy_elements"] == 1, (shape, never)
     even_x = odd_x[:4] + (odd_x[4] + 1,) + odd_x[5:]
@@ -1557,16 +1557,19 @@ def test_copy_bandwidth_prices_the_copies(monkeypatch):
 
 
 def test_grad_y_element_pace_prices_the_grad_y_copy(monkeypatch):
-    """grad_weight's model charges a grad_y row staged one element at a time at stride 1 its pace,
-    CONVT_GRAD_Y_ELEMENT_PACE_TENTHS where set (a screen's variable): a grouped bf16 layer of odd
-    length stays on grad_y as it is at the default pace (2) and takes the deinterleaved copy at 4; a
-    strided layer's pace stays the stride's (2 + 0.5 a stride step), its plan the same."""
-    shape, strided = (2, 256, 256, 11, 8267, 1, 5, 0, 1, 16), (30, 64, 32, 3, 2349, 2, 0, 0, 1, 1)
+    """grad_weight's model charges a grad_y row staged one element at a time at stride 1 its pace: 3
+    with several taps, 2 with one, CONVT_GRAD_Y_ELEMENT_PACE_TENTHS where set (a screen's variable):
+    a bf16 layer of 16 taps and odd length takes the deinterleaved copy at the default pace and keeps
+    grad_y as it is at 2; a one-tap layer keeps grad_y at the default; a strided layer's pace stays the
+    stride's (2 + 0.5 a stride step), its plan the same."""
+    taps, one_tap = (5, 5, 256, 16, 25876, 1, 7, 0, 1, 1), (3, 30, 273, 1, 47507, 1, 0, 0, 1, 1)
+    strided = (30, 64, 32, 3, 2349, 2, 0, 0, 1, 1)
     monkeypatch.delenv("CONVT_GRAD_Y_ELEMENT_PACE_TENTHS", raising=False)
-    assert plans(shape, torch.bfloat16, True, "h100")["grad_weight"]["deinterleaved_grad_y"] == 0
+    assert plans(taps, torch.bfloat16, True, "h100")["grad_weight"]["deinterleaved_grad_y"] == 1
+    assert plans(one_tap, torch.bfloat16, True, "h100")["grad_weight"]["deinterleaved_grad_y"] == 0
     strided_plan = plans(strided, torch.bfloat16, True, "h100")["grad_weight"]
-    monkeypatch.setenv("CONVT_GRAD_Y_ELEMENT_PACE_TENTHS", "40")
-    assert plans(shape, torch.bfloat16, True, "h100")["grad_weight"]["deinterleaved_grad_y"] == 1
+    monkeypatch.setenv("CONVT_GRAD_Y_ELEMENT_PACE_TENTHS", "20")
+    assert plans(taps, torch.bfloat16, True, "h100")["grad_weight"]["deinterleaved_grad_y"] == 0
     assert plans(strided, torch.bfloat16, True, "h100")["grad_weight"] == strided_plan
 
 

@@ -13,13 +13,12 @@ gives its host µs a call: the wall time of --calls forward + backward calls iss
 no synchronization, a call's share (the host's work, where the GPU keeps up: a host-bound step
 costs at least this).
 
-Ours launch serially here (CONVT_OVERLAP_LAUNCHES=never unless the environment sets it): an
-overlapped launch starts while its predecessor still runs, so the profiler's time of each kernel
-would include its wait for the one before and the kernels' sum would overstate the call.
+Ours launch serially unless the environment sets CONVT_OVERLAP_LAUNCHES=always: an overlapped
+launch starts while its predecessor still runs, so the profiler's time of each kernel would then
+include its wait for the one before and the kernels' sum would overstate the call.
 """
 import argparse
 import collections
-import os
 import time
 
 import torch
@@ -27,7 +26,6 @@ from torch.profiler import ProfilerActivity, profile
 
 import torch_convt_op
 
-os.environ.setdefault("CONVT_OVERLAP_LAUNCHES", "never")  # (read at every call: per-kernel times without waits)
 
 
 def kernel_times(fn, calls):
