@@ -26,6 +26,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <numeric>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -753,9 +754,16 @@ constexpr int64_t kStreamedPositions = 192;  // rows of a Z^T tile (32 panels)
 bool streamed_by_batch(const ConvTParams& p) { return p.batch * p.length_in > 2 * kStreamedPositions; }
 
 // The streamed forward's blocks of output channels per group: at most kWeightColumns columns (co, k)
-// a block, the blocks of about equal size
+// a block, the blocks of about equal size. Where the batch rows do not split the tasks
+// (streamed_by_batch: a task is a group's block) and the tasks are few, as many blocks as make the tasks
+// a multiple of the threads, so that no thread waits on another's last task (a block's columns are their
+// own products: the sums and their order are the same however many blocks).
 int64_t streamed_channel_blocks(const ConvTParams& p) {
-  return ceil_div(p.out_channels_per_group, std::clamp<int64_t>(kWeightColumns / p.kernel_size, 1, p.out_channels_per_group));
+  const int64_t Cog = p.out_channels_per_group;
+  const int64_t by_columns = ceil_div(Cog, std::clamp<int64_t>(kWeightColumns / p.kernel_size, 1, Cog));
+  if (streamed_by_batch(p) || p.groups * by_columns >= 4 * threads()) return by_columns;
+  const int64_t blocks_step = threads() / std::gcd(threads(), p.groups);  // (groups * blocks a multiple of threads)
+  return std::min(Cog, round_up(by_columns, blocks_step));
 }
 
 // The scatter forward's output channels per task: rows (co, k) of at most kAvx2Rows
