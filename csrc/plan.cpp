@@ -1538,9 +1538,8 @@ constexpr double kUnrolledMargin = 1.1;  // (the fit's close call: 9,557,499,9,1
 // grad_y's kGradWElementGradYPace at stride 1 and kGradWElementGradYStridePace more for each step of
 // the stride up to 16 (a warp's loads spread over that many more sectors). Fitted on an H200 to 76
 // bf16 layers timed with and without copies that avoid them (docs/perf/2026-12-04-element-copies.md);
-// at stride 1 with several taps grad_y's pace is kGradWElementGradYTapsPace: on 35 fresh bf16 layers
-// (H100, H200) every such layer it moves ran 1.05-1.41x faster over the copy, the one-tap layers
-// slower (docs/perf/2026-12-07-session102.md).
+// at stride 1 with several taps grad_y's pace is kGradWElementGradYTapsPace (refit on fresh layers: the
+// copy paid on every such layer it moved, not on one-tap layers; v128, docs/perf/2026-12-07-session102.md).
 // CONVT_GRAD_WEIGHT_ELEMENT_COPIES=never: no such cost and no copies for it (v100's planner);
 // always: the copies of every such operand wherever they plan (plan_grad_weight_tiles_pass). Read at
 // every plan. CONVT_GRAD_Y_ELEMENT_PACE_TENTHS sets grad_y's pace at stride 1 in tenths (a screen's

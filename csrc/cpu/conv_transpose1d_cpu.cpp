@@ -1001,11 +1001,10 @@ Form forward_avx2_form(const ConvTParams& p) {
     if (!phases[r].empty()) packed_outputs += columns;
   }
   // (the products a tenth slower than the other forms' on 8-float vectors, B's rows starting at each
-  // tap's shift, as fast on 16-float ones: on a Zen 4 core the model with 1.1 there chose a form 1.024x
-  // the fastest's time (geomean) on two fresh draws of 30 layers, with 1.0 1.010 and 1.013, its picks
-  // of the scatter form the ones it moved, docs/perf/2026-12-07-session102.md; and each output of a
-  // phase's GEMM about 2 cycles beyond them, its accumulators loaded and stored and the bias added,
-  // which a short reduction, C_in/g x taps a phase, does not amortize)
+  // tap's shift, and at their pace on 16-float ones (refit on a Zen 4 core: CPU v49,
+  // docs/perf/2026-12-07-session102.md); and each output of a phase's GEMM about 2 cycles beyond them,
+  // its accumulators loaded and stored and the bias added, which a short reduction, C_in/g x taps a
+  // phase, does not amortize)
   const double packed_pace = avx2::wide_vectors() ? 1.0 : 1.1;
   const double packed_products = packed_pace * G * Cig * Cog * N * packed_columns / 16;
   const double packed = packed_products + 4 * weight + 2 * G * Cog * N * packed_outputs +

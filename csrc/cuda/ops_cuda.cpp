@@ -39,8 +39,8 @@ TensorFacts facts_of(const at::Tensor& t) {
 
 // Launches are serial unless CONVT_OVERLAP_LAUNCHES=always (read at every call): then, on sm_90 and
 // later, each overlaps the kernel before it (Launch::overlap), starting as its predecessor's last
-// blocks finish (docs/design.md §9). Overlapped, training steps ran up to 1.9x and some forwards up to
-// 1.12x slower than serial, a few small forwards 3-5 % faster (docs/perf/2026-12-07-session102.md).
+// blocks finish (docs/design.md §9). Serial by default: overlapped, training steps and some long
+// forwards ran slower (v128, docs/perf/2026-12-07-session102.md).
 bool overlaps_launches() {
   return read_plan_override("CONVT_OVERLAP_LAUNCHES") == PlanOverride::kAlways &&
          at::cuda::getCurrentDeviceProperties()->major >= 9;
