@@ -27,7 +27,6 @@ from torch.profiler import ProfilerActivity, profile
 import torch_convt_op
 
 
-
 def kernel_times(fn, calls):
     """{kernel name: device µs a call} of fn, run `calls` times after 3 warm-up calls"""
     for _ in range(3):
