@@ -722,7 +722,7 @@ bool merges_short_filter(const ConvTParams& p) {
 }
 // K above stride and not a multiple of it (dilation 1) merges with zero taps: ceil(K / stride) taps,
 // zero where t*stride + r >= K. 0 x Inf of x would put NaN where torch has none, so the per-phase
-// plan stays as the exact one, run where the merged plan stores Inf or NaN (DataPlan::exact). A narrow
+// plan stays as the exact one, run where the merged plan's sums hold Inf or NaN (DataPlan::exact). A narrow
 // output (its merged rows in one 64-row tile) reads x once a phase per phase; a wide one merges where
 // the zero taps add at most half the MACs (plan_data takes it only where the per-phase plan does not
 // run pipelined: its strided outputs go to the two-buffer kernels, whose staging and block barriers

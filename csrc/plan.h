@@ -628,7 +628,7 @@ struct DataPlan {
   PackedTapsPlan packed_taps{};
   // gemm.zero_taps (docs/design.md §3.2): products of zero weights and `in` reach the outputs, exact
   // only where `in` is finite. The deinterleave copy (grad_input) flags a non-finite element, the
-  // merged forward's epilogue a non-finite output (Launch::nonfinite), and the exact plan (per
+  // merged forward's epilogue a non-finite sum (Launch::nonfinite), and the exact plan (per
   // phase, on `in` as it is, the same weight) runs behind that flag: its kernels return at once
   // where the flag is clear (no host sync). A zero-tap plan is taken only where an exact one exists.
   GemmPlan exact{};

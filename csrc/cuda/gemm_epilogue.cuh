@@ -34,9 +34,9 @@ __device__ __forceinline__ float select_register(bool condition, float a, float 
 // where aligned) unless the even row is a last phase. kBiasFirst: the bias of all of this thread's
 // rows is loaded before its first store (one load latency, not one a row); otherwise each row's
 // bias at its stores. Where p.nonfinite is set (a forward merged with zero taps), a thread with an
-// Inf or NaN among its values sets *p.nonfinite: a zero tap's product is 0 unless its x is Inf or NaN,
-// and then the value it adds to is NaN, so where every value is finite the merged result is the exact
-// one (DataPlan::exact runs behind the flag).
+// Inf or NaN among its accumulators sets *p.nonfinite: a zero tap's product is 0 unless its x is Inf
+// or NaN, and then the sum it adds to is NaN, so where every sum is finite the merged result is the
+// exact one (DataPlan::exact runs behind the flag).
 template <int kBlockM, int kSides, bool kBiasFirst, typename T, typename Column, typename Value>
 __device__ __forceinline__ void store_merged_rows(const GemmProblem& p, const T* bias, T* out, const GemmTile& tile, int first_row,
                                                   Column&& column_of, Value&& value) {
@@ -67,7 +67,6 @@ __device__ __forceinline__ void store_merged_rows(const GemmProblem& p, const T*
     // rows of phases without a tap are not stored (stored_row_phases: out holds the bias there)
     const bool first_stored = phase < p.stored_row_phases, second_stored = adjacent ? phase + 1 < p.stored_row_phases : next_inside;
     T* const row_out = group_out + int64_t(out_row) * p.out_length;  // (64-bit math once a row)
-    bool finite = true;  // (a row pair's flag, stored with its row: no register live across rows)
     float bias_value, next_bias;
     if constexpr (kBiasFirst) {
       bias_value = row_bias[j], next_bias = next_row_bias[j];
@@ -79,7 +78,6 @@ __device__ __forceinline__ void store_merged_rows(const GemmProblem& p, const T*
       const int column = column_of(side);
       const int position = column * p.column_positions + phase - p.phase_origin;
       const float first = value(j, side, 0) + bias_value, second = value(j, side, 1) + next_bias;
-      finite &= isfinite(first) & (isfinite(second) | !next_inside);
       if (!adjacent) {
         if (first_stored) store(row_out, position, first);
         if (next_inside) store(row_out + p.out_length, column * p.column_positions - p.phase_origin, second);
@@ -90,7 +88,19 @@ __device__ __forceinline__ void store_merged_rows(const GemmProblem& p, const T*
         if (second_stored) store(row_out, position + 1, second);
       }
     }
-    if (!finite && p.nonfinite != nullptr) *p.nonfinite = 1;
+  }
+  if (p.nonfinite != nullptr) {  // (a pass of its own, a uniform branch: only the plans that read the flag pay its tests)
+    bool finite = true;
+#pragma unroll
+    for (int j = 0; j < kBlockM / 8; ++j) {
+      const int row = first_row + 8 * j;
+      if (row >= p.rows_per_group) continue;
+      const bool next_inside = row + 1 < p.rows_per_group;
+#pragma unroll
+      for (int side = 0; side < kSides; ++side)
+        finite &= isfinite(value(j, side, 0)) & (isfinite(value(j, side, 1)) | !next_inside);
+    }
+    if (!finite) *p.nonfinite = 1;
   }
 }
 

@@ -43,7 +43,7 @@ struct GemmProblem : GemmPlan {
   Divider div_col_tiles, div_row_tiles, div_batch, div_groups, div_chunks, div_in_phases, div_row_copies, div_tile_parts;
   Divider div_row_phases, div_ksteps, div_weight_channel_phases, div_splits;
   const int* gate;     // Launch::gate: the kernels return at once where it is set and *gate is 0
-  int* nonfinite;      // Launch::nonfinite: set to 1 where a merged-row epilogue stores Inf or NaN
+  int* nonfinite;      // Launch::nonfinite: set to 1 where a merged-row epilogue holds an Inf or NaN sum
   float* slices;       // float_sums: the fp32 slices, `splits` of out's shape (GemmPlan::float_sums)
   CUtensorMap in_map;  // tensor_rows: `in` as (position, channel, batch)
 };

@@ -63,7 +63,7 @@ struct Launch {
   // The GEMM kernels of this launch run only where *gate is non-zero (a device flag; nullptr: always),
   // so that a plan's exact fallback is decided on the device (DataPlan::exact)
   const int* gate = nullptr;
-  // The GEMM kernels of this launch set *nonfinite to 1 where they store Inf or NaN (a forward merged
+  // The GEMM kernels of this launch set *nonfinite to 1 where a sum they hold is Inf or NaN (a forward merged
   // with zero taps: its exact plan runs behind that flag, DataPlan::exact; nullptr: no flag)
   int* nonfinite = nullptr;
   // Each kernel may start while the one before it in the stream finishes (sm_90's programmatic

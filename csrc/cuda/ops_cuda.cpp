@@ -423,7 +423,7 @@ void run_data(DataPlan plan, const ConvTParams& p, const at::Tensor& in_tensor, 
       return;
     }
     // zero taps: the exact plan over it where `in` is not finite. grad_y: the flag of the copy that
-    // the plan reads; x: the merged rows' own flag, set where their epilogue stores Inf or NaN
+    // the plan reads; x: the merged rows' own flag, set where their epilogue holds an Inf or NaN sum
     // (store_merged_rows: no pass over x)
     const bool copy_flags = plan.channels_last_grad_y || plan.gemm.deinterleaved;
     TORCH_INTERNAL_ASSERT(copy_flags || (forward && plan.gemm.row_phases > 1),
