@@ -2165,22 +2165,25 @@ def test_cpu_forward_folds_the_batch_of_wide_short_filters(monkeypatch):
         _in_own_process(_FOLDED_SCRIPT, expected_bits, expected_fast, **variables)
 
 
-# (N, C_in, C_out, K, L_in, stride, padding): grad_weight's form on 16-float vectors (AVX-512)
+# (N, C_in, C_out, K, L_in, stride, padding): grad_weight's form on 16-float vectors (AVX-512) where
+# at::mm is MKL on an Intel CPU (fast_blas) and where it is not
 CPU_GRAD_WEIGHT_CASES = [
-    ((1, 1024, 512, 8, 100, 4, 2), "positions"),   # 8 taps: G^T by runs, one GEMM over every tap's columns
-    ((1, 512, 256, 96, 119, 4, 46), "positions"),  # a long filter on a short row
-    ((2, 256, 256, 64, 130, 5, 29), "positions"),
-    ((1, 1024, 512, 7, 100, 4, 1), "taps"),        # 7 taps: G^T column by column, the taps form kept
-    ((4, 256, 256, 4, 300, 2, 1), "taps"),         # a short filter
-    ((2, 128, 128, 16, 243, 8, 0), "taps"),        # the model's choice there the dot products: taps kept
+    ((1, 1024, 512, 8, 100, 4, 2), "positions", "positions"),   # 8 taps: G^T by runs, one GEMM over every tap's columns
+    ((1, 512, 256, 96, 119, 4, 46), "positions", "positions"),  # a long filter on a short row
+    ((2, 256, 256, 64, 130, 5, 29), "positions", "positions"),
+    ((1, 1024, 512, 7, 100, 4, 1), "taps", "positions"),        # 7 taps: G^T column by column
+    ((4, 256, 256, 4, 300, 2, 1), "taps", "positions"),         # a short filter
+    ((2, 128, 128, 16, 243, 8, 0), "positions", "positions"),   # 16 taps
 ]
 
 
-def test_cpu_grad_weight_over_positions_from_eight_taps(monkeypatch):
+def test_cpu_grad_weight_takes_blas_taps_only_where_blas_is_fast(monkeypatch):
     """On 16-float vectors, grad_weight of 64 channels a group or more in and out runs as the BLAS taps
-    form, except filters of 8 taps or more that grad_weight_by_gemm gives to the GEMM over positions
-    (a GEMM a tap against one GEMM over every tap's columns, G^T built by runs of grad_y)."""
-    _assert_wide_vector_forms(CPU_GRAD_WEIGHT_CASES, "grad_weight", monkeypatch)
+    form only where at::mm is MKL on an Intel CPU, and there not for filters of 8 taps or more that
+    grad_weight_by_gemm gives to the GEMM over positions (a GEMM a tap against one GEMM over every
+    tap's columns, G^T built by runs of grad_y); elsewhere at::mm runs 8-float vectors, and the GEMM
+    over positions takes them (CPU v50)."""
+    _assert_fast_blas_forms("CPU_GRAD_WEIGHT_CASES", "grad_weight", monkeypatch)
 
 
 # (N, C_in, C_out, K, L_in, stride, padding, output_padding, dilation, groups): grad_weight's form on

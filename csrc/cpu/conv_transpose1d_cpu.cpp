@@ -1394,8 +1394,9 @@ void grad_weight_avx2(const PaddedPhases& phases, const float* x, float* grad_w,
 
 // Input channels per block of grad_weight's GEMM form: each block of a task builds its own G^T (about 4
 // cycles an element, Cog*K*positions per block), so fewer blocks cost less, while more tasks keep the
-// threads busy: of the counts from one block per 192 channels (a 192 x 256 tile stays in L2) up to one
-// per 24, the one that minimises (products + building) / the threads' busy share.
+// threads busy: of the counts from one block per kWeightRowBlockMost channels (a 192 x 256 tile stays
+// in L2) up to one per 24, the one that minimises (products + building) / the threads' busy share.
+constexpr int64_t kWeightRowBlockMost = 192;
 int64_t grad_weight_row_block(const ConvTParams& p) {
   const int64_t Cig = p.in_channels_per_group, R = p.out_channels_per_group * p.kernel_size;
   if (Cig < 6) return Cig;
@@ -1404,7 +1405,7 @@ int64_t grad_weight_row_block(const ConvTParams& p) {
   const std::vector<int64_t> columns = block_sizes(R, kWeightColumns), group_blocks(p.groups, 1);
   int64_t best = 0;
   double best_cost = 0;
-  for (int64_t count = ceil_div(Cig, 192); count <= ceil_div(Cig, 24); ++count) {
+  for (int64_t count = ceil_div(Cig, kWeightRowBlockMost); count <= ceil_div(Cig, 24); ++count) {
     const int64_t rows = round_up(ceil_div(Cig, count), 6);
     const int64_t blocks = ceil_div(Cig, rows);  // (rounding may leave fewer blocks than asked)
     const double cost = (products + double(R) * positions * blocks * 4) /
@@ -1449,6 +1450,9 @@ bool grad_weight_avx2_gemm(const float* grad_y, const float* x, float* grad_w, c
     bool all_finite = true;
     const int64_t width = avx2::round_up_columns(kColumns, panel);
     std::vector<float> tile(row_block * width), sum(row_block * width), rows_t(kChunk * width);
+    std::vector<const float*> column_src(kColumns);
+    std::vector<int64_t> column_first(kColumns), column_last(kColumns);
+    constexpr int64_t kRowBlock = 16;
     const int64_t zero_offset = 0;
     for (int64_t task = begin; task < end; ++task) {
       const int64_t cb = task % column_blocks, rb = (task / column_blocks) % row_blocks;
@@ -1487,16 +1491,26 @@ bool grad_weight_avx2_gemm(const float* grad_y, const float* x, float* grad_w, c
               }
             }
           } else {
+            // column c reads grad_y from src[c] at rows [first[c], last[c]) (zeros elsewhere); written 16
+            // rows at a time (a block's rows, `width` floats apart, stay in L1 across its columns: a whole
+            // column's rows would fall in a few cache sets and be evicted before the next column's writes)
             for (int64_t c = 0, co = c0 / K, k = c0 % K; c < cols; ++c) {
               const int64_t offset = i0 * p.stride + k * p.dilation - p.padding;  // of position i0 (+ i*stride)
-              const float* src = gy_rows + co * p.length_out + offset;
-              const int64_t ia = std::clamp<int64_t>(ceil_div(-offset, p.stride), 0, run);
-              const int64_t ib = std::clamp<int64_t>(ceil_div(p.length_out - offset, p.stride), ia, run);
-              float* dst = rows_n + c;
-              for (int64_t i = 0; i < ia; ++i) dst[i * width] = 0.0f;
-              for (int64_t i = ia; i < ib; ++i) dst[i * width] = src[i * p.stride];
-              for (int64_t i = ib; i < run; ++i) dst[i * width] = 0.0f;
+              column_src[c] = gy_rows + co * p.length_out + offset;
+              column_first[c] = std::clamp<int64_t>(ceil_div(-offset, p.stride), 0, run);
+              column_last[c] = std::clamp<int64_t>(ceil_div(p.length_out - offset, p.stride), column_first[c], run);
               if (++k == K) k = 0, ++co;
+            }
+            for (int64_t b0 = 0; b0 < run; b0 += kRowBlock) {
+              const int64_t b1 = std::min(run, b0 + kRowBlock);
+              for (int64_t c = 0; c < cols; ++c) {
+                const float* src = column_src[c];
+                const int64_t ia = std::clamp(column_first[c], b0, b1), ib = std::clamp(column_last[c], ia, b1);
+                float* dst = rows_n + c;
+                for (int64_t i = b0; i < ia; ++i) dst[i * width] = 0.0f;
+                for (int64_t i = ia; i < ib; ++i) dst[i * width] = src[i * p.stride];
+                for (int64_t i = ib; i < b1; ++i) dst[i * width] = 0.0f;
+              }
             }
           }
           for (int64_t i = 0; i < run; ++i) std::fill(rows_n + i * width + cols, rows_n + i * width + padded, 0.0f);
@@ -1578,9 +1592,12 @@ double dot_sum_blocks(const ConvTParams& p) {
 // Cig*Cog*K*N*L_in of them and pay a horizontal sum per 3 x 4 block of each call (dot_sum_blocks;
 // about 120 cycles with the call's share of setting up its columns); the GEMM makes its products as
 // its tiles run them (rows in 6-row panels, each block of kWeightColumns columns (co, k) rounded up
-// to the micro-kernel's column step: a few channels a group pad them many times over) about a
-// quarter slower (its tile is read and written per block of positions), and builds those columns of
-// G^T once per block of input channels (about 4 cycles an element).
+// to the micro-kernel's column step: a few channels a group pad them many times over) at the same
+// pace, and builds those columns of G^T once per block of input channels (about a cycle an element,
+// 16 rows at a time), counted at the fewest blocks (kWeightRowBlockMost channels each: the count
+// grad_weight_row_block takes depends on the threads, and the form, whose order of summation is its
+// own, must not). Fitted on a Zen 5 core (CPU v50: two fresh draws of 40 layers, every form
+// timed, docs/perf/2026-12-07-cpu-grad-weight-zen5.md).
 bool grad_weight_by_gemm(const ConvTParams& p) {
   const double Cig = p.in_channels_per_group, Cog = p.out_channels_per_group, K = p.kernel_size;
   const double positions = double(p.batch) * p.length_in, groups = double(p.groups);  // (dot_sum_blocks: every group's)
@@ -1592,8 +1609,8 @@ bool grad_weight_by_gemm(const ConvTParams& p) {
     columns += double(avx2::round_up_columns(block, panel));
   const double rows = panel < 6 ? Cig : std::ceil(Cig / 6) * 6;
   const double gemm_products = groups * rows * columns * positions / 16;
-  const double build = groups * columns * positions * std::ceil(Cig / grad_weight_row_block(p)) * 4;
-  return build + 1.25 * gemm_products < products + sums;
+  const double build = groups * columns * positions * std::ceil(Cig / kWeightRowBlockMost);
+  return build + gemm_products < products + sums;
 }
 
 // ---- direct form (few channels per group) ----------------------------------------------------
@@ -1929,8 +1946,10 @@ bool grouped_short_filter_unrolled(const ConvTParams& p) {
 
 // Whether grad_weight runs faster as the BLAS taps form than as the AVX2 forms: on wide layers where the
 // per-tap GEMMs are also long (at least 192 positions a tap, over the batch), at::mm's packed, blocked
-// GEMM outruns the micro-kernel; where the CPU has AVX-512 (at::mm then runs 16-float vectors nearer
-// their peak than the micro-kernel does) from 64 channels a group in and out on rows of at least 64
+// GEMM outruns the micro-kernel. On 16-float vectors only where at::mm is MKL on an Intel CPU
+// (fast_blas; elsewhere it runs 8-float vectors: on a Zen 5 core at half the positions form's pace
+// once that form built G^T 16 rows at a time, CPU v50, docs/perf/2026-12-07-cpu-grad-weight-zen5.md):
+// there from 64 channels a group in and out on rows of at least 64
 // inputs, whatever the batch and the taps a phase (each tap is a GEMM of its own; a call sums one
 // row's positions, too few below that) (docs/perf/2026-11-30-cpu-grad-weight-taps.md). Except, on
 // 16-float vectors, filters of kRunsLeastTaps taps or more that grad_weight_by_gemm gives to the
@@ -1945,6 +1964,7 @@ bool grouped_short_filter_unrolled(const ConvTParams& p) {
 bool grad_weight_by_blas_taps(const ConvTParams& p, bool by_gemm) {
   const bool wide_rows = p.batch * p.length_in >= 192 && wide_layer(p);
   if (!avx2::wide_vectors()) return wide_rows;
+  if (!fast_blas()) return false;
   if (p.kernel_size >= kRunsLeastTaps && by_gemm) return false;
   if (short_filter_blas_taps(p, by_gemm)) return true;
   return wide_rows || (p.in_channels_per_group >= 64 && p.out_channels_per_group >= 64 && p.length_in >= 64);
