@@ -1593,11 +1593,12 @@ double dot_sum_blocks(const ConvTParams& p) {
 // about 120 cycles with the call's share of setting up its columns); the GEMM makes its products as
 // its tiles run them (rows in 6-row panels, each block of kWeightColumns columns (co, k) rounded up
 // to the micro-kernel's column step: a few channels a group pad them many times over) at the same
-// pace, and builds those columns of G^T once per block of input channels (about a cycle an element,
-// 16 rows at a time), counted at the fewest blocks (kWeightRowBlockMost channels each: the count
-// grad_weight_row_block takes depends on the threads, and the form, whose order of summation is its
-// own, must not). Fitted on a Zen 5 core (CPU v50: two fresh draws of 40 layers, every form
-// timed, docs/perf/2026-12-07-cpu-grad-weight-zen5.md).
+// pace, packs x once (a cycle an element: as much as its products where the columns are few, a
+// narrow output's), and builds those columns of G^T once per block of input channels (about a cycle
+// an element, 16 rows at a time), counted at the fewest blocks (kWeightRowBlockMost channels each:
+// the count grad_weight_row_block takes depends on the threads, and the form, whose order of
+// summation is its own, must not). Fitted on a Zen 5 core (CPU v50-v51: two fresh draws of 40
+// layers, every form timed, docs/perf/2026-12-07-cpu-grad-weight-zen5.md).
 bool grad_weight_by_gemm(const ConvTParams& p) {
   const double Cig = p.in_channels_per_group, Cog = p.out_channels_per_group, K = p.kernel_size;
   const double positions = double(p.batch) * p.length_in, groups = double(p.groups);  // (dot_sum_blocks: every group's)
@@ -1610,7 +1611,8 @@ bool grad_weight_by_gemm(const ConvTParams& p) {
   const double rows = panel < 6 ? Cig : std::ceil(Cig / 6) * 6;
   const double gemm_products = groups * rows * columns * positions / 16;
   const double build = groups * columns * positions * std::ceil(Cig / kWeightRowBlockMost);
-  return build + gemm_products < products + sums;
+  const double pack = groups * Cig * positions;
+  return pack + build + gemm_products < products + sums;
 }
 
 // ---- direct form (few channels per group) ----------------------------------------------------
