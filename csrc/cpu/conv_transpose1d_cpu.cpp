@@ -1392,8 +1392,9 @@ void grad_weight_avx2(const PaddedPhases& phases, const float* x, float* grad_w,
   });
 }
 
-// Input channels per block of grad_weight's GEMM form: each block of a task builds its own G^T (about 4
-// cycles an element, Cog*K*positions per block), so fewer blocks cost less, while more tasks keep the
+// Input channels per block of grad_weight's GEMM form: each block of a task builds its own G^T
+// (Cog*K*positions elements, weighed here at 4 cycles each: the column-by-column build's cost before
+// CPU v50, not refitted since), so fewer blocks cost less, while more tasks keep the
 // threads busy: of the counts from one block per kWeightRowBlockMost channels (a 192 x 256 tile stays
 // in L2) up to one per 24, the one that minimises (products + building) / the threads' busy share.
 constexpr int64_t kWeightRowBlockMost = 192;
