@@ -1393,11 +1393,11 @@ void grad_weight_avx2(const PaddedPhases& phases, const float* x, float* grad_w,
 }
 
 // Input channels per block of grad_weight's GEMM form: each block of a task builds its own G^T
-// (Cog*K*positions elements, weighed here at 4 cycles each: the column-by-column build's cost before
-// CPU v50, not refitted since), so fewer blocks cost less, while more tasks keep the
+// (Cog*K*positions elements, kGTransposeCycles each), so fewer blocks cost less, while more tasks keep the
 // threads busy: of the counts from one block per kWeightRowBlockMost channels (a 192 x 256 tile stays
 // in L2) up to one per 24, the one that minimises (products + building) / the threads' busy share.
 constexpr int64_t kWeightRowBlockMost = 192;
+constexpr double kGTransposeCycles = 1;  // (an element of G^T built 16 rows at a time: grad_weight_by_gemm)
 int64_t grad_weight_row_block(const ConvTParams& p) {
   const int64_t Cig = p.in_channels_per_group, R = p.out_channels_per_group * p.kernel_size;
   if (Cig < 6) return Cig;
@@ -1409,7 +1409,7 @@ int64_t grad_weight_row_block(const ConvTParams& p) {
   for (int64_t count = ceil_div(Cig, kWeightRowBlockMost); count <= ceil_div(Cig, 24); ++count) {
     const int64_t rows = round_up(ceil_div(Cig, count), 6);
     const int64_t blocks = ceil_div(Cig, rows);  // (rounding may leave fewer blocks than asked)
-    const double cost = (products + double(R) * positions * blocks * 4) /
+    const double cost = (products + double(R) * positions * blocks * kGTransposeCycles) /
                         busy_share({columns, block_sizes(Cig, rows), group_blocks}, threads());
     if (best == 0 || cost < best_cost) best = rows, best_cost = cost;
   }
@@ -1595,8 +1595,8 @@ double dot_sum_blocks(const ConvTParams& p) {
 // its tiles run them (rows in 6-row panels, each block of kWeightColumns columns (co, k) rounded up
 // to the micro-kernel's column step: a few channels a group pad them many times over) at the same
 // pace, packs x once (a cycle an element: as much as its products where the columns are few, a
-// narrow output's), and builds those columns of G^T once per block of input channels (about a cycle
-// an element, 16 rows at a time), counted at the fewest blocks (kWeightRowBlockMost channels each:
+// narrow output's), and builds those columns of G^T once per block of input channels
+// (kGTransposeCycles an element), counted at the fewest blocks (kWeightRowBlockMost channels each:
 // the count grad_weight_row_block takes depends on the threads, and the form, whose order of
 // summation is its own, must not). Fitted on a Zen 5 core (CPU v50-v51: two fresh draws of 40
 // layers, every form timed, docs/perf/2026-12-07-cpu-grad-weight-zen5.md).
@@ -1611,7 +1611,7 @@ bool grad_weight_by_gemm(const ConvTParams& p) {
     columns += double(avx2::round_up_columns(block, panel));
   const double rows = panel < 6 ? Cig : std::ceil(Cig / 6) * 6;
   const double gemm_products = groups * rows * columns * positions / 16;
-  const double build = groups * columns * positions * std::ceil(Cig / kWeightRowBlockMost);
+  const double build = kGTransposeCycles * groups * columns * positions * std::ceil(Cig / kWeightRowBlockMost);
   const double pack = groups * Cig * positions;
   return pack + build + gemm_products < products + sums;
 }
