@@ -140,6 +140,24 @@ def test_micro_kernel_last_column_step_covers_every_row_length(l_in, monkeypatch
     assert_backward_matches_reference(tail_case(l_in), torch.float32, "cpu", check_forward=True)
 
 
+# grad_weight's dot products (grad_weight=dot) in every block of the dot kernels (up to 3 x 4, 6 x 4
+# on 16-float vectors: input channels 1-7 and 13, taps x output channels 1-4 and 9 columns) over row
+# lengths on either side of their unrolled steps (8-32 positions with AVX2, 16-64 with AVX-512)
+DOT_BLOCK_CASES = [Case(2, c_in, c_out, 3, l_in, padding=1) for c_in, c_out in ((1, 1), (2, 3), (5, 4), (7, 1), (13, 3))
+                   for l_in in (1, 15, 17, 33, 63, 65, 100)]
+DOT_FORMS = "grad_weight=dot"
+
+
+@pytest.mark.quick
+@pytest.mark.parametrize("case", DOT_BLOCK_CASES, ids=case_id)
+def test_dot_blocks_cover_every_row_and_length(case, monkeypatch):
+    """The dot-product grad_weight sums every (input channel, tap, output channel) over every position
+    whatever block of the kernel it falls in and however many positions its unrolled loop leaves
+    (this CPU's vectors; test_avx2_vectors_where_the_cpu_has_avx512 runs the 8-float ones)."""
+    monkeypatch.setenv("CONVT_CPU_FORMS", DOT_FORMS)
+    assert_backward_matches_reference(case, torch.float32, "cpu")
+
+
 # Depthwise and two-channel groups on the forward's tap rows (forward_tap_rows): strides 1-9 (2-8
 # interleaved by whole vectors, the rest of a row and stride 9 one value at a time), rows around its
 # 64-output blocks and 8-output vectors, dilation, output padding, taps past the row's ends
@@ -337,8 +355,8 @@ def test_unknown_cpu_forms_are_errors(value, monkeypatch):
 def test_avx2_vectors_where_the_cpu_has_avx512():
     """CONVT_CPU_VECTOR_BITS=256 runs the GEMM's AVX2 micro-kernels on a CPU with AVX-512F too, which
     otherwise takes its 16-float ones: the suite tests the kernels of the CPU it runs on, this test the
-    others (on an AVX2-only CPU the same kernels again). CPU tile cases' forward and gradients, and the
-    last column step's row lengths, in a fresh process (the setting is read once a process), against
+    others (on an AVX2-only CPU the same kernels again). CPU tile cases' forward and gradients, the
+    last column step's row lengths and the dot blocks, in a fresh process (the setting is read once a process), against
     float64."""
     tests = os.path.dirname(os.path.abspath(__file__))
     script = ("import os, sys, torch; sys.path.insert(0, sys.argv[1]); "
@@ -348,7 +366,9 @@ def test_avx2_vectors_where_the_cpu_has_avx512():
               "for c in CPU_TILE_CASES]; "
               "os.environ['CONVT_CPU_FORMS'] = t.TAIL_FORMS; "
               "[assert_backward_matches_reference(t.tail_case(l), torch.float32, 'cpu', check_forward=True) "
-              "for l in t.TAIL_ROW_LENGTHS]")
+              "for l in t.TAIL_ROW_LENGTHS]; "
+              "os.environ['CONVT_CPU_FORMS'] = t.DOT_FORMS; "
+              "[assert_backward_matches_reference(c, torch.float32, 'cpu') for c in t.DOT_BLOCK_CASES]")
     subprocess.run([sys.executable, "-c", script, tests], env=dict(os.environ, CONVT_CPU_VECTOR_BITS="256"), check=True,
                    timeout=600)
 

@@ -206,11 +206,63 @@ CONVT_TARGET void dot_block(int64_t length, const float* x, int64_t xs, const fl
   }
 }
 
+// The same on 16-float vectors (wide_vectors), blocks of up to 6 x 4: 24 accumulators for 10 loads, most
+// of which cross a cache line (rows at any offset); lanes summed in a fixed tree at the end.
+template <int MR, int NC>
+CONVT_TARGET_512 void dot_block512(int64_t length, const float* x, int64_t xs, const float* const* y, float* out, int64_t ld,
+                                   bool accumulate) {
+  constexpr int U = MR * NC >= 8 ? 1 : MR * NC >= 3 ? 2 : 4;
+  __m512 acc[U][MR][NC];
+  CONVT_UNROLL for (int u = 0; u < U; ++u) {
+    CONVT_UNROLL for (int r = 0; r < MR; ++r) {
+      CONVT_UNROLL for (int c = 0; c < NC; ++c) acc[u][r][c] = _mm512_setzero_ps();
+    }
+  }
+  int64_t m = 0;
+  for (; m + 16 * U <= length; m += 16 * U) {
+    CONVT_UNROLL for (int u = 0; u < U; ++u) {
+      __m512 yv[NC];
+      CONVT_UNROLL for (int c = 0; c < NC; ++c) yv[c] = _mm512_loadu_ps(y[c] + m + 16 * u);
+      CONVT_UNROLL for (int r = 0; r < MR; ++r) {
+        const __m512 xv = _mm512_loadu_ps(x + r * xs + m + 16 * u);
+        CONVT_UNROLL for (int c = 0; c < NC; ++c) acc[u][r][c] = _mm512_fmadd_ps(xv, yv[c], acc[u][r][c]);
+      }
+    }
+  }
+  for (; m < length; m += 16) {  // (up to 16 U - 1 positions left)
+    const __mmask16 mask = length - m >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (length - m)) - 1);
+    __m512 yv[NC];
+    CONVT_UNROLL for (int c = 0; c < NC; ++c) yv[c] = _mm512_maskz_loadu_ps(mask, y[c] + m);
+    CONVT_UNROLL for (int r = 0; r < MR; ++r) {
+      const __m512 xv = _mm512_maskz_loadu_ps(mask, x + r * xs + m);
+      CONVT_UNROLL for (int c = 0; c < NC; ++c) acc[0][r][c] = _mm512_fmadd_ps(xv, yv[c], acc[0][r][c]);
+    }
+  }
+  CONVT_UNROLL for (int r = 0; r < MR; ++r) {
+    CONVT_UNROLL for (int c = 0; c < NC; ++c) {
+      __m512 total = acc[0][r][c];
+      CONVT_UNROLL for (int u = 1; u < U; ++u) total = _mm512_add_ps(total, acc[u][r][c]);
+      alignas(64) float lanes[16];
+      _mm512_store_ps(lanes, total);
+      const float sum = horizontal_sum(_mm256_add_ps(_mm256_load_ps(lanes), _mm256_load_ps(lanes + 8)));
+      out[r * ld + c] = accumulate ? out[r * ld + c] + sum : sum;
+    }
+  }
+}
+
 using DotBlock = void (*)(int64_t, const float*, int64_t, const float* const*, float*, int64_t, bool);
 constexpr DotBlock kDotBlocks[3][4] = {
     {dot_block<1, 1>, dot_block<1, 2>, dot_block<1, 3>, dot_block<1, 4>},
     {dot_block<2, 1>, dot_block<2, 2>, dot_block<2, 3>, dot_block<2, 4>},
     {dot_block<3, 1>, dot_block<3, 2>, dot_block<3, 3>, dot_block<3, 4>},
+};
+constexpr DotBlock kDotBlocks512[6][4] = {
+    {dot_block512<1, 1>, dot_block512<1, 2>, dot_block512<1, 3>, dot_block512<1, 4>},
+    {dot_block512<2, 1>, dot_block512<2, 2>, dot_block512<2, 3>, dot_block512<2, 4>},
+    {dot_block512<3, 1>, dot_block512<3, 2>, dot_block512<3, 3>, dot_block512<3, 4>},
+    {dot_block512<4, 1>, dot_block512<4, 2>, dot_block512<4, 3>, dot_block512<4, 4>},
+    {dot_block512<5, 1>, dot_block512<5, 2>, dot_block512<5, 3>, dot_block512<5, 4>},
+    {dot_block512<6, 1>, dot_block512<6, 2>, dot_block512<6, 3>, dot_block512<6, 4>},
 };
 
 }  // namespace
@@ -557,16 +609,19 @@ void dot_columns(int64_t rows, int64_t cols, int64_t length, const float* x, int
     }
     return;
   }
+  const bool wide = wide_vectors();
+  const int64_t block_rows = wide ? 6 : 3;
   for (int64_t m0 = 0; m0 < length; m0 += kChunk) {
     const int64_t chunk = length - m0 < kChunk ? length - m0 : kChunk;
     const bool add = accumulate || m0 > 0;
-    for (int64_t r0 = 0; r0 < rows; r0 += 3) {
-      const int64_t mr = rows - r0 < 3 ? rows - r0 : 3;
+    for (int64_t r0 = 0; r0 < rows; r0 += block_rows) {
+      const int64_t mr = rows - r0 < block_rows ? rows - r0 : block_rows;
+      const DotBlock* const row_blocks = (wide ? kDotBlocks512 : kDotBlocks)[mr - 1];
       for (int64_t c0 = 0; c0 < cols; c0 += 4) {
         const int64_t nc = cols - c0 < 4 ? cols - c0 : 4;
         const float* columns[4];
         for (int64_t c = 0; c < nc; ++c) columns[c] = y[c0 + c] + m0;
-        kDotBlocks[mr - 1][nc - 1](chunk, x + r0 * x_stride + m0, x_stride, columns, out + r0 * ld + c0, ld, add);
+        row_blocks[nc - 1](chunk, x + r0 * x_stride + m0, x_stride, columns, out + r0 * ld + c0, ld, add);
       }
     }
   }
