@@ -207,16 +207,15 @@ CONVT_TARGET void dot_block(int64_t length, const float* x, int64_t xs, const fl
 }
 
 // The same on 16-float vectors (wide_vectors), blocks of up to 6 x 4: 24 accumulators for 10 loads, most
-// of which cross a cache line (rows at any offset); lanes summed in a fixed tree at the end.
+// of which cross a cache line (rows at any offset); lanes summed in a fixed tree at the end. A copy, as
+// kernel_512 is of kernel: the instruction set is the function's target attribute.
 template <int MR, int NC>
 CONVT_TARGET_512 void dot_block512(int64_t length, const float* x, int64_t xs, const float* const* y, float* out, int64_t ld,
                                    bool accumulate) {
   constexpr int U = MR * NC >= 8 ? 1 : MR * NC >= 3 ? 2 : 4;
   __m512 acc[U][MR][NC];
   CONVT_UNROLL for (int u = 0; u < U; ++u) {
-    CONVT_UNROLL for (int r = 0; r < MR; ++r) {
-      CONVT_UNROLL for (int c = 0; c < NC; ++c) acc[u][r][c] = _mm512_setzero_ps();
-    }
+    CONVT_UNROLL for (int r = 0; r < MR; ++r) { CONVT_UNROLL for (int c = 0; c < NC; ++c) acc[u][r][c] = _mm512_setzero_ps(); }
   }
   int64_t m = 0;
   for (; m + 16 * U <= length; m += 16 * U) {
