@@ -140,9 +140,10 @@ def test_micro_kernel_last_column_step_covers_every_row_length(l_in, monkeypatch
     assert_backward_matches_reference(tail_case(l_in), torch.float32, "cpu", check_forward=True)
 
 
-# grad_weight's dot products (grad_weight=dot) in every block of the dot kernels (up to 3 x 4, 6 x 4
-# on 16-float vectors: input channels 1-7 and 13, taps x output channels 1-4 and 9 columns) over row
-# lengths on either side of their unrolled steps (8-32 positions with AVX2, 16-64 with AVX-512)
+# grad_weight's dot products (grad_weight=dot) in the blocks of the dot kernels (up to 3 x 4, 6 x 4 on
+# 16-float vectors: 1, 2, 5, 7 and 13 input channels leave last blocks of every row count; 1, 3 and 4
+# output channels over 3 taps, of 1-4 columns) over row lengths on either side of their unrolled steps
+# (8-32 positions with AVX2, 16-64 with AVX-512)
 DOT_BLOCK_CASES = [Case(2, c_in, c_out, 3, l_in, padding=1) for c_in, c_out in ((1, 1), (2, 3), (5, 4), (7, 1), (13, 3))
                    for l_in in (1, 15, 17, 33, 63, 65, 100)]
 DOT_FORMS = "grad_weight=dot"
