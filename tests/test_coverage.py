@@ -159,6 +159,24 @@ def test_dot_blocks_cover_every_row_and_length(case, monkeypatch):
     assert_backward_matches_reference(case, torch.float32, "cpu")
 
 
+# grad_input's packed form over A's rows in place (gemm_rows: batch 1, one block of positions, every
+# tap's phase reached): 7, 11 and 13 input channels leave last panels of 1, 5 and 1 rows; 13 x 11
+# (co, k) steps span two 128-step blocks; rows of one column step up to past kRowsInPlaceSteps (whose
+# kernels read the rows in place, the longest packed a block at a time)
+IN_PLACE_CASES = [Case(1, c_in, 13, 11, l_in, stride=2, padding=3) for c_in in (7, 11, 13) for l_in in (5, 40, 300)]
+IN_PLACE_FORMS = "grad_input=packed"
+
+
+@pytest.mark.quick
+@pytest.mark.parametrize("case", IN_PLACE_CASES, ids=case_id)
+def test_grad_input_reads_weight_rows_in_place(case, monkeypatch):
+    """grad_input's GEMM over the weight's rows in place (kernels_avx2.cpp, gemm_rows) lands every
+    input channel and position, whatever panel row and column step it falls in (this CPU's vectors;
+    test_avx2_vectors_where_the_cpu_has_avx512 runs the 8-float ones)."""
+    monkeypatch.setenv("CONVT_CPU_FORMS", IN_PLACE_FORMS)
+    assert_backward_matches_reference(case, torch.float32, "cpu")
+
+
 # Depthwise and two-channel groups on the forward's tap rows (forward_tap_rows): strides 1-9 (2-8
 # interleaved by whole vectors, the rest of a row and stride 9 one value at a time), rows around its
 # 64-output blocks and 8-output vectors, dilation, output padding, taps past the row's ends
@@ -357,7 +375,7 @@ def test_avx2_vectors_where_the_cpu_has_avx512():
     """CONVT_CPU_VECTOR_BITS=256 runs the GEMM's AVX2 micro-kernels on a CPU with AVX-512F too, which
     otherwise takes its 16-float ones: the suite tests the kernels of the CPU it runs on, this test the
     others (on an AVX2-only CPU the same kernels again). CPU tile cases' forward and gradients, the
-    last column step's row lengths and the dot blocks, in a fresh process (the setting is read once a process), against
+    last column step's row lengths, the dot blocks and the weight rows in place, in a fresh process (the setting is read once a process), against
     float64."""
     tests = os.path.dirname(os.path.abspath(__file__))
     script = ("import os, sys, torch; sys.path.insert(0, sys.argv[1]); "
@@ -369,7 +387,9 @@ def test_avx2_vectors_where_the_cpu_has_avx512():
               "[assert_backward_matches_reference(t.tail_case(l), torch.float32, 'cpu', check_forward=True) "
               "for l in t.TAIL_ROW_LENGTHS]; "
               "os.environ['CONVT_CPU_FORMS'] = t.DOT_FORMS; "
-              "[assert_backward_matches_reference(c, torch.float32, 'cpu') for c in t.DOT_BLOCK_CASES]")
+              "[assert_backward_matches_reference(c, torch.float32, 'cpu') for c in t.DOT_BLOCK_CASES]; "
+              "os.environ['CONVT_CPU_FORMS'] = t.IN_PLACE_FORMS; "
+              "[assert_backward_matches_reference(c, torch.float32, 'cpu') for c in t.IN_PLACE_CASES]")
     subprocess.run([sys.executable, "-c", script, tests], env=dict(os.environ, CONVT_CPU_VECTOR_BITS="256"), check=True,
                    timeout=600)
 

@@ -52,11 +52,11 @@ constexpr int64_t kPrefetchRows = 8;  // gemm_blocks' copies of whole rows: rows
 template <int MR>
 constexpr int kVectorsFor = MR == 1 ? 8 : MR == 2 ? 6 : MR == 3 ? 4 : MR == 4 ? 3 : 2;
 
-// C (MR x 8*NV) (+)= A @ B over kc steps: A(r, kk) at a + kk*a_step + r (a packed panel); B's row kk at
-// b[kk] + column.
-template <int MR, int NV>
-CONVT_TARGET void kernel(int64_t kc, const float* a, int64_t a_step, const float* const* b, int64_t column, float* c,
-                         int64_t ldc, bool accumulate) {
+// C (MR x 8*NV) (+)= A @ B over kc steps: A(r, kk) at a + kk*a_step + r (a packed panel), or with
+// kRows at a + r*a_step + kk (rows read in place, a_step floats apart); B's row kk at b[kk] + column.
+template <int MR, int NV, bool kRows = false>
+CONVT_TARGET void kernel(int64_t kc, const float* a, int64_t a_step, const float* const* b, int64_t column, float* c, int64_t ldc,
+                         bool accumulate) {
   __m256 acc[MR][NV];
   CONVT_UNROLL for (int r = 0; r < MR; ++r) {
     CONVT_UNROLL for (int v = 0; v < NV; ++v) {
@@ -65,11 +65,11 @@ CONVT_TARGET void kernel(int64_t kc, const float* a, int64_t a_step, const float
   }
   for (int64_t kk = 0; kk < kc; ++kk) {
     const float* row = b[kk] + column;
-    const float* col = a + kk * a_step;
+    const float* col = kRows ? a + kk : a + kk * a_step;
     __m256 bv[NV];
     CONVT_UNROLL for (int v = 0; v < NV; ++v) bv[v] = _mm256_loadu_ps(row + 8 * v);
     CONVT_UNROLL for (int r = 0; r < MR; ++r) {
-      const __m256 av = _mm256_broadcast_ss(col + r);
+      const __m256 av = _mm256_broadcast_ss(kRows ? col + r * a_step : col + r);
       CONVT_UNROLL for (int v = 0; v < NV; ++v) acc[r][v] = _mm256_fmadd_ps(av, bv[v], acc[r][v]);
     }
   }
@@ -81,7 +81,7 @@ CONVT_TARGET void kernel(int64_t kc, const float* a, int64_t a_step, const float
 // The same on 16-float vectors: C (MR x 16*NV). A copy of `kernel`, not a vector-type parameter of
 // it: the instruction set is the function's target attribute, which a template cannot vary, and one
 // body compiled for AVX-512F could put EVEX code in the AVX2 kernels of CPUs without it.
-template <int MR, int NV>
+template <int MR, int NV, bool kRows = false>
 CONVT_TARGET_512 void kernel_512(int64_t kc, const float* a, int64_t a_step, const float* const* b, int64_t column, float* c,
                                  int64_t ldc, bool accumulate) {
   __m512 acc[MR][NV];
@@ -92,11 +92,11 @@ CONVT_TARGET_512 void kernel_512(int64_t kc, const float* a, int64_t a_step, con
   }
   for (int64_t kk = 0; kk < kc; ++kk) {
     const float* row = b[kk] + column;
-    const float* col = a + kk * a_step;
+    const float* col = kRows ? a + kk : a + kk * a_step;
     __m512 bv[NV];
     CONVT_UNROLL for (int v = 0; v < NV; ++v) bv[v] = _mm512_loadu_ps(row + 16 * v);
     CONVT_UNROLL for (int r = 0; r < MR; ++r) {
-      const __m512 av = _mm512_set1_ps(col[r]);
+      const __m512 av = _mm512_set1_ps(kRows ? col[r * a_step] : col[r]);
       CONVT_UNROLL for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(av, bv[v], acc[r][v]);
     }
   }
@@ -109,19 +109,30 @@ using Kernel = void (*)(int64_t, const float*, int64_t, const float* const*, int
 // Panels' kernels by rows (1..6) at NV vectors a row: 2, a column step; 1, a panel's last column step
 // where at most one vector of its columns is left (a row of 100 positions: 3 full steps of 32 and 4
 // columns), half the products of a full step (its 6 accumulators keep fewer FMAs in flight than a full
-// step's 12, still more of its products count). Narrow tiles' by rows (1..5), wider.
-template <int NV>
-constexpr Kernel kPanelKernels[7] = {nullptr,       kernel<1, NV>, kernel<2, NV>, kernel<3, NV>,
-                                     kernel<4, NV>, kernel<5, NV>, kernel<6, NV>};
+// step's 12, still more of its products count); with kRows, A's rows read in place. Narrow tiles' by
+// rows (1..5), wider.
+template <int NV, bool kRows = false>
+constexpr Kernel kPanelKernels[7] = {nullptr,
+                                     kernel<1, NV, kRows>,
+                                     kernel<2, NV, kRows>,
+                                     kernel<3, NV, kRows>,
+                                     kernel<4, NV, kRows>,
+                                     kernel<5, NV, kRows>,
+                                     kernel<6, NV, kRows>};
 constexpr Kernel kNarrowKernels[6] = {nullptr,
                                       kernel<1, kVectorsFor<1>>,
                                       kernel<2, kVectorsFor<2>>,
                                       kernel<3, kVectorsFor<3>>,
                                       kernel<4, kVectorsFor<4>>,
                                       kernel<5, kVectorsFor<5>>};
-template <int NV>
-constexpr Kernel kPanelKernels512[7] = {nullptr,           kernel_512<1, NV>, kernel_512<2, NV>, kernel_512<3, NV>,
-                                        kernel_512<4, NV>, kernel_512<5, NV>, kernel_512<6, NV>};
+template <int NV, bool kRows = false>
+constexpr Kernel kPanelKernels512[7] = {nullptr,
+                                        kernel_512<1, NV, kRows>,
+                                        kernel_512<2, NV, kRows>,
+                                        kernel_512<3, NV, kRows>,
+                                        kernel_512<4, NV, kRows>,
+                                        kernel_512<5, NV, kRows>,
+                                        kernel_512<6, NV, kRows>};
 constexpr Kernel kNarrowKernels512[6] = {nullptr,
                                          kernel_512<1, kVectorsFor<1>>,
                                          kernel_512<2, kVectorsFor<2>>,
@@ -304,25 +315,37 @@ CONVT_TARGET void copy_columns(float* out, const float* row, int64_t count) {
 
 enum class ASource { kPacked, kRows };
 
+// Column steps up to which gemm_rows' kernels read A's rows in place (gemm_blocks)
+constexpr int64_t kRowsInPlaceSteps = 16;
+
 // kPacked: A packed by pack_a (panels of `panel` rows over the whole depth). kRows: A's rows in place
 // (row r at a + r*a_row), packed here per block of steps into `scratch` (rows rounded up to panels x
 // kDepthBlock floats): read in place directly, they would be re-read for every column step, often from
-// the same cache sets, a_row a multiple of 4 KB.
+// the same cache sets, a_row a multiple of 4 KB. Except panels of 6 rows over at most
+// kRowsInPlaceSteps column steps, whose kernels read the rows in place (kPanelKernels' kRows): the
+// pack, a scalar transpose of every element, costs as much as the products it feeds over a few
+// column steps (grad_input of short rows: on a 2-core Zen 3, 0.5-0.9x the time over 2-16 steps, as
+// fast at more, docs/perf/2026-12-07-session105.md).
 template <ASource kSource>
 CONVT_TARGET void gemm_blocks(int64_t rows, int64_t cols, int64_t depth, const float* a, int64_t a_row, int64_t panel,
                               int64_t panel_stride, const Operand& b, int64_t column, float* c, int64_t ldc, bool accumulate,
                               float* scratch) {
   const int64_t step = column_step(panel);
+  const bool rows_in_place = kSource == ASource::kRows && panel == 6 && cols <= kRowsInPlaceSteps * step;
   const float* b_steps[kDepthBlock];
   for (int64_t k0 = 0; k0 < depth; k0 += kDepthBlock) {
     const int64_t kc = depth - k0 < kDepthBlock ? depth - k0 : kDepthBlock;
     step_pointers(b, k0, kc, b_steps);
     const float* a_block = a + k0 * panel;
-    int64_t panel_offset = panel_stride;
+    int64_t panel_offset = panel_stride, a_step = 6;
     if constexpr (kSource == ASource::kRows) {
-      pack_block(rows, kc, a + k0, a_row, panel, scratch);
-      a_block = scratch;
-      panel_offset = panel * kc;
+      if (rows_in_place) {
+        a_block = a + k0, panel_offset = 6 * a_row, a_step = a_row;
+      } else {
+        pack_block(rows, kc, a + k0, a_row, panel, scratch);
+        a_block = scratch;
+        panel_offset = panel * kc;
+      }
     }
     const bool add = accumulate || k0 > 0;
     // Where several panels read a column step's B block (kc rows x step floats) whose steps are distinct
@@ -369,8 +392,10 @@ CONVT_TARGET void gemm_blocks(int64_t rows, int64_t cols, int64_t depth, const f
       }
       continue;
     }
-    const Kernel* const panel_kernels = wide_vectors() ? kPanelKernels512<2> : kPanelKernels<2>;
-    const Kernel* const tail_kernels = wide_vectors() ? kPanelKernels512<1> : kPanelKernels<1>;
+    const Kernel* const panel_kernels = rows_in_place ? (wide_vectors() ? kPanelKernels512<2, true> : kPanelKernels<2, true>)
+                                                      : (wide_vectors() ? kPanelKernels512<2> : kPanelKernels<2>);
+    const Kernel* const tail_kernels = rows_in_place ? (wide_vectors() ? kPanelKernels512<1, true> : kPanelKernels<1, true>)
+                                                     : (wide_vectors() ? kPanelKernels512<1> : kPanelKernels<1>);
     for (int64_t j = 0; j < cols; j += step) {
       // The next column step's block, into L1 while this one's products run: its kc rows are as many
       // streams (channels' rows), more than the hardware prefetcher follows, and copied in one go they
@@ -395,7 +420,7 @@ CONVT_TARGET void gemm_blocks(int64_t rows, int64_t cols, int64_t depth, const f
       const Kernel* const kernels = cols - j <= step / 2 ? tail_kernels : panel_kernels;
       for (int64_t r0 = 0, p = 0; r0 < rows; r0 += 6, ++p) {
         const int64_t panel_rows = rows - r0 < 6 ? rows - r0 : 6;
-        kernels[panel_rows](kc, a_block + p * panel_offset, 6, steps, b_column, c + r0 * ldc + j, ldc, add);
+        kernels[panel_rows](kc, a_block + p * panel_offset, a_step, steps, b_column, c + r0 * ldc + j, ldc, add);
       }
     }
   }
