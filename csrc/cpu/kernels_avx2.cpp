@@ -324,8 +324,8 @@ constexpr int64_t kRowsInPlaceSteps = 16;
 // the same cache sets, a_row a multiple of 4 KB. Except panels of 6 rows over at most
 // kRowsInPlaceSteps column steps, whose kernels read the rows in place (kPanelKernels' kRows): the
 // pack, a scalar transpose of every element, costs as much as the products it feeds over a few
-// column steps (grad_input of short rows: on a 2-core Zen 3, 0.5-0.9x the time over 2-16 steps, as
-// fast at more, docs/perf/2026-12-07-session105.md).
+// column steps (grad_input of short rows: on a 2-core Zen 3, 0.5-0.9x the time over 2-16 steps,
+// docs/perf/2026-12-07-session105.md).
 template <ASource kSource>
 CONVT_TARGET void gemm_blocks(int64_t rows, int64_t cols, int64_t depth, const float* a, int64_t a_row, int64_t panel,
                               int64_t panel_stride, const Operand& b, int64_t column, float* c, int64_t ldc, bool accumulate,
