@@ -2428,3 +2428,20 @@ def test_screen_estimate_times_this_builds_plans_by_the_variant_that_ran_them(tm
     assert lines[0].startswith("old ") and "geomean 0.500" in lines[0], lines
     assert lines[1].startswith("this build") and "geomean 0.707" in lines[1] and "min 0.50" in lines[1], lines
     assert "2 cells change plan (1 unmatched" in lines[2], lines
+
+
+def test_grad_weight_counts_the_column_build_on_8_float_vectors():
+    """On 8-float vectors (CONVT_CPU_VECTOR_BITS=256, or a CPU of AVX2 only) grad_weight's model counts
+    G^T built column by column (filters shorter than 8 taps) at 5 cycles an element: a 128 x 64, K = 4,
+    stride-2 layer on long rows takes the dot products; a filter of 8 taps or more (G^T copied by runs
+    of a channel's taps, a cycle an element) keeps the GEMM over positions (in a fresh process: the
+    vector width is read once a process)."""
+    script = ("import torch, torch_convt_op; from torch_convt_op.planner import explain; "
+              "f = lambda l: explain(*l, dtype=torch.float32, tf32=False, device='cpu')['grad_weight']; "
+              "short, runs = f((5, 128, 64, 4, 2246, 2, 1, 0, 1, 1)), f((1, 512, 256, 64, 178, 8, 28, 0, 1, 1)); "
+              "print(short.get('vector_bits'), short['kernel'], runs['kernel'])")
+    out = subprocess.run([sys.executable, "-c", script], env=dict(os.environ, CONVT_CPU_VECTOR_BITS="256"), check=True,
+                         capture_output=True, text=True, timeout=300).stdout.split()
+    if out[0] != "256":
+        pytest.skip("this CPU runs no AVX2 forms")
+    assert out[1:] == ["dot", "positions"], out

@@ -1393,11 +1393,22 @@ void grad_weight_avx2(const PaddedPhases& phases, const float* x, float* grad_w,
 }
 
 // Input channels per block of grad_weight's GEMM form: each block of a task builds its own G^T
-// (Cog*K*positions elements, kGTransposeCycles each), so fewer blocks cost less, while more tasks keep the
+// (Cog*K*positions elements, g_transpose_cycles each), so fewer blocks cost less, while more tasks keep the
 // threads busy: of the counts from one block per kWeightRowBlockMost channels (a 192 x 256 tile stays
 // in L2) up to one per 24, the one that minimises (products + building) / the threads' busy share.
 constexpr int64_t kWeightRowBlockMost = 192;
 constexpr double kGTransposeCycles = 1;  // (an element of G^T built 16 rows at a time: grad_weight_by_gemm)
+constexpr int64_t kRunsLeastTaps = 8;    // (G^T copied by rows, each output channel's taps a run of grad_y)
+// An element of G^T's cost on 8-float vectors (CPUs of AVX2 only) where it is built column by column
+// (filters shorter than kRunsLeastTaps): on a Zen 3 core each 16-row block's reads, from as many
+// grad_y rows as its columns' channels, wait on L2 and L3 (perf on 5,128,64,4,2246,s2: the build
+// 0.7-0.9x the products' samples, about 5 cycles an element); runs of a channel's taps copy at a
+// cycle. Fitted on 42 layers timed in both forms (chosen/fastest 1.063 -> 1.023:
+// docs/perf/2026-12-07-session105.md).
+constexpr double kGTransposeColumnCycles8 = 5;
+double g_transpose_cycles(const ConvTParams& p) {
+  return !avx2::wide_vectors() && p.kernel_size < kRunsLeastTaps ? kGTransposeColumnCycles8 : kGTransposeCycles;
+}
 int64_t grad_weight_row_block(const ConvTParams& p) {
   const int64_t Cig = p.in_channels_per_group, R = p.out_channels_per_group * p.kernel_size;
   if (Cig < 6) return Cig;
@@ -1409,7 +1420,7 @@ int64_t grad_weight_row_block(const ConvTParams& p) {
   for (int64_t count = ceil_div(Cig, kWeightRowBlockMost); count <= ceil_div(Cig, 24); ++count) {
     const int64_t rows = round_up(ceil_div(Cig, count), 6);
     const int64_t blocks = ceil_div(Cig, rows);  // (rounding may leave fewer blocks than asked)
-    const double cost = (products + double(R) * positions * blocks * kGTransposeCycles) /
+    const double cost = (products + double(R) * positions * blocks * g_transpose_cycles(p)) /
                         busy_share({columns, block_sizes(Cig, rows), group_blocks}, threads());
     if (best == 0 || cost < best_cost) best = rows, best_cost = cost;
   }
@@ -1424,7 +1435,6 @@ int64_t grad_weight_row_block(const ConvTParams& p) {
 // batch and the chunks in order (deterministic: the blocks and chunks depend on the problem only).
 // G^T's zeros meet x: false where a value of grad_w is not finite (Inf or NaN in x may have made NaN of
 // what the products that exist leave finite; the caller reruns the pass as dot products).
-constexpr int64_t kRunsLeastTaps = 8;  // (G^T copied by rows, each output channel's taps a run of grad_y)
 bool grad_weight_avx2_gemm(const float* grad_y, const float* x, float* grad_w, const ConvTParams& p) {
   const int64_t Cig = p.in_channels_per_group, Cog = p.out_channels_per_group, K = p.kernel_size, R = Cog * K;
   const int64_t column_blocks = ceil_div(R, kWeightColumns);
@@ -1596,7 +1606,7 @@ double dot_sum_blocks(const ConvTParams& p) {
 // to the micro-kernel's column step: a few channels a group pad them many times over) at the same
 // pace, packs x once (a cycle an element: as much as its products where the columns are few, a
 // narrow output's), and builds those columns of G^T once per block of input channels
-// (kGTransposeCycles an element), counted at the fewest blocks (kWeightRowBlockMost channels each:
+// (g_transpose_cycles an element), counted at the fewest blocks (kWeightRowBlockMost channels each:
 // the count grad_weight_row_block takes depends on the threads, and the form, whose order of
 // summation is its own, must not). Fitted on a Zen 5 core (CPU v50-v51: two fresh draws of 40
 // layers, every form timed, docs/perf/2026-12-07-cpu-grad-weight-zen5.md).
@@ -1611,7 +1621,7 @@ bool grad_weight_by_gemm(const ConvTParams& p) {
     columns += double(avx2::round_up_columns(block, panel));
   const double rows = panel < 6 ? Cig : std::ceil(Cig / 6) * 6;
   const double gemm_products = groups * rows * columns * positions / 16;
-  const double build = kGTransposeCycles * groups * columns * positions * std::ceil(Cig / kWeightRowBlockMost);
+  const double build = g_transpose_cycles(p) * groups * columns * positions * std::ceil(Cig / kWeightRowBlockMost);
   const double pack = groups * Cig * positions;
   return pack + build + gemm_products < products + sums;
 }
