@@ -375,8 +375,8 @@ def test_avx2_vectors_where_the_cpu_has_avx512():
     """CONVT_CPU_VECTOR_BITS=256 runs the GEMM's AVX2 micro-kernels on a CPU with AVX-512F too, which
     otherwise takes its 16-float ones: the suite tests the kernels of the CPU it runs on, this test the
     others (on an AVX2-only CPU the same kernels again). CPU tile cases' forward and gradients, the
-    last column step's row lengths, the dot blocks and the weight rows in place, in a fresh process (the setting is read once a process), against
-    float64."""
+    last column step's row lengths, the dot blocks and the weight rows in place, in a fresh process
+    (the setting is read once a process), against float64."""
     tests = os.path.dirname(os.path.abspath(__file__))
     script = ("import os, sys, torch; sys.path.insert(0, sys.argv[1]); "
               "from conftest import CPU_TILE_CASES, CPU_TILE_SCALE, assert_backward_matches_reference; "

@@ -318,6 +318,13 @@ enum class ASource { kPacked, kRows };
 // Column steps up to which gemm_rows' kernels read A's rows in place (gemm_blocks)
 constexpr int64_t kRowsInPlaceSteps = 16;
 
+// This CPU's panel kernels at NV vectors a row, over A packed or its rows in place
+template <int NV>
+const Kernel* panel_kernels_of(bool rows_in_place) {
+  if (wide_vectors()) return rows_in_place ? kPanelKernels512<NV, true> : kPanelKernels512<NV>;
+  return rows_in_place ? kPanelKernels<NV, true> : kPanelKernels<NV>;
+}
+
 // kPacked: A packed by pack_a (panels of `panel` rows over the whole depth). kRows: A's rows in place
 // (row r at a + r*a_row), packed here per block of steps into `scratch` (rows rounded up to panels x
 // kDepthBlock floats): read in place directly, they would be re-read for every column step, often from
@@ -392,10 +399,8 @@ CONVT_TARGET void gemm_blocks(int64_t rows, int64_t cols, int64_t depth, const f
       }
       continue;
     }
-    const Kernel* const panel_kernels = rows_in_place ? (wide_vectors() ? kPanelKernels512<2, true> : kPanelKernels<2, true>)
-                                                      : (wide_vectors() ? kPanelKernels512<2> : kPanelKernels<2>);
-    const Kernel* const tail_kernels = rows_in_place ? (wide_vectors() ? kPanelKernels512<1, true> : kPanelKernels<1, true>)
-                                                     : (wide_vectors() ? kPanelKernels512<1> : kPanelKernels<1>);
+    const Kernel* const panel_kernels = panel_kernels_of<2>(rows_in_place);
+    const Kernel* const tail_kernels = panel_kernels_of<1>(rows_in_place);
     for (int64_t j = 0; j < cols; j += step) {
       // The next column step's block, into L1 while this one's products run: its kc rows are as many
       // streams (channels' rows), more than the hardware prefetcher follows, and copied in one go they
