@@ -1152,13 +1152,14 @@ bool forward_avx2(const float* x, const float* w, const float* bias, float* y, c
   return finite;
 }
 
-// grad_y's phases padded: (phases, N*C_out, length), phase r's outputs at [lead, lead + phase_length(r)).
+// grad_y's phases padded: phase r's N*C_out rows of `length` floats from r * phase_stride, its outputs at
+// [lead, lead + phase_length(r)) of each row.
 struct PaddedPhases {
   at::Tensor data;
-  int64_t count = 0, length = 0, lead = 0;
+  int64_t count = 0, length = 0, lead = 0, phase_stride = 0;
   std::vector<int64_t> taps;  // the taps whose phase exists (phase < L_out), in order of k
   const float* row(int64_t phase, int64_t row_index) const {
-    return data.data_ptr<float>() + (phase * (data.size(0) / std::max<int64_t>(count, 1)) + row_index) * length;
+    return data.data_ptr<float>() + phase * phase_stride + row_index * length;
   }
 };
 
@@ -1177,17 +1178,23 @@ bool pad_phases(const float* grad_y, const ConvTParams& p, int64_t step, PaddedP
   out.lead = -min_shift;
   out.length = padded_length(std::max(out.lead + longest, out.lead + p.length_in + step + max_shift));
   const int64_t rows = p.batch * p.out_channels;
-  if (!padding_is_small(out.count * rows * out.length, rows * p.length_out)) return false;
-  out.data = at::empty({out.count * rows, out.length}, at::TensorOptions().dtype(at::kFloat));
+  // Phases an odd number of 64-byte lines apart: a channel's taps read the same columns of every phase,
+  // and phases a multiple of 4 KB apart (N*C_out a multiple of 64) fall in one L1 set, more of them than
+  // its 8 ways at stride 9 or more (grad_input's B re-read from L2 by every panel of A)
+  const int64_t lines = rows * out.length / 16;
+  out.phase_stride = 16 * (lines % 2 == 1 ? lines : lines + 1);
+  if (!padding_is_small(out.count * out.phase_stride, rows * p.length_out)) return false;
+  out.data = at::empty({out.count * out.phase_stride}, at::TensorOptions().dtype(at::kFloat));
   // Each grad_y row's phases one after the other, while the row is in L1: the row crosses memory once
   // (a pass over all of grad_y per phase had read it `stride` times)
   float* const data = out.data.data_ptr<float>();
   const int64_t count = out.count, length = out.length, lead = out.lead, length_out = p.length_out, stride = p.stride;
+  const int64_t phase_stride = out.phase_stride;
   Jobs jobs;
   jobs.add_rows(rows, length_out, [=](int64_t r) {
     for (int64_t phase = 0; phase < count; ++phase) {
       pad_row(grad_y + r * length_out + phase, stride, phase_length(phase, length_out, stride),
-              data + (phase * rows + r) * length, length, lead);
+              data + phase * phase_stride + r * length, length, lead);
     }
   });
   jobs.run();
@@ -1200,11 +1207,10 @@ bool pad_phases(const float* grad_y, const ConvTParams& p, int64_t step, PaddedP
 bool grad_input_avx2(const PaddedPhases& phases, const float* w, float* grad_x, const ConvTParams& p) {
   const int64_t Cig = p.in_channels_per_group, Cog = p.out_channels_per_group, K = p.kernel_size;
   const int64_t taps = static_cast<int64_t>(phases.taps.size());
-  const int64_t rows_per_phase = p.batch * p.out_channels;
   std::vector<int64_t> offsets;
   for (const int64_t k : phases.taps) {
     const Tap tap = tap_of(k, p.stride, p.padding, p.dilation);
-    offsets.push_back(tap.phase * rows_per_phase * phases.length + tap.shift);
+    offsets.push_back(tap.phase * phases.phase_stride + tap.shift);
   }
   const int64_t depth = Cog * taps;
   const float* base = phases.data.data_ptr<float>();
