@@ -2434,14 +2434,19 @@ def test_grad_weight_counts_the_column_build_on_8_float_vectors():
     """On 8-float vectors (CONVT_CPU_VECTOR_BITS=256, or a CPU of AVX2 only) grad_weight's model counts
     G^T built column by column (filters shorter than 8 taps) at 5 cycles an element: a 128 x 64, K = 4,
     stride-2 layer on long rows takes the dot products; a filter of 8 taps or more (G^T copied by runs
-    of a channel's taps, a cycle an element) keeps the GEMM over positions (in a fresh process: the
-    vector width is read once a process)."""
+    of a channel's taps, a cycle an element) keeps the GEMM over positions; runs of a dilated filter
+    (copied element by element, 3 cycles) go to the dot products on long rows, and stay on the GEMM on
+    short rows of a long filter, whose dot products pay a horizontal sum a block for few positions (in a
+    fresh process: the vector width is read once a process)."""
     script = ("import torch, torch_convt_op; from torch_convt_op.planner import explain; "
               "f = lambda l: explain(*l, dtype=torch.float32, tf32=False, device='cpu')['grad_weight']; "
               "short, runs = f((5, 128, 64, 4, 2246, 2, 1, 0, 1, 1)), f((1, 512, 256, 64, 178, 8, 28, 0, 1, 1)); "
-              "print(short.get('vector_bits'), short['kernel'], runs['kernel'])")
+              "dilated_long_row, dilated_short_row = f((1, 521, 93, 10, 3095, 1, 1, 0, 4, 1)), "
+              "f((1, 384, 384, 48, 211, 1, 47, 0, 2, 1)); "
+              "print(short.get('vector_bits'), short['kernel'], runs['kernel'], dilated_long_row['kernel'], "
+              "dilated_short_row['kernel'])")
     out = subprocess.run([sys.executable, "-c", script], env=dict(os.environ, CONVT_CPU_VECTOR_BITS="256"), check=True,
                          capture_output=True, text=True, timeout=300).stdout.split()
     if out[0] != "256":
         pytest.skip("this CPU runs no AVX2 forms")
-    assert out[1:] == ["dot", "positions"], out
+    assert out[1:] == ["dot", "positions", "dot", "positions"], out

@@ -1412,8 +1412,15 @@ constexpr int64_t kRunsLeastTaps = 8;    // (G^T copied by rows, each output cha
 // cycle. Fitted on 42 layers timed in both forms (chosen/fastest 1.063 -> 1.023:
 // docs/perf/2026-12-07-session105.md).
 constexpr double kGTransposeColumnCycles8 = 5;
+// The same where a dilated filter's runs are copied element by element (taps `dilation` apart in grad_y,
+// no memcpy): perf on 1,521,93,10,3095,d4 had the build at a third of the products' samples, about 3.6
+// cycles an element. Fitted on 8 dilated layers timed in both forms, checked on 24 fresh ones
+// (docs/perf/2026-12-08-cpu-phase-sets.md).
+constexpr double kGTransposeStridedCycles8 = 3;
 double g_transpose_cycles(const ConvTParams& p) {
-  return !avx2::wide_vectors() && p.kernel_size < kRunsLeastTaps ? kGTransposeColumnCycles8 : kGTransposeCycles;
+  if (avx2::wide_vectors()) return kGTransposeCycles;
+  if (p.kernel_size < kRunsLeastTaps) return kGTransposeColumnCycles8;
+  return p.dilation > 1 ? kGTransposeStridedCycles8 : kGTransposeCycles;
 }
 int64_t grad_weight_row_block(const ConvTParams& p) {
   const int64_t Cig = p.in_channels_per_group, R = p.out_channels_per_group * p.kernel_size;
