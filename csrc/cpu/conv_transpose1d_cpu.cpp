@@ -1181,8 +1181,7 @@ bool pad_phases(const float* grad_y, const ConvTParams& p, int64_t step, PaddedP
   // Phases an odd number of 64-byte lines apart: a channel's taps read the same columns of every phase,
   // and phases a multiple of 4 KB apart (N*C_out a multiple of 64) fall in one L1 set, more of them than
   // its 8 ways at stride 9 or more (grad_input's B re-read from L2 by every panel of A)
-  const int64_t lines = rows * out.length / 16;
-  out.phase_stride = 16 * (lines % 2 == 1 ? lines : lines + 1);
+  out.phase_stride = padded_length(rows * out.length);
   if (!padding_is_small(out.count * out.phase_stride, rows * p.length_out)) return false;
   out.data = at::empty({out.count * out.phase_stride}, at::TensorOptions().dtype(at::kFloat));
   // Each grad_y row's phases one after the other, while the row is in L1: the row crosses memory once
